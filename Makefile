@@ -1,0 +1,31 @@
+# Set-up and everyday commands. Every target creates .venv when it is missing.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-unit test-spark test-e2e bench bench-quick clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m streamer.demo
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+test-unit: $(STAMP)
+	$(PY) -m pytest -m unit
+
+test-spark: $(STAMP)
+	$(PY) -m pytest -m spark
+
+test-e2e: $(STAMP)
+	$(PY) -m pytest -m e2e
+
+clean:
+	rm -rf $(VENV) demo-output .pytest_cache
