@@ -1,0 +1,294 @@
+"""Commit metadata: the JSON of completed commit, deltacommit and replacecommit instants.
+
+Hudi 0.14/0.15 serialise HoodieCommitMetadata / HoodieReplaceCommitMetadata with Jackson's
+default pretty printer (`"key" : value`, two-space indent, `[ a, b ]` arrays, `{ }` when empty)
+and every HoodieWriteStat field, nulls included; a write to a log file is a HoodieDeltaWriteStat
+with logVersion, logOffset, baseFile, logFiles and recordsStats after them. We write the same
+layout and read both ours and Hudi's, keeping keys we do not know.
+
+What readers take from here: Hudi and hudi-rs read the table schema from the latest completed
+write's `extraMetadata["schema"]`, so every completed write carries it; extraMetadata values
+are strings (hudi-rs maps it to string -> string), so structured values such as our streaming
+checkpoint go in as JSON text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+SCHEMA_KEY = "schema"
+
+# -- Jackson's DefaultPrettyPrinter --------------------------------------------------------------
+
+_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def _quote(text: str) -> str:
+    out = []
+    for ch in text:
+        if ch in _SHORT_ESCAPES:
+            out.append(_SHORT_ESCAPES[ch])
+        elif ord(ch) < 0x20:
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _pretty(value: Any, level: int) -> str:
+    # Objects break lines and indent by nesting of objects; arrays stay on the line.
+    if isinstance(value, dict):
+        if not value:
+            return "{ }"
+        indent = "  " * (level + 1)
+        entries = [f"{indent}{_quote(k)} : {_pretty(v, level + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(entries) + "\n" + "  " * level + "}"
+    if isinstance(value, list):
+        return "[ " + ", ".join(_pretty(v, level) for v in value) + " ]" if value else "[ ]"
+    if isinstance(value, str):
+        return _quote(value)
+    return json.dumps(value)
+
+
+def jackson_dumps(value: Any) -> str:
+    """JSON text laid out as Jackson's writerWithDefaultPrettyPrinter() lays it out."""
+    return _pretty(value, 0)
+
+
+# -- models --------------------------------------------------------------------------------------
+
+
+@dataclass
+class RuntimeStats:
+    """Milliseconds spent by the write handle (HoodieWriteStat.RuntimeStats)."""
+
+    total_scan_time: int = 0
+    total_upsert_time: int = 0
+    total_create_time: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "totalScanTime": self.total_scan_time,
+            "totalUpsertTime": self.total_upsert_time,
+            "totalCreateTime": self.total_create_time,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, int]) -> RuntimeStats:
+        return cls(d.get("totalScanTime", 0), d.get("totalUpsertTime", 0), d.get("totalCreateTime", 0))
+
+
+# (attribute, JSON key) in Hudi's field order
+_STAT_FIELDS = (
+    ("file_id", "fileId"),
+    ("path", "path"),
+    ("cdc_stats", "cdcStats"),
+    ("prev_commit", "prevCommit"),
+    ("num_writes", "numWrites"),
+    ("num_deletes", "numDeletes"),
+    ("num_update_writes", "numUpdateWrites"),
+    ("num_inserts", "numInserts"),
+    ("total_write_bytes", "totalWriteBytes"),
+    ("total_write_errors", "totalWriteErrors"),
+    ("temp_path", "tempPath"),
+    ("partition_path", "partitionPath"),
+    ("total_log_records", "totalLogRecords"),
+    ("total_log_files_compacted", "totalLogFilesCompacted"),
+    ("total_log_size_compacted", "totalLogSizeCompacted"),
+    ("total_updated_records_compacted", "totalUpdatedRecordsCompacted"),
+    ("total_log_blocks", "totalLogBlocks"),
+    ("total_corrupt_log_block", "totalCorruptLogBlock"),
+    ("total_rollback_blocks", "totalRollbackBlocks"),
+    ("file_size_in_bytes", "fileSizeInBytes"),
+    ("min_event_time", "minEventTime"),
+    ("max_event_time", "maxEventTime"),
+    ("runtime_stats", "runtimeStats"),
+)
+_DELTA_FIELDS = (
+    ("log_version", "logVersion"),
+    ("log_offset", "logOffset"),
+    ("base_file", "baseFile"),
+    ("log_files", "logFiles"),
+    ("records_stats", "recordsStats"),
+)
+_NO_RECORDS_STATS = {"val": None}  # how Jackson writes an empty Hudi Option
+
+
+@dataclass
+class WriteStat:
+    """What one write handle wrote into one file group (HoodieWriteStat / HoodieDeltaWriteStat).
+
+    `path` is relative to the table base. A log file write sets `log_version` (which makes it a
+    delta stat), `log_files` and `base_file`: the slice's base file name, '' when it has none.
+    `prev_commit` is the base instant of the slice written to, the string "null" for a new one.
+    """
+
+    file_id: str = ""
+    path: str | None = None
+    cdc_stats: dict[str, int] | None = None
+    prev_commit: str = "null"
+    num_writes: int = 0
+    num_deletes: int = 0
+    num_update_writes: int = 0
+    num_inserts: int = 0
+    total_write_bytes: int = 0
+    total_write_errors: int = 0
+    temp_path: str | None = None
+    partition_path: str | None = None
+    total_log_records: int = 0
+    total_log_files_compacted: int = 0
+    total_log_size_compacted: int = 0
+    total_updated_records_compacted: int = 0
+    total_log_blocks: int = 0
+    total_corrupt_log_block: int = 0
+    total_rollback_blocks: int = 0
+    file_size_in_bytes: int = 0
+    min_event_time: int | None = None
+    max_event_time: int | None = None
+    runtime_stats: RuntimeStats | None = None
+    log_version: int | None = None
+    log_offset: int | None = None
+    base_file: str | None = None
+    log_files: list[str] | None = None
+    records_stats: Any = None  # Hudi's Option of column ranges; None is Option.empty()
+    extra: dict[str, Any] = field(default_factory=dict)  # keys this class does not know
+
+    @property
+    def is_delta(self) -> bool:
+        return self.log_version is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        fields = _STAT_FIELDS + (_DELTA_FIELDS if self.is_delta else ())
+        d = {key: getattr(self, attr) for attr, key in fields}
+        if self.runtime_stats is not None:
+            d["runtimeStats"] = self.runtime_stats.to_dict()
+        if self.is_delta:
+            d["logFiles"] = list(self.log_files or [])
+            d["recordsStats"] = (
+                self.records_stats if self.records_stats is not None else dict(_NO_RECORDS_STATS)
+            )
+        d.update(self.extra)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> WriteStat:
+        known = dict(_STAT_FIELDS + _DELTA_FIELDS)
+        values = {attr: d[key] for attr, key in known.items() if key in d}
+        if values.get("runtime_stats") is not None:
+            values["runtime_stats"] = RuntimeStats.from_dict(values["runtime_stats"])
+        if values.get("records_stats") == _NO_RECORDS_STATS:
+            values["records_stats"] = None
+        extra = {k: v for k, v in d.items() if k not in known.values()}
+        return cls(**values, extra=extra)
+
+
+@dataclass
+class CommitMetadata:
+    """HoodieCommitMetadata: write stats per partition path, extra metadata, operation type.
+
+    `operation_type` is Hudi's WriteOperationType name (UPSERT, DELETE, COMPACT, CLUSTER, ...).
+    """
+
+    partition_to_write_stats: dict[str, list[WriteStat]] = field(default_factory=dict)
+    compacted: bool = False
+    extra_metadata: dict[str, str] = field(default_factory=dict)
+    operation_type: str = "UNKNOWN"
+    extra: dict[str, Any] = field(default_factory=dict)  # keys this class does not know
+
+    _KNOWN: ClassVar[tuple[str, ...]] = (
+        "partitionToWriteStats",
+        "compacted",
+        "extraMetadata",
+        "operationType",
+    )
+
+    @classmethod
+    def for_write(
+        cls, stats: Iterable[WriteStat], extra_metadata: dict[str, str], operation_type: str
+    ) -> CommitMetadata:
+        """Metadata of a write, its stats grouped by their partition path."""
+        by_partition: dict[str, list[WriteStat]] = {}
+        for stat in stats:
+            by_partition.setdefault(stat.partition_path or "", []).append(stat)
+        return cls(by_partition, extra_metadata=dict(extra_metadata), operation_type=operation_type)
+
+    def write_stats(self) -> list[WriteStat]:
+        return [s for stats in self.partition_to_write_stats.values() for s in stats]
+
+    @property
+    def schema(self) -> str | None:
+        """The Avro schema (JSON text) of the data as of this commit."""
+        return self.extra_metadata.get(SCHEMA_KEY)
+
+    def to_dict(self) -> dict[str, Any]:
+        bad = [k for k, v in self.extra_metadata.items() if not isinstance(v, str)]
+        if bad:
+            raise TypeError(f"extraMetadata values must be strings: {bad}")
+        return {
+            "partitionToWriteStats": {
+                p: [s.to_dict() for s in stats] for p, stats in self.partition_to_write_stats.items()
+            },
+            "compacted": self.compacted,
+            "extraMetadata": dict(self.extra_metadata),
+            "operationType": self.operation_type,
+            **self._own_fields(),
+            **self.extra,
+        }
+
+    def _own_fields(self) -> dict[str, Any]:
+        return {}
+
+    def to_json(self) -> str:
+        return jackson_dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CommitMetadata:
+        return cls(
+            partition_to_write_stats={
+                p: [WriteStat.from_dict(s) for s in stats or []]
+                for p, stats in (d.get("partitionToWriteStats") or {}).items()
+            },
+            compacted=bool(d.get("compacted")),
+            extra_metadata=dict(d.get("extraMetadata") or {}),
+            operation_type=d.get("operationType") or "UNKNOWN",
+            extra={k: v for k, v in d.items() if k not in cls._KNOWN},
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> CommitMetadata:
+        """Parse instant content; an empty file (a requested write) is empty metadata, as in Hudi."""
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        return cls.from_dict(json.loads(text)) if text.strip() else cls()
+
+
+@dataclass
+class ReplaceCommitMetadata(CommitMetadata):
+    """HoodieReplaceCommitMetadata: also the file groups the replacecommit retires, per partition."""
+
+    partition_to_replace_file_ids: dict[str, list[str]] = field(default_factory=dict)
+
+    _KNOWN: ClassVar[tuple[str, ...]] = CommitMetadata._KNOWN + ("partitionToReplaceFileIds",)
+
+    def _own_fields(self) -> dict[str, Any]:
+        return {
+            "partitionToReplaceFileIds": {
+                p: list(ids) for p, ids in self.partition_to_replace_file_ids.items()
+            }
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ReplaceCommitMetadata:
+        base = CommitMetadata.from_dict(d)
+        return cls(
+            base.partition_to_write_stats,
+            base.compacted,
+            base.extra_metadata,
+            base.operation_type,
+            {k: v for k, v in base.extra.items() if k not in cls._KNOWN},
+            partition_to_replace_file_ids={
+                p: list(ids or []) for p, ids in (d.get("partitionToReplaceFileIds") or {}).items()
+            },
+        )

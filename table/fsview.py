@@ -1,0 +1,138 @@
+"""File groups and file slices of a table as of an instant.
+
+A file group is one bucket's files in one partition. Its file slices are keyed by base instant:
+the base file written at that instant (by the first write or a compaction) plus the log files
+appended to it. Which slice a reader sees follows the timeline: only base files of completed
+instants count, and log blocks are filtered by instant when read (see `table.read`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from table.layout import PARTITION_METADATA_FILE, BaseFileName, LogFileName
+from table.storage import Storage
+from table.timeline import Timeline
+
+METADATA_DIR = ".hoodie"
+
+
+@dataclass(frozen=True)
+class BaseFile:
+    path: str
+    name: BaseFileName
+    size: int
+
+
+@dataclass(frozen=True)
+class LogFile:
+    path: str
+    name: LogFileName
+    size: int
+
+
+@dataclass
+class FileSlice:
+    partition_path: str
+    file_id: str
+    base_instant: str
+    base_file: BaseFile | None = None
+    log_files: list[LogFile] = field(default_factory=list)
+
+    def sorted_log_files(self) -> list[LogFile]:
+        return sorted(self.log_files, key=lambda f: (f.name.version, f.name.write_token))
+
+    @property
+    def total_size(self) -> int:
+        return (self.base_file.size if self.base_file else 0) + sum(f.size for f in self.log_files)
+
+
+@dataclass
+class FileGroup:
+    partition_path: str
+    file_id: str
+    slices: dict[str, FileSlice] = field(default_factory=dict)
+
+    def slice(self, base_instant: str) -> FileSlice:
+        if base_instant not in self.slices:
+            self.slices[base_instant] = FileSlice(self.partition_path, self.file_id, base_instant)
+        return self.slices[base_instant]
+
+    def latest_slice(self) -> FileSlice | None:
+        """The newest slice with a base file: the one reads and writes go to."""
+        with_base = [s for s in self.slices.values() if s.base_file is not None]
+        return max(with_base, key=lambda s: s.base_instant) if with_base else None
+
+    def next_log_version(self, base_instant: str) -> int:
+        logs = self.slices.get(base_instant)
+        return 1 + max((f.name.version for f in logs.log_files), default=0) if logs else 1
+
+
+class FileSystemView:
+    """File groups per partition, restricted to base files of completed instants up to `as_of`."""
+
+    def __init__(self, partitions: dict[str, dict[str, FileGroup]], as_of: str | None):
+        self._partitions = partitions
+        self.as_of = as_of
+
+    @staticmethod
+    def build(
+        storage: Storage,
+        timeline: Timeline,
+        partition_paths: list[str] | None = None,
+        as_of: str | None = None,
+    ) -> "FileSystemView":
+        completed = timeline.completed_timestamps()
+        if as_of is not None:
+            completed = {t for t in completed if t <= as_of}
+        paths = partition_paths if partition_paths is not None else list_partitions(storage)
+        partitions = {p: _list_file_groups(storage, p, completed) for p in paths}
+        return FileSystemView(partitions, as_of)
+
+    def partition_paths(self) -> list[str]:
+        return sorted(self._partitions)
+
+    def file_groups(self, partition_path: str) -> dict[str, FileGroup]:
+        return self._partitions.get(partition_path, {})
+
+    def all_file_groups(self) -> list[FileGroup]:
+        return [fg for groups in self._partitions.values() for fg in groups.values()]
+
+    def latest_slices(self) -> list[FileSlice]:
+        return [s for fg in self.all_file_groups() if (s := fg.latest_slice()) is not None]
+
+
+def list_partitions(storage: Storage) -> list[str]:
+    """Partition paths: directories holding a partition metadata file ('' for the root)."""
+    found: list[str] = []
+
+    def walk(rel: str) -> None:
+        entries = storage.list_dir(rel)
+        if any(e.name == PARTITION_METADATA_FILE for e in entries):
+            found.append(rel)
+        for e in entries:
+            if e.is_dir and not (rel == "" and e.name == METADATA_DIR) and not e.name.startswith("."):
+                walk(e.path)
+
+    walk("")
+    return sorted(found)
+
+
+def _list_file_groups(storage: Storage, partition_path: str, completed: set[str]) -> dict[str, FileGroup]:
+    groups: dict[str, FileGroup] = {}
+    for entry in storage.list_dir(partition_path):
+        if entry.is_dir:
+            continue
+        if entry.name.endswith(".parquet"):
+            name = BaseFileName.parse(entry.name)
+            if name is None or name.instant not in completed:
+                continue
+            fg = groups.setdefault(name.file_id, FileGroup(partition_path, name.file_id))
+            fg.slice(name.instant).base_file = BaseFile(entry.path, name, entry.size)
+        elif ".log." in entry.name:
+            log = LogFileName.parse(entry.name)
+            if log is None:
+                continue
+            fg = groups.setdefault(log.file_id, FileGroup(partition_path, log.file_id))
+            fg.slice(log.base_instant).log_files.append(LogFile(entry.path, log, entry.size))
+    return groups

@@ -1,0 +1,85 @@
+"""Merging record versions into the latest one per record key.
+
+The rule every reader of a table must share (ours, compaction's, hudi-rs's), so that they return
+the same rows: for each record key the version with the greatest ordering value wins, ties go to
+the greater `_hoodie_commit_seqno` (a later commit, or later in the same commit). A key is
+dropped when a delete for it is newer: the delete's greatest ordering value is greater, or equal
+with a later commit; a delete whose ordering value is zero is ordered by commit time alone.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from table.schema import COMMIT_SEQNO, COMMIT_TIME, RECORD_KEY
+
+#: Columns of the delete records handed to `merge_latest`.
+DELETE_KEY = "record_key"
+DELETE_ORDERING = "ordering_value"
+DELETE_COMMIT_TIME = "commit_time"
+
+
+def latest_per_key(records: pa.Table, ordering_field: str) -> pa.Table:
+    """The winning version of every key among data records (no deletes applied)."""
+    if records.num_rows <= 1:
+        return records
+    order = pc.sort_indices(
+        records,
+        sort_keys=[
+            (RECORD_KEY, "descending"),
+            (ordering_field, "descending"),
+            (COMMIT_SEQNO, "descending"),
+        ],
+    )
+    keys = pc.take(records[RECORD_KEY], order)
+    first = _first_of_runs(keys)
+    return records.take(pc.filter(order, first))
+
+
+def merge_latest(records: pa.Table, deletes: pa.Table | None, ordering_field: str) -> pa.Table:
+    """Latest live version of each key, with newer deletes applied."""
+    latest = latest_per_key(records, ordering_field)
+    if deletes is None or deletes.num_rows == 0 or latest.num_rows == 0:
+        return latest
+    newest_delete = deletes.group_by(DELETE_KEY).aggregate(
+        [(DELETE_ORDERING, "max"), (DELETE_COMMIT_TIME, "max")]
+    )
+    ordering_type = latest.schema.field(ordering_field).type
+    probe = pa.table(
+        {
+            DELETE_KEY: latest[RECORD_KEY],
+            "_row": pa.array(range(latest.num_rows), pa.int64()),
+            "_ordering": latest[ordering_field],
+            "_commit": latest[COMMIT_TIME],
+        }
+    )
+    joined = probe.join(newest_delete, DELETE_KEY, join_type="inner")
+    if joined.num_rows == 0:
+        return latest
+    del_ordering = joined[f"{DELETE_ORDERING}_max"].cast(ordering_type)
+    del_commit = joined[f"{DELETE_COMMIT_TIME}_max"]
+    newer_commit = pc.greater(del_commit, joined["_commit"])
+    zero = pc.equal(del_ordering, pa.scalar(0).cast(ordering_type)) if _is_integer(ordering_type) else None
+    by_ordering = pc.or_(
+        pc.greater(del_ordering, joined["_ordering"]),
+        pc.and_(pc.equal(del_ordering, joined["_ordering"]), newer_commit),
+    )
+    deleted = pc.if_else(zero, newer_commit, by_ordering) if zero is not None else by_ordering
+    deleted_rows = pc.filter(joined["_row"], pc.fill_null(deleted, False))
+    keep = pc.invert(pc.is_in(pa.array(range(latest.num_rows), pa.int64()), value_set=deleted_rows))
+    return latest.filter(keep)
+
+
+def _first_of_runs(sorted_keys: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """True where a key differs from the one before it in a sorted array."""
+    keys = sorted_keys.combine_chunks() if isinstance(sorted_keys, pa.ChunkedArray) else sorted_keys
+    n = len(keys)
+    if n == 0:
+        return pa.array([], pa.bool_())
+    differs = pc.not_equal(keys.slice(1), keys.slice(0, n - 1))
+    return pa.concat_arrays([pa.array([True]), pc.fill_null(differs, True)])
+
+
+def _is_integer(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t)

@@ -1,0 +1,342 @@
+"""The library API: create or open a merge-on-read table, write to it, read it.
+
+`MorTable` is a handle on a table directory; every read reloads the timeline so it sees the
+latest completed commit. Writing goes through `TableWriter`, which holds the single-writer
+lease and rolls back what a crashed writer left inflight before its first commit.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from table.commit_metadata import CommitMetadata, WriteStat
+from table.errors import InvalidBatchError, TableExistsError, TableNotFoundError
+from table.fsview import FileSlice, FileSystemView
+from table.index import consistent_hashing as ring
+from table.keys import KeyGenerator
+from table.layout import write_partition_metadata
+from table.lease import DEFAULT_TTL_SECONDS, WriterLease
+from table.markers import delete_markers
+from table.properties import TableConfig
+from table.read import SliceReadSpec, read_base_file, read_file_slice, table_schema_with_meta
+from table.schema import COMMIT_TIME, PARTITION_PATH, RECORD_KEY, arrow_schema_from_avro, avro_schema_json
+from table.services.rollback import rollback_pending_writes
+from table.storage import Storage
+from table.timeline import Instant, Timeline
+from table.write import (
+    FILE_ID,
+    BatchSpec,
+    CommitContext,
+    FileGroupTarget,
+    prepare_batch,
+    route_file_ids,
+    write_file_group,
+)
+
+#: extraMetadata key under which the writer's caller stores its checkpoint (JSON).
+CHECKPOINT_KEY = "mor.streamer.checkpoint"
+SCHEMA_KEY = "schema"
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """What a new table is: its name, schema, keys and index settings."""
+
+    name: str
+    schema: pa.Schema
+    record_key_fields: tuple[str, ...]
+    ordering_field: str
+    partition_fields: tuple[str, ...] = ()
+    hive_style_partitioning: bool = True
+    url_encode_partitions: bool = False
+    database: str = "default"
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """How a writer writes: bucket count of new partitions, delete marker, log block format.
+
+    Like Hudi's write config, these are not stored in the table: the bucket layout of a
+    partition lives in its hashing metadata once created.
+    """
+
+    initial_buckets: int = 4
+    delete_field: str | None = None
+    log_block_format: str = "parquet"
+    lease_ttl_seconds: float = DEFAULT_TTL_SECONDS
+
+
+class MorTable:
+    def __init__(self, storage: Storage, config: TableConfig):
+        self.storage = storage
+        self.config = config
+
+    @property
+    def base_uri(self) -> str:
+        return self.storage.base_uri
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    @staticmethod
+    def exists(path: str) -> bool:
+        return Storage(path).exists(TableConfig.PATH)
+
+    @classmethod
+    def create(cls, path: str, spec: TableSpec) -> "MorTable":
+        storage = Storage(path)
+        if storage.exists(TableConfig.PATH):
+            raise TableExistsError(f"a table already exists at {path}")
+        for f in (*spec.record_key_fields, *spec.partition_fields, spec.ordering_field):
+            if f not in spec.schema.names:
+                raise InvalidBatchError(f"field '{f}' named in the table spec is not in its schema")
+        key_generator = KeyGenerator(spec.record_key_fields, spec.partition_fields,
+                                     spec.hive_style_partitioning, spec.url_encode_partitions)
+        config = TableConfig.for_new_mor_table(
+            name=spec.name,
+            database=spec.database,
+            record_key_fields=spec.record_key_fields,
+            partition_fields=spec.partition_fields,
+            precombine_field=spec.ordering_field,
+            key_generator_class=key_generator.class_name,
+            hive_style_partitioning=spec.hive_style_partitioning,
+            url_encode_partitioning=spec.url_encode_partitions,
+            create_schema=avro_schema_json(spec.schema, spec.name, with_meta_fields=False),
+        )
+        storage.makedirs(".hoodie")
+        config.save(storage)
+        return cls(storage, config)
+
+    @classmethod
+    def load(cls, path: str) -> "MorTable":
+        storage = Storage(path)
+        if not storage.exists(TableConfig.PATH):
+            raise TableNotFoundError(f"no Hudi table at {path} (missing {TableConfig.PATH})")
+        return cls(storage, TableConfig.load(storage))
+
+    @classmethod
+    def create_or_load(cls, path: str, spec: TableSpec) -> "MorTable":
+        return cls.load(path) if cls.exists(path) else cls.create(path, spec)
+
+    # ---- metadata --------------------------------------------------------------------------
+
+    def timeline(self) -> Timeline:
+        return Timeline.load(self.storage)
+
+    def last_commit_metadata(self, timeline: Timeline | None = None) -> CommitMetadata | None:
+        timeline = timeline or self.timeline()
+        for instant in reversed(timeline.completed_writes()):
+            metadata = CommitMetadata.from_json(timeline.read_content(instant))
+            if SCHEMA_KEY in metadata.extra_metadata:
+                return metadata
+        return None
+
+    def checkpoint(self) -> dict | None:
+        """The checkpoint the writer's caller stored with the last commit, if any."""
+        metadata = self.last_commit_metadata()
+        if metadata is None or CHECKPOINT_KEY not in metadata.extra_metadata:
+            return None
+        return json.loads(metadata.extra_metadata[CHECKPOINT_KEY])
+
+    def schema(self, timeline: Timeline | None = None) -> pa.Schema:
+        """The table's columns (no meta fields): the last commit's schema, else the created one."""
+        metadata = self.last_commit_metadata(timeline)
+        avro = metadata.extra_metadata[SCHEMA_KEY] if metadata else self.config.create_schema
+        return arrow_schema_from_avro(avro)
+
+    def file_system_view(self, as_of: str | None = None, timeline: Timeline | None = None,
+                         partition_paths: list[str] | None = None) -> FileSystemView:
+        return FileSystemView.build(self.storage, timeline or self.timeline(), partition_paths, as_of)
+
+    # ---- reads -----------------------------------------------------------------------------
+
+    def read_plan(self, as_of: str | None = None, columns: list[str] | None = None) -> tuple[list[FileSlice], SliceReadSpec]:
+        """The slices to read and how: what the Spark source distributes, one slice per task."""
+        timeline = self.timeline()
+        visible = timeline.completed_timestamps()
+        if as_of is not None:
+            if as_of not in visible and not any(t <= as_of for t in visible):
+                return [], self._read_spec(frozenset(), timeline, columns)
+            visible = {t for t in visible if t <= as_of}
+        view = self.file_system_view(as_of=as_of, timeline=timeline)
+        return view.latest_slices(), self._read_spec(frozenset(visible), timeline, columns)
+
+    def _read_spec(self, visible: frozenset[str], timeline: Timeline, columns: list[str] | None) -> SliceReadSpec:
+        schema = table_schema_with_meta(self.schema(timeline))
+        if columns:
+            missing = [c for c in columns if c not in schema.names]
+            if missing:
+                raise ValueError(f"unknown column(s) {missing}; the table has {schema.names}")
+        return SliceReadSpec(visible, self.config.precombine_field, schema, tuple(columns) if columns else None)
+
+    def snapshot(self, columns: list[str] | None = None, as_of: str | None = None) -> pa.Table:
+        """Latest committed rows (or as of an instant): base files merged with log blocks."""
+        slices, spec = self.read_plan(as_of, columns)
+        return _concat([read_file_slice(self.storage, s, spec) for s in slices], spec)
+
+    def read_optimized(self, columns: list[str] | None = None) -> pa.Table:
+        """Base files only: fast, but without what log files hold since the last compaction."""
+        slices, spec = self.read_plan(None, columns)
+        return _concat([read_base_file(self.storage, s, spec) for s in slices], spec)
+
+    def incremental(self, start: str, end: str | None = None, columns: list[str] | None = None) -> pa.Table:
+        """Latest versions of the records written by commits in (start, end]."""
+        rows = self.snapshot(as_of=end)
+        changed = rows.filter(pc.greater(rows[COMMIT_TIME], start))
+        return changed.select(columns) if columns else changed
+
+    # ---- writes ----------------------------------------------------------------------------
+
+    def writer(self, options: WriteOptions | None = None, description: str = "mor-streamer writer") -> "TableWriter":
+        return TableWriter(self, options or WriteOptions(), description)
+
+
+class TableWriter:
+    """The table's single writer: one deltacommit per `upsert` call."""
+
+    def __init__(self, table: MorTable, options: WriteOptions, description: str):
+        self.table = table
+        self.options = options
+        self.key_generator = KeyGenerator.from_config(table.config)
+        self._lease = WriterLease(table.storage, description, options.lease_ttl_seconds)
+        self._open = False
+
+    def __enter__(self) -> "TableWriter":
+        return self.open()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def open(self) -> "TableWriter":
+        self._lease.acquire()
+        self._open = True
+        rollback_pending_writes(self.table.storage, Timeline.load(self.table.storage))
+        return self
+
+    def close(self) -> None:
+        if self._open:
+            self._lease.release()
+            self._open = False
+
+    @property
+    def batch_spec(self) -> BatchSpec:
+        c = self.table.config
+        return BatchSpec(
+            record_key_fields=tuple(c.record_key_fields),
+            partition_fields=tuple(c.partition_fields),
+            ordering_field=c.precombine_field,
+            hive_style_partitioning=c.hive_style_partitioning,
+            url_encode_partitions=c.url_encode_partitioning,
+            delete_field=self.options.delete_field,
+        )
+
+    def check_schema(self, incoming: pa.Schema) -> pa.Schema:
+        """The data schema of the commit; refuses a batch that drops or retypes a table column."""
+        current = self.table.schema()
+        names = set(incoming.names) - {self.options.delete_field}
+        missing = [f.name for f in current if f.name not in names]
+        if missing:
+            raise InvalidBatchError(f"the batch drops table column(s) {missing}")
+        for f in current:
+            t = incoming.field(f.name).type
+            if t != f.type and not (pa.types.is_null(t)):
+                raise InvalidBatchError(f"field '{f.name}' has type {t} in the batch but {f.type} in the table")
+        extra = sorted(names - set(current.names))
+        if extra:
+            raise InvalidBatchError(f"the batch has column(s) {extra} that the table does not have")
+        return current
+
+    def begin(self) -> tuple[str, Timeline]:
+        """Start a deltacommit: a new instant, requested then inflight."""
+        self._require_open()
+        self._lease.check_held()
+        timeline = Timeline.load(self.table.storage)
+        instant = Instant(timeline.new_instant_time(), "deltacommit", "requested")
+        timeline.create_requested(instant)
+        timeline.transition_to_inflight(instant)
+        return instant.timestamp, timeline
+
+    def commit_context(self, instant: str, data_schema: pa.Schema) -> CommitContext:
+        return CommitContext(
+            base_uri=self.table.base_uri,
+            instant=instant,
+            table_name=self.table.name,
+            data_schema=data_schema,
+            ordering_field=self.table.config.precombine_field,
+            log_block_format=self.options.log_block_format,
+        )
+
+    def targets(self, instant: str, timeline: Timeline, partition_paths: list[str]) -> tuple[dict[str, ring.Router], dict[str, FileGroupTarget]]:
+        """Each partition's ring and each bucket's file group target for this commit."""
+        storage = self.table.storage
+        routers: dict[str, ring.Router] = {}
+        targets: dict[str, FileGroupTarget] = {}
+        view = self.table.file_system_view(timeline=timeline, partition_paths=partition_paths)
+        for partition in partition_paths:
+            metadata = ring.load_latest(storage, partition, timeline.completed_timestamps())
+            if metadata is None:
+                write_partition_metadata(storage, partition, instant)
+                metadata = ring.create_initial(storage, partition, self.options.initial_buckets)
+            routers[partition] = ring.Router(metadata, index_key_fields=tuple(self.table.config.record_key_fields))
+            groups = view.file_groups(partition)
+            for node in metadata.nodes:
+                file_id = ring.file_id_for(node)
+                group = groups.get(file_id)
+                latest = group.latest_slice() if group else None
+                base = latest.base_instant if latest else None
+                targets[file_id] = FileGroupTarget(
+                    partition_path=partition,
+                    file_id=file_id,
+                    base_instant=base,
+                    base_file_name=latest.base_file.name.format() if latest else None,
+                    log_version=group.next_log_version(base) if (group and base) else 1,
+                )
+        return routers, targets
+
+    def complete(self, instant: str, timeline: Timeline, stats: list[WriteStat], data_schema: pa.Schema,
+                 extra_metadata: dict[str, str] | None) -> None:
+        """Complete the deltacommit: one atomic file creation makes the batch visible."""
+        self._lease.check_held()
+        extra = {SCHEMA_KEY: avro_schema_json(data_schema, self.table.name, with_meta_fields=False)}
+        extra.update(extra_metadata or {})
+        metadata = CommitMetadata.for_write(stats, extra, operation_type="UPSERT")
+        timeline.complete(Instant(instant, "deltacommit", "inflight"), metadata.to_json().encode())
+        delete_markers(self.table.storage, instant)
+
+    def upsert(self, records: pa.Table, extra_metadata: dict[str, str] | None = None) -> str:
+        """Upsert a pyarrow Table in this process as one deltacommit; returns its instant."""
+        self._require_open()
+        data_schema = self.check_schema(records.schema)
+        prepared = prepare_batch(records, self.batch_spec, self.key_generator)
+        instant, timeline = self.begin()
+        partitions = sorted(set(prepared[PARTITION_PATH].to_pylist()))
+        routers, targets = self.targets(instant, timeline, partitions)
+        file_ids = route_file_ids(prepared[PARTITION_PATH].combine_chunks(), prepared[RECORD_KEY].combine_chunks(), routers)
+        prepared = prepared.append_column(FILE_ID, file_ids)
+        ctx = self.commit_context(instant, data_schema)
+        stats: list[WriteStat] = []
+        for task_id, file_id in enumerate(sorted(set(file_ids.to_pylist()))):
+            rows = prepared.filter(pc.equal(prepared[FILE_ID], file_id))
+            stat = write_file_group(ctx, targets[file_id], rows, task_id)
+            if stat is not None:
+                stats.append(stat)
+        self.complete(instant, timeline, stats, data_schema, extra_metadata)
+        return instant
+
+    def _require_open(self) -> None:
+        if not self._open:
+            raise RuntimeError("the writer is not open: use it as a context manager or call open()")
+
+
+def _concat(tables: list[pa.Table], spec: SliceReadSpec) -> pa.Table:
+    if not tables:
+        schema = spec.schema
+        return schema.empty_table().select(list(spec.columns)) if spec.columns else schema.empty_table()
+    return pa.concat_tables(tables)

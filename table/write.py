@@ -1,0 +1,253 @@
+"""Upserting a batch into file groups: the part of a deltacommit that writes data files.
+
+A batch is first prepared (validated, keyed, deduplicated: greatest ordering value per key),
+then routed through each partition's consistent-hashing ring to a file group, and each file
+group's share is written by `write_file_group`: a new file group gets a Parquet base file (so
+every Hudi reader sees it), an existing one gets one new log file holding a data block and/or a
+delete block. The same function runs in-process for pyarrow batches and on Spark executors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from table.commit_metadata import WriteStat
+from table.errors import InvalidBatchError
+from table.layout import BaseFileName, LogFileName, write_token
+from table.logfile import DataBlock, DeleteBlock, write_log_file
+from table.markers import create_marker
+from table.schema import (
+    COMMIT_SEQNO,
+    COMMIT_TIME,
+    FILE_NAME,
+    META_FIELDS,
+    PARTITION_PATH,
+    RECORD_KEY,
+    avro_schema_json,
+)
+from table.storage import Storage
+
+#: Column marking the rows of a prepared batch that are deletes.
+IS_DELETE = "_mor_is_delete"
+#: Column of a prepared batch holding its file group's id, for the shuffle.
+FILE_ID = "_mor_file_id"
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """What preparing a batch needs to know about the table (picklable, for executors)."""
+
+    record_key_fields: tuple[str, ...]
+    partition_fields: tuple[str, ...]
+    ordering_field: str
+    hive_style_partitioning: bool
+    url_encode_partitions: bool
+    delete_field: str | None
+
+
+@dataclass(frozen=True)
+class FileGroupTarget:
+    """Where one file group's records go in this commit."""
+
+    partition_path: str
+    file_id: str
+    base_instant: str | None  # None: the group is new and gets a base file
+    base_file_name: str | None
+    log_version: int
+
+
+@dataclass(frozen=True)
+class CommitContext:
+    """What writing a file group needs to know about the commit (picklable, for executors)."""
+
+    base_uri: str
+    instant: str
+    table_name: str
+    data_schema: pa.Schema  # the table's columns, without meta fields
+    ordering_field: str
+    log_block_format: str  # "avro" or "parquet"
+
+
+def prepare_batch(records: pa.Table, spec: BatchSpec, key_generator, dedupe: bool = True) -> pa.Table:
+    """Validate, add record key and partition path, keep the latest version of each key.
+
+    `dedupe=False` leaves duplicates for a later per-file-group pass (the Spark path).
+
+    Returns the batch with `_hoodie_record_key`, `_hoodie_partition_path` and `IS_DELETE` added
+    and the delete marker column removed. Raises InvalidBatchError naming the field at fault.
+    """
+    names = set(records.column_names)
+    for f in (*spec.record_key_fields, *spec.partition_fields, spec.ordering_field):
+        if f not in names:
+            raise InvalidBatchError(f"field '{f}' is missing from the batch (columns: {sorted(names)})")
+    ordering = records[spec.ordering_field]
+    if not _orderable(ordering.type):
+        raise InvalidBatchError(
+            f"ordering field '{spec.ordering_field}' has type {ordering.type}; "
+            "it must be a number, string, date or timestamp"
+        )
+    if ordering.null_count:
+        raise InvalidBatchError(
+            f"ordering field '{spec.ordering_field}' is null in {ordering.null_count} record(s)"
+        )
+    keys = key_generator.record_keys(records)
+    partitions = key_generator.partition_paths(records)
+    if spec.delete_field:
+        if spec.delete_field not in names:
+            is_delete = pa.array([False] * records.num_rows)
+        else:
+            is_delete = pc.fill_null(records[spec.delete_field].cast(pa.bool_()), False)
+        records = records.drop_columns([spec.delete_field]) if spec.delete_field in names else records
+    else:
+        is_delete = pa.array([False] * records.num_rows)
+    prepared = records.append_column(RECORD_KEY, keys).append_column(PARTITION_PATH, partitions)
+    prepared = prepared.append_column(IS_DELETE, is_delete)
+    return dedupe_latest(prepared, spec.ordering_field) if dedupe else prepared
+
+
+def route_file_ids(partitions: pa.Array, keys: pa.Array, routers: dict) -> pa.Array:
+    """The file id of every row: its partition's consistent-hashing ring applied to its key."""
+    file_ids: list[str | None] = [None] * len(keys)
+    for partition in pc.unique(partitions).to_pylist():
+        idx = pc.indices_nonzero(pc.equal(partitions, partition))
+        routed = routers[partition].file_ids(pc.take(keys, idx))
+        for i, f in zip(idx.to_pylist(), routed.to_pylist()):
+            file_ids[i] = f
+    return pa.array(file_ids, pa.string())
+
+
+def dedupe_latest(prepared: pa.Table, ordering_field: str) -> pa.Table:
+    """One row per record key: the greatest ordering value, the later row on ties."""
+    if prepared.num_rows <= 1:
+        return prepared
+    position = pa.array(range(prepared.num_rows), pa.int64())
+    order = pc.sort_indices(
+        pa.table({"k": prepared[RECORD_KEY], "o": prepared[ordering_field], "p": position}),
+        sort_keys=[("k", "ascending"), ("o", "descending"), ("p", "descending")],
+    )
+    keys = pc.take(prepared[RECORD_KEY], order).combine_chunks()
+    n = len(keys)
+    first = pa.concat_arrays([pa.array([True]), pc.not_equal(keys.slice(1), keys.slice(0, n - 1))])
+    return prepared.take(pc.filter(order, first))
+
+
+def write_file_group(
+    ctx: CommitContext, target: FileGroupTarget, rows: pa.Table, task_id: int, attempt: int = 0
+) -> WriteStat | None:
+    """Write one file group's share of the commit; returns its write stat (None if nothing to write)."""
+    storage = Storage(ctx.base_uri)
+    upserts = rows.filter(pc.invert(rows[IS_DELETE]))
+    deletes = rows.filter(rows[IS_DELETE])
+    token = write_token(task_id, 0, attempt)
+    if target.base_instant is None:
+        if upserts.num_rows == 0:
+            return None  # deleting keys from a group that does not exist yet: nothing to do
+        return _write_base_file(storage, ctx, target, upserts, token, task_id)
+    return _write_log_file(storage, ctx, target, upserts, deletes, token, task_id)
+
+
+def _with_meta_columns(ctx: CommitContext, upserts: pa.Table, file_name: str, task_id: int) -> pa.Table:
+    n = upserts.num_rows
+    seqnos = pa.array([f"{ctx.instant}_{task_id}_{i}" for i in range(n)], pa.string())
+    meta = {
+        COMMIT_TIME: pa.array([ctx.instant] * n, pa.string()),
+        COMMIT_SEQNO: seqnos,
+        RECORD_KEY: upserts[RECORD_KEY],
+        PARTITION_PATH: upserts[PARTITION_PATH],
+        FILE_NAME: pa.array([file_name] * n, pa.string()),
+    }
+    columns = [meta[m] for m in META_FIELDS] + [
+        upserts[f.name].cast(f.type) for f in ctx.data_schema
+    ]
+    fields = [pa.field(m, pa.string()) for m in META_FIELDS] + list(ctx.data_schema)
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
+def _write_base_file(
+    storage: Storage, ctx: CommitContext, target: FileGroupTarget, upserts: pa.Table, token: str, task_id: int
+) -> WriteStat:
+    name = BaseFileName(file_id=target.file_id, write_token=token, instant=ctx.instant).format()
+    path = f"{target.partition_path}/{name}" if target.partition_path else name
+    create_marker(storage, ctx.instant, target.partition_path, name, "CREATE")
+    rows = _with_meta_columns(ctx, upserts, name, task_id)
+    with storage.open_output(path) as out:
+        pq.write_table(rows, out, compression="snappy")
+    size = storage.size(path)
+    return WriteStat(
+        file_id=target.file_id,
+        path=path,
+        partition_path=target.partition_path,
+        prev_commit="null",
+        num_writes=rows.num_rows,
+        num_inserts=rows.num_rows,
+        num_update_writes=0,
+        num_deletes=0,
+        total_write_bytes=size,
+        file_size_in_bytes=size,
+    )
+
+
+def _write_log_file(
+    storage: Storage,
+    ctx: CommitContext,
+    target: FileGroupTarget,
+    upserts: pa.Table,
+    deletes: pa.Table,
+    token: str,
+    task_id: int,
+) -> WriteStat | None:
+    blocks = []
+    header_schema = avro_schema_json(ctx.data_schema, ctx.table_name, with_meta_fields=True)
+    if upserts.num_rows:
+        rows = _with_meta_columns(ctx, upserts, target.file_id, task_id)
+        blocks.append(DataBlock.create(rows, ctx.instant, header_schema, ctx.log_block_format))
+    if deletes.num_rows:
+        blocks.append(
+            DeleteBlock.create(
+                record_keys=deletes[RECORD_KEY],
+                partition_paths=deletes[PARTITION_PATH],
+                ordering_values=deletes[ctx.ordering_field],
+                instant=ctx.instant,
+            )
+        )
+    if not blocks:
+        return None
+    name = LogFileName(
+        file_id=target.file_id, base_instant=target.base_instant, version=target.log_version, write_token=token
+    ).format()
+    path = f"{target.partition_path}/{name}" if target.partition_path else name
+    create_marker(storage, ctx.instant, target.partition_path, name, "APPEND")
+    size = write_log_file(storage, path, blocks)
+    return WriteStat(
+        file_id=target.file_id,
+        path=path,
+        partition_path=target.partition_path,
+        prev_commit=target.base_instant,
+        num_writes=upserts.num_rows,
+        num_inserts=0,
+        num_update_writes=upserts.num_rows,
+        num_deletes=deletes.num_rows,
+        total_write_bytes=size,
+        file_size_in_bytes=size,
+        log_version=target.log_version,
+        log_offset=0,
+        base_file=target.base_file_name,
+        log_files=[name],
+        total_log_blocks=len(blocks),
+    )
+
+
+def _orderable(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_date(t)
+        or pa.types.is_decimal(t)
+    )

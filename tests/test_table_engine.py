@@ -1,0 +1,292 @@
+"""The storage engine without Kafka or Spark: upserts, reads, conformance with hudi-rs, crashes."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import zlib
+from pathlib import Path
+
+import hudi
+import pyarrow as pa
+import pytest
+
+from oracle import Oracle
+from table.errors import InvalidBatchError
+from table.lease import WriterConflictError
+from table.mor_table import MorTable, TableSpec, WriteOptions
+from table.timeline import Timeline
+from table.timeline_plans import deserialize_plan
+
+pytestmark = pytest.mark.unit
+
+SCHEMA = pa.schema(
+    [
+        ("order_id", pa.string()),
+        ("region", pa.string()),
+        ("amount", pa.float64()),
+        ("status", pa.string()),
+        ("updated_at", pa.int64()),
+        ("is_deleted", pa.bool_()),
+    ]
+)
+DATA_COLUMNS = ["order_id", "region", "amount", "status", "updated_at"]
+REGIONS = ["emea", "apac", "amer", "latam"]
+
+
+def make_table(path: Path, **spec_overrides) -> MorTable:
+    spec = TableSpec(
+        name="orders",
+        schema=SCHEMA.remove(SCHEMA.get_field_index("is_deleted")),
+        record_key_fields=("order_id",),
+        partition_fields=("region",),
+        ordering_field="updated_at",
+        **spec_overrides,
+    )
+    return MorTable.create(str(path), spec)
+
+
+def write_options(**overrides) -> WriteOptions:
+    return WriteOptions(**{"initial_buckets": 4, "delete_field": "is_deleted", **overrides})
+
+
+def change_batch(rng: random.Random, known: list[str], size: int, first_id: int, clock: int) -> list[dict]:
+    """Inserts, updates (some with older ordering values) and deletes of known keys."""
+    rows = []
+    for i in range(size):
+        roll = rng.random()
+        if known and roll < 0.55:
+            key = rng.choice(known)
+            ts = clock + rng.randint(-50, 50)  # late events arrive with older ordering values
+            rows.append(row(key, ts, deleted=False, rng=rng))
+        elif known and roll < 0.65:
+            key = rng.choice(known)
+            rows.append(row(key, clock + rng.randint(-50, 50), deleted=True, rng=rng))
+        else:
+            key = f"o-{first_id + i:07d}"
+            known.append(key)
+            rows.append(row(key, clock + rng.randint(0, 50), deleted=False, rng=rng))
+    return rows
+
+
+def row(key: str, ts: int, deleted: bool, rng: random.Random) -> dict:
+    region = REGIONS[zlib.crc32(key.encode()) % len(REGIONS)]
+    return {
+        "order_id": key,
+        "region": region,
+        "amount": round(rng.uniform(1, 500), 2),
+        "status": rng.choice(["new", "paid", "shipped"]),
+        "updated_at": max(ts, 1),
+        "is_deleted": deleted,
+    }
+
+
+def by_key(table: pa.Table) -> dict:
+    return {r["order_id"]: r for r in table.to_pylist()}
+
+
+def hudi_rs_read(path: Path, read_optimized: bool = False) -> pa.Table:
+    table = hudi.HudiTableBuilder.from_base_uri(str(path)).build()
+    options = hudi.HudiReadOptions()
+    if read_optimized:
+        options = options.with_hudi_option("hoodie.read.use.read_optimized.mode", "true")
+    batches = table.read(options)
+    return pa.Table.from_batches(batches) if batches else pa.table({})
+
+
+def strip(rows: dict, columns: list[str]) -> dict:
+    return {k: {c: v[c] for c in columns} for k, v in rows.items()}
+
+
+def test_snapshot_equals_oracle_and_hudi_rs_after_many_upserts(tmp_path):
+    path = tmp_path / "orders"
+    table = make_table(path)
+    oracle = Oracle("order_id", "updated_at", "is_deleted")
+    rng = random.Random(7)
+    known: list[str] = []
+    with table.writer(write_options()) as writer:
+        for n in range(6):
+            batch = change_batch(rng, known, 1500, first_id=n * 1500, clock=1000 + n * 100)
+            oracle.apply_batch(batch)
+            writer.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
+
+    expected = strip(oracle.rows(), DATA_COLUMNS)
+    ours = table.snapshot()
+    theirs = hudi_rs_read(path)
+    assert ours.num_rows == len(expected) > 2000
+    assert strip(by_key(ours), DATA_COLUMNS) == expected
+    assert strip(by_key(theirs), DATA_COLUMNS) == expected
+    meta = ["_hoodie_record_key", "_hoodie_partition_path", "_hoodie_commit_time", "_hoodie_commit_seqno"]
+    assert strip(by_key(theirs), meta) == strip(by_key(ours), meta)
+    for r in ours.to_pylist():
+        assert r["_hoodie_record_key"] == r["order_id"]
+        assert r["_hoodie_partition_path"] == f"region={r['region']}"
+
+    ro_ours = table.read_optimized()
+    ro_theirs = hudi_rs_read(path, read_optimized=True)
+    assert ro_ours.num_rows == ro_theirs.num_rows > 0
+    assert strip(by_key(ro_ours), DATA_COLUMNS) == strip(by_key(ro_theirs), DATA_COLUMNS)
+
+
+def test_every_commit_writes_log_files_to_existing_file_groups(tmp_path):
+    path = tmp_path / "orders"
+    table = make_table(path)
+    rng = random.Random(1)
+    known: list[str] = []
+    with table.writer(write_options(initial_buckets=2)) as writer:
+        for n in range(3):
+            writer.upsert(pa.Table.from_pylist(change_batch(rng, known, 400, n * 400, 100 * n + 10), schema=SCHEMA))
+    view = table.file_system_view()
+    groups = view.all_file_groups()
+    assert len(groups) == 2 * len(REGIONS)
+    for group in groups:
+        assert len(group.slices) == 1
+        the_slice = group.latest_slice()
+        assert the_slice.base_file is not None
+        assert 1 <= len(the_slice.log_files) <= 2
+    completed = Timeline.load(table.storage).completed_writes()
+    assert [i.action for i in completed] == ["deltacommit"] * 3
+
+
+def test_time_travel_and_incremental_reads(tmp_path):
+    path = tmp_path / "orders"
+    table = make_table(path)
+    rng = random.Random(3)
+    with table.writer(write_options()) as writer:
+        first = writer.upsert(pa.Table.from_pylist([row("a", 10, False, rng), row("b", 10, False, rng)], schema=SCHEMA))
+        second = writer.upsert(pa.Table.from_pylist([row("a", 20, False, rng), row("c", 20, False, rng)], schema=SCHEMA))
+        third = writer.upsert(pa.Table.from_pylist([row("b", 30, True, rng)], schema=SCHEMA))
+    assert sorted(by_key(table.snapshot(as_of=first))) == ["a", "b"]
+    assert by_key(table.snapshot(as_of=second))["a"]["updated_at"] == 20
+    assert sorted(by_key(table.snapshot())) == ["a", "c"]
+    changed = table.incremental(first, second)
+    assert sorted(by_key(changed)) == ["a", "c"]
+    assert table.incremental(second, third).num_rows == 0  # only a delete in (second, third]
+
+
+def test_bad_input_names_the_field_and_writes_nothing(tmp_path):
+    path = tmp_path / "orders"
+    table = make_table(path)
+    rng = random.Random(5)
+    good = pa.Table.from_pylist([row("a", 10, False, rng)], schema=SCHEMA)
+    with table.writer(write_options()) as writer:
+        writer.upsert(good)
+        before = sorted(os.listdir(path / ".hoodie"))
+        cases = {
+            "order_id": good.drop_columns(["order_id"]),
+            "null or empty": good.set_column(0, "order_id", pa.array([None], pa.string())),
+            "updated_at": good.set_column(4, "updated_at", pa.array([["x"]], pa.list_(pa.string()))),
+            "amount": good.drop_columns(["amount"]),
+        }
+        for expected_words, batch in cases.items():
+            with pytest.raises(InvalidBatchError, match=expected_words):
+                writer.upsert(batch)
+    assert sorted(os.listdir(path / ".hoodie")) == before
+    assert by_key(table.snapshot())["a"]["updated_at"] == 10
+
+
+def test_second_writer_is_refused_and_a_crashed_writers_claim_expires(tmp_path):
+    table = make_table(tmp_path / "orders")
+    with table.writer(write_options(), description="job A"):
+        with pytest.raises(WriterConflictError, match="job A"):
+            table.writer(write_options(), description="job B").open()
+    stale = table.writer(write_options(lease_ttl_seconds=0.2), description="crashed job")
+    stale.open()
+    stale._lease._stop.set()  # the heartbeat dies with its process; the file stays behind
+    import time
+
+    time.sleep(0.5)
+    with table.writer(write_options(), description="job C") as writer:
+        writer.upsert(pa.Table.from_pylist([row("z", 5, False, random.Random(0))], schema=SCHEMA))
+    assert sorted(by_key(table.snapshot())) == ["z"]
+
+
+CRASHING_WRITER = textwrap.dedent(
+    """
+    import os, signal, sys
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from table.mor_table import MorTable, WriteOptions
+    from table.schema import PARTITION_PATH, RECORD_KEY
+    from table.write import FILE_ID, prepare_batch, route_file_ids, write_file_group
+
+    table = MorTable.load(sys.argv[1])
+    batch = pa.ipc.open_file(sys.argv[2]).read_all()
+    writer = table.writer(WriteOptions(initial_buckets=4, delete_field="is_deleted", lease_ttl_seconds=0.5)).open()
+    data_schema = writer.check_schema(batch.schema)
+    prepared = prepare_batch(batch, writer.batch_spec, writer.key_generator)
+    instant, timeline = writer.begin()
+    partitions = sorted(set(prepared[PARTITION_PATH].to_pylist()))
+    routers, targets = writer.targets(instant, timeline, partitions)
+    file_ids = route_file_ids(prepared[PARTITION_PATH].combine_chunks(), prepared[RECORD_KEY].combine_chunks(), routers)
+    prepared = prepared.append_column(FILE_ID, file_ids)
+    ctx = writer.commit_context(instant, data_schema)
+    for task, file_id in enumerate(sorted(set(file_ids.to_pylist()))[:3]):
+        write_file_group(ctx, targets[file_id], prepared.filter(pc.equal(prepared[FILE_ID], file_id)), task)
+    os.kill(os.getpid(), signal.SIGKILL)  # dies between its log files and its commit
+    """
+)
+
+
+def test_write_killed_before_commit_is_invisible_and_rolled_back(tmp_path):
+    path = tmp_path / "orders"
+    table = make_table(path)
+    rng = random.Random(11)
+    known: list[str] = []
+    oracle = Oracle("order_id", "updated_at", "is_deleted")
+    first = change_batch(rng, known, 800, 0, 100)
+    oracle.apply_batch(first)
+    with table.writer(write_options()) as writer:
+        writer.upsert(pa.Table.from_pylist(first, schema=SCHEMA))
+    files_before = sorted(p.name for p in path.rglob("*") if p.is_file() and ".hoodie" not in p.parts)
+
+    doomed = pa.Table.from_pylist(change_batch(rng, known, 500, 800, 200), schema=SCHEMA)
+    batch_file = tmp_path / "batch.arrow"
+    with pa.ipc.new_file(batch_file, doomed.schema) as sink:
+        sink.write_table(doomed)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(path), str(batch_file)], env=env)
+    assert proc.returncode == -9
+    leftovers = sorted(p.name for p in path.rglob("*") if p.is_file() and ".hoodie" not in p.parts)
+    assert len(leftovers) > len(files_before)  # the crashed writer did write data files
+    assert [i.state for i in Timeline.load(table.storage).pending()] == ["inflight"]
+
+    expected = strip(oracle.rows(), DATA_COLUMNS)
+    assert strip(by_key(table.snapshot()), DATA_COLUMNS) == expected
+    assert strip(by_key(hudi_rs_read(path)), DATA_COLUMNS) == expected
+
+    import time
+
+    time.sleep(0.6)  # the crashed writer's lease expires
+    second = change_batch(rng, known, 300, 1300, 300)
+    oracle.apply_batch(second)
+    with table.writer(write_options()) as writer:
+        writer.upsert(pa.Table.from_pylist(second, schema=SCHEMA))
+    timeline = Timeline.load(table.storage)
+    assert timeline.pending() == []
+    assert [i.action for i in timeline.completed("rollback")] == ["rollback"]
+    rollback = deserialize_plan("HoodieRollbackMetadata", timeline.read_content(timeline.completed("rollback")[0]))
+    deleted = {Path(f).name for p in rollback["partitionMetadata"].values() for f in p["successDeleteFiles"]}
+    assert deleted == set(leftovers) - set(files_before)  # exactly the crashed writer's files
+    expected = strip(oracle.rows(), DATA_COLUMNS)
+    assert strip(by_key(table.snapshot()), DATA_COLUMNS) == expected
+    assert strip(by_key(hudi_rs_read(path)), DATA_COLUMNS) == expected
+
+
+def test_avro_and_parquet_log_blocks_read_back_the_same(tmp_path):
+    rng = random.Random(21)
+    known: list[str] = []
+    batches = [change_batch(rng, known, 600, n * 600, 100 + 100 * n) for n in range(3)]
+    results = {}
+    for block_format in ("avro", "parquet"):
+        path = tmp_path / block_format
+        table = make_table(path)
+        with table.writer(write_options(log_block_format=block_format)) as writer:
+            for b in batches:
+                writer.upsert(pa.Table.from_pylist(b, schema=SCHEMA))
+        results[block_format] = strip(by_key(table.snapshot()), DATA_COLUMNS)
+        assert strip(by_key(hudi_rs_read(path)), DATA_COLUMNS) == results[block_format]
+    assert results["avro"] == results["parquet"]
