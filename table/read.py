@@ -39,7 +39,7 @@ def read_file_slice(storage: Storage, file_slice: FileSlice, spec: SliceReadSpec
     blocks = [b for log in file_slice.sorted_log_files() for b in read_log_file(storage, log.path)]
     for block in blocks:
         if isinstance(block, CommandBlock):
-            rolled_back.add(block.target_instant_time)
+            rolled_back.add(block.target_instant)
     for block in blocks:
         instant = getattr(block, "instant", None)
         if instant not in spec.visible_instants or instant in rolled_back:

@@ -33,6 +33,7 @@ PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 @dataclass
 class SlicePartition(InputPartition):
+    value: int
     file_slice: FileSlice
     spec: SliceReadSpec
     base_uri: str
@@ -57,7 +58,7 @@ class MorTableSource(DataSource):
     def schema(self):
         table = self._table()
         _, spec = table.read_plan(self.options.get("as_of"), self._columns())
-        schema = spec.schema.select(list(spec.columns)) if spec.columns else spec.schema
+        schema = pa.schema([spec.schema.field(c) for c in spec.columns]) if spec.columns else spec.schema
         return from_arrow_schema(schema)
 
     def reader(self, schema) -> DataSourceReader:

@@ -13,13 +13,14 @@ from typing import Iterator
 import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
-from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from table.commit_metadata import WriteStat
 from table.keys import KeyGenerator
 from table.mor_table import TableWriter
 from table.schema import PARTITION_PATH, RECORD_KEY
-from table.write import FILE_ID, IS_DELETE, dedupe_latest, prepare_batch, route_file_ids, write_file_group
+from table.write import FILE_ID, IS_DELETE, POSITION, dedupe_latest, prepare_batch, route_file_ids, write_file_group
 
 STAT_SCHEMA = "stat string"
 
@@ -31,8 +32,9 @@ def upsert_dataframe(writer: TableWriter, df: DataFrame, extra_metadata: dict[st
     spec = writer.batch_spec
     key_generator = writer.key_generator
     # Keyed rows carry their partition and record key; dedup happens per file group below.
-    keyed_schema = _keyed_schema(incoming, spec.delete_field)
-    keyed = df.mapInArrow(lambda batches: _key_batches(batches, spec, key_generator), keyed_schema)
+    df = df.withColumn(POSITION, F.monotonically_increasing_id())
+    keyed_schema = _keyed_schema(incoming.append(pa.field(POSITION, pa.int64())), spec.delete_field)
+    keyed = df.mapInArrow(lambda batches: _key_batches(batches, spec, key_generator), from_arrow_schema(keyed_schema))
     keyed = keyed.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         partitions = sorted(r[0] for r in keyed.select(PARTITION_PATH).distinct().collect())
@@ -45,7 +47,7 @@ def upsert_dataframe(writer: TableWriter, df: DataFrame, extra_metadata: dict[st
         ctx = writer.commit_context(instant, data_schema)
         targets_bc = spark.sparkContext.broadcast(targets)
         routed_schema = pa.schema(list(keyed_schema) + [pa.field(FILE_ID, pa.string())])
-        routed = keyed.mapInArrow(lambda batches: _route_batches(batches, routers_bc), routed_schema)
+        routed = keyed.mapInArrow(lambda batches: _route_batches(batches, routers_bc), from_arrow_schema(routed_schema))
         ordering_field = spec.ordering_field
 
         def write_group(group: pa.Table) -> pa.Table:

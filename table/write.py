@@ -35,6 +35,8 @@ from table.storage import Storage
 IS_DELETE = "_mor_is_delete"
 #: Column of a prepared batch holding its file group's id, for the shuffle.
 FILE_ID = "_mor_file_id"
+#: Column holding each row's position in the input, so ties still go to the later row after a shuffle.
+POSITION = "_mor_position"
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,10 @@ def dedupe_latest(prepared: pa.Table, ordering_field: str) -> pa.Table:
     """One row per record key: the greatest ordering value, the later row on ties."""
     if prepared.num_rows <= 1:
         return prepared
-    position = pa.array(range(prepared.num_rows), pa.int64())
+    if POSITION in prepared.column_names:
+        position = prepared[POSITION]
+    else:
+        position = pa.array(range(prepared.num_rows), pa.int64())
     order = pc.sort_indices(
         pa.table({"k": prepared[RECORD_KEY], "o": prepared[ordering_field], "p": position}),
         sort_keys=[("k", "ascending"), ("o", "descending"), ("p", "descending")],
