@@ -19,43 +19,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from table.jackson import jackson_dumps
+
 SCHEMA_KEY = "schema"
 
-# -- Jackson's DefaultPrettyPrinter --------------------------------------------------------------
-
-_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
-
-
-def _quote(text: str) -> str:
-    out = []
-    for ch in text:
-        if ch in _SHORT_ESCAPES:
-            out.append(_SHORT_ESCAPES[ch])
-        elif ord(ch) < 0x20:
-            out.append(f"\\u{ord(ch):04X}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
-def _pretty(value: Any, level: int) -> str:
-    # Objects break lines and indent by nesting of objects; arrays stay on the line.
-    if isinstance(value, dict):
-        if not value:
-            return "{ }"
-        indent = "  " * (level + 1)
-        entries = [f"{indent}{_quote(k)} : {_pretty(v, level + 1)}" for k, v in value.items()]
-        return "{\n" + ",\n".join(entries) + "\n" + "  " * level + "}"
-    if isinstance(value, list):
-        return "[ " + ", ".join(_pretty(v, level) for v in value) + " ]" if value else "[ ]"
-    if isinstance(value, str):
-        return _quote(value)
-    return json.dumps(value)
-
-
-def jackson_dumps(value: Any) -> str:
-    """JSON text laid out as Jackson's writerWithDefaultPrettyPrinter() lays it out."""
-    return _pretty(value, 0)
 
 
 # -- models --------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from table.jackson import jackson_dumps
 from table.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,7 @@ class HashingMetadata:
 
     def to_json(self) -> str:
         """Jackson's `writerWithDefaultPrettyPrinter()` output: 2-space indents, `" : "`, arrays inline."""
-        return jackson_pretty(self.to_json_dict())
+        return jackson_dumps(self.to_json_dict())
 
     def to_bytes(self) -> bytes:
         return self.to_json().encode("utf-8")
@@ -495,7 +496,7 @@ def apply_children(metadata: HashingMetadata, children: Iterable[HashingNode], i
 
 def children_to_json(children: Iterable[HashingNode]) -> str:
     """Children as Hudi's `ConsistentHashingNode.toJsonString` writes them into a clustering plan."""
-    return jackson_pretty([c.to_json_dict() for c in children])
+    return jackson_dumps([c.to_json_dict() for c in children])
 
 
 def children_from_json(text: str | None) -> list[HashingNode]:
@@ -619,49 +620,3 @@ def load_or_create(storage: Storage, partition_path: str, num_buckets: int,
     return metadata if metadata is not None else create_initial(storage, partition_path, num_buckets)
 
 
-# ---- Jackson's pretty printer ------------------------------------------------------------------
-
-def jackson_pretty(value) -> str:
-    """JSON as Jackson's DefaultPrettyPrinter writes it: objects one entry per line indented by
-    two spaces per level with `"name" : value`, arrays inline as `[ a, b ]`, empty `{ }`/`[ ]`,
-    no trailing newline."""
-    return _pretty(value, 0)
-
-
-def _pretty(value, level: int) -> str:
-    if isinstance(value, dict):
-        if not value:
-            return "{ }"
-        inner = "  " * (level + 1)
-        entries = [f"\n{inner}{_jackson_string(str(k))} : {_pretty(v, level + 1)}" for k, v in value.items()]
-        return "{" + ",".join(entries) + "\n" + "  " * level + "}"
-    if isinstance(value, (list, tuple)):
-        if not value:
-            return "[ ]"
-        return "[ " + ", ".join(_pretty(v, level) for v in value) + " ]"
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, enum.Enum):
-        return _jackson_string(str(value.value))
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return _jackson_string(value)
-    raise TypeError(f"cannot write {type(value).__name__} as hashing metadata JSON")
-
-
-_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\f": "\\f", "\n": "\\n", "\r": "\\r"}
-
-
-def _jackson_string(text: str) -> str:
-    out = []
-    for c in text:
-        if c in _SHORT_ESCAPES:
-            out.append(_SHORT_ESCAPES[c])
-        elif ord(c) < 0x20:
-            out.append(f"\\u{ord(c):04X}")
-        else:
-            out.append(c)
-    return '"' + "".join(out) + '"'
