@@ -54,3 +54,26 @@ def test_an_empty_dataframe_commits_nothing(spark, tmp_path):
         empty = spark.createDataFrame([], from_arrow_schema(SCHEMA))
         assert upsert_dataframe(writer, empty) is None
     assert table.timeline().completed_writes() == []
+
+
+def test_partition_filters_skip_slices_when_pushdown_is_enabled(spark, tmp_path):
+    path = tmp_path / "orders"
+    table = make_table(path)
+    rng = random.Random(23)
+    known: list[str] = []
+    rows = change_batch(rng, known, 2000, 0, 100)
+    with table.writer(write_options()) as writer:
+        writer.upsert(pa.Table.from_pylist(rows, schema=SCHEMA))
+    expected = strip(by_key(table.snapshot()), DATA_COLUMNS)
+    spark.conf.set(spark_source.PUSHDOWN_CONF, "true")
+    try:
+        spark_source.register(spark)
+        emea = spark.read.format("mor").load(str(path)).where("region = 'emea'")
+        slices_read = emea.rdd.getNumPartitions()
+        got = {r.order_id for r in emea.select("order_id").collect()}
+    finally:
+        spark.conf.set(spark_source.PUSHDOWN_CONF, "false")
+        spark_source.register(spark)
+    assert got == {k for k, v in expected.items() if v["region"] == "emea"}
+    all_slices = len(MorTable.load(str(path)).read_plan()[0])
+    assert slices_read == all_slices // len({v["region"] for v in expected.values()})
