@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -17,9 +16,7 @@ from table.commit_metadata import (
 
 pytestmark = pytest.mark.unit
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "hudi-samples"
-if not SAMPLES.is_dir():
-    pytest.skip(f"Hudi sample tables not found at {SAMPLES}", allow_module_level=True)
+from hudi_samples import SAMPLES
 
 SAMPLE_COMMIT_FILES = sorted(p for p in SAMPLES.glob("*/.hoodie/*.deltacommit*") if p.stat().st_size)
 

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from hudi_samples import SAMPLES as HUDI_SAMPLES
 from table.errors import InvalidBatchError
 from table.keys import (
     COMPLEX_KEY_GENERATOR,
@@ -27,7 +28,7 @@ from table.keys import (
 
 pytestmark = pytest.mark.unit
 
-SAMPLES = "/work/shared/reference/hudi-samples"
+SAMPLES = str(HUDI_SAMPLES)
 
 
 def _sample_files():
@@ -44,8 +45,8 @@ def _properties(path: str) -> dict[str, str]:
     return props
 
 
-@pytest.mark.skipif(not _sample_files(), reason="Hudi sample tables not available")
 def test_keys_match_the_meta_columns_hudi_wrote_in_the_sample_tables():
+    assert _sample_files()
     for table_dir in sorted(glob.glob(os.path.join(SAMPLES, "*"))):
         keygen = KeyGenerator.from_config(_properties(os.path.join(table_dir, ".hoodie", "hoodie.properties")))
         assert keygen.class_name == SIMPLE_KEY_GENERATOR

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
@@ -22,9 +21,7 @@ from table.storage import Storage
 
 pytestmark = pytest.mark.unit
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "hudi-samples"
-if not SAMPLES.is_dir():
-    pytest.skip(f"Hudi sample tables not found at {SAMPLES}", allow_module_level=True)
+from hudi_samples import SAMPLES
 
 SAMPLE_FILES = sorted(p for p in SAMPLES.glob("*/*/*") if p.is_file() and p.parent.name != ".hoodie")
 

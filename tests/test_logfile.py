@@ -34,7 +34,7 @@ from table.storage import Storage
 
 pytestmark = pytest.mark.unit
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "hudi-samples"
+from hudi_samples import SAMPLES
 PARTITION = "city=san_francisco"
 UPDATE_LOG = f"{PARTITION}/.d0304c53-6fd2-4b7a-a9d6-5ff632f79224-0_20250331030642808.log.1_0-26-85"
 DELETE_LOG = f"{PARTITION}/.6d3d1d6e-2298-4080-a0c1-494877d6f40a-0_20250618054711154.log.1_0-26-85"
@@ -53,8 +53,6 @@ TRIPS = pa.schema(
 
 
 def sample(name: str) -> Storage:
-    if not (SAMPLES / name).is_dir():
-        pytest.skip(f"Hudi samples not found at {SAMPLES}")
     return Storage(str(SAMPLES / name))
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from pathlib import Path
 
 import hudi
 import pytest
@@ -21,9 +20,7 @@ from table.storage import Storage
 
 pytestmark = pytest.mark.unit
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "hudi-samples"
-if not SAMPLES.is_dir():
-    pytest.skip(f"Hudi sample tables not found at {SAMPLES}", allow_module_level=True)
+from hudi_samples import SAMPLES
 
 SAMPLE_TABLES = sorted(p.name for p in SAMPLES.iterdir() if (p / ".hoodie" / "hoodie.properties").is_file())
 SCHEMA = json.dumps(

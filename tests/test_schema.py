@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import struct
-from pathlib import Path
 
 import fastavro
 import pyarrow as pa
 import pytest
 
+from hudi_samples import SAMPLES
 from table.schema import (
     COMMIT_SEQNO,
     COMMIT_TIME,
@@ -24,7 +24,7 @@ from table.schema import (
 
 pytestmark = pytest.mark.unit
 
-SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "hudi-samples" / "v6_trips_8i1u"
+SAMPLE = SAMPLES / "v6_trips_8i1u"
 SAMPLE_LOG = SAMPLE / "city=san_francisco" / ".d0304c53-6fd2-4b7a-a9d6-5ff632f79224-0_20250331030642808.log.1_0-26-85"
 
 TRIPS = pa.schema(
@@ -37,11 +37,6 @@ TRIPS = pa.schema(
         ("city", pa.string()),
     ]
 )
-
-
-def _needs_sample() -> None:
-    if not SAMPLE.is_dir():
-        pytest.skip(f"Hudi samples not found at {SAMPLE}")
 
 
 def _header_schema_of_sample_log() -> str:
@@ -59,13 +54,11 @@ def _header_schema_of_sample_log() -> str:
 
 
 def test_table_schema_is_the_one_hudi_puts_in_commit_metadata():
-    _needs_sample()
     commit = json.loads((SAMPLE / ".hoodie" / "20250331030645735.deltacommit").read_text())
     assert avro_schema_json(TRIPS, "v6_trips_8i1u") == commit["extraMetadata"]["schema"]
 
 
 def test_log_schema_is_the_one_hudi_puts_in_the_block_header():
-    _needs_sample()
     ours = avro_schema_json(TRIPS, "v6_trips_8i1u", with_meta_fields=True)
     assert ours == _header_schema_of_sample_log()  # byte for byte, key order included
 
@@ -186,7 +179,6 @@ def test_avro_to_arrow_round_trip():
 
 
 def test_arrow_schema_of_the_sample_log_header():
-    _needs_sample()
     schema = arrow_schema_from_avro(_header_schema_of_sample_log())
     assert schema.names == [*META_FIELDS, *TRIPS.names]
     assert schema.field("fare").type == pa.float64() and schema.field("fare").nullable

@@ -26,9 +26,7 @@ from table.timeline import (
 
 pytestmark = pytest.mark.unit
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "hudi-samples"
-if not SAMPLES.is_dir():
-    pytest.skip(f"Hudi sample tables not found at {SAMPLES}", allow_module_level=True)
+from hudi_samples import SAMPLES
 
 SAMPLE_TIMELINES = {
     "v6_trips_8i1u": ["20250331030642808", "20250331030645735"],
