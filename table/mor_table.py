@@ -322,8 +322,12 @@ class TableWriter:
         prepared = prepared.append_column(FILE_ID, file_ids)
         ctx = self.commit_context(instant, data_schema)
         stats: list[WriteStat] = []
-        for task_id, file_id in enumerate(sorted(set(file_ids.to_pylist()))):
-            rows = prepared.filter(pc.equal(prepared[FILE_ID], file_id))
+        prepared = prepared.sort_by(FILE_ID)
+        groups = pc.run_end_encode(prepared[FILE_ID].combine_chunks())
+        start = 0
+        for task_id, (file_id, end) in enumerate(zip(groups.values.to_pylist(), groups.run_ends.to_pylist())):
+            rows = prepared.slice(start, end - start)
+            start = end
             stat = write_file_group(ctx, targets[file_id], rows, task_id)
             if stat is not None:
                 stats.append(stat)

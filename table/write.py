@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -100,12 +101,12 @@ def prepare_batch(records: pa.Table, spec: BatchSpec, key_generator, dedupe: boo
     partitions = key_generator.partition_paths(records)
     if spec.delete_field:
         if spec.delete_field not in names:
-            is_delete = pa.array([False] * records.num_rows)
+            is_delete = pa.repeat(pa.scalar(False), records.num_rows)
         else:
             is_delete = pc.fill_null(records[spec.delete_field].cast(pa.bool_()), False)
         records = records.drop_columns([spec.delete_field]) if spec.delete_field in names else records
     else:
-        is_delete = pa.array([False] * records.num_rows)
+        is_delete = pa.repeat(pa.scalar(False), records.num_rows)
     prepared = records.append_column(RECORD_KEY, keys).append_column(PARTITION_PATH, partitions)
     prepared = prepared.append_column(IS_DELETE, is_delete)
     return dedupe_latest(prepared, spec.ordering_field) if dedupe else prepared
@@ -113,13 +114,15 @@ def prepare_batch(records: pa.Table, spec: BatchSpec, key_generator, dedupe: boo
 
 def route_file_ids(partitions: pa.Array, keys: pa.Array, routers: dict) -> pa.Array:
     """The file id of every row: its partition's consistent-hashing ring applied to its key."""
-    file_ids: list[str | None] = [None] * len(keys)
+    if len(keys) == 0:
+        return pa.array([], pa.string())
+    positions, routed = [], []
     for partition in pc.unique(partitions).to_pylist():
         idx = pc.indices_nonzero(pc.equal(partitions, partition))
-        routed = routers[partition].file_ids(pc.take(keys, idx))
-        for i, f in zip(idx.to_pylist(), routed.to_pylist()):
-            file_ids[i] = f
-    return pa.array(file_ids, pa.string())
+        positions.append(idx)
+        routed.append(routers[partition].file_ids(pc.take(keys, idx)).cast(pa.string()))
+    # Rows were gathered partition by partition; put each file id back at its row's position.
+    return pc.take(pa.concat_arrays(routed), pc.sort_indices(pa.concat_arrays(positions)))
 
 
 def dedupe_latest(prepared: pa.Table, ordering_field: str) -> pa.Table:
@@ -157,13 +160,14 @@ def write_file_group(
 
 def _with_meta_columns(ctx: CommitContext, upserts: pa.Table, file_name: str, task_id: int) -> pa.Table:
     n = upserts.num_rows
-    seqnos = pa.array([f"{ctx.instant}_{task_id}_{i}" for i in range(n)], pa.string())
+    positions = pa.array(np.arange(n, dtype=np.int64)).cast(pa.string())
+    seqnos = pc.binary_join_element_wise(f"{ctx.instant}_{task_id}_", positions, "")
     meta = {
-        COMMIT_TIME: pa.array([ctx.instant] * n, pa.string()),
+        COMMIT_TIME: pa.repeat(pa.scalar(ctx.instant, pa.string()), n),
         COMMIT_SEQNO: seqnos,
         RECORD_KEY: upserts[RECORD_KEY],
         PARTITION_PATH: upserts[PARTITION_PATH],
-        FILE_NAME: pa.array([file_name] * n, pa.string()),
+        FILE_NAME: pa.repeat(pa.scalar(file_name, pa.string()), n),
     }
     columns = [meta[m] for m in META_FIELDS] + [
         upserts[f.name].cast(f.type) for f in ctx.data_schema
