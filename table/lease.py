@@ -37,6 +37,19 @@ class LeaseHolder:
     def expired(self, now: float) -> bool:
         return now > self.renewed_at + self.ttl_seconds
 
+    def process_gone(self) -> bool:
+        """True when the holder ran on this host and its process no longer exists: a crashed
+        writer's lease need not be waited out."""
+        if self.host != socket.gethostname():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self)).encode()
 
@@ -79,7 +92,8 @@ class WriterLease:
             self._storage.create(LEASE_PATH, self._holder().to_bytes())
         except FileExistsError:
             holder = self.current_holder()
-            if holder is not None and holder.owner_id != self._owner_id and not holder.expired(time.time()):
+            if (holder is not None and holder.owner_id != self._owner_id and not holder.expired(time.time())
+                    and not holder.process_gone()):
                 raise WriterConflictError(
                     f"table {self._storage.base_uri} is being written by another writer: "
                     f"{holder.description} (host {holder.host}, pid {holder.pid}); its lease "

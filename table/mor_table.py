@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from table import failpoints
 from table.commit_metadata import CommitMetadata, WriteStat
 from table.errors import InvalidBatchError, TableExistsError, TableNotFoundError
 from table.fsview import FileSlice, FileSystemView
@@ -138,12 +139,18 @@ class MorTable:
                 return metadata
         return None
 
-    def checkpoint(self) -> dict | None:
-        """The checkpoint the writer's caller stored with the last commit, if any."""
-        metadata = self.last_commit_metadata()
-        if metadata is None or CHECKPOINT_KEY not in metadata.extra_metadata:
-            return None
-        return json.loads(metadata.extra_metadata[CHECKPOINT_KEY])
+    def checkpoint(self, timeline: Timeline | None = None) -> dict | None:
+        """The checkpoint the writer's caller stored with its latest commit that has one.
+
+        Service commits (compaction, clustering) carry no checkpoint, so the search goes back
+        past them, as Hudi's streamer does for its own checkpoint key.
+        """
+        timeline = timeline or self.timeline()
+        for instant in reversed(timeline.completed_writes()):
+            metadata = CommitMetadata.from_json(timeline.read_content(instant))
+            if CHECKPOINT_KEY in metadata.extra_metadata:
+                return json.loads(metadata.extra_metadata[CHECKPOINT_KEY])
+        return None
 
     def schema(self, timeline: Timeline | None = None) -> pa.Schema:
         """The table's columns (no meta fields): the last commit's schema, else the created one."""
@@ -261,6 +268,7 @@ class TableWriter:
         instant = Instant(timeline.new_instant_time(), "deltacommit", "requested")
         timeline.create_requested(instant)
         timeline.transition_to_inflight(instant)
+        failpoints.reach("deltacommit.inflight")
         return instant.timestamp, timeline
 
     def commit_context(self, instant: str, data_schema: pa.Schema) -> CommitContext:
@@ -307,8 +315,17 @@ class TableWriter:
         extra = {SCHEMA_KEY: avro_schema_json(data_schema, self.table.name, with_meta_fields=False)}
         extra.update(extra_metadata or {})
         metadata = CommitMetadata.for_write(stats, extra, operation_type="UPSERT")
+        failpoints.reach("deltacommit.files_written")
         timeline.complete(Instant(instant, "deltacommit", "inflight"), metadata.to_json().encode())
+        failpoints.reach("deltacommit.completed")
         delete_markers(self.table.storage, instant)
+
+    def commit_empty(self, extra_metadata: dict[str, str] | None = None) -> str:
+        """A deltacommit without data, recording progress (a caller's checkpoint) for a batch
+        that had nothing to write."""
+        instant, timeline = self.begin()
+        self.complete(instant, timeline, [], self.table.schema(timeline), extra_metadata)
+        return instant
 
     def upsert(self, records: pa.Table, extra_metadata: dict[str, str] | None = None) -> str:
         """Upsert a pyarrow Table in this process as one deltacommit; returns its instant."""

@@ -204,6 +204,21 @@ def test_second_writer_is_refused_and_a_crashed_writers_claim_expires(tmp_path):
     assert sorted(by_key(table.snapshot())) == ["z"]
 
 
+
+def test_lease_of_a_writer_process_that_died_on_this_host_is_taken_over_at_once(tmp_path):
+    table = make_table(tmp_path / "orders")
+    code = (
+        "import os, signal, sys\n"
+        "from table.mor_table import MorTable, WriteOptions\n"
+        f"MorTable.load({str(tmp_path / 'orders')!r}).writer(WriteOptions(lease_ttl_seconds=3600), 'killed job').open()\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    killed = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert killed.returncode == -9
+    with table.writer(write_options(), description="restarted job") as writer:
+        writer.upsert(pa.Table.from_pylist([row("z", 5, False, random.Random(0))], schema=SCHEMA))
+    assert sorted(by_key(table.snapshot())) == ["z"]
+
 CRASHING_WRITER = textwrap.dedent(
     """
     import os, signal, sys
