@@ -1,0 +1,572 @@
+"""The YAML config of one table job, checked in full before any Spark or Kafka work starts.
+
+A streaming job that fails an hour in on a typo is expensive, so every problem of a file is
+reported at once, each with the file, the dotted key path and what was expected. Secrets (Kafka
+options named like passwords or keys, the schema registry credentials) never appear in a repr
+or an error message.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from streamer.source import is_secret_option, redact_options
+
+__all__ = [
+    "ConfigError",
+    "DecodeSettings",
+    "FormatSettings",
+    "IndexSettings",
+    "JobConfig",
+    "SchemaRegistrySettings",
+    "SourceSettings",
+    "StreamSettings",
+    "TableSettings",
+    "ValueFormatSettings",
+    "load_config",
+    "load_configs",
+]
+
+KeyPath = tuple[Any, ...]
+Problem = tuple[KeyPath, str]
+
+_CONFIG_DIR = "config_dir"  # validation context: the directory relative schema files live in
+
+
+class ConfigError(ValueError):
+    """Every problem found in one or more config files, one ``<file>: <key.path>: ...`` a line."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = tuple(problems)
+
+
+class _Problems(ValueError):
+    """Raised by validators to report several problems at key paths below the validated value."""
+
+    def __init__(self, problems: list[Problem]):
+        super().__init__("; ".join(text for _, text in problems))
+        self.problems = problems
+
+
+def _raise_problems(problems: list[Problem]) -> None:
+    if problems:
+        raise _Problems(problems)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# -- Field types ---------------------------------------------------------------------------------
+
+Text = Annotated[str, Field(min_length=1)]
+
+
+def _one_or_many(value: Any) -> Any:
+    return (value,) if isinstance(value, str) else value
+
+
+# A string or a list of strings, kept as a tuple.
+Names = Annotated[tuple[Text, ...], BeforeValidator(_one_or_many)]
+
+
+def _option_text(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return value
+
+
+# A Spark reader option: YAML booleans and numbers become the strings Spark expects.
+OptionValue = Annotated[str, BeforeValidator(_option_text)]
+
+OffsetsByTopic = dict[Text, dict[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=-2)]]]
+_OFFSETS_BY_TOPIC = TypeAdapter(OffsetsByTopic)
+
+
+def _resolve(config_dir: Path, file: Path) -> Path:
+    return file if file.is_absolute() else config_dir / file
+
+
+# -- Sections ------------------------------------------------------------------------------------
+
+
+class TableSettings(_Section):
+    """The Hudi table written to."""
+
+    name: Text
+    path: Text
+    database: Text = "default"
+    record_key: Names = Field(min_length=1)
+    partition_by: Names = ()
+    ordering_field: Text
+    delete_field: Text | None = None
+    hive_style_partitioning: bool = True
+    url_encode_partitions: bool = False
+    log_block_format: Literal["parquet", "avro"] = "parquet"
+    quarantine_path: Text | None = None
+
+    @property
+    def quarantine_location(self) -> str:
+        """Where rows that fail to decode go: a sibling table unless ``quarantine_path`` is set."""
+        return self.quarantine_path or self.path.rstrip("/") + "_quarantine"
+
+
+_OPTIONS_OWNED_BY_KEYS = {
+    "kafka.bootstrap.servers": "source.bootstrap_servers",
+    "subscribe": "source.topics",
+    "subscribepattern": "source.topic_pattern",
+    "assign": "source.topics or source.topic_pattern",
+    "startingoffsets": "source.starting_offsets",
+    "maxoffsetspertrigger": "source.max_offsets_per_trigger",
+    "failondataloss": "source.fail_on_data_loss",
+}
+
+
+class SourceSettings(_Section):
+    """The Kafka topics read and how."""
+
+    format: Literal["kafka-arrow", "kafka"] = "kafka-arrow"
+    bootstrap_servers: Text
+    topics: Names | None = Field(None, min_length=1)
+    topic_pattern: Text | None = None
+    starting_offsets: Literal["earliest", "latest"] | OffsetsByTopic = "earliest"
+    resume_from_table: bool = True
+    max_offsets_per_trigger: int | None = Field(None, gt=0)
+    fail_on_data_loss: bool = True
+    options: dict[str, OptionValue] = {}
+
+    @field_validator("topic_pattern")
+    @classmethod
+    def _compiles(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"should be a valid regular expression ({e})") from None
+        return pattern
+
+    @field_validator("starting_offsets", mode="plain")
+    @classmethod
+    def _name_or_offsets(cls, value: Any) -> str | OffsetsByTopic:
+        if value in ("earliest", "latest"):
+            return value
+        if isinstance(value, Mapping):
+            return _OFFSETS_BY_TOPIC.validate_python(value)
+        raise ValueError("should be 'earliest', 'latest' or a mapping {topic: {partition: offset}}")
+
+    @field_validator("options")
+    @classmethod
+    def _no_option_set_by_a_key(cls, options: dict[str, str]) -> dict[str, str]:
+        _raise_problems([
+            ((name,), f"not allowed in options; use {_OPTIONS_OWNED_BY_KEYS[name.lower()]} instead")
+            for name in options if name.lower() in _OPTIONS_OWNED_BY_KEYS
+        ])
+        return options
+
+    @model_validator(mode="after")
+    def _subscription_rules(self) -> SourceSettings:
+        problems: list[Problem] = []
+        if self.topics is None and self.topic_pattern is None:
+            problems.append((("topics",), "one of topics or topic_pattern is required"))
+        if self.topics is not None and self.topic_pattern is not None:
+            problems.append((("topic_pattern",), "not allowed together with topics; keep one of them"))
+        if self.topics is not None and isinstance(self.starting_offsets, dict):
+            problems.extend(
+                (("starting_offsets", topic), f"topic {topic!r} is not in source.topics")
+                for topic in self.starting_offsets if topic not in self.topics
+            )
+        _raise_problems(problems)
+        return self
+
+    def __repr_args__(self):
+        for name, value in super().__repr_args__():
+            yield name, redact_options(value) if name == "options" else value
+
+    def reader_options(self, starting_offsets_json: str | None = None) -> dict[str, str]:
+        """Spark reader options for the ``kafka-arrow`` / ``kafka`` formats.
+
+        ``starting_offsets_json`` replaces the configured starting offsets (e.g. the offsets of
+        the table's last commit).
+        """
+        reader = {"kafka.bootstrap.servers": self.bootstrap_servers}
+        if self.topics is not None:
+            reader["subscribe"] = ",".join(self.topics)
+        else:
+            reader["subscribePattern"] = self.topic_pattern
+        reader["startingOffsets"] = (
+            self._starting_offsets_text() if starting_offsets_json is None else starting_offsets_json
+        )
+        if self.max_offsets_per_trigger is not None:
+            reader["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
+        reader["failOnDataLoss"] = "true" if self.fail_on_data_loss else "false"
+        return {**reader, **self.options}
+
+    def _starting_offsets_text(self) -> str:
+        if isinstance(self.starting_offsets, str):
+            return self.starting_offsets
+        return json.dumps({
+            topic: {str(partition): offset for partition, offset in offsets.items()}
+            for topic, offsets in self.starting_offsets.items()
+        })
+
+
+with warnings.catch_warnings():
+    # The YAML key is `schema`; the field hides BaseModel's deprecated schema() classmethod, unused here.
+    warnings.filterwarnings("ignore", message='Field name "schema" in "FormatSettings" shadows', category=UserWarning)
+
+    class FormatSettings(_Section):
+        """How the Kafka key (or value) bytes are decoded."""
+
+        format: Literal["none", "string", "binary", "json", "avro", "confluent-avro"] = "string"
+        schema: Text | None = None  # Spark DDL
+        schema_file: Path | None = None
+
+        @model_validator(mode="after")
+        def _schema_fits_format(self, info: ValidationInfo) -> FormatSettings:
+            has_ddl, has_file = self.schema is not None, self.schema_file is not None
+            problems: list[Problem] = []
+            if self.format == "json" and has_ddl == has_file:
+                problems.append(((), "format json needs exactly one of schema (Spark DDL) or schema_file (.avsc)"))
+            if self.format == "avro" and has_ddl:
+                problems.append((("schema",), "not allowed with format avro; give the Avro schema in schema_file"))
+            if self.format == "avro" and not has_file:
+                problems.append((("schema_file",), "required with format avro"))
+            if self.format == "confluent-avro" and has_ddl:
+                problems.append((("schema",), "not allowed with format confluent-avro; schema_file may give a reader schema"))
+            if self.format in ("none", "string", "binary"):
+                problems.extend(
+                    ((key,), f"not allowed with format {self.format}")
+                    for key, present in (("schema", has_ddl), ("schema_file", has_file)) if present
+                )
+            config_dir = (info.context or {}).get(_CONFIG_DIR)
+            if not problems and has_file and config_dir is not None:
+                resolved = _resolve(config_dir, self.schema_file)
+                if not resolved.is_file():
+                    problems.append((("schema_file",), f"no such file: {resolved} (got {str(self.schema_file)!r})"))
+            _raise_problems(problems)
+            return self
+
+
+class ValueFormatSettings(FormatSettings):
+    """The value's format: required, and only the structured formats."""
+
+    format: Literal["json", "avro", "confluent-avro"]
+
+
+class SchemaRegistrySettings(_Section):
+    """The Confluent schema registry the ``confluent-avro`` formats fetch writer schemas from."""
+
+    url: Text
+    basic_auth_user_info: SecretStr | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError("should be an http:// or https:// URL")
+        return url
+
+    @field_validator("basic_auth_user_info")
+    @classmethod
+    def _user_and_password(cls, user_info: SecretStr | None) -> SecretStr | None:
+        if user_info is not None and ":" not in user_info.get_secret_value():
+            raise ValueError("should be 'user:password'")
+        return user_info
+
+
+class DecodeSettings(_Section):
+    """Decoding of Kafka keys and values into columns, and what to do with undecodable rows."""
+
+    key: FormatSettings = FormatSettings()
+    value: ValueFormatSettings
+    schema_registry: SchemaRegistrySettings | None = None
+    on_error: Literal["fail", "skip", "quarantine"] = "fail"
+
+    @model_validator(mode="after")
+    def _registry_iff_confluent_avro(self) -> DecodeSettings:
+        needed = "confluent-avro" in (self.key.format, self.value.format)
+        if needed != (self.schema_registry is not None):
+            rule = "required" if needed else "only allowed"
+            _raise_problems([(("schema_registry",), f"{rule} when key or value format is confluent-avro")])
+        return self
+
+
+class IndexSettings(_Section):
+    """The consistent-hashing bucket index."""
+
+    initial_buckets: int = Field(4, ge=1, le=65536)
+
+
+_INTERVAL = re.compile(r"\d+ +(millisecond|second|minute|hour)s?", re.IGNORECASE)
+
+
+class StreamSettings(_Section):
+    """The streaming query: trigger, checkpoint and failure policy."""
+
+    trigger_interval: str = "10 seconds"
+    checkpoint_location: Text | None = None
+    on_failure: Literal["continue", "stop_application"] = "continue"
+
+    @field_validator("trigger_interval")
+    @classmethod
+    def _spark_interval(cls, interval: str) -> str:
+        if not _INTERVAL.fullmatch(interval.strip()):
+            raise ValueError(
+                "should be a whole number and a unit: millisecond(s), second(s), minute(s) or hour(s), "
+                "e.g. '10 seconds'"
+            )
+        return interval.strip()
+
+
+_QUERY_START = re.compile(r"\s*(select|with)\b", re.IGNORECASE)
+_SOURCE_VIEW = re.compile(r"\bsource\b", re.IGNORECASE)
+
+
+class JobConfig(_Section):
+    """One table job: a Kafka source streamed into one Hudi table."""
+
+    table: TableSettings
+    source: SourceSettings
+    decode: DecodeSettings
+    transform: str | None = None
+    index: IndexSettings = IndexSettings()
+    stream: StreamSettings = StreamSettings()
+    _config_path: Path = PrivateAttr(Path("<config>"))
+
+    @field_validator("transform")
+    @classmethod
+    def _query_of_source(cls, sql: str | None) -> str | None:
+        if sql is not None and not (_QUERY_START.match(sql) and _SOURCE_VIEW.search(sql)):
+            raise ValueError("should be a SQL query of the view source: SELECT ... FROM source")
+        return sql
+
+    @classmethod
+    def from_mapping(
+        cls, data: Mapping[str, Any], source_name: str = "<config>", base_dir: Path | None = None
+    ) -> JobConfig:
+        """A config from parsed YAML; ``source_name`` labels errors, ``base_dir`` (default: the
+        working directory) is where relative schema files are looked up."""
+        return _build(data, source_name, (Path.cwd() if base_dir is None else Path(base_dir)) / source_name)
+
+    @property
+    def config_path(self) -> Path:
+        """The YAML file this config came from."""
+        return self._config_path
+
+    @property
+    def checkpoint_location(self) -> str:
+        """The streaming query's checkpoint: inside the table's .hoodie unless configured."""
+        return self.stream.checkpoint_location or f"{self.table.path.rstrip('/')}/.hoodie/.aux/streaming-checkpoint"
+
+    def schema_file(self, fmt: FormatSettings) -> Path | None:
+        """``fmt.schema_file`` resolved against the YAML file's directory."""
+        return None if fmt.schema_file is None else _resolve(self.config_path.parent, fmt.schema_file)
+
+
+# -- Loading -------------------------------------------------------------------------------------
+
+
+def load_config(path: str | Path) -> JobConfig:
+    """The job config in one YAML file."""
+    path = Path(path)
+    return _build(_read_yaml(path), str(path), path)
+
+
+def load_configs(path: str | Path) -> list[JobConfig]:
+    """The config of a YAML file, or those of every *.yaml / *.yml file of a directory by name."""
+    path = Path(path)
+    if not path.is_dir():
+        return [load_config(path)]
+    files = sorted((f for f in path.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file()), key=lambda f: f.name)
+    if not files:
+        raise ConfigError([f"{path}: no *.yaml or *.yml file in this directory"])
+    configs, problems = [], []
+    for file in files:
+        try:
+            configs.append(load_config(file))
+        except ConfigError as e:
+            problems.extend(e.problems)
+    problems.extend(_shared_values(configs))
+    if problems:
+        raise ConfigError(problems)
+    return configs
+
+
+def _shared_values(configs: list[JobConfig]) -> list[str]:
+    """Problems for table names, table paths and checkpoints that two configs share."""
+    unique_values = {
+        "table.name": lambda c: c.table.name,
+        "table.path": lambda c: c.table.path.rstrip("/"),
+        "stream.checkpoint_location": lambda c: c.checkpoint_location.rstrip("/"),
+    }
+    problems = []
+    for key_path, value_of in unique_values.items():
+        first_file: dict[str, Path] = {}
+        for config in configs:
+            value = value_of(config)
+            other = first_file.setdefault(value, config.config_path)
+            if other != config.config_path:
+                problems.append(f"{config.config_path}: {key_path}: should be unique, {other} has it too (got {value!r})")
+    return problems
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: no such file or directory"]) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError([f"{path}: cannot be read: {e}"]) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ConfigError([f"{path}: {where}invalid YAML: {getattr(e, 'problem', None) or e}"]) from None
+
+
+def _build(data: Any, source_name: str, config_path: Path) -> JobConfig:
+    if not isinstance(data, Mapping):
+        raise ConfigError([f"{source_name}: should be a mapping of the sections table, source, decode, "
+                           f"transform, index and stream (got {_show(data)})"])
+    env_problems: list[Problem] = []
+    data = _substitute(data, (), env_problems)
+    try:
+        config = JobConfig.model_validate(data, context={_CONFIG_DIR: config_path.parent})
+        problems = env_problems
+    except ValidationError as e:
+        unresolved = [key_path for key_path, _ in env_problems]
+        problems = env_problems + [
+            (key_path, text) for key_path, text in _validation_problems(e)
+            if not any(key_path[:len(u)] == u for u in unresolved)
+        ]
+    if problems:
+        raise ConfigError([
+            f"{source_name}: {'.'.join(map(str, key_path))}: {text}" if key_path else f"{source_name}: {text}"
+            for key_path, text in problems
+        ])
+    config._config_path = config_path
+    return config
+
+
+# -- Environment variables -----------------------------------------------------------------------
+
+_VARIABLE = re.compile(r"\$\$\{|\$\{(?:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\})?")
+
+
+def _substitute(value: Any, key_path: KeyPath, problems: list[Problem]) -> Any:
+    """``value`` with ``${NAME}`` / ``${NAME:-default}`` replaced in every string, keys excepted."""
+    if isinstance(value, str):
+        return _VARIABLE.sub(lambda match: _variable_value(match, key_path, problems), value)
+    if isinstance(value, list):
+        return [_substitute(item, (*key_path, i), problems) for i, item in enumerate(value)]
+    if isinstance(value, Mapping):
+        return {key: _substitute(item, (*key_path, key), problems) for key, item in value.items()}
+    return value
+
+
+def _variable_value(match: re.Match[str], key_path: KeyPath, problems: list[Problem]) -> str:
+    if match.group(0) == "$${":
+        return "${"
+    name, default = match.groups()
+    if name is None:
+        problems.append((key_path, "'${' should start ${NAME} or ${NAME:-default}; write '$${' for a literal '${'"))
+        return match.group(0)
+    value = os.environ.get(name)
+    if default is not None and not value:
+        return default
+    if value is None:
+        problems.append((key_path, f"environment variable {name} is not set"))
+        return match.group(0)
+    return value
+
+
+# -- Validation errors ---------------------------------------------------------------------------
+
+_EXPECTATIONS = {
+    "model_type": "should be a mapping",
+    "dict_type": "should be a mapping",
+    "tuple_type": "should be a string or a list of strings",
+    "too_short": "should not be empty",
+    "string_too_short": "should not be empty",
+}
+
+
+def _validation_problems(error: ValidationError) -> list[Problem]:
+    problems: list[Problem] = []
+    for detail in error.errors():
+        key_path = tuple(part for part in detail["loc"] if part != "[key]")
+        cause = detail.get("ctx", {}).get("error")
+        if isinstance(cause, _Problems):
+            problems.extend(((*key_path, *below), text) for below, text in cause.problems)
+        elif detail["type"] == "extra_forbidden":
+            problems.append((key_path, _unknown_key(key_path)))
+        elif detail["type"] == "missing":
+            problems.append((key_path, "required key is missing"))
+        else:
+            expected = _EXPECTATIONS.get(detail["type"]) or detail["msg"].removeprefix("Value error, ")
+            got = "***" if _is_secret(key_path) else _show(detail["input"])
+            problems.append((key_path, f"{expected.removeprefix('Input ')} (got {got})"))
+    return problems
+
+
+def _unknown_key(key_path: KeyPath) -> str:
+    allowed = _keys_at(key_path[:-1])
+    close = difflib.get_close_matches(str(key_path[-1]), allowed, n=1)
+    if close:
+        return f"unknown key; did you mean {close[0]!r}?"
+    return f"unknown key; allowed keys: {', '.join(allowed)}"
+
+
+def _keys_at(key_path: KeyPath) -> list[str]:
+    """The YAML keys of the section at ``key_path``."""
+    model: type[BaseModel] = JobConfig
+    for key in key_path:
+        annotation = model.model_fields[key].annotation
+        model = next(t for t in (annotation, *getattr(annotation, "__args__", ()))
+                     if isinstance(t, type) and issubclass(t, BaseModel))
+    return list(model.model_fields)
+
+
+def _is_secret(key_path: KeyPath) -> bool:
+    if key_path[:2] == ("source", "options"):
+        return len(key_path) == 2 or is_secret_option(str(key_path[2]))
+    return key_path[-1:] == ("basic_auth_user_info",)
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _show(value: Any) -> str:
+    """A short view of a bad value; mappings and nested lists are not shown, they may hold secrets."""
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple)) and not all(isinstance(item, _SCALARS) for item in value):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
