@@ -126,3 +126,21 @@ def table_dir(tmp_path) -> Path:
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if _session_broker is not None:
         terminalreporter.write_line(f"kafka: {_session_broker.description}")
+
+
+# -- schema registry ----------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def schema_registry_url(tmp_path_factory) -> str:
+    """URL of a Confluent schema registry: SCHEMA_REGISTRY_URL when set (a real one), else the
+    test server of tests/schema_registry_server.py in a child process for the session."""
+    external = os.environ.get("SCHEMA_REGISTRY_URL")
+    if external:
+        yield external
+        return
+    import schema_registry_server
+
+    registry = schema_registry_server.RegistryProcess(str(tmp_path_factory.mktemp("schema-registry") / "server.log"))
+    try:
+        yield registry.url
+    finally:
+        registry.stop()
