@@ -1,0 +1,184 @@
+"""The ingestion application: one Spark application, one streaming query per table config.
+
+`run` prepares every table first (so a bad config stops the start, not a running job), starts
+the queries, and waits. A table that fails stops only itself unless its config says
+`stream.on_failure: stop_application`. SIGTERM and SIGINT stop the application cleanly: the
+batch in progress finishes (or, past the grace period, is abandoned and rolled back by the next
+run), and Spark never records a batch the table did not commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+
+from streamer.config import JobConfig
+from streamer.job import TableJob
+from streamer.sink import StopRequested
+from streamer.source import register_kafka_source
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_SECONDS = 120.0
+
+
+@dataclass
+class TableOutcome:
+    name: str
+    batches: int = 0
+    records: int = 0
+    bad: int = 0
+    last_instant: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class RunResult:
+    tables: list[TableOutcome] = field(default_factory=list)
+    stopped_by_signal: bool = False
+
+    @property
+    def failed(self) -> list[TableOutcome]:
+        return [t for t in self.tables if t.error]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed else 0
+
+
+def configure_logging() -> None:
+    """One line per event on stderr: batches, starts and stops; py4j's chatter stays out."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def spark_session(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
+    """The session of this application. Under spark-submit its settings rule; run directly, it
+    is local unless a master is given."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName("mor-streamer")
+    if master:
+        builder = builder.master(master)
+    elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
+        builder = builder.master("local[*]")
+    settings = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false", **(conf or {})}
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def run(configs: list[JobConfig], spark: SparkSession, once: bool = False) -> RunResult:
+    """Run the table jobs until stopped (or, with `once`, until their topics are drained)."""
+    register_kafka_source(spark)
+    jobs: list[TableJob] = []
+    try:
+        for config in configs:
+            jobs.append(TableJob.prepare(config, spark))
+        return _Runner(spark, jobs, once).run()
+    finally:
+        for job in jobs:
+            job.close()
+
+
+class _Runner:
+    def __init__(self, spark: SparkSession, jobs: list[TableJob], once: bool):
+        self.spark = spark
+        self.jobs = jobs
+        self.once = once
+        self.stop_requested = threading.Event()
+
+    def run(self) -> RunResult:
+        result = RunResult()
+        restore = self._install_signal_handlers()
+        try:
+            for job in self.jobs:
+                job.start(self.spark, self.once)
+                log.info("%s: streaming %s -> %s (%s)", job.name, _topics(job.config), job.config.table.path,
+                         "until the topics are drained" if self.once else f"every {job.config.stream.trigger_interval}")
+            self._wait()
+            result.stopped_by_signal = self.stop_requested.is_set()
+        finally:
+            self._stop_all()
+            restore()
+        result.tables = [self._outcome(job) for job in self.jobs]
+        return result
+
+    def _wait(self) -> None:
+        pending = {job.name: job for job in self.jobs}
+        while pending and not self.stop_requested.is_set():
+            for name, job in list(pending.items()):
+                if job.query.isActive:
+                    continue
+                del pending[name]
+                failure = self._failure(job)
+                if failure:
+                    log.error("%s: stopped with an error: %s", name, failure)
+                    if job.config.stream.on_failure == "stop_application":
+                        log.error("%s: stream.on_failure is stop_application: stopping every table", name)
+                        return
+            self.stop_requested.wait(0.5)
+
+    def _stop_all(self) -> None:
+        for job in self.jobs:
+            if job.query is None or not job.query.isActive:
+                continue
+            if not job.sink.quiesce(STOP_GRACE_SECONDS):
+                log.warning("%s: the batch in progress did not finish within %.0fs; abandoning it "
+                            "(the next run rolls it back)", job.name, STOP_GRACE_SECONDS)
+            job.query.stop()
+
+    def _failure(self, job: TableJob) -> str | None:
+        sink_error = job.sink.failure
+        if isinstance(sink_error, StopRequested):
+            return None
+        if sink_error is not None:
+            return f"{type(sink_error).__name__}: {sink_error}"
+        exc = job.query.exception() if job.query is not None else None
+        return _first_line(exc.desc) if exc is not None else None
+
+    def _outcome(self, job: TableJob) -> TableOutcome:
+        reports = [r for r in job.sink.reports if not r.replayed]
+        return TableOutcome(
+            name=job.name,
+            batches=len(reports),
+            records=sum(r.records for r in reports),
+            bad=sum(r.bad for r in reports),
+            last_instant=reports[-1].instant if reports else None,
+            error=self._failure(job),
+        )
+
+    def _install_signal_handlers(self):
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+        def on_signal(signum, _frame):
+            log.info("received %s: finishing the batches in progress, then stopping", signal.Signals(signum).name)
+            self.stop_requested.set()
+
+        for s in previous:
+            signal.signal(s, on_signal)
+
+        def restore() -> None:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+        return restore
+
+
+def _topics(config: JobConfig) -> str:
+    s = config.source
+    return ",".join(s.topics) if s.topics else f"/{s.topic_pattern}/"
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return text

@@ -1,0 +1,271 @@
+"""One table's ingestion: its config turned into a decoder, a table, a writer and a streaming query.
+
+Everything that can be wrong with a config (schemas, the transform, the table's keys, the source
+format) is found in `TableJob.prepare`, before any query starts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pyarrow as pa
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.streaming import StreamingQuery
+
+from streamer.config import FormatSettings, JobConfig
+from streamer.decode import (
+    ERROR,
+    KAFKA_KEY,
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    KAFKA_TIMESTAMP,
+    KAFKA_TOPIC,
+    RAW_KEY,
+    RAW_VALUE,
+    FormatSpec,
+    RecordDecoder,
+)
+from streamer.quarantine import QuarantineTable
+from streamer.schema_registry import SchemaRegistryClient
+from streamer.sink import SinkSettings, UpsertSink, table_checkpoint
+from table.mor_table import MorTable, TableSpec, TableWriter, WriteOptions
+from table.schema import arrow_schema_from_avro
+from table.storage import Storage
+
+log = logging.getLogger(__name__)
+
+KAFKA_COLUMNS = (KAFKA_KEY, KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET, KAFKA_TIMESTAMP)
+
+
+class StartupError(RuntimeError):
+    """A table job cannot start; the message names the config file and what to change."""
+
+
+class TableJob:
+    """A prepared table job: `start` launches its streaming query."""
+
+    def __init__(self, config: JobConfig, table: MorTable, writer: TableWriter, sink: UpsertSink,
+                 quarantine: QuarantineTable | None, starting_offsets: str | None):
+        self.config = config
+        self.table = table
+        self.writer = writer
+        self.sink = sink
+        self.quarantine = quarantine
+        self.starting_offsets = starting_offsets
+        self.query: StreamingQuery | None = None
+
+    @property
+    def name(self) -> str:
+        return self.config.table.name
+
+    @classmethod
+    def prepare(cls, config: JobConfig, spark: SparkSession) -> "TableJob":
+        """Check the config against schemas and the table on disk, then open the table's writer
+        (which rolls back what a crashed run left inflight)."""
+        value = _format_spec(config, config.decode.value, "value", spark)
+        decoder = build_decoder(config, value, spark)
+        value_columns = tuple(value.arrow_schema.names)
+        table_schema = _table_schema(config, spark, decoder, value_columns)
+        t = config.table
+        table = _open_table(config, table_schema)
+        writer = table.writer(
+            WriteOptions(initial_buckets=config.index.initial_buckets, delete_field=t.delete_field,
+                         log_block_format=t.log_block_format),
+            description=f"mor-streamer job '{t.name}' ({config.config_path})",
+        ).open()
+        quarantine = None
+        try:
+            if config.decode.on_error == "quarantine":
+                quarantine = QuarantineTable(t.quarantine_location, t.name, t.log_block_format).open()
+            sink = UpsertSink(SinkSettings(t.name, value_columns, config.decode.on_error, config.transform),
+                              table, writer, decoder, quarantine)
+            starting = _resume_offsets(config, table, spark)
+        except BaseException:
+            writer.close()
+            if quarantine is not None:
+                quarantine.close()
+            raise
+        return cls(config, table, writer, sink, quarantine, starting)
+
+    def start(self, spark: SparkSession, once: bool) -> StreamingQuery:
+        source = self.config.source
+        reader = spark.readStream.format(source.format).options(**source.reader_options(self.starting_offsets))
+        try:
+            stream = reader.load()
+        except AnalysisException as e:
+            if source.format == "kafka":
+                raise StartupError(
+                    f"{self.config.config_path}: source.format: 'kafka' needs Spark's Kafka connector "
+                    "(spark-sql-kafka-0-10) on the classpath, e.g. spark-submit --packages "
+                    "org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>; or use 'kafka-arrow'") from e
+            raise
+        writer = (stream.writeStream.foreachBatch(self.sink).queryName(self.name)
+                  .option("checkpointLocation", self.config.checkpoint_location))
+        writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=self.config.stream.trigger_interval)
+        self.query = writer.start()
+        self.sink.bind(str(self.query.id))
+        return self.query
+
+    def close(self) -> None:
+        self.writer.close()
+        if self.quarantine is not None:
+            self.quarantine.close()
+
+
+# ---- decoding ----------------------------------------------------------------------------------
+
+def build_decoder(config: JobConfig, value: FormatSpec, spark: SparkSession) -> RecordDecoder:
+    """The decoder of the config's key and value formats. Without a transform, the value's record
+    key and ordering fields are required: a record lacking them is a bad record, not a failed batch."""
+    d = config.decode
+    registry = d.schema_registry
+    required = () if config.transform else (*config.table.record_key, config.table.ordering_field)
+    missing = [f for f in required if f not in value.arrow_schema.names]
+    if missing:
+        raise StartupError(f"{config.config_path}: decode.value: the value schema has no field(s) {missing} "
+                           f"named in table.record_key / table.ordering_field")
+    return RecordDecoder(
+        value=value,
+        key=_format_spec(config, d.key, "key", spark),
+        registry_url=registry.url if registry else None,
+        registry_auth=registry.basic_auth_user_info.get_secret_value() if registry and registry.basic_auth_user_info else None,
+        required_fields=required,
+    )
+
+
+def _format_spec(config: JobConfig, fmt: FormatSettings, role: str, spark: SparkSession) -> FormatSpec:
+    if fmt.format in ("none", "string", "binary"):
+        return FormatSpec(fmt.format, None)
+    where = f"{config.config_path}: decode.{role}"
+    schema_file = config.schema_file(fmt)
+    avro = None
+    if schema_file is not None:
+        try:
+            avro = schema_file.read_text()
+            json.loads(avro)
+        except (OSError, ValueError) as e:
+            raise StartupError(f"{where}.schema_file: cannot read an Avro schema from {schema_file}: {e}") from e
+    elif fmt.format == "confluent-avro":
+        avro = _latest_registered_schema(config, role)
+    if fmt.format == "json" and fmt.schema:
+        try:
+            arrow = to_arrow_schema(spark.createDataFrame([], fmt.schema).schema, timezone="UTC",
+                                    prefers_large_types=False)
+        except Exception as e:  # Spark's parser says what is wrong with the DDL
+            raise StartupError(f"{where}.schema: not a valid Spark DDL schema: {e}") from e
+    else:
+        try:
+            arrow = arrow_schema_from_avro(avro)
+        except Exception as e:
+            raise StartupError(f"{where}: unsupported Avro schema: {e}") from e
+    return FormatSpec(fmt.format, spark_normalized(arrow), avro)
+
+
+def _latest_registered_schema(config: JobConfig, role: str) -> str:
+    topics = config.source.topics
+    if not topics:
+        raise StartupError(f"{config.config_path}: decode.{role}.schema_file: required with "
+                           "source.topic_pattern (the registry subject cannot be derived from a pattern)")
+    registry = config.decode.schema_registry
+    auth = registry.basic_auth_user_info.get_secret_value() if registry.basic_auth_user_info else None
+    subject = f"{topics[0]}-{role}"
+    _, schema = SchemaRegistryClient(registry.url, auth).latest_schema(subject)
+    return schema
+
+
+def spark_normalized(schema: pa.Schema) -> pa.Schema:
+    """The Arrow schema as Spark hands it back: what mapInArrow output and upserts must match."""
+    return to_arrow_schema(from_arrow_schema(schema), timezone="UTC", prefers_large_types=False)
+
+
+# ---- the table ---------------------------------------------------------------------------------
+
+def _table_schema(config: JobConfig, spark: SparkSession, decoder: RecordDecoder,
+                  value_columns: tuple[str, ...]) -> pa.Schema:
+    """The table's columns: the value's fields, or what the transform makes of the decoded rows."""
+    clash = [c for c in value_columns if c in KAFKA_COLUMNS]
+    if clash:
+        raise StartupError(f"{config.config_path}: decode.value: field(s) {clash} clash with the Kafka "
+                           f"columns the decoder adds ({', '.join(KAFKA_COLUMNS)})")
+    source_schema = pa.schema([f for f in decoder.output_schema if f.name not in (ERROR, RAW_KEY, RAW_VALUE)])
+    if config.transform:
+        empty = spark.createDataFrame([], from_arrow_schema(source_schema))
+        empty.createOrReplaceTempView("source")
+        try:
+            columns = spark.sql(config.transform).schema
+        except AnalysisException as e:
+            raise StartupError(f"{config.config_path}: transform: {e}") from e
+        finally:
+            spark.catalog.dropTempView("source")
+        arrow = to_arrow_schema(columns, timezone="UTC", prefers_large_types=False)
+    else:
+        arrow = pa.schema([source_schema.field(c) for c in value_columns])
+    t = config.table
+    if t.delete_field:
+        if t.delete_field not in arrow.names:
+            raise StartupError(f"{config.config_path}: table.delete_field: no column '{t.delete_field}' in {arrow.names}")
+        arrow = arrow.remove(arrow.get_field_index(t.delete_field))
+    for key, names in (("record_key", t.record_key), ("partition_by", t.partition_by),
+                       ("ordering_field", (t.ordering_field,))):
+        missing = [n for n in names if n not in arrow.names]
+        if missing:
+            raise StartupError(f"{config.config_path}: table.{key}: no column(s) {missing} in the table's columns {arrow.names}")
+    return arrow
+
+
+def _open_table(config: JobConfig, schema: pa.Schema) -> MorTable:
+    t = config.table
+    if not MorTable.exists(t.path):
+        return MorTable.create(t.path, TableSpec(
+            name=t.name, schema=schema, record_key_fields=t.record_key, ordering_field=t.ordering_field,
+            partition_fields=t.partition_by, hive_style_partitioning=t.hive_style_partitioning,
+            url_encode_partitions=t.url_encode_partitions, database=t.database))
+    table = MorTable.load(t.path)
+    c = table.config
+    for key, configured, stored in (
+        ("name", t.name, c.name),
+        ("record_key", list(t.record_key), list(c.record_key_fields)),
+        ("partition_by", list(t.partition_by), list(c.partition_fields)),
+        ("ordering_field", t.ordering_field, c.precombine_field),
+    ):
+        if configured != stored:
+            raise StartupError(f"{config.config_path}: table.{key}: the table at {t.path} has {stored!r}, "
+                               f"the config says {configured!r}; these cannot change once a table exists")
+    return table
+
+
+def _resume_offsets(config: JobConfig, table: MorTable, spark: SparkSession) -> str | None:
+    """`startingOffsets` from the table's last commit when the Spark checkpoint is gone."""
+    if not config.source.resume_from_table or _has_spark_offsets(config.checkpoint_location):
+        return None
+    checkpoint = table_checkpoint(table)
+    if checkpoint is None or not checkpoint.offsets:
+        return None
+    log.info("%s: no Spark checkpoint at %s; resuming from the table's last commit: %s",
+             config.table.name, config.checkpoint_location, checkpoint.starting_offsets_json())
+    if config.source.format == "kafka":
+        return _with_every_partition(config, checkpoint.offsets_json_object())
+    return checkpoint.starting_offsets_json()
+
+
+def _has_spark_offsets(location: str) -> bool:
+    storage = Storage(location)
+    return storage.is_dir("offsets") and any(not s.is_dir for s in storage.list_dir("offsets"))
+
+
+def _with_every_partition(config: JobConfig, offsets: dict[str, dict[str, int]]) -> str:
+    """Spark's own Kafka source wants every partition of every topic named: new ones from earliest."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": config.source.bootstrap_servers,
+                         **{k[len("kafka."):]: v for k, v in config.source.options.items() if k.startswith("kafka.")}})
+    metadata = admin.list_topics(timeout=30)
+    full = {}
+    for topic, parts in offsets.items():
+        known = metadata.topics.get(topic)
+        ids = sorted(known.partitions) if known else []
+        full[topic] = {str(p): parts.get(str(p), -2) for p in ids} | parts
+    return json.dumps(full, sort_keys=True)

@@ -1,0 +1,123 @@
+"""Helpers for the ingestion tests: table configs on disk, feeding a topic, checking a table."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import hudi
+import yaml
+from confluent_kafka import Consumer, TopicPartition
+
+from oracle import Oracle
+from streamer.demo import as_kafka_records
+from table.mor_table import MorTable
+
+import kafka_broker
+
+REPO = Path(__file__).resolve().parents[1]
+VALUE_SCHEMA = ("order_id STRING, customer STRING, region STRING, amount DOUBLE, status STRING, "
+                "note STRING, updated_at BIGINT, deleted BOOLEAN")
+DATA_COLUMNS = ["order_id", "customer", "region", "amount", "status", "note", "updated_at"]
+SUBPROCESS_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def order_config(tmp: Path, name: str, bootstrap: str, topic: str, **overrides) -> dict:
+    """The mapping of a JSON orders table config; `overrides` replace whole sections' keys."""
+    config = {
+        "table": {"name": name, "path": str(tmp / "tables" / name), "record_key": "order_id",
+                  "partition_by": "region", "ordering_field": "updated_at", "delete_field": "deleted"},
+        "source": {"bootstrap_servers": bootstrap, "topics": topic, "starting_offsets": "earliest",
+                   "max_offsets_per_trigger": 10000},
+        "decode": {"key": {"format": "string"}, "value": {"format": "json", "schema": VALUE_SCHEMA}},
+        "index": {"initial_buckets": 2},
+        "stream": {"trigger_interval": "1 second", "checkpoint_location": str(tmp / "checkpoints" / name)},
+    }
+    for section, values in overrides.items():
+        if isinstance(values, dict):
+            config.setdefault(section, {}).update(values)
+        else:
+            config[section] = values
+    return config
+
+
+def write_config(directory: Path, config: dict) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{config['table']['name']}.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def produce_orders(bootstrap: str, topic: str, events: list[dict]) -> None:
+    kafka_broker.produce(bootstrap, topic, as_kafka_records(events))
+
+
+def expected_rows(events: list[dict]) -> dict:
+    """The table the events must make: ordering values never repeat for a key in these
+    streams, so one oracle batch gives the same rows as any batching."""
+    oracle = Oracle("order_id", "updated_at", "deleted")
+    oracle.apply_batch(events)
+    return {k: {c: r[c] for c in DATA_COLUMNS} for k, r in oracle.rows().items()}
+
+
+def our_rows(path: str) -> dict:
+    rows = MorTable.load(path).snapshot(columns=DATA_COLUMNS).to_pylist()
+    assert len(rows) == len({r["order_id"] for r in rows}), "a key appears twice in the snapshot"
+    return {r["order_id"]: r for r in rows}
+
+
+def hudi_rs_rows(path: str) -> dict:
+    batches = hudi.HudiTableBuilder.from_base_uri(path).build().read()
+    rows = [r for b in batches for r in b.select(DATA_COLUMNS).to_pylist()]
+    assert len(rows) == len({r["order_id"] for r in rows}), "hudi-rs reads a key twice"
+    return {r["order_id"]: r for r in rows}
+
+
+def assert_table_matches(path: str, events: list[dict]) -> None:
+    expected = expected_rows(events)
+    ours = our_rows(path)
+    assert ours == expected, _diff(ours, expected)
+    assert hudi_rs_rows(path) == expected
+
+
+def _diff(got: dict, want: dict) -> str:
+    missing = sorted(set(want) - set(got))[:5]
+    extra = sorted(set(got) - set(want))[:5]
+    changed = [k for k in sorted(set(got) & set(want)) if got[k] != want[k]][:3]
+    return (f"{len(got)} rows vs {len(want)} expected; missing {missing}, unexpected {extra}, "
+            f"different {[(got[k], want[k]) for k in changed]}")
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "offset-check"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+    finally:
+        consumer.close()
+
+
+def committed_offsets(path: str, topic: str) -> dict[int, int]:
+    checkpoint = MorTable.load(path).checkpoint()
+    return {int(p): o for p, o in checkpoint["offsets"][topic].items()}
+
+
+def streamer_process(args: list[str], env: dict | None = None, **popen) -> subprocess.Popen:
+    """`streamer ...` in its own process, as a user runs it."""
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable, **(env or {})}
+    conf = ["--conf", f"spark.driver.extraJavaOptions={SUBPROCESS_JAVA_OPTIONS}",
+            "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
+            "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1"]
+    command = [sys.executable, "-m", "streamer.cli", *args]
+    if args and args[0] == "run":
+        command += ["--master", "local[2]", *conf]
+    return subprocess.Popen(command, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            **popen)
+
+
+def run_streamer(args: list[str], env: dict | None = None, timeout: float = 300) -> tuple[int, str]:
+    proc = streamer_process(args, env)
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
