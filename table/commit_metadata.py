@@ -174,13 +174,15 @@ class CommitMetadata:
 
     @classmethod
     def for_write(
-        cls, stats: Iterable[WriteStat], extra_metadata: dict[str, str], operation_type: str
+        cls, stats: Iterable[WriteStat], extra_metadata: dict[str, str], operation_type: str,
+        compacted: bool = False,
     ) -> CommitMetadata:
-        """Metadata of a write, its stats grouped by their partition path."""
+        """Metadata of a write, its stats grouped by their partition path; `compacted` marks a
+        compaction's commit, as Hudi's HoodieCommitMetadata(true)."""
         by_partition: dict[str, list[WriteStat]] = {}
         for stat in stats:
             by_partition.setdefault(stat.partition_path or "", []).append(stat)
-        return cls(by_partition, extra_metadata=dict(extra_metadata), operation_type=operation_type)
+        return cls(by_partition, compacted, dict(extra_metadata), operation_type)
 
     def write_stats(self) -> list[WriteStat]:
         return [s for stats in self.partition_to_write_stats.values() for s in stats]

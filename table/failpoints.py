@@ -1,8 +1,11 @@
-"""Named points where a test can stop the process hard, to prove that recovery works.
+"""Named points where a test can stop or hold up the process, to prove recovery and overlap.
 
-Inert unless the environment variable `MOR_STREAMER_FAILPOINT` names a point, as `name` or
-`name:N` (the N-th time the point is reached in this process, counting from 1). Reaching it
-kills the process with SIGKILL: no `finally`, no cleanup, as a power cut or an OOM kill.
+Inert unless an environment variable names a point:
+
+- `MOR_STREAMER_FAILPOINT=name` or `name:N` kills the process with SIGKILL the N-th time (from 1)
+  it reaches the point: no `finally`, no cleanup, as a power cut or an OOM kill.
+- `MOR_STREAMER_PAUSE=name=SECONDS` sleeps there each time, e.g. to keep a compaction pending
+  while micro-batches go on.
 """
 
 from __future__ import annotations
@@ -10,16 +13,23 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections import Counter
 
-ENV_VAR = "MOR_STREAMER_FAILPOINT"
+FAIL_ENV_VAR = "MOR_STREAMER_FAILPOINT"
+PAUSE_ENV_VAR = "MOR_STREAMER_PAUSE"
 
 _reached: Counter[str] = Counter()
 
 
 def reach(name: str) -> None:
-    """Mark that the process reached `name`; kill it if a test asked to crash here."""
-    spec = os.environ.get(ENV_VAR)
+    """Mark that the process reached `name`; act if a test asked for it."""
+    pause = os.environ.get(PAUSE_ENV_VAR)
+    if pause:
+        target, _, seconds = pause.partition("=")
+        if target == name:
+            time.sleep(float(seconds))
+    spec = os.environ.get(FAIL_ENV_VAR)
     if not spec:
         return
     target, _, nth = spec.partition(":")

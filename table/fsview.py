@@ -4,6 +4,11 @@ A file group is one bucket's files in one partition. Its file slices are keyed b
 the base file written at that instant (by the first write or a compaction) plus the log files
 appended to it. Which slice a reader sees follows the timeline: only base files of completed
 instants count, and log blocks are filtered by instant when read (see `table.read`).
+
+A log file joins the slice with the greatest completed base instant at or before its own base
+instant, as hudi-rs does for table version 6. While a compaction at c is pending, writes start
+log files with base instant c before c's base file exists (the "phantom" base file); until the
+compaction completes those logs belong to the previous slice, so its reader sees them.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from dataclasses import dataclass, field
 
 from table.layout import PARTITION_METADATA_FILE, BaseFileName, LogFileName
 from table.storage import Storage
-from table.timeline import Timeline
+from table.timeline import CompletedInstants, Timeline
 
 METADATA_DIR = ".hoodie"
 
@@ -40,7 +45,8 @@ class FileSlice:
     log_files: list[LogFile] = field(default_factory=list)
 
     def sorted_log_files(self) -> list[LogFile]:
-        return sorted(self.log_files, key=lambda f: (f.name.version, f.name.write_token))
+        """In write order, as Hudi's log file comparator: base instant, version, write token."""
+        return sorted(self.log_files, key=lambda f: (f.name.base_instant, f.name.version, f.name.write_token))
 
     @property
     def total_size(self) -> int:
@@ -64,8 +70,16 @@ class FileGroup:
         return max(with_base, key=lambda s: s.base_instant) if with_base else None
 
     def next_log_version(self, base_instant: str) -> int:
-        logs = self.slices.get(base_instant)
-        return 1 + max((f.name.version for f in logs.log_files), default=0) if logs else 1
+        """Versions count per base instant, whichever slice the logs are read with."""
+        versions = (f.name.version for s in self.slices.values() for f in s.log_files
+                    if f.name.base_instant == base_instant)
+        return 1 + max(versions, default=0)
+
+    def add_log_file(self, log: LogFile) -> None:
+        """Attach a log to the newest slice with a base file at or before its base instant; a log
+        older than every base file keeps a slice of its own (no reader reads it)."""
+        bases = [t for t, s in self.slices.items() if s.base_file is not None and t <= log.name.base_instant]
+        self.slice(max(bases, default=log.name.base_instant)).log_files.append(log)
 
 
 class FileSystemView:
@@ -84,7 +98,7 @@ class FileSystemView:
     ) -> "FileSystemView":
         completed = timeline.completed_timestamps()
         if as_of is not None:
-            completed = {t for t in completed if t <= as_of}
+            completed = completed.up_to(as_of)
         paths = partition_paths if partition_paths is not None else list_partitions(storage)
         partitions = {p: _list_file_groups(storage, p, completed) for p in paths}
         return FileSystemView(partitions, as_of)
@@ -118,8 +132,9 @@ def list_partitions(storage: Storage) -> list[str]:
     return sorted(found)
 
 
-def _list_file_groups(storage: Storage, partition_path: str, completed: set[str]) -> dict[str, FileGroup]:
+def _list_file_groups(storage: Storage, partition_path: str, completed: CompletedInstants) -> dict[str, FileGroup]:
     groups: dict[str, FileGroup] = {}
+    logs: list[LogFile] = []
     for entry in storage.list_dir(partition_path):
         if entry.is_dir:
             continue
@@ -130,9 +145,9 @@ def _list_file_groups(storage: Storage, partition_path: str, completed: set[str]
             fg = groups.setdefault(name.file_id, FileGroup(partition_path, name.file_id))
             fg.slice(name.instant).base_file = BaseFile(entry.path, name, entry.size)
         elif ".log." in entry.name:
-            log = LogFileName.parse(entry.name)
-            if log is None:
-                continue
-            fg = groups.setdefault(log.file_id, FileGroup(partition_path, log.file_id))
-            fg.slice(log.base_instant).log_files.append(LogFile(entry.path, log, entry.size))
+            log_name = LogFileName.parse(entry.name)
+            if log_name is not None:
+                logs.append(LogFile(entry.path, log_name, entry.size))
+    for log in logs:  # once every base file is known
+        groups.setdefault(log.name.file_id, FileGroup(partition_path, log.name.file_id)).add_log_file(log)
     return groups

@@ -2,7 +2,8 @@
 
 A second writer is refused while the lease is fresh, with the holder named in the error. A
 crashed writer stops renewing, so its claim expires after `ttl_seconds` and the next writer
-takes the table over (and rolls back what the crashed one left inflight).
+takes the table over (and rolls back what the crashed one left inflight). The same kind of
+lease, at another path, lets one process at a time execute a table-service plan.
 """
 
 from __future__ import annotations
@@ -33,13 +34,15 @@ class LeaseHolder:
     pid: int
     renewed_at: float
     ttl_seconds: float
+    process_start: str | None = None
 
     def expired(self, now: float) -> bool:
         return now > self.renewed_at + self.ttl_seconds
 
     def process_gone(self) -> bool:
-        """True when the holder ran on this host and its process no longer exists: a crashed
-        writer's lease need not be waited out."""
+        """True when the holder ran on this host and its process no longer exists (or its pid
+        now belongs to another process, as after a container restart): a crashed writer's
+        lease need not be waited out."""
         if self.host != socket.gethostname():
             return False
         try:
@@ -48,7 +51,7 @@ class LeaseHolder:
             return True
         except PermissionError:
             return False
-        return False
+        return self.process_start is not None and process_start_time(self.pid) != self.process_start
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -58,11 +61,22 @@ class LeaseHolder:
         return LeaseHolder(**json.loads(data))
 
 
+def process_start_time(pid: int) -> str | None:
+    """When the process started, in clock ticks since boot (Linux), to tell a reused pid apart."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
 class WriterLease:
     """Holds the table's writer lease until released; renews it from a daemon thread."""
 
-    def __init__(self, storage: Storage, description: str, ttl_seconds: float = DEFAULT_TTL_SECONDS):
+    def __init__(self, storage: Storage, description: str, ttl_seconds: float = DEFAULT_TTL_SECONDS,
+                 path: str = LEASE_PATH):
         self._storage = storage
+        self._path = path
         self._ttl = ttl_seconds
         self._owner_id = uuid.uuid4().hex
         self._description = description
@@ -77,11 +91,12 @@ class WriterLease:
             pid=os.getpid(),
             renewed_at=time.time(),
             ttl_seconds=self._ttl,
+            process_start=process_start_time(os.getpid()),
         )
 
     def current_holder(self) -> LeaseHolder | None:
         try:
-            return LeaseHolder.from_bytes(self._storage.read_bytes(LEASE_PATH))
+            return LeaseHolder.from_bytes(self._storage.read_bytes(self._path))
         except FileNotFoundError:
             return None
         except (ValueError, TypeError):
@@ -89,7 +104,7 @@ class WriterLease:
 
     def acquire(self) -> "WriterLease":
         try:
-            self._storage.create(LEASE_PATH, self._holder().to_bytes())
+            self._storage.create(self._path, self._holder().to_bytes())
         except FileExistsError:
             holder = self.current_holder()
             if (holder is not None and holder.owner_id != self._owner_id and not holder.expired(time.time())
@@ -99,7 +114,7 @@ class WriterLease:
                     f"{holder.description} (host {holder.host}, pid {holder.pid}); its lease "
                     f"expires {holder.ttl_seconds:.0f}s after its last heartbeat"
                 ) from None
-            self._storage.write_bytes(LEASE_PATH, self._holder().to_bytes())
+            self._storage.write_bytes(self._path, self._holder().to_bytes())
             if (self.current_holder() or holder).owner_id != self._owner_id:
                 raise WriterConflictError(f"lost the race for the writer lease of {self._storage.base_uri}")
         self._thread = threading.Thread(target=self._heartbeat, name="writer-lease", daemon=True)
@@ -111,7 +126,7 @@ class WriterLease:
             holder = self.current_holder()
             if holder is not None and holder.owner_id != self._owner_id:
                 return  # taken over after we stalled past the TTL; the next check_held fails
-            self._storage.write_bytes(LEASE_PATH, self._holder().to_bytes())
+            self._storage.write_bytes(self._path, self._holder().to_bytes())
 
     def check_held(self) -> None:
         """Raise unless this writer still holds the lease (called before each commit)."""
@@ -125,7 +140,7 @@ class WriterLease:
             self._thread.join(timeout=5)
         holder = self.current_holder()
         if holder is not None and holder.owner_id == self._owner_id:
-            self._storage.delete(LEASE_PATH)
+            self._storage.delete(self._path)
 
     def __enter__(self) -> "WriterLease":
         return self.acquire()

@@ -25,9 +25,10 @@ from table.markers import delete_markers
 from table.properties import TableConfig
 from table.read import SliceReadSpec, read_base_file, read_file_slice, table_schema_with_meta
 from table.schema import COMMIT_TIME, PARTITION_PATH, RECORD_KEY, arrow_schema_from_avro, avro_schema_json
+from table.services.compaction import pending_compaction_file_groups
 from table.services.rollback import rollback_pending_writes
 from table.storage import Storage
-from table.timeline import Instant, Timeline
+from table.timeline import CompletedInstants, Instant, Timeline
 from table.write import (
     FILE_ID,
     BatchSpec,
@@ -169,13 +170,11 @@ class MorTable:
         timeline = self.timeline()
         visible = timeline.completed_timestamps()
         if as_of is not None:
-            if as_of not in visible and not any(t <= as_of for t in visible):
-                return [], self._read_spec(frozenset(), timeline, columns)
-            visible = {t for t in visible if t <= as_of}
+            visible = visible.up_to(as_of)
         view = self.file_system_view(as_of=as_of, timeline=timeline)
-        return view.latest_slices(), self._read_spec(frozenset(visible), timeline, columns)
+        return view.latest_slices(), self._read_spec(visible, timeline, columns)
 
-    def _read_spec(self, visible: frozenset[str], timeline: Timeline, columns: list[str] | None) -> SliceReadSpec:
+    def _read_spec(self, visible: CompletedInstants, timeline: Timeline, columns: list[str] | None) -> SliceReadSpec:
         schema = table_schema_with_meta(self.schema(timeline))
         if columns:
             missing = [c for c in columns if c not in schema.names]
@@ -260,10 +259,15 @@ class TableWriter:
             raise InvalidBatchError(f"the batch has column(s) {extra} that the table does not have")
         return current
 
-    def begin(self) -> tuple[str, Timeline]:
-        """Start a deltacommit: a new instant, requested then inflight."""
+    def check_held(self) -> None:
+        """Raise unless this writer is open and still holds the lease: what only the writer may
+        do (commit, schedule a plan) starts with this."""
         self._require_open()
         self._lease.check_held()
+
+    def begin(self) -> tuple[str, Timeline]:
+        """Start a deltacommit: a new instant, requested then inflight."""
+        self.check_held()
         timeline = Timeline.load(self.table.storage)
         instant = Instant(timeline.new_instant_time(), "deltacommit", "requested")
         timeline.create_requested(instant)
@@ -282,13 +286,19 @@ class TableWriter:
         )
 
     def targets(self, instant: str, timeline: Timeline, partition_paths: list[str]) -> tuple[dict[str, ring.Router], dict[str, FileGroupTarget]]:
-        """Each partition's ring and each bucket's file group target for this commit."""
+        """Each partition's ring and each bucket's file group target for this commit.
+
+        A group in a pending compaction plan gets its logs in a new slice at the compaction's
+        instant, whose base file (not there yet) is the compaction's output.
+        """
         storage = self.table.storage
         routers: dict[str, ring.Router] = {}
         targets: dict[str, FileGroupTarget] = {}
         view = self.table.file_system_view(timeline=timeline, partition_paths=partition_paths)
+        compacting = pending_compaction_file_groups(timeline)
         for partition in partition_paths:
-            metadata = ring.load_latest(storage, partition, timeline.completed_timestamps())
+            # as Hudi's loadMetadata: only an instant on the active timeline commits hashing metadata
+            metadata = ring.load_latest(storage, partition, timeline.completed_timestamps().active)
             if metadata is None:
                 write_partition_metadata(storage, partition, instant)
                 metadata = ring.create_initial(storage, partition, self.options.initial_buckets)
@@ -298,12 +308,17 @@ class TableWriter:
                 file_id = ring.file_id_for(node)
                 group = groups.get(file_id)
                 latest = group.latest_slice() if group else None
-                base = latest.base_instant if latest else None
+                if (partition, file_id) in compacting:
+                    base, base_file_name = compacting[(partition, file_id)], ""
+                elif latest:
+                    base, base_file_name = latest.base_instant, latest.base_file.name.format()
+                else:
+                    base, base_file_name = None, None
                 targets[file_id] = FileGroupTarget(
                     partition_path=partition,
                     file_id=file_id,
                     base_instant=base,
-                    base_file_name=latest.base_file.name.format() if latest else None,
+                    base_file_name=base_file_name,
                     log_version=group.next_log_version(base) if (group and base) else 1,
                 )
         return routers, targets

@@ -17,13 +17,14 @@ from table.logfile import CommandBlock, DataBlock, DeleteBlock, read_log_file
 from table.merge import DELETE_COMMIT_TIME, DELETE_KEY, DELETE_ORDERING, merge_latest
 from table.schema import META_FIELDS
 from table.storage import Storage
+from table.timeline import CompletedInstants
 
 
 @dataclass(frozen=True)
 class SliceReadSpec:
     """What reading a slice needs besides its files (picklable, for Spark executors)."""
 
-    visible_instants: frozenset[str]
+    visible_instants: CompletedInstants
     ordering_field: str
     schema: pa.Schema  # meta fields + table columns
     columns: tuple[str, ...] | None = None

@@ -13,6 +13,10 @@ timestamp and action, a compaction counting as a commit). Completing is one atom
 the completed file, so a reader sees an instant either pending or completed, never half done;
 readers use only completed instants. Instant times are UTC `yyyyMMddHHmmssSSS`, strictly
 increasing.
+
+Archival (`table.services.archive`) moves the oldest completed instants off this timeline, so
+an instant older than the first completed write still here, and not pending here, counts as
+completed (Hudi's `containsOrBeforeTimelineStarts`): see `CompletedInstants`.
 """
 
 from __future__ import annotations
@@ -141,6 +145,39 @@ class InstantTimeGenerator:
 _PROCESS_GENERATOR = InstantTimeGenerator()
 
 
+@dataclass(frozen=True)
+class CompletedInstants:
+    """The instant times a reader takes as completed, answered with `in`.
+
+    Those completed on the active timeline, and any older than its first completed write that
+    is not pending there: archival moved those off the timeline once they completed. Not
+    iterable on purpose: the archived ones are not listed here. Picklable, for Spark tasks.
+    """
+
+    active: frozenset[str]
+    pending: frozenset[str]
+    timeline_start: str | None  # the first completed write on the active timeline
+    up_to_time: str | None = None  # time travel: nothing after this counts
+
+    def __contains__(self, timestamp: object) -> bool:
+        if not isinstance(timestamp, str) or (self.up_to_time is not None and timestamp > self.up_to_time):
+            return False
+        if timestamp in self.active:
+            return True
+        return self.timeline_start is not None and timestamp < self.timeline_start and timestamp not in self.pending
+
+    def up_to(self, timestamp: str) -> CompletedInstants:
+        """Those at or before `timestamp`."""
+        bound = timestamp if self.up_to_time is None else min(timestamp, self.up_to_time)
+        return replace(self, up_to_time=bound)
+
+
+def instant_files(storage: Storage) -> list[Instant]:
+    """Every file of the active timeline, as the instant state it stands for."""
+    found = (Instant.from_file_name(e.name) for e in storage.list_dir(METADATA_DIR) if not e.is_dir)
+    return [i for i in found if i is not None]
+
+
 class Timeline:
     """The active timeline of one table as last loaded, plus the transitions made through it.
 
@@ -165,8 +202,7 @@ class Timeline:
     @classmethod
     def load(cls, storage: Storage, generator: InstantTimeGenerator | None = None) -> Timeline:
         """List `.hoodie/`; files that are not timeline instants are ignored."""
-        found = (Instant.from_file_name(e.name) for e in storage.list_dir(METADATA_DIR) if not e.is_dir)
-        return cls(storage, (i for i in found if i is not None), generator)
+        return cls(storage, instant_files(storage), generator)
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -195,8 +231,15 @@ class Timeline:
         writes = self.completed_writes()
         return writes[-1] if writes else None
 
-    def completed_timestamps(self) -> frozenset[str]:
-        return frozenset(i.timestamp for i in self.completed())
+    def completed_timestamps(self) -> CompletedInstants:
+        """Which instant times are completed, archived ones included: what readers filter base
+        files and log blocks by."""
+        writes = self.completed_writes()
+        return CompletedInstants(
+            active=frozenset(i.timestamp for i in self.completed()),
+            pending=frozenset(i.timestamp for i in self.pending()),
+            timeline_start=writes[0].timestamp if writes else None,
+        )
 
     def in_range(self, start: str | None, end: str | None, *actions: str) -> list[Instant]:
         """Completed instants with start < time <= end (None leaves that side open)."""
@@ -207,7 +250,7 @@ class Timeline:
         ]
 
     def is_completed(self, timestamp: str) -> bool:
-        return any(i.timestamp == timestamp and i.state is State.COMPLETED for i in self._latest.values())
+        return timestamp in self.completed_timestamps()
 
     def contains(self, instant: Instant) -> bool:
         """Whether this exact instant (time, action, state) is the instant's latest state."""

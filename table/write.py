@@ -59,7 +59,7 @@ class FileGroupTarget:
     partition_path: str
     file_id: str
     base_instant: str | None  # None: the group is new and gets a base file
-    base_file_name: str | None
+    base_file_name: str | None  # '': the slice's base file is a pending compaction's output
     log_version: int
 
 

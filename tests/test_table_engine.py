@@ -88,11 +88,13 @@ def by_key(table: pa.Table) -> dict:
     return {r["order_id"]: r for r in table.to_pylist()}
 
 
-def hudi_rs_read(path: Path, read_optimized: bool = False) -> pa.Table:
+def hudi_rs_read(path: Path, read_optimized: bool = False, as_of: str | None = None) -> pa.Table:
     table = hudi.HudiTableBuilder.from_base_uri(str(path)).build()
     options = hudi.HudiReadOptions()
     if read_optimized:
         options = options.with_hudi_option("hoodie.read.use.read_optimized.mode", "true")
+    if as_of:
+        options = options.with_as_of_timestamp(as_of)
     batches = table.read(options)
     return pa.Table.from_batches(batches) if batches else pa.table({})
 
@@ -218,6 +220,26 @@ def test_lease_of_a_writer_process_that_died_on_this_host_is_taken_over_at_once(
     with table.writer(write_options(), description="restarted job") as writer:
         writer.upsert(pa.Table.from_pylist([row("z", 5, False, random.Random(0))], schema=SCHEMA))
     assert sorted(by_key(table.snapshot())) == ["z"]
+
+
+def test_lease_whose_pid_now_belongs_to_another_process_is_taken_over_at_once(tmp_path):
+    import dataclasses
+    import socket
+    import time
+
+    from table.lease import LEASE_PATH, LeaseHolder
+
+    table = make_table(tmp_path / "orders")
+    # as after a container restart: same host name, the pid reused by a process started later
+    stale = LeaseHolder("old-owner", "job before the restart", socket.gethostname(), os.getpid(),
+                        time.time(), 3600, process_start="1")
+    table.storage.write_bytes(LEASE_PATH, stale.to_bytes())
+    with table.writer(write_options(), description="restarted job") as writer:
+        writer.upsert(pa.Table.from_pylist([row("z", 5, False, random.Random(0))], schema=SCHEMA))
+    live = dataclasses.replace(stale, process_start=None)  # unknown start time: the pid is trusted
+    table.storage.write_bytes(LEASE_PATH, live.to_bytes())
+    with pytest.raises(WriterConflictError, match="job before the restart"):
+        table.writer(write_options(), description="second job").open()
 
 CRASHING_WRITER = textwrap.dedent(
     """

@@ -102,9 +102,10 @@ def test_sample_timelines_load_as_completed_deltacommits(table):
     assert timeline.completed_writes() == expected
     assert timeline.pending() == []
     assert timeline.last_completed_write() == expected[-1]
-    assert timeline.completed_timestamps() == frozenset(SAMPLE_TIMELINES[table])
+    assert timeline.completed_timestamps().active == frozenset(SAMPLE_TIMELINES[table])
     assert timeline.is_completed(SAMPLE_TIMELINES[table][0])
-    assert not timeline.is_completed("20250101000000000")
+    assert timeline.is_completed("20250101000000000")  # before the timeline starts: archived
+    assert not timeline.is_completed("20990101000000000")
     assert timeline.in_range(SAMPLE_TIMELINES[table][0], None) == expected[1:]
     assert timeline.in_range(None, SAMPLE_TIMELINES[table][0]) == expected[:1]
     assert CommitMetadata.from_json(timeline.read_content(expected[-1])).schema is not None
@@ -135,7 +136,8 @@ def test_readers_see_only_completed_instants(timeline):
     timeline.create_requested(Instant("20250618054712000", "deltacommit", "requested"))
     timeline.transition_to_inflight(Instant("20250618054712000", "deltacommit", "requested"))
     reader = Timeline.load(timeline.storage)
-    assert reader.completed_timestamps() == {"20250618054711154"}
+    assert reader.completed_timestamps().active == {"20250618054711154"}
+    assert "20250618054712000" not in reader.completed_timestamps()
     assert reader.last_completed_write().timestamp == "20250618054711154"
     assert reader.pending("deltacommit") == [Instant("20250618054712000", "deltacommit", "inflight")]
     assert reader.in_range(None, None) == [Instant("20250618054711154", "deltacommit", "completed")]

@@ -5,6 +5,9 @@ Readers already ignore them (their instant is not completed); the next writer re
 before its first commit: the files the instant's markers name are deleted and a rollback
 instant is recorded (plan, then metadata, in Hudi's Avro). A rollback itself interrupted is
 finished from its plan on the next start.
+
+Only deltacommits are rolled back. A requested or inflight compaction is a plan to finish, not
+a failed write: its executor runs it again (see `table.services.compaction`).
 """
 
 from __future__ import annotations

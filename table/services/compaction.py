@@ -1,0 +1,370 @@
+"""Compaction: folding the log files of merge-on-read file slices into new base files.
+
+Two steps, as Hudi's async compaction (implementation notes, "Async Compaction Design"):
+
+- Schedule, on the writer (it holds the lease, so no deltacommit is in flight): a strategy picks
+  latest file slices that have log files, and `<c>.compaction.requested` records them as a
+  HoodieCompactionPlan. From then on a write to a planned file group starts a slice at base
+  instant c (`TableWriter.targets`); until c's base file exists, readers merge those logs with
+  the previous slice, so nothing written meanwhile is hidden.
+- Execute, in any process and without the writer lease (one executor per plan, by a lease file
+  in `.hoodie/.aux/`): each planned slice, base file plus the blocks of completed instants, is
+  merged into `<fileId>_<token>_<c>.parquet` keeping every record's meta columns, then
+  `<c>.commit` completes. A crashed execution is retried from the plan: the files its markers
+  name go first, so a file group never holds two base files at c (hudi-rs rejects that).
+
+A pending compaction is never rolled back: the writer's restart leaves it for an executor.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from table import failpoints
+from table.commit_metadata import SCHEMA_KEY, CommitMetadata, RuntimeStats, WriteStat
+from table.fsview import BaseFile, FileSlice, LogFile
+from table.layout import METADATA_DIR, BaseFileName, LogFileName, partition_file_path, write_token
+from table.lease import WriterConflictError, WriterLease
+from table.markers import create_marker, delete_markers, marked_files
+from table.read import SliceReadSpec, read_file_slice, table_schema_with_meta
+from table.schema import COMMIT_TIME, FILE_NAME, RECORD_KEY, avro_schema_json
+from table.storage import Storage
+from table.timeline import Instant, Timeline
+from table.timeline_plans import deserialize_plan, serialize_plan
+
+if TYPE_CHECKING:
+    from table.mor_table import MorTable, TableWriter
+
+MIB = 1024 * 1024
+PLAN_SCHEMA = "HoodieCompactionPlan"
+PLAN_VERSION = 2  # CompactionUtils.LATEST_COMPACTION_METADATA_VERSION
+COMPACTION = "compaction"
+STRATEGY_KINDS = ("log_file_count", "log_file_size", "bounded_io", "recent_partitions")
+#: hoodie.compaction.daybased.target.partitions
+DEFAULT_RECENT_PARTITIONS = 10
+
+
+class CompactionConflictError(RuntimeError):
+    """Another live executor is running the same compaction plan."""
+
+
+@dataclass(frozen=True)
+class CompactionStrategy:
+    """Which latest file slices (with log files) a plan takes; Hudi's strategies of the same idea:
+
+    - log_file_count (LogFileNumBased): slices with at least `min_log_files` log files, most first;
+    - log_file_size (LogFileSizeBased): at least `min_log_bytes` of log files, largest first;
+    - bounded_io (BoundedIO): largest log bytes first;
+    - recent_partitions (DayBased): every slice of the `recent_partitions` greatest partition
+      paths (names compared without `key=`), 10 when unset.
+
+    The first three stop adding slices once their base + log bytes reach `max_io_bytes`.
+    """
+
+    kind: str = "log_file_count"
+    min_log_files: int = 1
+    min_log_bytes: int = 0
+    max_io_bytes: int = 500 * MIB
+    recent_partitions: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in STRATEGY_KINDS:
+            raise ValueError(f"unknown compaction strategy {self.kind!r}; expected one of {STRATEGY_KINDS}")
+        if self.min_log_files < 1 or self.min_log_bytes < 0 or self.max_io_bytes < 1:
+            raise ValueError("min_log_files must be >= 1, min_log_bytes >= 0 and max_io_bytes >= 1")
+        if self.recent_partitions is not None and self.recent_partitions < 1:
+            raise ValueError("recent_partitions must be >= 1")
+
+    def select(self, slices: list[FileSlice], partition_paths: list[str]) -> list[FileSlice]:
+        """The slices to compact, in plan order (ties by partition path and file id)."""
+        slices = sorted(slices, key=lambda s: (s.partition_path, s.file_id))
+        if self.kind == "recent_partitions":
+            recent = sorted(partition_paths, key=_partition_values, reverse=True)
+            chosen = set(recent[: self.recent_partitions or DEFAULT_RECENT_PARTITIONS])
+            return [s for s in slices if s.partition_path in chosen]
+        if self.kind == "log_file_count":
+            ranked = sorted((s for s in slices if len(s.log_files) >= self.min_log_files),
+                            key=lambda s: -len(s.log_files))
+        elif self.kind == "log_file_size":
+            ranked = sorted((s for s in slices if _log_bytes(s) >= self.min_log_bytes), key=lambda s: -_log_bytes(s))
+        else:
+            ranked = sorted(slices, key=lambda s: -_log_bytes(s))
+        return self._within_io(ranked)
+
+    def _within_io(self, ranked: list[FileSlice]) -> list[FileSlice]:
+        chosen, io_bytes = [], 0
+        for s in ranked:
+            if io_bytes >= self.max_io_bytes:
+                break
+            chosen.append(s)
+            io_bytes += s.total_size
+        return chosen
+
+
+@dataclass(frozen=True)
+class CompactionOperation:
+    """One planned file slice (HoodieCompactionOperation); files by name, as Hudi stores them."""
+
+    partition_path: str
+    file_id: str
+    base_instant: str
+    base_file: str | None
+    log_files: tuple[str, ...]
+
+    @classmethod
+    def of_slice(cls, file_slice: FileSlice) -> CompactionOperation:
+        return cls(
+            partition_path=file_slice.partition_path,
+            file_id=file_slice.file_id,
+            base_instant=file_slice.base_instant,
+            base_file=file_slice.base_file.name.format() if file_slice.base_file else None,
+            log_files=tuple(f.name.format() for f in file_slice.sorted_log_files()),
+        )
+
+    def file_slice(self, storage: Storage) -> FileSlice:
+        """The slice as planned: exactly these files, whatever was written to the group since."""
+        def path(name: str) -> str:
+            return partition_file_path(self.partition_path, name)
+
+        base = None
+        if self.base_file:
+            base = BaseFile(path(self.base_file), BaseFileName.parse(self.base_file), storage.size(path(self.base_file)))
+        logs = [LogFile(path(n), LogFileName.parse(n), storage.size(path(n))) for n in self.log_files]
+        return FileSlice(self.partition_path, self.file_id, self.base_instant, base, logs)
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    instant: str
+    write_stats: list[WriteStat]
+
+    def __str__(self) -> str:
+        records = sum(s.num_writes for s in self.write_stats)
+        return f"compacted {len(self.write_stats)} file group(s) at {self.instant} into base files of {records} record(s)"
+
+
+# -- plans on the timeline -----------------------------------------------------------------------
+
+
+def pending_compactions(table: MorTable) -> list[str]:
+    """Instants of the requested or inflight compactions, oldest first: what executors run."""
+    return [i.timestamp for i in table.timeline().pending(COMPACTION)]
+
+
+def read_compaction_plan(timeline: Timeline, instant: str) -> tuple[list[CompactionOperation], dict[str, str]]:
+    """The operations and extraMetadata of the plan requested at `instant`."""
+    plan = deserialize_plan(PLAN_SCHEMA, timeline.read_content(Instant(instant, COMPACTION, "requested")))
+    operations = [
+        CompactionOperation(
+            partition_path=op["partitionPath"] or "",
+            file_id=op["fileId"],
+            base_instant=op["baseInstantTime"],
+            base_file=op["dataFilePath"],
+            log_files=tuple(op["deltaFilePaths"] or ()),
+        )
+        for op in plan["operations"] or ()
+    ]
+    return operations, dict(plan["extraMetadata"] or {})
+
+
+def pending_compaction_file_groups(timeline: Timeline) -> dict[tuple[str, str], str]:
+    """(partition path, file id) -> instant of the pending compaction that plans the group.
+
+    A write to such a group starts the slice at that instant, not the latest completed one.
+    """
+    return {
+        (op.partition_path, op.file_id): pending.timestamp
+        for pending in timeline.pending(COMPACTION)
+        for op in read_compaction_plan(timeline, pending.timestamp)[0]
+    }
+
+
+# -- schedule ------------------------------------------------------------------------------------
+
+
+def schedule_compaction(writer: TableWriter, strategy: CompactionStrategy) -> str | None:
+    """Write a compaction plan of the slices `strategy` picks; its instant, or None (and nothing
+    written) when no slice qualifies. File groups already in a pending plan are left out."""
+    writer.check_held()
+    table = writer.table
+    timeline = table.timeline()
+    if timeline.pending("deltacommit"):
+        # Its log blocks would be in the plan yet not in the compacted base file.
+        raise ValueError("cannot schedule a compaction while a deltacommit is pending")
+    planned = pending_compaction_file_groups(timeline)
+    view = table.file_system_view(timeline=timeline)
+    candidates = [s for s in view.latest_slices() if s.log_files and (s.partition_path, s.file_id) not in planned]
+    chosen = strategy.select(candidates, view.partition_paths())
+    if not chosen:
+        return None
+    instant = timeline.new_instant_time()
+    plan = {
+        "operations": [_plan_operation(s) for s in chosen],
+        "extraMetadata": None,
+        "version": PLAN_VERSION,
+    }
+    timeline.create_requested(Instant(instant, COMPACTION, "requested"), serialize_plan(PLAN_SCHEMA, plan))
+    return instant
+
+
+def _plan_operation(file_slice: FileSlice) -> dict:
+    op = CompactionOperation.of_slice(file_slice)
+    return {
+        "baseInstantTime": op.base_instant,
+        "deltaFilePaths": list(op.log_files),
+        "dataFilePath": op.base_file,
+        "fileId": op.file_id,
+        "partitionPath": op.partition_path,
+        "metrics": _slice_metrics(file_slice),
+        "bootstrapFilePath": None,
+    }
+
+
+def _slice_metrics(file_slice: FileSlice) -> dict[str, float]:
+    """CompactionStrategy.captureMetrics: sizes in whole MiB, log size in bytes."""
+    base_bytes = file_slice.base_file.size if file_slice.base_file else 0
+    log_bytes = _log_bytes(file_slice)
+    read_mb = (base_bytes + log_bytes) // MIB
+    write_mb = base_bytes // MIB
+    return {
+        "TOTAL_IO_READ_MB": float(read_mb),
+        "TOTAL_IO_WRITE_MB": float(write_mb),
+        "TOTAL_IO_MB": float(read_mb + write_mb),
+        "TOTAL_LOG_FILES_SIZE": float(log_bytes),
+        "TOTAL_LOG_FILES": float(len(file_slice.log_files)),
+    }
+
+
+def _log_bytes(file_slice: FileSlice) -> int:
+    return sum(f.size for f in file_slice.log_files)
+
+
+def _partition_values(partition_path: str) -> str:
+    """`year=2024/month=05` -> `2024/05`, as DayBasedCompactionStrategy compares partitions."""
+    return "/".join(part.split("=", 1)[-1] for part in partition_path.split("/"))
+
+
+# -- execute -------------------------------------------------------------------------------------
+
+
+def executor_lease_path(instant: str) -> str:
+    return f"{METADATA_DIR}/.aux/{instant}.compaction.lease"
+
+
+def execute_compaction(table: MorTable, instant: str) -> CompactionResult:
+    """Run the pending compaction at `instant` to completion.
+
+    Raises CompactionConflictError when another live executor runs it, ValueError when no
+    compaction is pending at `instant`.
+    """
+    lease = WriterLease(table.storage, f"compaction executor of {instant}", path=executor_lease_path(instant))
+    try:
+        lease.acquire()
+    except WriterConflictError:
+        holder = lease.current_holder()
+        by = f"{holder.description} (host {holder.host}, pid {holder.pid})" if holder else "another executor"
+        raise CompactionConflictError(f"compaction {instant} of {table.base_uri} is being executed by {by}") from None
+    try:
+        return _execute(table, instant, lease)
+    finally:
+        lease.release()
+
+
+def _execute(table: MorTable, instant: str, lease: WriterLease) -> CompactionResult:
+    timeline = table.timeline()
+    requested = Instant(instant, COMPACTION, "requested")
+    if timeline.contains(requested):
+        timeline.transition_to_inflight(requested)
+    elif timeline.contains(requested.inflight()):
+        _remove_previous_attempt(table.storage, instant)
+    else:
+        raise ValueError(f"no pending compaction at {instant} in {table.base_uri}")
+    operations, plan_metadata = read_compaction_plan(timeline, instant)
+    schema = table.schema(timeline)
+    spec = SliceReadSpec(
+        visible_instants=timeline.completed_timestamps().up_to(instant),  # the compaction itself is pending
+        ordering_field=table.config.precombine_field,
+        schema=table_schema_with_meta(schema),
+    )
+    stats = [_compact(table.storage, op, instant, task_id, spec) for task_id, op in enumerate(operations)]
+    extra = {SCHEMA_KEY: avro_schema_json(schema, table.name, with_meta_fields=False), **plan_metadata}
+    metadata = CommitMetadata.for_write(stats, extra, operation_type="COMPACT", compacted=True)
+    failpoints.reach("compaction.files_written")
+    lease.check_held()
+    timeline.complete(requested.inflight(), metadata.to_json().encode())
+    failpoints.reach("compaction.completed")
+    delete_markers(table.storage, instant)
+    return CompactionResult(instant, stats)
+
+
+def _remove_previous_attempt(storage: Storage, instant: str) -> None:
+    """Delete what a crashed execution wrote (complete or not), before writing it again."""
+    for path in marked_files(storage, instant):
+        storage.delete(path)
+    delete_markers(storage, instant)
+
+
+def _compact(storage: Storage, op: CompactionOperation, instant: str, task_id: int, spec: SliceReadSpec) -> WriteStat:
+    """Merge one planned slice into its base file at `instant`; the file appears whole or not at all."""
+    started = time.monotonic()
+    file_slice = op.file_slice(storage)
+    merged = read_file_slice(storage, file_slice, spec).sort_by(RECORD_KEY)
+    scanned = time.monotonic()
+    name = BaseFileName(op.file_id, write_token(task_id, 0, 0), instant).format()
+    path = partition_file_path(op.partition_path, name)
+    rows = merged.set_column(
+        merged.schema.get_field_index(FILE_NAME), FILE_NAME, pa.repeat(pa.scalar(name, pa.string()), merged.num_rows)
+    )
+    create_marker(storage, instant, op.partition_path, name, "CREATE")
+    buffer = io.BytesIO()
+    pq.write_table(rows, buffer, compression="snappy")
+    storage.create(path, buffer.getvalue())
+    runtime = RuntimeStats(
+        total_scan_time=int((scanned - started) * 1000), total_upsert_time=int((time.monotonic() - scanned) * 1000)
+    )
+    return _write_stat(storage, op, file_slice, rows, path, len(buffer.getvalue()), runtime)
+
+
+def _write_stat(storage: Storage, op: CompactionOperation, file_slice: FileSlice, rows: pa.Table, path: str,
+                size: int, runtime: RuntimeStats) -> WriteStat:
+    """Records from the logs are those committed after the slice's base instant; an update
+    replaces a key of the old base file, an insert does not, a delete removed one."""
+    base_keys = _base_record_keys(storage, file_slice)
+    in_base = pc.is_in(rows[RECORD_KEY], value_set=base_keys)
+    from_logs = pc.greater(rows[COMMIT_TIME], op.base_instant)
+    updated = _count(pc.and_(from_logs, in_base))
+    inserted = _count(pc.and_(from_logs, pc.invert(in_base)))
+    return WriteStat(
+        file_id=op.file_id,
+        path=path,
+        prev_commit=op.base_instant,
+        num_writes=rows.num_rows,
+        num_deletes=len(base_keys) - _count(in_base),
+        num_update_writes=updated,
+        num_inserts=inserted,
+        total_write_bytes=size,
+        partition_path=op.partition_path,
+        total_log_files_compacted=len(file_slice.log_files),
+        total_log_size_compacted=_log_bytes(file_slice),
+        total_updated_records_compacted=updated + inserted,
+        file_size_in_bytes=size,
+        runtime_stats=runtime,
+    )
+
+
+def _base_record_keys(storage: Storage, file_slice: FileSlice) -> pa.Array:
+    if file_slice.base_file is None:
+        return pa.array([], pa.string())
+    keys = pq.read_table(storage.open_input(file_slice.base_file.path), columns=[RECORD_KEY])[RECORD_KEY]
+    return keys.combine_chunks()
+
+
+def _count(mask: pa.ChunkedArray | pa.Array) -> int:
+    return pc.sum(mask).as_py() or 0
