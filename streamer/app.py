@@ -20,7 +20,9 @@ from pyspark.sql import SparkSession
 
 from streamer.config import JobConfig
 from streamer.job import TableJob
+from streamer.services import BackgroundExecutor
 from streamer.sink import StopRequested
+from streamer.status import record_error
 from streamer.source import register_kafka_source
 
 log = logging.getLogger(__name__)
@@ -76,12 +78,21 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None)
 def run(configs: list[JobConfig], spark: SparkSession, once: bool = False) -> RunResult:
     """Run the table jobs until stopped (or, with `once`, until their topics are drained)."""
     register_kafka_source(spark)
+    executor = BackgroundExecutor()
     jobs: list[TableJob] = []
     try:
         for config in configs:
-            jobs.append(TableJob.prepare(config, spark))
-        return _Runner(spark, jobs, once).run()
+            jobs.append(TableJob.prepare(config, spark, executor))
+        result = _Runner(spark, jobs, once).run()
+        if once:
+            for job in jobs:
+                job.services.finish()
+        elif not executor.wait_idle(STOP_GRACE_SECONDS):
+            log.warning("a background table service is still running; it is abandoned and its plan "
+                        "is executed again at the next start")
+        return result
     finally:
+        executor.shutdown()
         for job in jobs:
             job.close()
 
@@ -144,13 +155,16 @@ class _Runner:
 
     def _outcome(self, job: TableJob) -> TableOutcome:
         reports = [r for r in job.sink.reports if not r.replayed]
+        error = self._failure(job)
+        if error:
+            record_error(job.config.table.path, error)
         return TableOutcome(
             name=job.name,
             batches=len(reports),
             records=sum(r.records for r in reports),
             bad=sum(r.bad for r in reports),
             last_instant=reports[-1].instant if reports else None,
-            error=self._failure(job),
+            error=error,
         )
 
     def _install_signal_handlers(self):

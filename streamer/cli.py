@@ -14,9 +14,24 @@ def main(argv: list[str] | None = None) -> int:
         description="Run one streaming query per table config until stopped (SIGTERM/SIGINT stop it "
                     "cleanly), or with --once until what the topics hold now is in the tables."))
     commands.add_parser("demo", help="embedded broker, sample order changes, a streaming upsert and a report")
+    add_maintenance_commands(commands)
+    add_table_commands(commands)
+    status = commands.add_parser("status", help="each configured table: last commit, lag, pending services, last error")
+    status.add_argument("config", metavar="CONFIG_OR_DIR")
+    status.add_argument("--json", action="store_true", help="one JSON document: a list of table statuses")
     args = parser.parse_args(argv)
+    if args.command == "status":
+        return status_command(args)
+    if args.command in ("table", "query"):
+        from streamer.describe import run as describe
+
+        return describe(args)
     if args.command == "run":
         return run_command(args)
+    if args.command in ("compact", "clean", "archive"):
+        from streamer.maintenance import run_offline
+
+        return run_offline(args)
     if args.command == "demo":
         from streamer.demo import main as demo
 
@@ -30,6 +45,56 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="process what is available now, run due services, and exit")
     parser.add_argument("--master", help="Spark master when not launched by spark-submit (default local[*])")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting; repeatable")
+
+
+def add_maintenance_commands(commands) -> None:
+    compact = commands.add_parser(
+        "compact", help="execute pending compaction plans of a table; --schedule plans one first",
+        description="Execute the table's pending compaction plans as a separate job. With --schedule, "
+                    "first plan a new compaction (this needs the table's writer lease: not while a "
+                    "streaming job writes the table; that job schedules its own).")
+    compact.add_argument("table_path", metavar="TABLE_PATH")
+    compact.add_argument("--schedule", action="store_true", help="plan a new compaction before executing")
+    compact.add_argument("--strategy", default="log_file_count",
+                         choices=["log_file_count", "log_file_size", "bounded_io", "recent_partitions"])
+    compact.add_argument("--min-log-files", type=int, default=1)
+    compact.add_argument("--max-io-mb", type=int, default=500)
+    clean = commands.add_parser("clean", help="remove file slices the retained commits no longer need",
+                                description="Finish pending cleans, then plan and execute a new one. Needs "
+                                            "the table's writer lease.")
+    clean.add_argument("table_path", metavar="TABLE_PATH")
+    clean.add_argument("--policy", default="keep_latest_commits",
+                       choices=["keep_latest_commits", "keep_latest_file_versions"])
+    clean.add_argument("--retained", type=int, default=10)
+    archive = commands.add_parser("archive", help="move old instants to the archived timeline",
+                                  description="Archive the oldest completed instants. Needs the table's "
+                                              "writer lease.")
+    archive.add_argument("table_path", metavar="TABLE_PATH")
+    archive.add_argument("--min-instants", type=int, default=20)
+    archive.add_argument("--max-instants", type=int, default=30)
+
+
+def add_table_commands(commands) -> None:
+    table = commands.add_parser("table", help="what a table looks like: info, timeline, files, buckets, stats, report")
+    views = table.add_subparsers(dest="table_command", required=True)
+    parsers = {name: views.add_parser(name, help=text) for name, text in (
+        ("info", "properties and current schema"), ("timeline", "instants, pending plans first"),
+        ("files", "file groups and their latest slice"), ("buckets", "consistent-hashing buckets per partition"),
+        ("stats", "rows, bytes and files per partition"), ("report", "PNG plots of buckets and files over time"))}
+    parsers["timeline"].add_argument("--limit", type=int, help="only the newest N instants (and pending plans)")
+    parsers["timeline"].add_argument("--archived", action="store_true", help="include archived instants")
+    parsers["files"].add_argument("--partition", help="one partition path, e.g. region=eu")
+    parsers["report"].add_argument("--out", required=True, metavar="DIR", help="directory for the PNG files")
+    query = commands.add_parser("query", help="SQL over a table read as view t (local Spark)")
+    query.add_argument("--sql", required=True, help='e.g. "SELECT region, count(*) FROM t GROUP BY region"')
+    query.add_argument("--limit", type=int, default=50, help="rows printed (default 50)")
+    query.add_argument("--as-of", metavar="INSTANT", help="the table as of an instant (end of --incremental-from)")
+    reads = query.add_mutually_exclusive_group()
+    reads.add_argument("--read-optimized", action="store_true", help="base files only")
+    reads.add_argument("--incremental-from", metavar="INSTANT", help="rows changed after INSTANT")
+    for parser in (*parsers.values(), query):
+        parser.add_argument("table_path", metavar="TABLE_PATH")
+        parser.add_argument("--json", action="store_true", help="one JSON document (keys: streamer/describe.py)")
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -47,11 +112,12 @@ def run_command(args: argparse.Namespace) -> int:
 
     from streamer import app
     from streamer.job import StartupError
+    from table.lease import WriterConflictError
 
     spark = app.spark_session(args.master, conf)
     try:
         result = app.run(configs, spark, once=args.once)
-    except StartupError as e:
+    except (StartupError, WriterConflictError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for table in result.tables:
@@ -59,6 +125,25 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"{table.name}: {table.batches} batches, {table.records:,} records, {table.bad:,} bad, "
               f"last commit {table.last_instant or '-'}: {status}")
     return result.exit_code
+
+
+def status_command(args: argparse.Namespace) -> int:
+    import json
+
+    from streamer.config import ConfigError, load_configs
+    from streamer.status import table_status
+
+    try:
+        statuses = [table_status(config) for config in load_configs(args.config)]
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([s.to_dict() for s in statuses], indent=2))
+    else:
+        for s in statuses:
+            print("\n".join(s.lines()))
+    return 0
 
 
 def _key_value(text: str) -> tuple[str, str]:

@@ -118,17 +118,32 @@ def _resolve(config_dir: Path, file: Path) -> Path:
 class TableSettings(_Section):
     """The Hudi table written to."""
 
-    name: Text
-    path: Text
-    database: Text = "default"
-    record_key: Names = Field(min_length=1)
-    partition_by: Names = ()
-    ordering_field: Text
-    delete_field: Text | None = None
-    hive_style_partitioning: bool = True
-    url_encode_partitions: bool = False
-    log_block_format: Literal["parquet", "avro"] = "parquet"
-    quarantine_path: Text | None = None
+    name: Text = Field(description=(
+        "The table's name in `hoodie.properties`, also the name of its streaming query and the label "
+        "of its log lines. Unique among the configs run together; cannot change once the table exists."))
+    path: Text = Field(description=(
+        "The table's base path: a local directory or any URI pyarrow's file systems understand "
+        "(`s3://...`, `gs://...`, `hdfs://...`). Unique among the configs run together."))
+    database: Text = Field("default", description="The database name written to `hoodie.properties` when the table is created.")
+    record_key: Names = Field(min_length=1, description=(
+        "The column, or list of columns, whose values identify a record. Cannot change once the table exists."))
+    partition_by: Names = Field((), description=(
+        "The column, or list of columns, whose values make a record's partition path; empty for an "
+        "unpartitioned table. Cannot change once the table exists."))
+    ordering_field: Text = Field(description=(
+        "The column that orders the versions of a record: the greater value wins, ties go to the later "
+        "commit. Cannot change once the table exists."))
+    delete_field: Text | None = Field(None, description=(
+        "A boolean column: `true` deletes the record's key. The column itself is not stored in the table."))
+    hive_style_partitioning: bool = Field(True, description=(
+        "Partition directories named `field=value` instead of `value`. Only read when the table is created."))
+    url_encode_partitions: bool = Field(False, description=(
+        "Escape partition values in paths as Hive does. Only read when the table is created."))
+    log_block_format: Literal["parquet", "avro"] = Field("parquet", description=(
+        "The format of data blocks in log files: `parquet`, or `avro` (Hudi's own default). The "
+        "quarantine table uses it too."))
+    quarantine_path: Text | None = Field(None, description=(
+        "Where `decode.on_error: quarantine` writes bad records; by default `<table.path>_quarantine`."))
 
     @property
     def quarantine_location(self) -> str:
@@ -150,15 +165,31 @@ _OPTIONS_OWNED_BY_KEYS = {
 class SourceSettings(_Section):
     """The Kafka topics read and how."""
 
-    format: Literal["kafka-arrow", "kafka"] = "kafka-arrow"
-    bootstrap_servers: Text
-    topics: Names | None = Field(None, min_length=1)
-    topic_pattern: Text | None = None
-    starting_offsets: Literal["earliest", "latest"] | OffsetsByTopic = "earliest"
-    resume_from_table: bool = True
-    max_offsets_per_trigger: int | None = Field(None, gt=0)
-    fail_on_data_loss: bool = True
-    options: dict[str, OptionValue] = {}
+    format: Literal["kafka-arrow", "kafka"] = Field("kafka-arrow", description=(
+        "The Spark stream source: `kafka-arrow`, this project's Kafka source (confluent-kafka, no jar "
+        "needed), or `kafka`, Spark's own, which needs `spark-sql-kafka-0-10` on the classpath."))
+    bootstrap_servers: Text = Field(description="The Kafka brokers, `host:port[,host:port...]`.")
+    topics: Names | None = Field(None, min_length=1, description=(
+        "The topic, or list of topics, to read. Exactly one of `topics` and `topic_pattern` is required."))
+    topic_pattern: Text | None = Field(None, description=(
+        "A regular expression matched against whole topic names, instead of `topics`."))
+    starting_offsets: Literal["earliest", "latest"] | OffsetsByTopic = Field("earliest", description=(
+        "Where a query without a Spark checkpoint starts: `earliest`, `latest`, or "
+        "`{topic: {partition: offset}}` (-2 is earliest, -1 latest; with `topics`, only those topics). "
+        "With `resume_from_table`, a table that has commits says where instead."))
+    resume_from_table: bool = Field(True, description=(
+        "When the Spark checkpoint is missing, start from the Kafka offsets recorded in the table's "
+        "last commit rather than from `starting_offsets`."))
+    max_offsets_per_trigger: int | None = Field(None, gt=0, description=(
+        "The most records one micro-batch reads, over all partitions; unbounded when null."))
+    fail_on_data_loss: bool = Field(True, description=(
+        "Fail when offsets to read are no longer in Kafka (expired by retention, a topic recreated); "
+        "`false` logs a warning and goes on from what is there."))
+    options: dict[str, OptionValue] = Field({}, description=(
+        "More source options, passed through; `kafka.*` go to the Kafka client (e.g. "
+        "`kafka.security.protocol`, `kafka.sasl.password`). YAML booleans and numbers become strings. "
+        "Options that the keys above set are refused. Values of options whose names contain password, "
+        "secret, jaas or key never appear in logs or messages."))
 
     @field_validator("topic_pattern")
     @classmethod
@@ -242,9 +273,17 @@ with warnings.catch_warnings():
     class FormatSettings(_Section):
         """How the Kafka key (or value) bytes are decoded."""
 
-        format: Literal["none", "string", "binary", "json", "avro", "confluent-avro"] = "string"
-        schema: Text | None = None  # Spark DDL
-        schema_file: Path | None = None
+        format: Literal["none", "string", "binary", "json", "avro", "confluent-avro"] = Field("string", description=(
+            "`none` (no `kafka_key` column), `string`, `binary`, or a structured format (`json`, "
+            "`avro`, `confluent-avro`) whose record becomes a struct column `kafka_key`."))
+        schema: Text | None = Field(None, description=(
+            "The fields of `json` records as Spark DDL, e.g. `id STRING, amount DOUBLE`. Only with "
+            "`json`, which needs exactly one of `schema` and `schema_file`."))
+        schema_file: Path | None = Field(None, description=(
+            "An Avro schema file (`.avsc`), relative to the YAML file's directory. Required with "
+            "`avro` (the writer schema); with `json`, the fields instead of `schema`; with "
+            "`confluent-avro`, an optional reader schema (default: the latest schema registered for "
+            "the subject `<first topic>-key` or `<first topic>-value`, which needs `source.topics`)."))
 
         @model_validator(mode="after")
         def _schema_fits_format(self, info: ValidationInfo) -> FormatSettings:
@@ -275,14 +314,16 @@ with warnings.catch_warnings():
 class ValueFormatSettings(FormatSettings):
     """The value's format: required, and only the structured formats."""
 
-    format: Literal["json", "avro", "confluent-avro"]
+    format: Literal["json", "avro", "confluent-avro"] = Field(description=(
+        "`json`, `avro` or `confluent-avro`; the record's fields become columns."))
 
 
 class SchemaRegistrySettings(_Section):
     """The Confluent schema registry the ``confluent-avro`` formats fetch writer schemas from."""
 
-    url: Text
-    basic_auth_user_info: SecretStr | None = None
+    url: Text = Field(description="The registry's base URL, `http://` or `https://`.")
+    basic_auth_user_info: SecretStr | None = Field(None, description=(
+        "`user:password` for HTTP basic authentication; never shown in messages or reprs."))
 
     @field_validator("url")
     @classmethod
@@ -302,10 +343,16 @@ class SchemaRegistrySettings(_Section):
 class DecodeSettings(_Section):
     """Decoding of Kafka keys and values into columns, and what to do with undecodable rows."""
 
-    key: FormatSettings = FormatSettings()
-    value: ValueFormatSettings
-    schema_registry: SchemaRegistrySettings | None = None
-    on_error: Literal["fail", "skip", "quarantine"] = "fail"
+    key: FormatSettings = Field(FormatSettings(), description="How the Kafka key is decoded.")
+    value: ValueFormatSettings = Field(description=(
+        "How the Kafka value is decoded; its fields are the table's columns unless `transform` makes others."))
+    schema_registry: SchemaRegistrySettings | None = Field(None, description=(
+        "The schema registry: required when the key or the value format is `confluent-avro`, not allowed otherwise."))
+    on_error: Literal["fail", "skip", "quarantine"] = Field("fail", description=(
+        "What happens to a record that cannot be decoded (malformed, wrong types, a null or missing "
+        "record key or ordering value, an unknown schema id): `fail` stops the table's query and "
+        "writes nothing of the batch; `skip` drops and counts it; `quarantine` writes it, with the "
+        "reason, to the quarantine table."))
 
     @model_validator(mode="after")
     def _registry_iff_confluent_avro(self) -> DecodeSettings:
@@ -319,7 +366,8 @@ class DecodeSettings(_Section):
 class IndexSettings(_Section):
     """The consistent-hashing bucket index."""
 
-    initial_buckets: int = Field(4, ge=1, le=65536)
+    initial_buckets: int = Field(4, ge=1, le=65536, description=(
+        "Buckets (file groups) of a partition when it is first written; existing partitions keep theirs."))
 
 
 _INTERVAL = re.compile(r"\d+ +(millisecond|second|minute|hour)s?", re.IGNORECASE)
@@ -328,9 +376,15 @@ _INTERVAL = re.compile(r"\d+ +(millisecond|second|minute|hour)s?", re.IGNORECASE
 class StreamSettings(_Section):
     """The streaming query: trigger, checkpoint and failure policy."""
 
-    trigger_interval: str = "10 seconds"
-    checkpoint_location: Text | None = None
-    on_failure: Literal["continue", "stop_application"] = "continue"
+    trigger_interval: str = Field("10 seconds", description=(
+        "How often a micro-batch starts: a whole number and a unit, millisecond(s), second(s), "
+        "minute(s) or hour(s). Not used by `streamer run --once`."))
+    checkpoint_location: Text | None = Field(None, description=(
+        "The Spark checkpoint of the table's query; by default "
+        "`<table.path>/.hoodie/.aux/streaming-checkpoint`. Unique among the configs run together."))
+    on_failure: Literal["continue", "stop_application"] = Field("continue", description=(
+        "When the table's query fails: `continue` lets the other tables run on, `stop_application` "
+        "stops them all. The exit status is non-zero either way."))
 
     @field_validator("trigger_interval")
     @classmethod
@@ -343,6 +397,102 @@ class StreamSettings(_Section):
         return interval.strip()
 
 
+ServiceMode = Literal["off", "inline", "async"]
+
+
+class _ServiceSettings(_Section):
+    """When a service runs: `inline` in the sink after a commit, `async` scheduled there and
+    executed by the application's background executor, `off` only by the offline command."""
+
+    mode: ServiceMode = Field("inline", description=(
+        "`inline`: scheduled and executed after a deltacommit, before the next micro-batch; `async`: "
+        "scheduled there, executed by the application's background thread; `off`: left to the "
+        "offline `streamer` command."))
+    every_delta_commits: int | None = Field(None, ge=1, description=(
+        "Due after this many deltacommits since the service's last instant (archival counts those on "
+        "the active timeline). With neither trigger set, due after every deltacommit."))
+    every_seconds: float | None = Field(None, gt=0, description=(
+        "Due once this many seconds have passed since the job last scheduled the service (or started). "
+        "Either trigger makes it due."))
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_off(cls, mode: Any) -> Any:
+        """YAML 1.1 reads a bare `off` as false; it means the mode `off`."""
+        return "off" if mode is False else mode
+
+
+class CompactionSettings(_ServiceSettings):
+    """Folding log files into base files. Due after `every_delta_commits` deltacommits since
+    the last compaction plan, or `every_seconds`, whichever comes first.
+
+    `inline` is the default because it keeps every reader exact: hudi-rs (0.5) does not read
+    log files written to a file group while its compaction is pending (`async`) until the
+    compaction completes; Hudi's own readers and ours do."""
+
+    mode: ServiceMode = Field("inline", description=(
+        "`inline`, `async` or `off`, as for every service. `inline` keeps every reader exact; with "
+        "`async`, hudi-rs 0.5 reads what is written to a file group under a pending compaction only "
+        "once the compaction completes."))
+    every_delta_commits: int | None = Field(5, ge=1, description=(
+        "Due after this many deltacommits since the last compaction instant; null leaves only `every_seconds`."))
+    strategy: Literal["log_file_count", "log_file_size", "bounded_io", "recent_partitions"] = Field(
+        "log_file_count", description=(
+            "Which file slices a plan takes: `log_file_count`, those with at least `min_log_files` log "
+            "files, most first; `log_file_size`, at least `min_log_bytes` of logs, largest first; "
+            "`bounded_io`, largest logs first; `recent_partitions`, every slice of the "
+            "`recent_partitions` greatest partition paths."))
+    min_log_files: int = Field(1, ge=1, description="`log_file_count`: the fewest log files a slice needs to be compacted.")
+    min_log_bytes: int = Field(0, ge=0, description="`log_file_size`: the fewest bytes of log files a slice needs to be compacted.")
+    max_io_mb: int = Field(500, ge=1, description=(
+        "All strategies but `recent_partitions` stop adding slices once their base and log files "
+        "reach this many MiB."))
+    recent_partitions: int | None = Field(None, ge=1, description=(
+        "`recent_partitions`: how many of the greatest partition paths to compact; 10 when null."))
+
+
+class CleanSettings(_ServiceSettings):
+    """Removing file slices no reader of the retained commits needs. Due after every commit
+    unless a trigger says otherwise."""
+
+    policy: Literal["keep_latest_commits", "keep_latest_file_versions"] = Field("keep_latest_commits", description=(
+        "`keep_latest_commits`: keep the file slices that reads as of the last `retained` commits "
+        "need; `keep_latest_file_versions`: keep the newest `retained` slices of each file group."))
+    retained: int = Field(10, ge=1, description="Commits, or file slices per file group, that `policy` keeps.")
+
+
+class ArchiveSettings(_ServiceSettings):
+    """Keeping the active timeline between bounds by archiving its oldest instants."""
+
+    min_instants: int = Field(20, ge=1, description=(
+        "Completed instants left active after archiving. Greater than `services.clean.retained` "
+        "unless cleaning or archival is off."))
+    max_instants: int = Field(30, ge=2, description=(
+        "Archival starts when more completed instants than this are active; greater than `min_instants`."))
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "ArchiveSettings":
+        if self.max_instants <= self.min_instants:
+            _raise_problems([(("max_instants",), f"should be greater than min_instants ({self.min_instants})")])
+        return self
+
+
+class ServicesSettings(_Section):
+    """The table services and the mode each runs in."""
+
+    compaction: CompactionSettings = Field(CompactionSettings(), description="Compaction of log files into base files.")
+    clean: CleanSettings = Field(CleanSettings(), description="Removal of file slices no retained commit needs.")
+    archive: ArchiveSettings = Field(ArchiveSettings(), description="Archival of the oldest instants of the active timeline.")
+
+    @model_validator(mode="after")
+    def _archive_keeps_what_clean_retains(self) -> "ServicesSettings":
+        if "off" not in (self.clean.mode, self.archive.mode) and self.archive.min_instants <= self.clean.retained:
+            _raise_problems([(("archive", "min_instants"),
+                              f"should be greater than services.clean.retained ({self.clean.retained}), "
+                              "so the active timeline holds every commit the cleaner retains")])
+        return self
+
+
 _QUERY_START = re.compile(r"\s*(select|with)\b", re.IGNORECASE)
 _SOURCE_VIEW = re.compile(r"\bsource\b", re.IGNORECASE)
 
@@ -350,12 +500,17 @@ _SOURCE_VIEW = re.compile(r"\bsource\b", re.IGNORECASE)
 class JobConfig(_Section):
     """One table job: a Kafka source streamed into one Hudi table."""
 
-    table: TableSettings
-    source: SourceSettings
-    decode: DecodeSettings
-    transform: str | None = None
-    index: IndexSettings = IndexSettings()
-    stream: StreamSettings = StreamSettings()
+    table: TableSettings = Field(description="The Hudi table written to.")
+    source: SourceSettings = Field(description="The Kafka topics read.")
+    decode: DecodeSettings = Field(description="How Kafka keys and values become columns.")
+    transform: str | None = Field(None, description=(
+        "A Spark SQL query of the view `source` (`SELECT ... FROM source`) whose result is upserted. "
+        "`source` holds the value's fields, `kafka_key` (unless the key format is `none`), "
+        "`kafka_topic`, `kafka_partition`, `kafka_offset` and `kafka_timestamp`. Without it, the "
+        "value's fields are upserted."))
+    index: IndexSettings = Field(IndexSettings(), description="The consistent-hashing bucket index.")
+    stream: StreamSettings = Field(StreamSettings(), description="The streaming query.")
+    services: ServicesSettings = Field(ServicesSettings(), description="Compaction, cleaning and archival.")
     _config_path: Path = PrivateAttr(Path("<config>"))
 
     @field_validator("transform")

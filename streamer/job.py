@@ -30,6 +30,7 @@ from streamer.decode import (
 )
 from streamer.quarantine import QuarantineTable
 from streamer.schema_registry import SchemaRegistryClient
+from streamer.services import BackgroundExecutor, TableServices
 from streamer.sink import SinkSettings, UpsertSink, table_checkpoint
 from table.mor_table import MorTable, TableSpec, TableWriter, WriteOptions
 from table.schema import arrow_schema_from_avro
@@ -48,8 +49,9 @@ class TableJob:
     """A prepared table job: `start` launches its streaming query."""
 
     def __init__(self, config: JobConfig, table: MorTable, writer: TableWriter, sink: UpsertSink,
-                 quarantine: QuarantineTable | None, starting_offsets: str | None):
+                 quarantine: QuarantineTable | None, services: TableServices, starting_offsets: str | None):
         self.config = config
+        self.services = services
         self.table = table
         self.writer = writer
         self.sink = sink
@@ -62,9 +64,9 @@ class TableJob:
         return self.config.table.name
 
     @classmethod
-    def prepare(cls, config: JobConfig, spark: SparkSession) -> "TableJob":
+    def prepare(cls, config: JobConfig, spark: SparkSession, executor: BackgroundExecutor) -> "TableJob":
         """Check the config against schemas and the table on disk, then open the table's writer
-        (which rolls back what a crashed run left inflight)."""
+        (which rolls back what a crashed run left inflight) and resume pending service plans."""
         value = _format_spec(config, config.decode.value, "value", spark)
         decoder = build_decoder(config, value, spark)
         value_columns = tuple(value.arrow_schema.names)
@@ -80,15 +82,17 @@ class TableJob:
         try:
             if config.decode.on_error == "quarantine":
                 quarantine = QuarantineTable(t.quarantine_location, t.name, t.log_block_format).open()
+            services = TableServices(config.services, table, writer, executor)
             sink = UpsertSink(SinkSettings(t.name, value_columns, config.decode.on_error, config.transform),
-                              table, writer, decoder, quarantine)
+                              table, writer, decoder, quarantine, after_commit=services.after_commit)
             starting = _resume_offsets(config, table, spark)
+            services.resume()
         except BaseException:
             writer.close()
             if quarantine is not None:
                 quarantine.close()
             raise
-        return cls(config, table, writer, sink, quarantine, starting)
+        return cls(config, table, writer, sink, quarantine, services, starting)
 
     def start(self, spark: SparkSession, once: bool) -> StreamingQuery:
         source = self.config.source

@@ -13,6 +13,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyspark import StorageLevel
@@ -23,8 +24,10 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from streamer.decode import ERROR, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, RAW_KEY, RAW_VALUE
 from streamer.quarantine import QuarantineTable
 from table import failpoints
+from table.commit_metadata import CommitMetadata
 from table.mor_table import CHECKPOINT_KEY, MorTable, TableWriter
 from table.spark_write import upsert_dataframe
+from table.timeline import Instant
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +105,8 @@ class BatchReport:
     batch_id: int
     records: int = 0
     upserted: int = 0
+    deleted: int = 0
+    files_written: int = 0
     bad: int = 0
     bad_policy: str = "fail"
     instant: str | None = None
@@ -113,8 +118,9 @@ class BatchReport:
         if self.replayed:
             return f"{self.table} batch {self.batch_id}: already committed by this query, skipped (replay)"
         bad = f", {self.bad:,} {'quarantined' if self.bad_policy == 'quarantine' else 'skipped'}" if self.bad else ""
-        return (f"{self.table} batch {self.batch_id}: {self.records:,} records, {self.upserted:,} upserted{bad}"
-                f" -> deltacommit {self.instant} in {self.seconds:.1f}s")
+        return (f"{self.table} batch {self.batch_id}: {self.records:,} records, {self.upserted:,} upserted, "
+                f"{self.deleted:,} deleted{bad}, {self.files_written} files -> deltacommit {self.instant} "
+                f"in {self.seconds:.1f}s")
 
 
 @dataclass(frozen=True)
@@ -129,12 +135,13 @@ class UpsertSink:
     """The foreachBatch function of one table's streaming query."""
 
     def __init__(self, settings: SinkSettings, table: MorTable, writer: TableWriter, decoder,
-                 quarantine: QuarantineTable | None = None):
+                 quarantine: QuarantineTable | None = None, after_commit: Callable[[], None] | None = None):
         self.settings = settings
         self.table = table
         self.writer = writer
         self.decoder = decoder
         self.quarantine = quarantine
+        self.after_commit = after_commit
         self.reports: list[BatchReport] = []
         self.failure: BaseException | None = None
         self._query_id: str | None = None
@@ -170,8 +177,10 @@ class UpsertSink:
             except BaseException as e:
                 self.failure = e
                 raise
-        self.reports.append(report)
-        log.info(report.line())
+            self.reports.append(report)
+            log.info(report.line())
+            if self.after_commit is not None and not report.replayed:
+                self.after_commit()
 
     def _process(self, df: DataFrame, batch_id: int) -> BatchReport:
         started = time.monotonic()
@@ -206,12 +215,9 @@ class UpsertSink:
             hudi_checkpoint = checkpoint.hudi_streamer_checkpoint()
             if hudi_checkpoint:
                 extra[HUDI_STREAMER_CHECKPOINT_KEY] = hudi_checkpoint
-            instant = upsert_dataframe(self.writer, rows, extra)
-            if instant is None:
-                instant = self.writer.commit_empty(extra)
-            else:
-                report.upserted = report.records - report.bad
+            instant = upsert_dataframe(self.writer, rows, extra) or self.writer.commit_empty(extra)
             failpoints.reach("sink.batch_committed")
+            self._count_writes(report, instant)
             self._checkpoint = checkpoint
             report.instant = instant
             report.offsets = read
@@ -219,6 +225,14 @@ class UpsertSink:
             decoded.unpersist()
         report.seconds = time.monotonic() - started
         return report
+
+    def _count_writes(self, report: BatchReport, instant: str) -> None:
+        timeline = self.table.timeline()
+        metadata = CommitMetadata.from_json(timeline.read_content(Instant(instant, "deltacommit", "completed")))
+        stats = metadata.write_stats()
+        report.upserted = sum(s.num_writes for s in stats)
+        report.deleted = sum(s.num_deletes for s in stats)
+        report.files_written = len(stats)
 
     def _table_rows(self, good: DataFrame) -> DataFrame:
         transform = self.settings.transform

@@ -4,11 +4,15 @@
         configs/ [--once]
 """
 
-from __future__ import annotations
-
+import os
 import sys
 
-from streamer.cli import main
+# Python puts a script's own directory first on the path; the package's modules must not shadow
+# top-level ones there.
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    del sys.path[0]
+
+from streamer.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(["run", *sys.argv[1:]]))

@@ -50,8 +50,9 @@ def write_config(directory: Path, config: dict) -> Path:
     return path
 
 
-def produce_orders(bootstrap: str, topic: str, events: list[dict]) -> None:
-    kafka_broker.produce(bootstrap, topic, as_kafka_records(events))
+def produce_orders(bootstrap: str, topic: str, events: list[dict]) -> list[tuple[int, int]]:
+    """Produce the events keyed by order id; returns each one's (partition, offset)."""
+    return kafka_broker.produce(bootstrap, topic, as_kafka_records(events))
 
 
 def expected_rows(events: list[dict]) -> dict:

@@ -51,8 +51,8 @@ def test_fifty_thousand_change_events_end_equal_to_the_oracle(spark, kafka_boots
     assert outcome.records == 50_000 and outcome.batches >= 5
     assert_table_matches(config.table.path, events)
     assert committed_offsets(config.table.path, topic) == end_offsets(kafka_bootstrap, topic)
-    commits = MorTable.load(config.table.path).timeline().completed_writes()
-    assert len(commits) == outcome.batches
+    deltacommits = MorTable.load(config.table.path).timeline().completed("deltacommit")
+    assert len(deltacommits) == outcome.batches
 
 
 def test_restart_without_the_spark_checkpoint_resumes_from_the_tables_offsets(spark, kafka_bootstrap, kafka_topic, tmp_path):
@@ -367,3 +367,23 @@ def test_secrets_from_the_environment_reach_neither_logs_nor_table_files(kafka_b
     assert any(p.name.endswith(".deltacommit") for p in written)
     leaking = [str(p) for p in written if secret.encode() in p.read_bytes()]
     assert leaking == []
+
+
+def test_status_shows_each_tables_lag_and_last_error(spark, kafka_bootstrap, kafka_topic, tmp_path):
+    good_topic, bad_topic = kafka_topic(partitions=2, prefix="good"), kafka_topic(prefix="bad")
+    events = change_events(1_000, seed=91)
+    produce_orders(kafka_bootstrap, good_topic, events[:700])
+    kafka_broker.produce(kafka_bootstrap, bad_topic, [(b"k", b"not json at all", None)])
+    write_config(tmp_path / "configs", order_config(tmp_path, "good", kafka_bootstrap, good_topic))
+    write_config(tmp_path / "configs", order_config(tmp_path, "bad", kafka_bootstrap, bad_topic))
+    run_once(spark, load_configs(tmp_path / "configs"))
+    produce_orders(kafka_bootstrap, good_topic, events[700:])
+
+    code, out = run_streamer(["status", str(tmp_path / "configs"), "--json"], timeout=60)
+
+    assert code == 0, out
+    bad, good = json.loads(out)  # configs load sorted by file name
+    assert good["name"] == "good" and good["lag"] == {good_topic: 300} and good["last_error"] is None
+    assert bad["name"] == "bad" and "BadRecordError" in bad["last_error"]["message"]
+    code, out = run_streamer(["status", str(tmp_path / "configs")], timeout=60)
+    assert code == 0 and f"{good_topic} 300 behind" in out

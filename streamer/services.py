@@ -1,0 +1,220 @@
+"""A table's services between micro-batches: compaction, cleaning and archival.
+
+Only the writer schedules (after a commit, on the sink's thread, holding the table's lease).
+`inline` executes right there, before the next batch; `async` hands the plan to the
+application's background executor, which runs one plan at a time and never holds up a batch.
+A plan left pending by a crash is executed again at the next start.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from streamer.config import ServicesSettings
+from table.mor_table import CHECKPOINT_KEY, MorTable, TableWriter
+from table.services.archive import ArchivePolicy, archive
+from table.services.clean import CleanPolicy, execute_clean, pending_cleans, schedule_clean
+from table.services.compaction import CompactionStrategy, execute_compaction, pending_compactions, schedule_compaction
+from table.timeline import Timeline
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class _Task:
+    table: str
+    service: str
+    instant: str | None
+    run: Callable[[], object]
+
+    @property
+    def label(self) -> str:
+        return f"{self.table}: {self.service}" + (f" {self.instant}" if self.instant else "")
+
+
+class BackgroundExecutor:
+    """One daemon thread that runs service tasks in order, one at a time."""
+
+    def __init__(self):
+        self._queue: queue.Queue[_Task | None] = queue.Queue()
+        self._queued: set[tuple[str, str, str | None]] = set()
+        self._lock = threading.Lock()
+        self._idle = threading.Event()
+        self._idle.set()
+        self.failures: list[tuple[str, BaseException]] = []
+        self._thread = threading.Thread(target=self._work, name="table-services", daemon=True)
+        self._thread.start()
+
+    def submit(self, task: _Task) -> bool:
+        """Queue a task unless the same one is queued or running; True when queued."""
+        key = (task.table, task.service, task.instant)
+        with self._lock:
+            if key in self._queued:
+                return False
+            self._queued.add(key)
+            self._idle.clear()
+        self._queue.put(task)
+        return True
+
+    def busy_with(self, table: str, service: str) -> bool:
+        with self._lock:
+            return any(t == table and s == service for t, s, _ in self._queued)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        return self._idle.wait(timeout)
+
+    def shutdown(self) -> None:
+        self._queue.put(None)
+
+    def _work(self) -> None:
+        while (task := self._queue.get()) is not None:
+            started = time.monotonic()
+            try:
+                task.run()
+                log.info("%s done in %.1fs (background)", task.label, time.monotonic() - started)
+            except BaseException as e:  # a failed plan stays pending and is retried later
+                log.error("%s failed: %s: %s", task.label, type(e).__name__, e)
+                self.failures.append((task.label, e))
+            finally:
+                with self._lock:
+                    self._queued.discard((task.table, task.service, task.instant))
+                    if not self._queued:
+                        self._idle.set()
+
+
+class TableServices:
+    """Decides after each commit which services are due, and runs them as configured."""
+
+    def __init__(self, settings: ServicesSettings, table: MorTable, writer: TableWriter, executor: BackgroundExecutor):
+        self.settings = settings
+        self.table = table
+        self.writer = writer
+        self.executor = executor
+        self._last_run: dict[str, float] = {}
+        self._started = time.monotonic()
+
+    @property
+    def name(self) -> str:
+        return self.table.name
+
+    # ---- policies ------------------------------------------------------------------------------
+
+    def compaction_strategy(self) -> CompactionStrategy:
+        c = self.settings.compaction
+        return CompactionStrategy(kind=c.strategy, min_log_files=c.min_log_files, min_log_bytes=c.min_log_bytes,
+                                  max_io_bytes=c.max_io_mb * MIB, recent_partitions=c.recent_partitions)
+
+    def clean_policy(self) -> CleanPolicy:
+        return CleanPolicy(kind=self.settings.clean.policy, retained=self.settings.clean.retained)
+
+    def archive_policy(self) -> ArchivePolicy:
+        a = self.settings.archive
+        return ArchivePolicy(min_instants=a.min_instants, max_instants=a.max_instants)
+
+    # ---- the writer's hooks --------------------------------------------------------------------
+
+    def resume(self) -> None:
+        """At start: plans a crashed run left pending are executed again (unless the service is
+        off: then the offline command executes them)."""
+        for instant in pending_compactions(self.table) if self.settings.compaction.mode != "off" else ():
+            self._execute("compaction", instant, lambda i=instant: execute_compaction(self.table, i),
+                          self.settings.compaction.mode)
+        for instant in pending_cleans(self.table) if self.settings.clean.mode != "off" else ():
+            self._execute("clean", instant, lambda i=instant: execute_clean(self.table, i), self.settings.clean.mode)
+
+    def after_commit(self) -> None:
+        """Called on the writer's thread after each deltacommit."""
+        timeline = self.table.timeline()
+        self._compaction(timeline)
+        self._clean(timeline)
+        self._archive(timeline)
+
+    def finish(self, timeout: float | None = None) -> bool:
+        """For `--once`: wait for background plans, then execute what is still pending."""
+        idle = self.executor.wait_idle(timeout)
+        if idle and self.settings.compaction.mode != "off":
+            for instant in pending_compactions(self.table):
+                self._run_now("compaction", instant, lambda i=instant: execute_compaction(self.table, i))
+        if idle and self.settings.clean.mode != "off":
+            for instant in pending_cleans(self.table):
+                self._run_now("clean", instant, lambda i=instant: execute_clean(self.table, i))
+        return idle
+
+    # ---- each service --------------------------------------------------------------------------
+
+    def _compaction(self, timeline: Timeline) -> None:
+        c = self.settings.compaction
+        if c.mode == "off":
+            return
+        pending = pending_compactions(self.table)
+        if pending:  # a plan whose execution failed is retried, never two at once
+            if c.mode == "async" and not self.executor.busy_with(self.name, "compaction"):
+                instant = pending[0]
+                self._execute("compaction", instant, lambda: execute_compaction(self.table, instant), c.mode)
+            return
+        last = max((i.timestamp for i in timeline.instants if i.action == "compaction" or
+                    (i.action == "commit" and i.state == "completed")), default=None)
+        if not self._due("compaction", c, timeline, since=last):
+            return
+        instant = schedule_compaction(self.writer, self.compaction_strategy())
+        self._last_run["compaction"] = time.monotonic()
+        if instant is not None:
+            log.info("%s: compaction %s scheduled", self.name, instant)
+            self._execute("compaction", instant, lambda: execute_compaction(self.table, instant), c.mode)
+
+    def _clean(self, timeline: Timeline) -> None:
+        c = self.settings.clean
+        if c.mode == "off" or self.executor.busy_with(self.name, "clean") or pending_cleans(self.table):
+            return
+        last = max((i.timestamp for i in timeline.instants if i.action == "clean"), default=None)
+        if not self._due("clean", c, timeline, since=last):
+            return
+        instant = schedule_clean(self.table, self.clean_policy())
+        self._last_run["clean"] = time.monotonic()
+        if instant is not None:
+            self._execute("clean", instant, lambda: execute_clean(self.table, instant), c.mode)
+
+    def _archive(self, timeline: Timeline) -> None:
+        a = self.settings.archive
+        if a.mode == "off" or self.executor.busy_with(self.name, "archive"):
+            return
+        if not self._due("archive", a, timeline, since=None):
+            return
+        self._last_run["archive"] = time.monotonic()
+        self._execute("archive", None, lambda: archive(self.table, self.archive_policy(),
+                                                       keep_latest_with_metadata_key=CHECKPOINT_KEY), a.mode)
+
+    def _due(self, service: str, settings, timeline: Timeline, since: str | None) -> bool:
+        """Every commit when no trigger is set; else after N deltacommits or T seconds."""
+        by_count = settings.every_delta_commits
+        by_time = settings.every_seconds
+        if by_count is None and by_time is None:
+            return True
+        if by_count is not None:
+            done = [i for i in timeline.completed("deltacommit") if since is None or i.timestamp > since]
+            if len(done) >= by_count:
+                return True
+        if by_time is not None:
+            last = self._last_run.get(service, self._started)
+            if time.monotonic() - last >= by_time:
+                return True
+        return False
+
+    def _execute(self, service: str, instant: str | None, run: Callable[[], object], mode: str) -> None:
+        if mode == "async":
+            self.executor.submit(_Task(self.name, service, instant, run))
+        else:
+            self._run_now(service, instant, run)
+
+    def _run_now(self, service: str, instant: str | None, run: Callable[[], object]) -> None:
+        started = time.monotonic()
+        result = run()
+        label = f"{service} {instant}" if instant else service
+        log.info("%s: %s done in %.1fs: %s", self.name, label, time.monotonic() - started, result)
