@@ -185,6 +185,9 @@ class SourceSettings(_Section):
     fail_on_data_loss: bool = Field(True, description=(
         "Fail when offsets to read are no longer in Kafka (expired by retention, a topic recreated); "
         "`false` logs a warning and goes on from what is there."))
+    commit_offsets_to_group: Text | None = Field(None, description=(
+        "A consumer group to commit the table's offsets to after each commit, so that standard "
+        "Kafka lag monitors see the job. Only a view: the job resumes from the table, never from it."))
     options: dict[str, OptionValue] = Field({}, description=(
         "More source options, passed through; `kafka.*` go to the Kafka client (e.g. "
         "`kafka.security.protocol`, `kafka.sasl.password`). YAML booleans and numbers become strings. "

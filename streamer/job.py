@@ -31,7 +31,8 @@ from streamer.decode import (
 from streamer.quarantine import QuarantineTable
 from streamer.schema_registry import SchemaRegistryClient
 from streamer.services import BackgroundExecutor, TableServices
-from streamer.sink import SinkSettings, UpsertSink, table_checkpoint
+from streamer.kafka_offsets import commit_to_group, lag
+from streamer.sink import SinkSettings, StreamCheckpoint, UpsertSink, table_checkpoint
 from table.mor_table import MorTable, TableSpec, TableWriter, WriteOptions
 from table.schema import arrow_schema_from_avro
 from table.storage import Storage
@@ -84,7 +85,8 @@ class TableJob:
                 quarantine = QuarantineTable(t.quarantine_location, t.name, t.log_block_format).open()
             services = TableServices(config.services, table, writer, executor)
             sink = UpsertSink(SinkSettings(t.name, value_columns, config.decode.on_error, config.transform),
-                              table, writer, decoder, quarantine, after_commit=services.after_commit)
+                              table, writer, decoder, quarantine, after_commit=services.after_commit,
+                              progress=lambda checkpoint: _kafka_progress(config, checkpoint))
             starting = _resume_offsets(config, table, spark)
             services.resume()
         except BaseException:
@@ -117,6 +119,18 @@ class TableJob:
         self.writer.close()
         if self.quarantine is not None:
             self.quarantine.close()
+
+
+def _kafka_progress(config: JobConfig, checkpoint: StreamCheckpoint) -> dict[str, int]:
+    """After a commit: its offsets to the consumer group if configured, and the lag left."""
+    source = config.source
+    try:
+        if source.commit_offsets_to_group:
+            commit_to_group(source, source.commit_offsets_to_group, checkpoint.offsets)
+        return lag(source, checkpoint.offsets)
+    except Exception as e:  # a view for people and monitors: never fails a committed batch
+        log.warning("%s: could not read the Kafka lag: %s", config.table.name, e)
+        return {}
 
 
 # ---- decoding ----------------------------------------------------------------------------------

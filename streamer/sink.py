@@ -113,14 +113,16 @@ class BatchReport:
     replayed: bool = False
     seconds: float = 0.0
     offsets: dict[str, dict[int, int]] = field(default_factory=dict)
+    lag: dict[str, int] = field(default_factory=dict)  # topic -> records behind, after this batch
 
     def line(self) -> str:
         if self.replayed:
             return f"{self.table} batch {self.batch_id}: already committed by this query, skipped (replay)"
         bad = f", {self.bad:,} {'quarantined' if self.bad_policy == 'quarantine' else 'skipped'}" if self.bad else ""
+        lag = "; lag " + ", ".join(f"{t} {n:,}" for t, n in sorted(self.lag.items())) if self.lag else ""
         return (f"{self.table} batch {self.batch_id}: {self.records:,} records, {self.upserted:,} upserted, "
                 f"{self.deleted:,} deleted{bad}, {self.files_written} files -> deltacommit {self.instant} "
-                f"in {self.seconds:.1f}s")
+                f"in {self.seconds:.1f}s{lag}")
 
 
 @dataclass(frozen=True)
@@ -135,13 +137,15 @@ class UpsertSink:
     """The foreachBatch function of one table's streaming query."""
 
     def __init__(self, settings: SinkSettings, table: MorTable, writer: TableWriter, decoder,
-                 quarantine: QuarantineTable | None = None, after_commit: Callable[[], None] | None = None):
+                 quarantine: QuarantineTable | None = None, after_commit: Callable[[], None] | None = None,
+                 progress: Callable[[StreamCheckpoint], dict[str, int]] | None = None):
         self.settings = settings
         self.table = table
         self.writer = writer
         self.decoder = decoder
         self.quarantine = quarantine
         self.after_commit = after_commit
+        self.progress = progress
         self.reports: list[BatchReport] = []
         self.failure: BaseException | None = None
         self._query_id: str | None = None
@@ -224,6 +228,8 @@ class UpsertSink:
         finally:
             decoded.unpersist()
         report.seconds = time.monotonic() - started
+        if self.progress is not None:
+            report.lag = self.progress(self._checkpoint)
         return report
 
     def _count_writes(self, report: BatchReport, instant: str) -> None:

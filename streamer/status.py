@@ -8,11 +8,11 @@ error a job recorded for it (kept in `.hoodie/.aux/streamer-last-error.json`).
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import asdict, dataclass, field
 
 from streamer.config import JobConfig
+from streamer.kafka_offsets import lag
 from streamer.sink import table_checkpoint
 from table.mor_table import MorTable
 from table.storage import Storage
@@ -62,38 +62,8 @@ def table_status(config: JobConfig) -> TableStatus:
     status.pending = [f"{i.timestamp} {i.action} {i.state}" for i in timeline.instants if i.state != "completed"]
     checkpoint = table_checkpoint(table)
     if checkpoint is not None:
-        ends = end_offsets(config, list(checkpoint.offsets))
-        status.lag = {topic: sum(max(0, end - checkpoint.offsets.get(topic, {}).get(p, 0)) for p, end in parts.items())
-                      for topic, parts in ends.items()}
+        status.lag = lag(config.source, checkpoint.offsets)
     storage = Storage(path)
     if storage.exists(LAST_ERROR_PATH):
         status.last_error = json.loads(storage.read_bytes(LAST_ERROR_PATH))
     return status
-
-
-def end_offsets(config: JobConfig, committed_topics: list[str]) -> dict[str, dict[int, int]]:
-    """The end offset of every partition of the config's topics (those of its pattern that exist)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    source = config.source
-    client = {"bootstrap.servers": source.bootstrap_servers, "group.id": "mor-streamer-status",
-              "enable.auto.commit": "false",
-              **{k[len("kafka."):]: v for k, v in source.options.items() if k.startswith("kafka.")}}
-    consumer = Consumer(client)
-    try:
-        metadata = consumer.list_topics(timeout=30)
-        if source.topics:
-            topics = list(source.topics)
-        else:
-            pattern = re.compile(source.topic_pattern)
-            topics = sorted(t for t in metadata.topics if pattern.fullmatch(t) and not t.startswith("__"))
-        ends = {}
-        for topic in sorted(set(topics) | set(committed_topics)):
-            partitions = metadata.topics.get(topic)
-            if partitions is None or partitions.error is not None:
-                continue
-            ends[topic] = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-                           for p in sorted(partitions.partitions)}
-        return ends
-    finally:
-        consumer.close()

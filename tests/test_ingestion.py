@@ -387,3 +387,28 @@ def test_status_shows_each_tables_lag_and_last_error(spark, kafka_bootstrap, kaf
     assert bad["name"] == "bad" and "BadRecordError" in bad["last_error"]["message"]
     code, out = run_streamer(["status", str(tmp_path / "configs")], timeout=60)
     assert code == 0 and f"{good_topic} 300 behind" in out
+
+
+def test_offsets_reach_the_consumer_group_and_each_batch_line_shows_the_lag(spark, kafka_bootstrap, kafka_topic,
+                                                                           tmp_path, caplog):
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = kafka_topic(partitions=2, prefix="orders")
+    produce_orders(kafka_bootstrap, topic, change_events(3_000, seed=93))
+    config = JobConfig.from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic, source={
+        "max_offsets_per_trigger": 1_000, "commit_offsets_to_group": "orders-lag-monitor"}))
+
+    with caplog.at_level("INFO", logger="streamer.sink"):
+        (outcome,) = run_once(spark, [config]).tables
+
+    assert outcome.error is None
+    lines = [r.getMessage() for r in caplog.records if " batch " in r.getMessage()]
+    assert len(lines) == outcome.batches >= 3
+    first_lag = int(lines[0].rsplit(f"lag {topic} ", 1)[1].replace(",", ""))
+    assert 1_900 <= first_lag <= 2_100 and lines[-1].endswith(f"lag {topic} 0")
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "orders-lag-monitor"})
+    try:
+        committed = consumer.committed([TopicPartition(topic, p) for p in (0, 1)], timeout=10)
+    finally:
+        consumer.close()
+    assert {tp.partition: tp.offset for tp in committed} == end_offsets(kafka_bootstrap, topic)
