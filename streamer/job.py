@@ -11,7 +11,8 @@ import logging
 
 import pyarrow as pa
 from pyspark.errors import AnalysisException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
 
@@ -49,9 +50,11 @@ class StartupError(RuntimeError):
 class TableJob:
     """A prepared table job: `start` launches its streaming query."""
 
-    def __init__(self, config: JobConfig, table: MorTable, writer: TableWriter, sink: UpsertSink,
-                 quarantine: QuarantineTable | None, services: TableServices, starting_offsets: str | None):
+    def __init__(self, config: JobConfig, table: MorTable, writer: TableWriter, decoder: RecordDecoder,
+                 sink: UpsertSink, quarantine: QuarantineTable | None, services: TableServices,
+                 starting_offsets: str | None):
         self.config = config
+        self.decoder = decoder
         self.services = services
         self.table = table
         self.writer = writer
@@ -85,7 +88,7 @@ class TableJob:
                 quarantine = QuarantineTable(t.quarantine_location, t.name, t.log_block_format).open()
             services = TableServices(config.services, table, writer, executor)
             sink = UpsertSink(SinkSettings(t.name, value_columns, config.decode.on_error, config.transform),
-                              table, writer, decoder, quarantine, after_commit=services.after_commit,
+                              table, writer, quarantine, after_commit=services.after_commit,
                               progress=lambda checkpoint: _kafka_progress(config, checkpoint))
             starting = _resume_offsets(config, table, spark)
             services.resume()
@@ -94,7 +97,7 @@ class TableJob:
             if quarantine is not None:
                 quarantine.close()
             raise
-        return cls(config, table, writer, sink, quarantine, services, starting)
+        return cls(config, table, writer, decoder, sink, quarantine, services, starting)
 
     def start(self, spark: SparkSession, once: bool) -> StreamingQuery:
         source = self.config.source
@@ -108,12 +111,24 @@ class TableJob:
                     "(spark-sql-kafka-0-10) on the classpath, e.g. spark-submit --packages "
                     "org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>; or use 'kafka-arrow'") from e
             raise
-        writer = (stream.writeStream.foreachBatch(self.sink).queryName(self.name)
+        writer = (self._decoded(stream).writeStream.foreachBatch(self.sink).queryName(self.name)
                   .option("checkpointLocation", self.config.checkpoint_location))
         writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=self.config.stream.trigger_interval)
         self.query = writer.start()
         self.sink.bind(str(self.query.id))
         return self.query
+
+    def _decoded(self, stream: DataFrame) -> DataFrame:
+        """Kafka records decoded, with per-batch counts a StreamingQueryListener finds in
+        `progress.observedMetrics[<table name>]`."""
+        decoded = stream.select("key", "value", "topic", "partition", "offset", "timestamp").mapInArrow(
+            self.decoder.decode_batches, from_arrow_schema(self.decoder.output_schema))
+        return decoded.observe(
+            self.name,
+            F.count(F.lit(1)).alias("records"),
+            F.count(ERROR).alias("bad_records"),
+            F.max(KAFKA_TIMESTAMP).alias("latest_kafka_timestamp"),
+        )
 
     def close(self) -> None:
         self.writer.close()

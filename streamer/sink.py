@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from streamer.decode import ERROR, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, RAW_KEY, RAW_VALUE
 from streamer.quarantine import QuarantineTable
@@ -134,15 +133,15 @@ class SinkSettings:
 
 
 class UpsertSink:
-    """The foreachBatch function of one table's streaming query."""
+    """The foreachBatch function of one table's streaming query; its batches arrive decoded
+    (columns of `RecordDecoder.output_schema`)."""
 
-    def __init__(self, settings: SinkSettings, table: MorTable, writer: TableWriter, decoder,
+    def __init__(self, settings: SinkSettings, table: MorTable, writer: TableWriter,
                  quarantine: QuarantineTable | None = None, after_commit: Callable[[], None] | None = None,
                  progress: Callable[[StreamCheckpoint], dict[str, int]] | None = None):
         self.settings = settings
         self.table = table
         self.writer = writer
-        self.decoder = decoder
         self.quarantine = quarantine
         self.after_commit = after_commit
         self.progress = progress
@@ -194,10 +193,7 @@ class UpsertSink:
         if self._checkpoint.covers(query_id, batch_id):
             report.replayed = True
             return report
-        decoded_schema = self.decoder.output_schema
-        decoded = df.select("key", "value", "topic", "partition", "offset", "timestamp").mapInArrow(
-            self.decoder.decode_batches, from_arrow_schema(decoded_schema))
-        decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
+        decoded = df.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             per_partition = decoded.groupBy(KAFKA_TOPIC, KAFKA_PARTITION).agg(
                 F.max(KAFKA_OFFSET).alias("last"), F.count(F.lit(1)).alias("n"), F.count(ERROR).alias("bad"),

@@ -412,3 +412,47 @@ def test_offsets_reach_the_consumer_group_and_each_batch_line_shows_the_lag(spar
     finally:
         consumer.close()
     assert {tp.partition: tp.offset for tp in committed} == end_offsets(kafka_bootstrap, topic)
+
+
+def test_a_streaming_query_listener_sees_each_batchs_record_counts(spark, kafka_bootstrap, kafka_topic, tmp_path):
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class Counts(StreamingQueryListener):
+        def __init__(self):
+            self.observed = []
+
+        def onQueryStarted(self, event):
+            pass
+
+        def onQueryProgress(self, event):
+            metrics = event.progress.observedMetrics.get("orders")
+            if metrics is not None:
+                self.observed.append(metrics)
+
+        def onQueryIdle(self, event):
+            pass
+
+        def onQueryTerminated(self, event):
+            pass
+
+    topic = kafka_topic(partitions=2, prefix="orders")
+    events = change_events(2_000, seed=95)
+    records = [(e["order_id"].encode(), json.dumps(e).encode(), None) for e in events] + [(b"bad", b"{oops", None)]
+    kafka_broker.produce(kafka_bootstrap, topic, records)
+    config = JobConfig.from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic,
+                                                 source={"max_offsets_per_trigger": 700},
+                                                 decode={"on_error": "skip"}))
+    listener = Counts()
+    spark.streams.addListener(listener)
+    try:
+        (outcome,) = run_once(spark, [config]).tables
+        deadline = time.monotonic() + 30
+        while sum(m["records"] for m in listener.observed) < 2_001 and time.monotonic() < deadline:
+            time.sleep(0.2)  # progress events reach listeners asynchronously
+    finally:
+        spark.streams.removeListener(listener)
+
+    assert outcome.error is None
+    assert len(listener.observed) == outcome.batches
+    assert sum(m["records"] for m in listener.observed) == 2_001
+    assert sum(m["bad_records"] for m in listener.observed) == 1

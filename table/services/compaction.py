@@ -19,6 +19,7 @@ A pending compaction is never rolled back: the writer's restart leaves it for an
 from __future__ import annotations
 
 import io
+import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -43,6 +44,10 @@ if TYPE_CHECKING:
     from table.mor_table import MorTable, TableWriter
 
 MIB = 1024 * 1024
+PROGRESS_INTERVAL_SECONDS = 10.0
+
+log = logging.getLogger(__name__)
+
 PLAN_SCHEMA = "HoodieCompactionPlan"
 PLAN_VERSION = 2  # CompactionUtils.LATEST_COMPACTION_METADATA_VERSION
 COMPACTION = "compaction"
@@ -293,7 +298,14 @@ def _execute(table: MorTable, instant: str, lease: WriterLease) -> CompactionRes
         ordering_field=table.config.precombine_field,
         schema=table_schema_with_meta(schema),
     )
-    stats = [_compact(table.storage, op, instant, task_id, spec) for task_id, op in enumerate(operations)]
+    stats = []
+    log.info("compaction %s of %s: %d file groups", instant, table.name, len(operations))
+    reported = time.monotonic()
+    for task_id, op in enumerate(operations):
+        stats.append(_compact(table.storage, op, instant, task_id, spec))
+        if time.monotonic() - reported >= PROGRESS_INTERVAL_SECONDS:  # long plans say how far they are
+            log.info("compaction %s of %s: %d of %d file groups done", instant, table.name, task_id + 1, len(operations))
+            reported = time.monotonic()
     extra = {SCHEMA_KEY: avro_schema_json(schema, table.name, with_meta_fields=False), **plan_metadata}
     metadata = CommitMetadata.for_write(stats, extra, operation_type="COMPACT", compacted=True)
     failpoints.reach("compaction.files_written")
