@@ -119,13 +119,16 @@ def report(config, outcome, seconds: float) -> None:
 
     table = MorTable.load(config.table.path)
     snapshot = table.snapshot()
-    commits = table.timeline().completed_writes()
+    timeline = table.timeline()
+    commits = timeline.completed_writes()
+    compactions = timeline.completed("commit")
     print()
     print(f"read     {outcome.records:,} records in {outcome.batches} micro-batches, {seconds:.1f}s")
     if outcome.error:
         print(f"FAILED   {outcome.error}")
     print(f"table    {config.table.path}")
-    print(f"commits  {len(commits)} deltacommits: {commits[0].timestamp} .. {commits[-1].timestamp}")
+    print(f"commits  {len(commits) - len(compactions)} deltacommits and {len(compactions)} compaction(s): "
+          f"{commits[0].timestamp} .. {commits[-1].timestamp}")
     print("rows by partition:")
     counts = snapshot.group_by("_hoodie_partition_path").aggregate([("order_id", "count")]).sort_by("_hoodie_partition_path")
     for partition, n in zip(counts["_hoodie_partition_path"].to_pylist(), counts["order_id_count"].to_pylist()):

@@ -77,8 +77,9 @@ class BackgroundExecutor:
         while (task := self._queue.get()) is not None:
             started = time.monotonic()
             try:
-                task.run()
-                log.info("%s done in %.1fs (background)", task.label, time.monotonic() - started)
+                result = task.run()
+                if result is not None:
+                    log.info("%s done in %.1fs (background): %s", task.label, time.monotonic() - started, result)
             except BaseException as e:  # a failed plan stays pending and is retried later
                 log.error("%s failed: %s: %s", task.label, type(e).__name__, e)
                 self.failures.append((task.label, e))
@@ -188,8 +189,13 @@ class TableServices:
         if not self._due("archive", a, timeline, since=None):
             return
         self._last_run["archive"] = time.monotonic()
-        self._execute("archive", None, lambda: archive(self.table, self.archive_policy(),
-                                                       keep_latest_with_metadata_key=CHECKPOINT_KEY), a.mode)
+        self._execute("archive", None, self._archive_now, a.mode)
+
+    def _archive_now(self) -> None:
+        """Archival is due after most commits and usually finds nothing: only moves are logged."""
+        result = archive(self.table, self.archive_policy(), keep_latest_with_metadata_key=CHECKPOINT_KEY)
+        if result.archived:
+            log.info("%s: %s", self.name, result)
 
     def _due(self, service: str, settings, timeline: Timeline, since: str | None) -> bool:
         """Every commit when no trigger is set; else after N deltacommits or T seconds."""
@@ -216,5 +222,6 @@ class TableServices:
     def _run_now(self, service: str, instant: str | None, run: Callable[[], object]) -> None:
         started = time.monotonic()
         result = run()
-        label = f"{service} {instant}" if instant else service
-        log.info("%s: %s done in %.1fs: %s", self.name, label, time.monotonic() - started, result)
+        if result is not None:
+            label = f"{service} {instant}" if instant else service
+            log.info("%s: %s done in %.1fs: %s", self.name, label, time.monotonic() - started, result)
