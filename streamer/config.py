@@ -328,6 +328,11 @@ class SchemaRegistrySettings(_Section):
     basic_auth_user_info: SecretStr | None = Field(None, description=(
         "`user:password` for HTTP basic authentication; never shown in messages or reprs."))
 
+    @property
+    def auth(self) -> str | None:
+        """The credentials in clear, for the registry client only."""
+        return self.basic_auth_user_info.get_secret_value() if self.basic_auth_user_info else None
+
     @field_validator("url")
     @classmethod
     def _http_url(cls, url: str) -> str:

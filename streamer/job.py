@@ -32,7 +32,7 @@ from streamer.decode import (
 from streamer.quarantine import QuarantineTable
 from streamer.schema_registry import SchemaRegistryClient
 from streamer.services import BackgroundExecutor, TableServices
-from streamer.kafka_offsets import commit_to_group, lag
+from streamer.kafka_offsets import commit_to_group, end_offsets, lag
 from streamer.sink import SinkSettings, StreamCheckpoint, UpsertSink, table_checkpoint
 from table.mor_table import MorTable, TableSpec, TableWriter, WriteOptions
 from table.schema import arrow_schema_from_avro
@@ -164,7 +164,7 @@ def build_decoder(config: JobConfig, value: FormatSpec, spark: SparkSession) -> 
         value=value,
         key=_format_spec(config, d.key, "key", spark),
         registry_url=registry.url if registry else None,
-        registry_auth=registry.basic_auth_user_info.get_secret_value() if registry and registry.basic_auth_user_info else None,
+        registry_auth=registry.auth if registry else None,
         required_fields=required,
     )
 
@@ -203,9 +203,8 @@ def _latest_registered_schema(config: JobConfig, role: str) -> str:
         raise StartupError(f"{config.config_path}: decode.{role}.schema_file: required with "
                            "source.topic_pattern (the registry subject cannot be derived from a pattern)")
     registry = config.decode.schema_registry
-    auth = registry.basic_auth_user_info.get_secret_value() if registry.basic_auth_user_info else None
     subject = f"{topics[0]}-{role}"
-    _, schema = SchemaRegistryClient(registry.url, auth).latest_schema(subject)
+    _, schema = SchemaRegistryClient(registry.url, registry.auth).latest_schema(subject)
     return schema
 
 
@@ -291,14 +290,6 @@ def _has_spark_offsets(location: str) -> bool:
 
 def _with_every_partition(config: JobConfig, offsets: dict[str, dict[str, int]]) -> str:
     """Spark's own Kafka source wants every partition of every topic named: new ones from earliest."""
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": config.source.bootstrap_servers,
-                         **{k[len("kafka."):]: v for k, v in config.source.options.items() if k.startswith("kafka.")}})
-    metadata = admin.list_topics(timeout=30)
-    full = {}
-    for topic, parts in offsets.items():
-        known = metadata.topics.get(topic)
-        ids = sorted(known.partitions) if known else []
-        full[topic] = {str(p): parts.get(str(p), -2) for p in ids} | parts
+    ends = end_offsets(config.source, list(offsets))
+    full = {topic: {str(p): -2 for p in ends.get(topic, {})} | parts for topic, parts in offsets.items()}
     return json.dumps(full, sort_keys=True)

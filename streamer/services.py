@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from streamer.config import ServicesSettings
 from table.mor_table import CHECKPOINT_KEY, MorTable, TableWriter
 from table.services.archive import ArchivePolicy, archive
-from table.services.clean import CleanPolicy, execute_clean, pending_cleans, schedule_clean
-from table.services.compaction import CompactionStrategy, execute_compaction, pending_compactions, schedule_compaction
+from table.services.clean import CLEAN, CleanPolicy, execute_clean, pending_cleans, schedule_clean
+from table.services.compaction import COMPACTION, CompactionStrategy, execute_compaction, pending_compactions, schedule_compaction
 from table.timeline import Timeline
 
 log = logging.getLogger(__name__)
@@ -154,7 +154,7 @@ class TableServices:
         c = self.settings.compaction
         if c.mode == "off":
             return
-        pending = pending_compactions(self.table)
+        pending = [i.timestamp for i in timeline.pending(COMPACTION)]
         if pending:  # a plan whose execution failed is retried, never two at once
             if c.mode == "async" and not self.executor.busy_with(self.name, "compaction"):
                 instant = pending[0]
@@ -172,7 +172,7 @@ class TableServices:
 
     def _clean(self, timeline: Timeline) -> None:
         c = self.settings.clean
-        if c.mode == "off" or self.executor.busy_with(self.name, "clean") or pending_cleans(self.table):
+        if c.mode == "off" or self.executor.busy_with(self.name, "clean") or timeline.pending(CLEAN):
             return
         last = max((i.timestamp for i in timeline.instants if i.action == "clean"), default=None)
         if not self._due("clean", c, timeline, since=last):

@@ -23,10 +23,8 @@ from pyspark.sql import functions as F
 from streamer.decode import ERROR, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, RAW_KEY, RAW_VALUE
 from streamer.quarantine import QuarantineTable
 from table import failpoints
-from table.commit_metadata import CommitMetadata
 from table.mor_table import CHECKPOINT_KEY, MorTable, TableWriter
 from table.spark_write import upsert_dataframe
-from table.timeline import Instant
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +215,7 @@ class UpsertSink:
                 extra[HUDI_STREAMER_CHECKPOINT_KEY] = hudi_checkpoint
             instant = upsert_dataframe(self.writer, rows, extra) or self.writer.commit_empty(extra)
             failpoints.reach("sink.batch_committed")
-            self._count_writes(report, instant)
+            self._count_writes(report)
             self._checkpoint = checkpoint
             report.instant = instant
             report.offsets = read
@@ -228,10 +226,8 @@ class UpsertSink:
             report.lag = self.progress(self._checkpoint)
         return report
 
-    def _count_writes(self, report: BatchReport, instant: str) -> None:
-        timeline = self.table.timeline()
-        metadata = CommitMetadata.from_json(timeline.read_content(Instant(instant, "deltacommit", "completed")))
-        stats = metadata.write_stats()
+    def _count_writes(self, report: BatchReport) -> None:
+        stats = self.writer.last_commit.write_stats()
         report.upserted = sum(s.num_writes for s in stats)
         report.deleted = sum(s.num_deletes for s in stats)
         report.files_written = len(stats)

@@ -213,6 +213,7 @@ class TableWriter:
         self.key_generator = KeyGenerator.from_config(table.config)
         self._lease = WriterLease(table.storage, description, options.lease_ttl_seconds)
         self._open = False
+        self.last_commit: CommitMetadata | None = None  # what the latest `complete` committed
 
     def __enter__(self) -> "TableWriter":
         return self.open()
@@ -332,6 +333,7 @@ class TableWriter:
         metadata = CommitMetadata.for_write(stats, extra, operation_type="UPSERT")
         failpoints.reach("deltacommit.files_written")
         timeline.complete(Instant(instant, "deltacommit", "inflight"), metadata.to_json().encode())
+        self.last_commit = metadata
         failpoints.reach("deltacommit.completed")
         delete_markers(self.table.storage, instant)
 
