@@ -9,15 +9,20 @@ A log file joins the slice with the greatest completed base instant at or before
 instant, as hudi-rs does for table version 6. While a compaction at c is pending, writes start
 log files with base instant c before c's base file exists (the "phantom" base file); until the
 compaction completes those logs belong to the previous slice, so its reader sees them.
+
+A completed replacecommit (clustering, bucket resizing) retires the file groups it names in
+`partitionToReplaceFileIds`: from its instant on they are out of the view, and the groups it
+wrote take their place. Until then the new groups have no completed base file and stay unseen.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from table.commit_metadata import ReplaceCommitMetadata
 from table.layout import PARTITION_METADATA_FILE, BaseFileName, LogFileName
 from table.storage import Storage
-from table.timeline import CompletedInstants, Timeline
+from table.timeline import Action, CompletedInstants, Timeline
 
 METADATA_DIR = ".hoodie"
 
@@ -95,12 +100,19 @@ class FileSystemView:
         timeline: Timeline,
         partition_paths: list[str] | None = None,
         as_of: str | None = None,
+        include_replaced: bool = False,
     ) -> "FileSystemView":
+        """`include_replaced` keeps the groups completed replacecommits retired: only the
+        cleaner, which deletes them, wants those."""
         completed = timeline.completed_timestamps()
         if as_of is not None:
             completed = completed.up_to(as_of)
         paths = partition_paths if partition_paths is not None else list_partitions(storage)
-        partitions = {p: _list_file_groups(storage, p, completed) for p in paths}
+        replaced = {} if include_replaced else replaced_file_groups(timeline, as_of)
+        partitions = {}
+        for p in paths:
+            groups = _list_file_groups(storage, p, completed)
+            partitions[p] = {f: g for f, g in groups.items() if (p, f) not in replaced}
         return FileSystemView(partitions, as_of)
 
     def partition_paths(self) -> list[str]:
@@ -114,6 +126,19 @@ class FileSystemView:
 
     def latest_slices(self) -> list[FileSlice]:
         return [s for fg in self.all_file_groups() if (s := fg.latest_slice()) is not None]
+
+
+def replaced_file_groups(timeline: Timeline, as_of: str | None = None) -> dict[tuple[str, str], str]:
+    """(partition path, file id) -> instant of the completed replacecommit (up to `as_of`) that
+    retired the group."""
+    replaced: dict[tuple[str, str], str] = {}
+    for commit in timeline.completed(Action.REPLACE_COMMIT):
+        if as_of is not None and commit.timestamp > as_of:
+            continue
+        metadata = ReplaceCommitMetadata.from_json(timeline.read_content(commit))
+        for partition, file_ids in metadata.partition_to_replace_file_ids.items():
+            replaced.update({(partition, file_id): commit.timestamp for file_id in file_ids})
+    return replaced
 
 
 def list_partitions(storage: Storage) -> list[str]:

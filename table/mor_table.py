@@ -24,7 +24,8 @@ from table.lease import DEFAULT_TTL_SECONDS, WriterLease
 from table.markers import delete_markers
 from table.properties import TableConfig
 from table.read import SliceReadSpec, read_base_file, read_file_slice, table_schema_with_meta
-from table.schema import COMMIT_TIME, PARTITION_PATH, RECORD_KEY, arrow_schema_from_avro, avro_schema_json
+from table.schema import COMMIT_TIME, PARTITION_PATH, arrow_schema_from_avro, avro_schema_json
+from table.services.clustering_plan import pending_clustering_plans
 from table.services.compaction import pending_compaction_file_groups
 from table.services.rollback import rollback_pending_writes
 from table.storage import Storage
@@ -35,7 +36,7 @@ from table.write import (
     CommitContext,
     FileGroupTarget,
     prepare_batch,
-    route_file_ids,
+    route_rows,
     write_file_group,
 )
 
@@ -160,8 +161,8 @@ class MorTable:
         return arrow_schema_from_avro(avro)
 
     def file_system_view(self, as_of: str | None = None, timeline: Timeline | None = None,
-                         partition_paths: list[str] | None = None) -> FileSystemView:
-        return FileSystemView.build(self.storage, timeline or self.timeline(), partition_paths, as_of)
+                         partition_paths: list[str] | None = None, include_replaced: bool = False) -> FileSystemView:
+        return FileSystemView.build(self.storage, timeline or self.timeline(), partition_paths, as_of, include_replaced)
 
     # ---- reads -----------------------------------------------------------------------------
 
@@ -290,21 +291,35 @@ class TableWriter:
         """Each partition's ring and each bucket's file group target for this commit.
 
         A group in a pending compaction plan gets its logs in a new slice at the compaction's
-        instant, whose base file (not there yet) is the compaction's output.
+        instant, whose base file (not there yet) is the compaction's output. While a resize of a
+        partition is pending at r, its children are targets too: their logs start slices at r,
+        whose base files are the resize's output (dual writes; see `table.services.clustering`).
         """
         storage = self.table.storage
         routers: dict[str, ring.Router] = {}
         targets: dict[str, FileGroupTarget] = {}
         view = self.table.file_system_view(timeline=timeline, partition_paths=partition_paths)
         compacting = pending_compaction_file_groups(timeline)
+        resizing = {p: (plan.instant, children) for plan in pending_clustering_plans(timeline)
+                    for p, children in plan.children_by_partition().items()}
         for partition in partition_paths:
             # as Hudi's loadMetadata: only an instant on the active timeline commits hashing metadata
             metadata = ring.load_latest(storage, partition, timeline.completed_timestamps().active)
             if metadata is None:
                 write_partition_metadata(storage, partition, instant)
                 metadata = ring.create_initial(storage, partition, self.options.initial_buckets)
-            routers[partition] = ring.Router(metadata, index_key_fields=tuple(self.table.config.record_key_fields))
             groups = view.file_groups(partition)
+            if partition in resizing:
+                resize_instant, children = resizing[partition]
+                metadata = metadata.with_children(children)
+                for child in children:
+                    if child.file_id_prefix:
+                        group = groups.get(child.file_id)
+                        targets[child.file_id] = FileGroupTarget(
+                            partition_path=partition, file_id=child.file_id, base_instant=resize_instant,
+                            base_file_name="",
+                            log_version=group.next_log_version(resize_instant) if group else 1)
+            routers[partition] = ring.Router(metadata, index_key_fields=tuple(self.table.config.record_key_fields))
             for node in metadata.nodes:
                 file_id = ring.file_id_for(node)
                 group = groups.get(file_id)
@@ -352,8 +367,7 @@ class TableWriter:
         instant, timeline = self.begin()
         partitions = sorted(set(prepared[PARTITION_PATH].to_pylist()))
         routers, targets = self.targets(instant, timeline, partitions)
-        file_ids = route_file_ids(prepared[PARTITION_PATH].combine_chunks(), prepared[RECORD_KEY].combine_chunks(), routers)
-        prepared = prepared.append_column(FILE_ID, file_ids)
+        prepared = route_rows(prepared, routers)
         ctx = self.commit_context(instant, data_schema)
         stats: list[WriteStat] = []
         prepared = prepared.sort_by(FILE_ID)

@@ -20,7 +20,7 @@ from table.commit_metadata import WriteStat
 from table.keys import KeyGenerator
 from table.mor_table import TableWriter
 from table.schema import PARTITION_PATH, RECORD_KEY
-from table.write import FILE_ID, IS_DELETE, POSITION, dedupe_latest, prepare_batch, route_file_ids, write_file_group
+from table.write import FILE_ID, IS_DELETE, POSITION, dedupe_latest, prepare_batch, route_rows, write_file_group
 
 STAT_SCHEMA = "stat string"
 
@@ -85,7 +85,4 @@ def _key_batches(batches: Iterator[pa.RecordBatch], spec, key_generator: KeyGene
 def _route_batches(batches: Iterator[pa.RecordBatch], routers_bc) -> Iterator[pa.RecordBatch]:
     routers = routers_bc.value
     for batch in batches:
-        file_ids = route_file_ids(batch.column(PARTITION_PATH), batch.column(RECORD_KEY), routers)
-        yield pa.RecordBatch.from_arrays(
-            list(batch.columns) + [file_ids], schema=batch.schema.append(pa.field(FILE_ID, pa.string()))
-        )
+        yield from route_rows(batch, routers).to_batches()

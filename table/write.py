@@ -112,17 +112,31 @@ def prepare_batch(records: pa.Table, spec: BatchSpec, key_generator, dedupe: boo
     return dedupe_latest(prepared, spec.ordering_field) if dedupe else prepared
 
 
-def route_file_ids(partitions: pa.Array, keys: pa.Array, routers: dict) -> pa.Array:
-    """The file id of every row: its partition's consistent-hashing ring applied to its key."""
-    if len(keys) == 0:
-        return pa.array([], pa.string())
-    positions, routed = [], []
+def route_rows(rows: pa.Table | pa.RecordBatch, routers: dict) -> pa.Table:
+    """The rows with the FILE_ID of their partition's bucket (its consistent-hashing ring applied
+    to the record key). A row whose bucket a pending resize replaces comes twice: once for the
+    old file group, once for the child's (the dual write that keeps both sides current)."""
+    table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
+    if table.num_rows == 0:
+        return table.append_column(FILE_ID, pa.array([], pa.string()))
+    partitions = table[PARTITION_PATH].combine_chunks()
+    keys = table[RECORD_KEY].combine_chunks()
+    positions, routed, children = [], [], []
     for partition in pc.unique(partitions).to_pylist():
         idx = pc.indices_nonzero(pc.equal(partitions, partition))
+        file_ids, child_ids = routers[partition].file_ids_with_children(pc.take(keys, idx))
         positions.append(idx)
-        routed.append(routers[partition].file_ids(pc.take(keys, idx)).cast(pa.string()))
+        routed.append(file_ids.cast(pa.string()))
+        children.append(child_ids if child_ids is not None else pa.nulls(len(idx), pa.string()))
     # Rows were gathered partition by partition; put each file id back at its row's position.
-    return pc.take(pa.concat_arrays(routed), pc.sort_indices(pa.concat_arrays(positions)))
+    order = pc.sort_indices(pa.concat_arrays(positions))
+    primary = table.append_column(FILE_ID, pc.take(pa.concat_arrays(routed), order))
+    child_ids = pc.take(pa.concat_arrays(children), order)
+    if child_ids.null_count == len(child_ids):
+        return primary
+    dual = pc.is_valid(child_ids)
+    duplicates = table.filter(dual).append_column(FILE_ID, pc.filter(child_ids, dual))
+    return pa.concat_tables([primary, duplicates])
 
 
 def dedupe_latest(prepared: pa.Table, ordering_field: str) -> pa.Table:

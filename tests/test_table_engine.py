@@ -247,8 +247,8 @@ CRASHING_WRITER = textwrap.dedent(
     import pyarrow as pa
     import pyarrow.compute as pc
     from table.mor_table import MorTable, WriteOptions
-    from table.schema import PARTITION_PATH, RECORD_KEY
-    from table.write import FILE_ID, prepare_batch, route_file_ids, write_file_group
+    from table.schema import PARTITION_PATH
+    from table.write import FILE_ID, prepare_batch, route_rows, write_file_group
 
     table = MorTable.load(sys.argv[1])
     batch = pa.ipc.open_file(sys.argv[2]).read_all()
@@ -258,10 +258,9 @@ CRASHING_WRITER = textwrap.dedent(
     instant, timeline = writer.begin()
     partitions = sorted(set(prepared[PARTITION_PATH].to_pylist()))
     routers, targets = writer.targets(instant, timeline, partitions)
-    file_ids = route_file_ids(prepared[PARTITION_PATH].combine_chunks(), prepared[RECORD_KEY].combine_chunks(), routers)
-    prepared = prepared.append_column(FILE_ID, file_ids)
+    prepared = route_rows(prepared, routers)
     ctx = writer.commit_context(instant, data_schema)
-    for task, file_id in enumerate(sorted(set(file_ids.to_pylist()))[:3]):
+    for task, file_id in enumerate(sorted(set(prepared[FILE_ID].to_pylist()))[:3]):
         write_file_group(ctx, targets[file_id], prepared.filter(pc.equal(prepared[FILE_ID], file_id)), task)
     os.kill(os.getpid(), signal.SIGKILL)  # dies between its log files and its commit
     """

@@ -324,7 +324,8 @@ class Router:
     Nodes are kept sorted by value; a hash goes to the first node whose value is >= the hash,
     wrapping to the first node. With `include_children` a pending resize's children replace or
     delete the ring's nodes first, as Hudi's identifier does for writers during a resize.
-    Picklable (Spark broadcasts it).
+    Without it, a router whose metadata carries children also knows the ring they make, for the
+    dual writes of `file_ids_with_children`. Picklable (Spark broadcasts it).
     """
 
     def __init__(self, metadata: HashingMetadata, index_key_fields: Sequence[str] | None = None,
@@ -338,6 +339,9 @@ class Router:
         self.values = np.array([n.value for n in self.nodes], dtype=np.int64)
         self.node_file_ids: list[str | None] = [file_id_for(n) if n.file_id_prefix else None for n in self.nodes]
         self._by_file_id = {f: i for i, f in enumerate(self.node_file_ids) if f}
+        self.child_ring: Router | None = None
+        if metadata.children_nodes and not include_children:
+            self.child_ring = Router(metadata, index_key_fields, include_children=True)
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -358,7 +362,20 @@ class Router:
 
     def file_ids(self, record_keys) -> pa.Array:
         """The file group id of each record key's bucket, a string array."""
-        idx = self.route(record_keys)
+        return self._file_ids_of_hashes(hash_values(record_keys, self.index_key_fields))
+
+    def file_ids_with_children(self, record_keys) -> tuple[pa.Array, pa.Array | None]:
+        """Each key's file group and, where a pending resize replaces its bucket, the child's
+        file group the record is also written to (null elsewhere); None without a pending resize."""
+        hashes = hash_values(record_keys, self.index_key_fields)
+        file_ids = self._file_ids_of_hashes(hashes)
+        if self.child_ring is None:
+            return file_ids, None
+        child_ids = self.child_ring._file_ids_of_hashes(hashes)
+        return file_ids, pc.if_else(pc.equal(file_ids, child_ids), pa.scalar(None, pa.string()), child_ids)
+
+    def _file_ids_of_hashes(self, hashes: np.ndarray) -> pa.Array:
+        idx = self.indices_for_hashes(hashes)
         missing = [i for i in np.unique(idx).tolist() if self.node_file_ids[i] is None]
         if missing:
             raise HashingMetadataError(

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from table import failpoints
-from table.commit_metadata import ReplaceCommitMetadata
-from table.fsview import FileGroup, FileSlice
+from table.fsview import FileGroup, FileSlice, replaced_file_groups
 from table.index import consistent_hashing as ring
+from table.services.clustering_plan import pending_clustering_file_groups
 from table.services.compaction import read_compaction_plan
 from table.storage import Storage
 from table.timeline import WRITE_ACTIONS, Action, CompletedInstants, Instant, State, Timeline
@@ -134,26 +134,8 @@ def _retention(timeline: Timeline, policy: CleanPolicy) -> _Retention:
         for pending in timeline.pending(Action.COMPACTION)
         for op in read_compaction_plan(timeline, pending.timestamp)[0]
     }
-    return _Retention(policy, earliest, frozenset(compacting), _pending_clustering(timeline), _replaced(timeline))
-
-
-def _pending_clustering(timeline: Timeline) -> frozenset[tuple[str, str]]:
-    groups = set()
-    for pending in timeline.pending(Action.REPLACE_COMMIT):
-        content = timeline.read_content(pending.requested())
-        plan = deserialize_plan("HoodieRequestedReplaceMetadata", content)["clusteringPlan"] if content else None
-        for group in (plan or {}).get("inputGroups") or ():
-            groups.update((s["partitionPath"] or "", s["fileId"]) for s in group["slices"] or ())
-    return frozenset(groups)
-
-
-def _replaced(timeline: Timeline) -> dict[tuple[str, str], str]:
-    replaced = {}
-    for commit in timeline.completed(Action.REPLACE_COMMIT):
-        metadata = ReplaceCommitMetadata.from_json(timeline.read_content(commit))
-        for partition, file_ids in metadata.partition_to_replace_file_ids.items():
-            replaced.update({(partition, file_id): commit.timestamp for file_id in file_ids})
-    return replaced
+    return _Retention(policy, earliest, frozenset(compacting), frozenset(pending_clustering_file_groups(timeline)),
+                      replaced_file_groups(timeline))
 
 
 # -- planning ------------------------------------------------------------------------------------
@@ -167,7 +149,7 @@ def schedule_clean(table: MorTable, policy: CleanPolicy) -> str | None:
         return None
     retention = _retention(timeline, policy)
     completed = timeline.completed_timestamps()
-    view = table.file_system_view(timeline=timeline)
+    view = table.file_system_view(timeline=timeline, include_replaced=True)
     storage = table.storage
     to_delete: dict[str, list[str]] = {}
     for partition in view.partition_paths():

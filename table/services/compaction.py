@@ -36,6 +36,7 @@ from table.lease import WriterConflictError, WriterLease
 from table.markers import create_marker, delete_markers, marked_files
 from table.read import SliceReadSpec, read_file_slice, table_schema_with_meta
 from table.schema import COMMIT_TIME, FILE_NAME, RECORD_KEY, avro_schema_json
+from table.services.clustering_plan import pending_clustering_file_groups
 from table.storage import Storage
 from table.timeline import Instant, Timeline
 from table.timeline_plans import deserialize_plan, serialize_plan
@@ -196,14 +197,15 @@ def pending_compaction_file_groups(timeline: Timeline) -> dict[tuple[str, str], 
 
 def schedule_compaction(writer: TableWriter, strategy: CompactionStrategy) -> str | None:
     """Write a compaction plan of the slices `strategy` picks; its instant, or None (and nothing
-    written) when no slice qualifies. File groups already in a pending plan are left out."""
+    written) when no slice qualifies. File groups already in a pending compaction or clustering
+    plan are left out."""
     writer.check_held()
     table = writer.table
     timeline = table.timeline()
     if timeline.pending("deltacommit"):
         # Its log blocks would be in the plan yet not in the compacted base file.
         raise ValueError("cannot schedule a compaction while a deltacommit is pending")
-    planned = pending_compaction_file_groups(timeline)
+    planned = pending_compaction_file_groups(timeline) | pending_clustering_file_groups(timeline)
     view = table.file_system_view(timeline=timeline)
     candidates = [s for s in view.latest_slices() if s.log_files and (s.partition_path, s.file_id) not in planned]
     chosen = strategy.select(candidates, view.partition_paths())

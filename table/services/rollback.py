@@ -6,8 +6,10 @@ before its first commit: the files the instant's markers name are deleted and a 
 instant is recorded (plan, then metadata, in Hudi's Avro). A rollback itself interrupted is
 finished from its plan on the next start.
 
-Only deltacommits are rolled back. A requested or inflight compaction is a plan to finish, not
-a failed write: its executor runs it again (see `table.services.compaction`).
+Only deltacommits are rolled back here. A requested or inflight compaction or clustering is a
+plan to finish, not a failed write: its executor runs it again. A clustering plan is rolled
+back only on request (`table.services.clustering.rollback_clustering`), with the files of its
+children named in the rollback plan as well.
 """
 
 from __future__ import annotations
@@ -44,10 +46,11 @@ def rollback_pending_writes(storage: Storage, timeline: Timeline) -> list[str]:
     return done
 
 
-def rollback(storage: Storage, timeline: Timeline, target: Instant) -> str:
-    """Roll back one pending instant; returns the rollback's instant time."""
+def rollback(storage: Storage, timeline: Timeline, target: Instant, extra_files: list[str] = ()) -> str:
+    """Roll back one pending instant: the files its markers name and `extra_files` (table
+    relative) are deleted; returns the rollback's instant time."""
     rollback_time = timeline.new_instant_time()
-    files = marked_files(storage, target.timestamp)
+    files = sorted(set(marked_files(storage, target.timestamp)) | set(extra_files))
     plan = {
         "instantToRollback": {"commitTime": target.timestamp, "action": target.action},
         "RollbackRequests": [
@@ -72,8 +75,10 @@ def _execute(storage: Storage, timeline: Timeline, rollback_time: str, target_ti
     inflight = Instant(rollback_time, ROLLBACK_ACTION, "inflight")
     if not timeline.contains(inflight):
         timeline.transition_to_inflight(Instant(rollback_time, ROLLBACK_ACTION, "requested"))
+    plan = deserialize_plan("HoodieRollbackPlan", timeline.read_content(Instant(rollback_time, ROLLBACK_ACTION, "requested")))
+    planned = [_relative(storage, f) for r in plan["RollbackRequests"] or () for f in r["filesToBeDeleted"] or ()]
     deleted: dict[str, list[str]] = {}
-    for path in marked_files(storage, target_time):
+    for path in sorted(set(marked_files(storage, target_time)) | set(planned)):
         if storage.exists(path):
             storage.delete(path)
             deleted.setdefault(_partition_of(path), []).append(storage.full_path(path))
@@ -99,6 +104,11 @@ def _execute(storage: Storage, timeline: Timeline, rollback_time: str, target_ti
     }
     timeline.complete(inflight, serialize_plan("HoodieRollbackMetadata", metadata))
     log.info("rolled back %s %s (%d files deleted)", target_action, target_time, metadata["totalFilesDeleted"])
+
+
+def _relative(storage: Storage, full_path: str) -> str:
+    root = storage.full_path() + "/"
+    return full_path[len(root):] if full_path.startswith(root) else full_path
 
 
 def _partition_of(path: str) -> str:
