@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from table.base_file import parquet_options
 from table.commit_metadata import WriteStat
 from table.errors import InvalidBatchError
 from table.layout import BaseFileName, LogFileName, write_token
@@ -198,7 +199,7 @@ def _write_base_file(
     create_marker(storage, ctx.instant, target.partition_path, name, "CREATE")
     rows = _with_meta_columns(ctx, upserts, name, task_id)
     with storage.open_output(path) as out:
-        pq.write_table(rows, out, compression="snappy")
+        pq.write_table(rows, out, **parquet_options(rows))
     size = storage.size(path)
     return WriteStat(
         file_id=target.file_id,

@@ -271,6 +271,20 @@ def test_split_at_the_median_hash_gives_each_child_half_the_records_where_the_mi
     assert all(abs(a - b) <= 2 for a, b in zip(counts["distribution"][::2], counts["distribution"][1::2])), counts
 
 
+def test_a_child_that_gets_no_records_still_has_a_base_file_for_later_writes(tmp_path):
+    path = tmp_path / "orders"
+    table = unpartitioned_table(path)
+    with table.writer(write_options(initial_buckets=1)) as writer:
+        stream = SkewedStream(writer, size=1500, hot_share=1.0)  # every key in the lower half's first quarter
+        stream.commit()
+        instant = schedule_clustering(writer, ClusteringPolicy(split_threshold_bytes=4 * KB, merge_threshold_bytes=0))
+        result = execute_clustering(table, instant)
+        assert sorted(s.num_writes for s in result.write_stats)[0] == 0
+        stream.hot_share = 0.0  # now into the empty child
+        stream.commit(stream.batch(inserts=1.0))
+        assert_readers_exact(path, stream, "after writing to the empty child")
+
+
 def test_a_partition_shrunk_by_deletes_merges_adjacent_buckets_and_reads_correctly(tmp_path):
     path = tmp_path / "orders"
     table = make_table(path)

@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from table import failpoints
+from table.base_file import parquet_options
 from table.commit_metadata import SCHEMA_KEY, ReplaceCommitMetadata, WriteStat
 from table.fsview import BaseFile, FileSlice, LogFile
 from table.index import consistent_hashing as ring
@@ -484,7 +485,7 @@ def _write_base(storage: Storage, partition: str, file_id: str, rows: pa.Table, 
                            pa.repeat(pa.scalar(name, pa.string()), rows.num_rows))
     create_marker(storage, instant, partition, name, "CREATE")
     buffer = io.BytesIO()
-    pq.write_table(rows, buffer, compression="snappy")
+    pq.write_table(rows, buffer, **parquet_options(rows))
     storage.create(path, buffer.getvalue())
     size = len(buffer.getvalue())
     return WriteStat(file_id=file_id, path=path, partition_path=partition, prev_commit="null",

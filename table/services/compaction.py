@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from table import failpoints
+from table.base_file import parquet_options
 from table.commit_metadata import SCHEMA_KEY, CommitMetadata, RuntimeStats, WriteStat
 from table.fsview import BaseFile, FileSlice, LogFile
 from table.layout import METADATA_DIR, BaseFileName, LogFileName, partition_file_path, write_token
@@ -338,7 +339,7 @@ def _compact(storage: Storage, op: CompactionOperation, instant: str, task_id: i
     )
     create_marker(storage, instant, op.partition_path, name, "CREATE")
     buffer = io.BytesIO()
-    pq.write_table(rows, buffer, compression="snappy")
+    pq.write_table(rows, buffer, **parquet_options(rows))
     storage.create(path, buffer.getvalue())
     runtime = RuntimeStats(
         total_scan_time=int((scanned - started) * 1000), total_upsert_time=int((time.monotonic() - scanned) * 1000)

@@ -1,0 +1,34 @@
+"""How base files are encoded: the Parquet options every writer of base files uses (first
+writes, compaction, clustering).
+
+Dictionary encoding goes only to columns with few distinct values. pyarrow falls back to plain
+encoding once a column's dictionary passes 1 MiB, so a high-cardinality column (record keys,
+sequence numbers, amounts) would cost its values plus dictionary indices in a small file and
+only its values in a large one. Encoded plain from the start, such a column takes the same
+bytes per row whatever the file's size: splitting or merging buckets then writes about the
+bytes it reads, and bucket sizes stay proportional to their rows.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+COMPRESSION = "snappy"
+#: A column is dictionary-encoded when it has at most this share of distinct values.
+DICTIONARY_MAX_DISTINCT_SHARE = 0.5
+#: Large enough that a dictionary-encoded column never falls back to plain mid-file.
+DICTIONARY_PAGE_LIMIT_BYTES = 256 * 1024 * 1024
+
+
+def parquet_options(rows: pa.Table) -> dict:
+    """Keyword arguments for `pyarrow.parquet.write_table` of a base file holding `rows`."""
+    return {"compression": COMPRESSION, "use_dictionary": dictionary_columns(rows),
+            "dictionary_pagesize_limit": DICTIONARY_PAGE_LIMIT_BYTES}
+
+
+def dictionary_columns(rows: pa.Table) -> list[str]:
+    """Top-level primitive columns whose distinct values are few enough for a dictionary."""
+    limit = max(1, int(rows.num_rows * DICTIONARY_MAX_DISTINCT_SHARE))
+    return [f.name for f in rows.schema
+            if not pa.types.is_nested(f.type) and pc.count_distinct(rows[f.name], mode="all").as_py() <= limit]
