@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from table.commit_metadata import ReplaceCommitMetadata
-from table.layout import PARTITION_METADATA_FILE, BaseFileName, LogFileName
+from table.layout import PARTITION_METADATA_FILE, BaseFileName, LogFileName, partition_file_path
 from table.storage import Storage
 from table.timeline import Action, CompletedInstants, Timeline
 
@@ -48,6 +48,17 @@ class FileSlice:
     base_instant: str
     base_file: BaseFile | None = None
     log_files: list[LogFile] = field(default_factory=list)
+
+    @classmethod
+    def of_files(cls, storage: Storage, partition_path: str, file_id: str, base_instant: str,
+                 base_file: str | None, log_files: tuple[str, ...] | list[str]) -> FileSlice:
+        """A slice of exactly the named files (as a service plan names them), sized from storage."""
+        def path(name: str) -> str:
+            return partition_file_path(partition_path, name)
+
+        base = BaseFile(path(base_file), BaseFileName.parse(base_file), storage.size(path(base_file))) if base_file else None
+        logs = [LogFile(path(n), LogFileName.parse(n), storage.size(path(n))) for n in log_files]
+        return cls(partition_path, file_id, base_instant, base, logs)
 
     def sorted_log_files(self) -> list[LogFile]:
         """In write order, as Hudi's log file comparator: base instant, version, write token."""

@@ -147,3 +147,15 @@ class WriterLease:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def acquire_executor_lease(storage: Storage, plan: str, path: str, conflict: type[Exception]) -> WriterLease:
+    """The lease that lets one process execute a service plan (`plan` names it, e.g.
+    "compaction 2024..."); `conflict` is raised, naming the holder, while another live one has it."""
+    lease = WriterLease(storage, f"executor of {plan}", path=path)
+    try:
+        return lease.acquire()
+    except WriterConflictError:
+        holder = lease.current_holder()
+        by = f"{holder.description} (host {holder.host}, pid {holder.pid})" if holder else "another executor"
+        raise conflict(f"{plan} of {storage.base_uri} is being executed by {by}") from None

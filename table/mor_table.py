@@ -303,8 +303,11 @@ class TableWriter:
         resizing = {p: (plan.instant, children) for plan in pending_clustering_plans(timeline)
                     for p, children in plan.children_by_partition().items()}
         for partition in partition_paths:
-            # as Hudi's loadMetadata: only an instant on the active timeline commits hashing metadata
-            metadata = ring.load_latest(storage, partition, timeline.completed_timestamps().active)
+            # as Hudi's loadMetadata: only an instant on the active timeline commits hashing
+            # metadata; and a resize this commit's timeline has pending is pending for it, even
+            # if it completed since (its records then go to the old groups and the children)
+            instants = timeline.completed_timestamps()
+            metadata = ring.load_latest(storage, partition, instants.active, pending_instants=set(instants.pending))
             if metadata is None:
                 write_partition_metadata(storage, partition, instant)
                 metadata = ring.create_initial(storage, partition, self.options.initial_buckets)

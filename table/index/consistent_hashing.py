@@ -593,8 +593,10 @@ def load_latest(storage: Storage, partition_path: str, completed_instants: set[s
     """The partition's latest committed hashing metadata, or None when it has none.
 
     The rule (Hudi's `ConsistentBucketIndexUtils.loadMetadata`):
-    - a metadata file with a `<instant>.commit` marker is committed; so is the initial one
-      (00000000000000);
+    - a metadata file with a `<instant>.commit` marker is committed, unless its instant is in
+      `pending_instants` (the caller's timeline is older than the resize's completion, and what
+      it does must follow that timeline: a writer that saw the resize pending dual-writes); the
+      initial one (00000000000000) is committed;
     - a newer file without a marker is committed when its instant is in `completed_instants`
       (the resize's replacecommit completed but the marker was not written yet);
     - when neither says, and its instant is not in `pending_instants`, it is committed if one of
@@ -610,13 +612,16 @@ def load_latest(storage: Storage, partition_path: str, completed_instants: set[s
     for orphan in sorted(markers - set(versions)):
         log.warning("hashing metadata commit marker %s has no metadata file; ignored",
                     commit_marker_path(partition_path, orphan))
-    committed = [v for v in versions if v in markers]
+    pending = pending_instants or set()
+    committed = [v for v in versions if v in markers and v not in pending]
     latest = committed[-1] if committed else None
     existing = set(existing_file_id_prefixes) if existing_file_id_prefixes is not None else None
     for instant in versions:
         if latest is not None and instant <= latest:
             continue
-        if instant == INIT_INSTANT_TS or (completed_instants is not None and instant in completed_instants):
+        if instant in pending:
+            is_committed = False
+        elif instant == INIT_INSTANT_TS or (completed_instants is not None and instant in completed_instants):
             is_committed = True
         elif existing is not None and pending_instants is not None and instant not in pending_instants:
             candidate = load_file(storage, partition_path, instant)

@@ -44,10 +44,10 @@ import pyarrow.parquet as pq
 from table import failpoints
 from table.base_file import parquet_options
 from table.commit_metadata import SCHEMA_KEY, ReplaceCommitMetadata, WriteStat
-from table.fsview import BaseFile, FileSlice, LogFile
+from table.fsview import FileSlice
 from table.index import consistent_hashing as ring
 from table.layout import METADATA_DIR, BaseFileName, LogFileName, partition_file_path, write_token
-from table.lease import WriterConflictError, WriterLease
+from table.lease import WriterLease, acquire_executor_lease
 from table.markers import create_marker, delete_markers, marked_files
 from table.read import SliceReadSpec, read_file_slice, table_schema_with_meta
 from table.schema import FILE_NAME, RECORD_KEY, avro_schema_json
@@ -373,14 +373,8 @@ def execute_clustering(table: MorTable, instant: str) -> ClusteringResult:
 
 
 def _executor_lease(table: MorTable, instant: str) -> WriterLease:
-    lease = WriterLease(table.storage, f"clustering executor of {instant}", path=executor_lease_path(instant))
-    try:
-        lease.acquire()
-    except WriterConflictError:
-        holder = lease.current_holder()
-        by = f"{holder.description} (host {holder.host}, pid {holder.pid})" if holder else "another executor"
-        raise ClusteringConflictError(f"clustering {instant} of {table.base_uri} is being executed by {by}") from None
-    return lease
+    return acquire_executor_lease(table.storage, f"clustering {instant}", executor_lease_path(instant),
+                                  ClusteringConflictError)
 
 
 def _execute(table: MorTable, instant: str, lease: WriterLease) -> ClusteringResult:
@@ -449,15 +443,10 @@ def _remove_previous_attempt(storage: Storage, instant: str) -> None:
 
 def _planned_slice(storage: Storage, planned: PlannedSlice) -> FileSlice:
     """The slice as planned: exactly these files, whatever was written to the group since."""
-    def path(name: str) -> str:
-        return partition_file_path(planned.partition_path, name)
-
-    base = None
-    if planned.base_file:
-        base = BaseFile(path(planned.base_file), BaseFileName.parse(planned.base_file), storage.size(path(planned.base_file)))
-    logs = [LogFile(path(n), LogFileName.parse(n), storage.size(path(n))) for n in planned.log_files]
-    base_instant = base.name.instant if base else (logs[0].name.base_instant if logs else "")
-    return FileSlice(planned.partition_path, planned.file_id, base_instant, base, logs)
+    base_instant = (BaseFileName.parse(planned.base_file).instant if planned.base_file
+                    else LogFileName.parse(planned.log_files[0]).base_instant if planned.log_files else "")
+    return FileSlice.of_files(storage, planned.partition_path, planned.file_id, base_instant,
+                              planned.base_file, planned.log_files)
 
 
 def _rewrite(storage: Storage, group: ClusteringGroup, router: ring.Router, instant: str, spec: SliceReadSpec,

@@ -31,9 +31,9 @@ import pyarrow.parquet as pq
 from table import failpoints
 from table.base_file import parquet_options
 from table.commit_metadata import SCHEMA_KEY, CommitMetadata, RuntimeStats, WriteStat
-from table.fsview import BaseFile, FileSlice, LogFile
-from table.layout import METADATA_DIR, BaseFileName, LogFileName, partition_file_path, write_token
-from table.lease import WriterConflictError, WriterLease
+from table.fsview import FileSlice
+from table.layout import METADATA_DIR, BaseFileName, partition_file_path, write_token
+from table.lease import WriterLease, acquire_executor_lease
 from table.markers import create_marker, delete_markers, marked_files
 from table.read import SliceReadSpec, read_file_slice, table_schema_with_meta
 from table.schema import COMMIT_TIME, FILE_NAME, RECORD_KEY, avro_schema_json
@@ -137,14 +137,8 @@ class CompactionOperation:
 
     def file_slice(self, storage: Storage) -> FileSlice:
         """The slice as planned: exactly these files, whatever was written to the group since."""
-        def path(name: str) -> str:
-            return partition_file_path(self.partition_path, name)
-
-        base = None
-        if self.base_file:
-            base = BaseFile(path(self.base_file), BaseFileName.parse(self.base_file), storage.size(path(self.base_file)))
-        logs = [LogFile(path(n), LogFileName.parse(n), storage.size(path(n))) for n in self.log_files]
-        return FileSlice(self.partition_path, self.file_id, self.base_instant, base, logs)
+        return FileSlice.of_files(storage, self.partition_path, self.file_id, self.base_instant,
+                                  self.base_file, self.log_files)
 
 
 @dataclass(frozen=True)
@@ -272,13 +266,8 @@ def execute_compaction(table: MorTable, instant: str) -> CompactionResult:
     Raises CompactionConflictError when another live executor runs it, ValueError when no
     compaction is pending at `instant`.
     """
-    lease = WriterLease(table.storage, f"compaction executor of {instant}", path=executor_lease_path(instant))
-    try:
-        lease.acquire()
-    except WriterConflictError:
-        holder = lease.current_holder()
-        by = f"{holder.description} (host {holder.host}, pid {holder.pid})" if holder else "another executor"
-        raise CompactionConflictError(f"compaction {instant} of {table.base_uri} is being executed by {by}") from None
+    lease = acquire_executor_lease(table.storage, f"compaction {instant}", executor_lease_path(instant),
+                                   CompactionConflictError)
     try:
         return _execute(table, instant, lease)
     finally:
