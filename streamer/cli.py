@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         return describe(args)
     if args.command == "run":
         return run_command(args)
-    if args.command in ("compact", "clean", "archive"):
+    if args.command in ("compact", "cluster", "clean", "archive"):
         from streamer.maintenance import run_offline
 
         return run_offline(args)
@@ -59,6 +59,7 @@ def add_maintenance_commands(commands) -> None:
                          choices=["log_file_count", "log_file_size", "bounded_io", "recent_partitions"])
     compact.add_argument("--min-log-files", type=int, default=1)
     compact.add_argument("--max-io-mb", type=int, default=500)
+    add_cluster_command(commands)
     clean = commands.add_parser("clean", help="remove file slices the retained commits no longer need",
                                 description="Finish pending cleans, then plan and execute a new one. Needs "
                                             "the table's writer lease.")
@@ -72,6 +73,31 @@ def add_maintenance_commands(commands) -> None:
     archive.add_argument("table_path", metavar="TABLE_PATH")
     archive.add_argument("--min-instants", type=int, default=20)
     archive.add_argument("--max-instants", type=int, default=30)
+
+
+def add_cluster_command(commands) -> None:
+    cluster = commands.add_parser(
+        "cluster", help="split, merge and sort buckets: execute pending clustering plans, else plan one and execute it",
+        description="Execute the table's pending clustering plans as a separate job; when none is pending, "
+                    "plan one (bucket splits, merges and sorts) and execute it. Planning needs the table's "
+                    "writer lease: not while a streaming job writes the table; that job schedules its own. "
+                    "The policy is that of --config (index.* and services.clustering.*), else the defaults, "
+                    "with the flags below on top. --rollback removes a pending plan instead (needs the lease too).")
+    cluster.add_argument("table_path", metavar="TABLE_PATH")
+    cluster.add_argument("--config", metavar="CONFIG", help="the table's YAML config, for its resize and clustering settings")
+    cluster.add_argument("--rollback", metavar="INSTANT", help="roll the pending clustering plan at INSTANT back")
+    cluster.add_argument("--split-threshold-mb", metavar="MB", type=float, help="split buckets larger than this (default 240)")
+    cluster.add_argument("--merge-threshold-mb", metavar="MB", type=float,
+                         help="merge adjacent buckets that together stay within this (default 24)")
+    cluster.add_argument("--min-buckets", metavar="N", type=int,
+                         help="the fewest buckets merges leave a partition with (default: index.min_buckets, "
+                              "else index.initial_buckets, 4)")
+    cluster.add_argument("--max-buckets", metavar="N", type=int, help="the most buckets splits give a partition (default 1024)")
+    cluster.add_argument("--split-point", choices=["middle", "distribution"],
+                         help="cut a split bucket's hash range at its middle (default) or at its records' median hash")
+    cluster.add_argument("--sort-columns", metavar="A,B", help="sort each bucket's base file by these columns; '' for none")
+    cluster.add_argument("--max-partitions", metavar="N", type=int, help="the most partitions one plan takes buckets from")
+    cluster.add_argument("--max-plan-mb", metavar="MB", type=float, help="the most MiB one plan rewrites (default 2048)")
 
 
 def add_table_commands(commands) -> None:

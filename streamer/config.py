@@ -35,6 +35,7 @@ from pydantic import (
 from streamer.source import is_secret_option, redact_options
 
 __all__ = [
+    "ClusteringSettings",
     "ConfigError",
     "DecodeSettings",
     "FormatSettings",
@@ -372,10 +373,53 @@ class DecodeSettings(_Section):
 
 
 class IndexSettings(_Section):
-    """The consistent-hashing bucket index."""
+    """The consistent-hashing bucket index, and how its buckets are resized.
+
+    Every bucket of a partition is one file group. Clustering (`services.clustering`) splits a
+    bucket that grew past `split_threshold_mb` into two, and merges adjacent buckets whose
+    sizes together stay within `merge_threshold_mb`, keeping each partition between
+    `min_buckets` and `max_buckets`. A bucket's size is that of its latest file slice: its base
+    file plus the log files written since."""
 
     initial_buckets: int = Field(4, ge=1, le=65536, description=(
         "Buckets (file groups) of a partition when it is first written; existing partitions keep theirs."))
+    min_buckets: int | None = Field(None, ge=1, description=(
+        "Merges never leave a partition with fewer buckets than this; null means `initial_buckets`. "
+        "At most `initial_buckets`."))
+    max_buckets: int = Field(1024, ge=1, le=65536, description=(
+        "Splits never give a partition more buckets than this. At least `initial_buckets`."))
+    split_threshold_mb: float = Field(240, gt=0, description=(
+        "A bucket whose latest file slice (base and log files) is larger than this many MiB is split "
+        "in two (Hudi's default: twice its 120 MB maximum file size)."))
+    merge_threshold_mb: float = Field(24, ge=0, description=(
+        "Adjacent buckets whose latest file slices together stay within this many MiB are merged into "
+        "one (Hudi's default: 0.2 of its 120 MB maximum file size); 0 never merges. Less than "
+        "`split_threshold_mb`, or merges would undo splits."))
+    split_point: Literal["middle", "distribution"] = Field("middle", description=(
+        "Where a split cuts a bucket's hash range: `middle`, at its middle; `distribution`, at the "
+        "median hash of the bucket's records, so that each child gets about half of them (this reads "
+        "the bucket when planning)."))
+
+    @model_validator(mode="after")
+    def _bounds(self) -> IndexSettings:
+        problems: list[Problem] = []
+        if self.merge_threshold_mb >= self.split_threshold_mb:
+            problems.append((("merge_threshold_mb",), f"should be less than split_threshold_mb "
+                             f"({self.split_threshold_mb:g}), or merges would undo splits "
+                             f"(got {self.merge_threshold_mb:g})"))
+        if self.min_buckets is not None and self.min_buckets > self.initial_buckets:
+            problems.append((("min_buckets",), f"should be at most initial_buckets ({self.initial_buckets}) "
+                             f"(got {self.min_buckets})"))
+        if self.max_buckets < self.initial_buckets:
+            problems.append((("max_buckets",), f"should be at least initial_buckets ({self.initial_buckets}) "
+                             f"(got {self.max_buckets})"))
+        _raise_problems(problems)
+        return self
+
+    @property
+    def bucket_floor(self) -> int:
+        """The fewest buckets merges leave a partition with."""
+        return self.initial_buckets if self.min_buckets is None else self.min_buckets
 
 
 _INTERVAL = re.compile(r"\d+ +(millisecond|second|minute|hour)s?", re.IGNORECASE)
@@ -459,6 +503,40 @@ class CompactionSettings(_ServiceSettings):
         "`recent_partitions`: how many of the greatest partition paths to compact; 10 when null."))
 
 
+class ClusteringSettings(_ServiceSettings):
+    """Bucket resizing and sorting (Hudi's clustering of a consistent-hashing table), each plan a
+    replacecommit. A plan splits the buckets grown past `index.split_threshold_mb`, merges
+    adjacent small ones (`index.merge_threshold_mb`) and, with `sort_columns`, rewrites buckets
+    sorted. Due after `every_delta_commits` deltacommits since the last clustering instant, or
+    `every_seconds`, whichever comes first.
+
+    While a plan is pending, writes to a planned bucket go to the old file group and to its new
+    one (dual writes), and readers see only the old groups until the plan completes; so every
+    reader, hudi-rs included, is exact in every state, and `async` is safe."""
+
+    mode: ServiceMode = Field("inline", description=(
+        "`inline`, `async` or `off`, as for every service. With `async`, batches go on while the "
+        "background thread rewrites the planned buckets; what they write reaches the new buckets too."))
+    every_delta_commits: int | None = Field(10, ge=1, description=(
+        "Due after this many deltacommits since the last clustering instant (or since the job last "
+        "found nothing to plan); null leaves only `every_seconds`."))
+    sort_columns: list[Text] = Field([], description=(
+        "Table columns each bucket's base file is sorted by (then by record key). A bucket not sorted "
+        "by them yet is rewritten sorted; empty: buckets are only split and merged. Checked against "
+        "the table's columns when the job starts."))
+    max_partitions: int | None = Field(None, ge=1, description=(
+        "The most partitions one plan takes buckets from; unbounded when null."))
+    max_plan_mb: float | None = Field(2048, gt=0, description=(
+        "One plan stops taking buckets once their latest file slices reach this many MiB (the first "
+        "bucket is always taken, however large); unbounded when null."))
+
+    @field_validator("sort_columns")
+    @classmethod
+    def _distinct(cls, columns: list[str]) -> list[str]:
+        _raise_problems([((i,), f"column {c!r} is named twice") for i, c in enumerate(columns) if c in columns[:i]])
+        return columns
+
+
 class CleanSettings(_ServiceSettings):
     """Removing file slices no reader of the retained commits needs. Due after every commit
     unless a trigger says otherwise."""
@@ -489,6 +567,8 @@ class ServicesSettings(_Section):
     """The table services and the mode each runs in."""
 
     compaction: CompactionSettings = Field(CompactionSettings(), description="Compaction of log files into base files.")
+    clustering: ClusteringSettings = Field(ClusteringSettings(), description=(
+        "Bucket resizing (split, merge) and sorting of buckets, as replacecommits."))
     clean: CleanSettings = Field(CleanSettings(), description="Removal of file slices no retained commit needs.")
     archive: ArchiveSettings = Field(ArchiveSettings(), description="Archival of the oldest instants of the active timeline.")
 
@@ -518,7 +598,7 @@ class JobConfig(_Section):
         "value's fields are upserted."))
     index: IndexSettings = Field(IndexSettings(), description="The consistent-hashing bucket index.")
     stream: StreamSettings = Field(StreamSettings(), description="The streaming query.")
-    services: ServicesSettings = Field(ServicesSettings(), description="Compaction, cleaning and archival.")
+    services: ServicesSettings = Field(ServicesSettings(), description="Compaction, clustering, cleaning and archival.")
     _config_path: Path = PrivateAttr(Path("<config>"))
 
     @field_validator("transform")
@@ -675,6 +755,7 @@ _EXPECTATIONS = {
     "model_type": "should be a mapping",
     "dict_type": "should be a mapping",
     "tuple_type": "should be a string or a list of strings",
+    "list_type": "should be a list",
     "too_short": "should not be empty",
     "string_too_short": "should not be empty",
 }

@@ -130,7 +130,7 @@ def type_text(annotation: Any, metadata: list[Any] | tuple[Any, ...] = ()) -> st
     if get_origin(annotation) is Literal:
         choices = [f"`{choice}`" for choice in get_args(annotation)]
         return " or ".join(choices) if len(choices) <= 2 else "one of " + ", ".join(choices)
-    if get_origin(annotation) is tuple:
+    if get_origin(annotation) in (tuple, list):
         item = type_text(get_args(annotation)[0])
         one_or_many = any(isinstance(m, BeforeValidator) and m.func is _one_or_many for m in metadata)
         text = f"{item} or list of {item}s" if one_or_many else f"list of {item}s"

@@ -47,14 +47,11 @@ from table.index import consistent_hashing as ring
 from table.mor_table import MorTable
 from table.schema import PARTITION_PATH
 from table.services.archive import read_archived_instants
+from table.services.clustering_plan import pending_clustering_plans, read_clustering_plan
 from table.services.compaction import read_compaction_plan
 from table.timeline import Action, Instant, State, Timeline, WRITE_ACTIONS, parse_instant_time
-from table.timeline_plans import deserialize_plan
 
 PLAN_ACTIONS = (Action.COMPACTION, Action.REPLACE_COMMIT, Action.CLEAN)
-# Where Hudi's consistent-hashing clustering plan puts a resize's children, per input group.
-CHILD_NODES_KEY = "clustering.group.child.node"
-PARTITION_KEY = "clustering.group.partition"
 # One short query: a single core, no UI, and the JIT's quick tier (the JVM's start dominates).
 QUERY_SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1",
                     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
@@ -165,15 +162,9 @@ def _plan_file_groups(timeline: Timeline, instant: Instant) -> int | None:
     if instant.action is Action.COMPACTION:
         return len(read_compaction_plan(timeline, instant.timestamp)[0])
     if instant.action is Action.REPLACE_COMMIT:
-        return sum(len(g["slices"] or ()) for g in _clustering_groups(timeline, instant))
+        plan = read_clustering_plan(timeline, instant.timestamp)
+        return sum(len(g.slices) for g in plan.groups) if plan else 0
     return None
-
-
-def _clustering_groups(timeline: Timeline, instant: Instant) -> list[dict]:
-    """The input groups of a replacecommit's clustering plan (none for other replacecommits)."""
-    content = timeline.read_content(instant.requested())
-    plan = deserialize_plan("HoodieRequestedReplaceMetadata", content)["clusteringPlan"] if content else None
-    return list((plan or {}).get("inputGroups") or ())
 
 
 def iso_time(instant: str) -> str:
@@ -246,7 +237,7 @@ class ResizeNode:
 @dataclass(frozen=True)
 class PendingResize:
     instant: str
-    kind: str  # split | merge
+    kind: str  # split | merge | sort
     file_ids: list[str]
     children: list[ResizeNode]
 
@@ -297,17 +288,14 @@ def _bucket(previous: ring.HashingNode, node: ring.HashingNode, group: FileGroup
 def _pending_resizes(timeline: Timeline) -> dict[str, list[PendingResize]]:
     """Resizes planned by pending replacecommits, per partition: the children they tag."""
     found: dict[str, list[PendingResize]] = {}
-    for instant in timeline.pending(Action.REPLACE_COMMIT):
-        for group in _clustering_groups(timeline, instant):
-            extra = group.get("extraMetadata") or {}
-            if CHILD_NODES_KEY not in extra:
+    for plan in pending_clustering_plans(timeline):
+        for group in plan.groups:
+            if not group.children:  # not a consistent-hashing group: nothing changes in the ring
                 continue
-            slices = group["slices"] or ()
-            children = ring.children_from_json(extra[CHILD_NODES_KEY])
-            found.setdefault(extra.get(PARTITION_KEY) or slices[0]["partitionPath"] or "", []).append(PendingResize(
-                instant=instant.timestamp, kind="split" if len(slices) == 1 else "merge",
-                file_ids=[s["fileId"] for s in slices],
-                children=[ResizeNode(c.value, c.file_id if c.file_id_prefix else None, c.tag.value) for c in children]))
+            found.setdefault(group.partition_path, []).append(PendingResize(
+                instant=plan.instant, kind=group.kind, file_ids=group.file_ids,
+                children=[ResizeNode(c.value, c.file_id if c.file_id_prefix else None, c.tag.value)
+                          for c in group.children]))
     return found
 
 

@@ -86,7 +86,7 @@ class TableJob:
         try:
             if config.decode.on_error == "quarantine":
                 quarantine = QuarantineTable(t.quarantine_location, t.name, t.log_block_format).open()
-            services = TableServices(config.services, table, writer, executor)
+            services = TableServices(config.services, table, writer, executor, index=config.index)
             sink = UpsertSink(SinkSettings(t.name, value_columns, config.decode.on_error, config.transform),
                               table, writer, quarantine, after_commit=services.after_commit,
                               progress=lambda checkpoint: _kafka_progress(config, checkpoint))
@@ -245,7 +245,19 @@ def _table_schema(config: JobConfig, spark: SparkSession, decoder: RecordDecoder
         missing = [n for n in names if n not in arrow.names]
         if missing:
             raise StartupError(f"{config.config_path}: table.{key}: no column(s) {missing} in the table's columns {arrow.names}")
+    check_sort_columns(config, arrow)
     return arrow
+
+
+def check_sort_columns(config: JobConfig, schema: pa.Schema) -> None:
+    """`services.clustering.sort_columns` must be columns of the table, of types that sort."""
+    for i, name in enumerate(config.services.clustering.sort_columns):
+        where = f"{config.config_path}: services.clustering.sort_columns.{i}"
+        if name not in schema.names:
+            raise StartupError(f"{where}: no column {name!r} in the table's columns {schema.names}")
+        kind = schema.field(name).type
+        if pa.types.is_nested(kind):
+            raise StartupError(f"{where}: column {name!r} is of type {kind}, which cannot be sorted by")
 
 
 def _open_table(config: JobConfig, schema: pa.Schema) -> MorTable:

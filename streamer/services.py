@@ -1,9 +1,12 @@
-"""A table's services between micro-batches: compaction, cleaning and archival.
+"""A table's services between micro-batches: clustering, compaction, cleaning and archival.
 
-Only the writer schedules (after a commit, on the sink's thread, holding the table's lease).
-`inline` executes right there, before the next batch; `async` hands the plan to the
-application's background executor, which runs one plan at a time and never holds up a batch.
-A plan left pending by a crash is executed again at the next start.
+Only the writer schedules (after a commit, on the sink's thread, holding the table's lease), in
+that order: clustering (bucket splits, merges and sorts, `table.services.clustering`) first, so
+that compaction plans the file groups clustering leaves alone. `inline` executes right there,
+before the next batch; `async` hands the plan to the application's background executor, which
+runs one plan at a time and never holds up a batch. While a clustering plan is pending, batches
+write the planned buckets twice (old and new file groups), so an `async` clustering costs
+readers nothing. A plan left pending by a crash is executed again at the next start.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from streamer.config import ServicesSettings
+from streamer.config import ClusteringSettings, IndexSettings, ServicesSettings
 from table.mor_table import CHECKPOINT_KEY, MorTable, TableWriter
 from table.services.archive import ArchivePolicy, archive
 from table.services.clean import CLEAN, CleanPolicy, execute_clean, pending_cleans, schedule_clean
+from table.services.clustering import ClusteringPolicy, execute_clustering, pending_clusterings, schedule_clustering
+from table.services.clustering_plan import pending_clustering_plans
 from table.services.compaction import COMPACTION, CompactionStrategy, execute_compaction, pending_compactions, schedule_compaction
-from table.timeline import Timeline
+from table.timeline import Action, Timeline
 
 log = logging.getLogger(__name__)
 
@@ -90,22 +95,40 @@ class BackgroundExecutor:
                         self._idle.set()
 
 
+def clustering_policy(index: IndexSettings, clustering: ClusteringSettings) -> ClusteringPolicy:
+    """The engine's policy from the index's resize settings and the clustering service's limits."""
+    return ClusteringPolicy(
+        split_threshold_bytes=int(index.split_threshold_mb * MIB),
+        merge_threshold_bytes=int(index.merge_threshold_mb * MIB),
+        min_buckets=index.bucket_floor, max_buckets=index.max_buckets, split_point=index.split_point,
+        max_partitions=clustering.max_partitions,
+        max_bytes=None if clustering.max_plan_mb is None else int(clustering.max_plan_mb * MIB),
+        sort_columns=tuple(clustering.sort_columns))
+
+
 class TableServices:
     """Decides after each commit which services are due, and runs them as configured."""
 
-    def __init__(self, settings: ServicesSettings, table: MorTable, writer: TableWriter, executor: BackgroundExecutor):
+    def __init__(self, settings: ServicesSettings, table: MorTable, writer: TableWriter, executor: BackgroundExecutor,
+                 index: IndexSettings = IndexSettings()):
         self.settings = settings
+        self.index = index
         self.table = table
         self.writer = writer
         self.executor = executor
         self._last_run: dict[str, float] = {}
         self._started = time.monotonic()
+        # the latest deltacommit when clustering last found nothing to plan: the count starts again there
+        self._clustering_found_nothing_at: str | None = None
 
     @property
     def name(self) -> str:
         return self.table.name
 
     # ---- policies ------------------------------------------------------------------------------
+
+    def clustering_policy(self) -> ClusteringPolicy:
+        return clustering_policy(self.index, self.settings.clustering)
 
     def compaction_strategy(self) -> CompactionStrategy:
         c = self.settings.compaction
@@ -124,6 +147,9 @@ class TableServices:
     def resume(self) -> None:
         """At start: plans a crashed run left pending are executed again (unless the service is
         off: then the offline command executes them)."""
+        for instant in pending_clusterings(self.table) if self.settings.clustering.mode != "off" else ():
+            self._execute("clustering", instant, lambda i=instant: execute_clustering(self.table, i),
+                          self.settings.clustering.mode)
         for instant in pending_compactions(self.table) if self.settings.compaction.mode != "off" else ():
             self._execute("compaction", instant, lambda i=instant: execute_compaction(self.table, i),
                           self.settings.compaction.mode)
@@ -133,6 +159,7 @@ class TableServices:
     def after_commit(self) -> None:
         """Called on the writer's thread after each deltacommit."""
         timeline = self.table.timeline()
+        self._clustering(timeline)
         self._compaction(timeline)
         self._clean(timeline)
         self._archive(timeline)
@@ -140,6 +167,9 @@ class TableServices:
     def finish(self, timeout: float | None = None) -> bool:
         """For `--once`: wait for background plans, then execute what is still pending."""
         idle = self.executor.wait_idle(timeout)
+        if idle and self.settings.clustering.mode != "off":
+            for instant in pending_clusterings(self.table):
+                self._run_now("clustering", instant, lambda i=instant: execute_clustering(self.table, i))
         if idle and self.settings.compaction.mode != "off":
             for instant in pending_compactions(self.table):
                 self._run_now("compaction", instant, lambda i=instant: execute_compaction(self.table, i))
@@ -149,6 +179,29 @@ class TableServices:
         return idle
 
     # ---- each service --------------------------------------------------------------------------
+
+    def _clustering(self, timeline: Timeline) -> None:
+        c = self.settings.clustering
+        if c.mode == "off":
+            return
+        pending = [plan.instant for plan in pending_clustering_plans(timeline)]
+        if pending:  # a plan whose execution failed is retried, never two at once
+            if c.mode == "async" and not self.executor.busy_with(self.name, "clustering"):
+                instant = pending[0]
+                self._execute("clustering", instant, lambda: execute_clustering(self.table, instant), c.mode)
+            return
+        last = max((i.timestamp for i in timeline.instants if i.action == Action.REPLACE_COMMIT), default=None)
+        since = max(filter(None, (last, self._clustering_found_nothing_at)), default=None)
+        if not self._due("clustering", c, timeline, since=since):
+            return
+        instant = schedule_clustering(self.writer, self.clustering_policy())
+        self._last_run["clustering"] = time.monotonic()
+        if instant is None:
+            latest = timeline.completed("deltacommit")
+            self._clustering_found_nothing_at = latest[-1].timestamp if latest else None
+            return
+        log.info("%s: clustering %s scheduled", self.name, instant)
+        self._execute("clustering", instant, lambda: execute_clustering(self.table, instant), c.mode)
 
     def _compaction(self, timeline: Timeline) -> None:
         c = self.settings.compaction

@@ -139,7 +139,8 @@ def test_typo_in_a_key_names_the_key_and_suggests_the_right_one(changes, expecte
 
 def test_unknown_key_without_a_close_match_lists_the_allowed_keys():
     assert problems_of(minimal(index={"shards": 3})) == (
-        "orders.yaml: index.shards: unknown key; allowed keys: initial_buckets",
+        "orders.yaml: index.shards: unknown key; allowed keys: initial_buckets, min_buckets, max_buckets, "
+        "split_threshold_mb, merge_threshold_mb, split_point",
     )
 
 
@@ -197,6 +198,81 @@ def test_every_problem_of_a_file_is_reported_at_once():
         table={"ordering_feild": "x"}, index={"initial_buckets": 0}, decode={"on_error": "ignore"},
     ))
     assert [p.split(":")[1].strip() for p in problems] == ["table.ordering_feild", "decode.on_error", "index.initial_buckets"]
+
+
+# -- Bucket resizing and clustering --------------------------------------------------------------
+
+
+def test_bucket_resizing_and_clustering_defaults_are_hudis():
+    config = JobConfig.from_mapping(minimal())
+
+    index, clustering = config.index, config.services.clustering
+    assert (index.initial_buckets, index.min_buckets, index.max_buckets) == (4, None, 1024)
+    assert index.bucket_floor == 4  # min_buckets defaults to initial_buckets
+    # Hudi: 120 MB max file size, split at 2.0x, merge at 0.2x
+    assert (index.split_threshold_mb, index.merge_threshold_mb, index.split_point) == (240, 24, "middle")
+    assert (clustering.mode, clustering.every_delta_commits, clustering.every_seconds) == ("inline", 10, None)
+    assert (clustering.sort_columns, clustering.max_partitions, clustering.max_plan_mb) == ([], None, 2048)
+
+
+def test_bucket_resizing_and_clustering_settings_are_read():
+    config = JobConfig.from_mapping(minimal(
+        index={"initial_buckets": 8, "min_buckets": 2, "max_buckets": 256, "split_threshold_mb": 512,
+               "merge_threshold_mb": 0, "split_point": "distribution"},
+        services={"clustering": {"mode": "async", "every_delta_commits": None, "every_seconds": 600,
+                                 "sort_columns": ["updated_at"], "max_partitions": 4, "max_plan_mb": None}},
+    ))
+
+    index, clustering = config.index, config.services.clustering
+    assert (index.min_buckets, index.bucket_floor, index.max_buckets) == (2, 2, 256)
+    assert (index.split_threshold_mb, index.merge_threshold_mb, index.split_point) == (512, 0, "distribution")
+    assert (clustering.mode, clustering.every_delta_commits, clustering.every_seconds) == ("async", None, 600)
+    assert (clustering.sort_columns, clustering.max_partitions, clustering.max_plan_mb) == (["updated_at"], 4, None)
+    assert JobConfig.from_mapping(minimal(services={"clustering": {"mode": False}})).services.clustering.mode == "off"
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"index": {"merge_threshold_mb": 240}},
+         "index.merge_threshold_mb: should be less than split_threshold_mb (240), or merges would undo splits (got 240)"),
+        ({"index": {"split_threshold_mb": 10, "merge_threshold_mb": 12.5}},
+         "index.merge_threshold_mb: should be less than split_threshold_mb (10), or merges would undo splits (got 12.5)"),
+        ({"index": {"min_buckets": 5}}, "index.min_buckets: should be at most initial_buckets (4) (got 5)"),
+        ({"index": {"initial_buckets": 16, "max_buckets": 8}},
+         "index.max_buckets: should be at least initial_buckets (16) (got 8)"),
+        ({"index": {"min_buckets": 0}}, "index.min_buckets: should be greater than or equal to 1 (got 0)"),
+        ({"index": {"max_buckets": 65537}}, "index.max_buckets: should be less than or equal to 65536 (got 65537)"),
+        ({"index": {"split_threshold_mb": 0}}, "index.split_threshold_mb: should be greater than 0 (got 0)"),
+        ({"index": {"merge_threshold_mb": -1}}, "index.merge_threshold_mb: should be greater than or equal to 0 (got -1)"),
+        ({"index": {"split_point": "median"}},
+         "index.split_point: should be 'middle' or 'distribution' (got 'median')"),
+        ({"services": {"clustering": {"mode": "sometimes"}}},
+         "services.clustering.mode: should be 'off', 'inline' or 'async' (got 'sometimes')"),
+        ({"services": {"clustering": {"every_delta_commits": 0}}},
+         "services.clustering.every_delta_commits: should be greater than or equal to 1 (got 0)"),
+        ({"services": {"clustering": {"max_partitions": 0}}},
+         "services.clustering.max_partitions: should be greater than or equal to 1 (got 0)"),
+        ({"services": {"clustering": {"max_plan_mb": 0}}}, "services.clustering.max_plan_mb: should be greater than 0 (got 0)"),
+        ({"services": {"clustering": {"sort_columns": "updated_at"}}},
+         "services.clustering.sort_columns: should be a list (got 'updated_at')"),
+        ({"services": {"clustering": {"sort_columns": ["a", ""]}}},
+         "services.clustering.sort_columns.1: should not be empty (got '')"),
+        ({"services": {"clustering": {"sort_columns": ["a", "b", "a"]}}},
+         "services.clustering.sort_columns.2: column 'a' is named twice"),
+        ({"services": {"clustering": {"sort_colums": ["a"]}}},
+         "services.clustering.sort_colums: unknown key; did you mean 'sort_columns'?"),
+    ],
+)
+def test_bad_resizing_or_clustering_setting_names_the_key(changes, expected):
+    assert f"orders.yaml: {expected}" in problems_of(minimal(**changes))
+
+
+def test_bucket_bounds_and_thresholds_are_checked_together():
+    problems = problems_of(minimal(index={"initial_buckets": 4, "min_buckets": 6, "max_buckets": 2,
+                                          "split_threshold_mb": 1, "merge_threshold_mb": 2}))
+    assert [p.split(":")[1].strip() for p in problems] == [
+        "index.merge_threshold_mb", "index.min_buckets", "index.max_buckets"]
     assert str(ConfigError(list(problems))) == "\n".join(problems)
 
 

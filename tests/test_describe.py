@@ -20,6 +20,7 @@ from streamer.demo import change_events
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable, WriteOptions
 from table.services.archive import ArchivePolicy, archive, read_archived_instants
+from table.services.clustering import ClusteringPolicy, schedule_clustering
 from table.timeline import Instant
 from table.timeline_plans import serialize_plan
 
@@ -170,6 +171,25 @@ def test_a_planned_split_shows_as_pending_in_buckets_and_timeline(table_path, tm
     out = streamer_text("table", "timeline", table.base_uri)
     plans = out.split("instants (")[0]
     assert "PENDING" in plans and instant in plans and "replacecommit" in plans
+
+
+def test_a_clustering_plan_that_sorts_buckets_shows_each_as_a_pending_sort(table_path, tmp_path):
+    table = copy_of(table_path, tmp_path)
+    with table.writer(WriteOptions()) as writer:
+        instant = schedule_clustering(writer, ClusteringPolicy(split_threshold_bytes=2**40, merge_threshold_bytes=0,
+                                                               sort_columns=("amount",)))
+    view = table.file_system_view()
+    buckets_by_partition = {p: {g.file_id for g in view.file_groups(p).values()} for p in view.partition_paths()}
+
+    doc = streamer_json("table", "buckets", table.base_uri)
+    for p in doc["partitions"]:
+        resizes = p["pending_resizes"]
+        assert {r["kind"] for r in resizes} == {"sort"} and {r["instant"] for r in resizes} == {instant}
+        assert {f for r in resizes for f in r["file_ids"]} == buckets_by_partition[p["partition"]]
+        assert all(len(r["children"]) == 1 and r["children"][0]["tag"] == "REPLACE" for r in resizes)
+    assert f"sort at {instant}" in streamer_text("table", "buckets", table.base_uri)
+    (entry,) = [e for e in streamer_json("table", "timeline", table.base_uri)["instants"] if e["instant"] == instant]
+    assert entry["pending_plan"] and entry["plan_file_groups"] == sum(len(g) for g in buckets_by_partition.values())
 
 
 def split_plan(partition: str, node: ring.HashingNode, children) -> dict:
