@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -38,6 +39,7 @@ from table.services.compaction import CompactionStrategy, execute_compaction, sc
 from table.lease import WriterLease
 from table.timeline import Instant
 from table.timeline_plans import deserialize_plan
+from table.write import FILE_ID, prepare_batch, route_rows, write_file_group
 from test_table_engine import DATA_COLUMNS, SCHEMA, by_key, hudi_rs_read, make_table, row, strip, write_options
 
 pytestmark = pytest.mark.unit
@@ -225,6 +227,30 @@ def test_writes_while_a_resize_is_pending_are_read_before_and_after_completion_a
         stream.commit()  # the writer now routes to the children only
         assert not {st.file_id for st in writer.last_commit.write_stats()} & old
         assert_readers_exact(path, stream, "after writing past the resize")
+    finally:
+        writer.close()
+
+
+def test_a_commit_that_began_while_a_resize_was_pending_dual_writes_though_the_resize_completes_first(tmp_path):
+    path, table, writer, stream, instant = split_plan(tmp_path)
+    try:
+        rows = stream.batch()
+        stream.batches += 1
+        stream.oracle.apply_batch(rows)
+        records = pa.Table.from_pylist(rows, schema=SCHEMA)
+        data_schema = writer.check_schema(records.schema)
+        prepared = prepare_batch(records, writer.batch_spec, writer.key_generator)
+        delta, timeline = writer.begin()  # its timeline has the resize pending
+        execute_clustering(table, instant)  # an async executor completes it before the commit routes
+        routers, targets = writer.targets(delta, timeline, [""])
+        routed = route_rows(prepared, routers)
+        ctx = writer.commit_context(delta, data_schema)
+        stats = [write_file_group(ctx, targets[f], routed.filter(pc.equal(routed[FILE_ID], f)), task)
+                 for task, f in enumerate(sorted(set(routed[FILE_ID].to_pylist())))]
+        writer.complete(delta, timeline, [s for s in stats if s], data_schema, None)
+
+        assert not list(path.glob(f"*_{delta}.parquet")), "no new base file hides the resize's output"
+        assert_readers_exact(path, stream, "after a commit that straddled the completion")
     finally:
         writer.close()
 
