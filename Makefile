@@ -3,6 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: demo test test-unit test-spark test-e2e bench bench-quick clean
 
@@ -11,6 +12,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
+
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	@touch $(BENCH_STAMP)
 
 demo: $(STAMP)
 	$(PY) -m streamer.demo
@@ -26,6 +31,12 @@ test-spark: $(STAMP)
 
 test-e2e: $(STAMP)
 	$(PY) -m pytest -m e2e
+
+bench: $(BENCH_STAMP)
+	$(PY) -m bench
+
+bench-quick: $(BENCH_STAMP)
+	$(PY) -m bench --quick
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache

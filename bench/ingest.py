@@ -1,0 +1,85 @@
+"""Scenario `ingest`: W1 into a table by every path, side by side in one run.
+
+W1 goes to Parquet files (what the library peers read) and, as JSON messages, to a topic of an
+embedded broker (what our streaming job and the Kafka ceiling read), before anything is timed.
+Then each path runs in a process of its own, one after the other: ours (`streamer run --once`),
+our engine as a library, delta-rs merge, Spark copy-on-write, and the two ceilings.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from bench import spark, streaming
+from bench.measure import PathResult, run_measured
+from bench.peers import PEERS
+from bench.report import Section
+from bench.workload import W1, WorkloadFiles, kafka_records
+from streamer.embedded_broker import EmbeddedBroker, create_topic, produce
+
+TOPIC = "orders"
+TOPIC_PARTITIONS = 2  # one per core: Spark reads them in parallel
+
+NOTES = [
+    "records, seconds, records/s and batch latencies are for the upsert batches (70% updates of "
+    "Zipf-skewed keys, 25% inserts, 5% deletes); 'load s' is the initial load, not in records/s.",
+    "ours reads each batch from Kafka and decodes it inside the timed batch; the library peers get "
+    "it as an Arrow table in memory. Our seconds are wall time from the end of the load to the last "
+    "commit (gaps between micro-batches included), its batch latency the sink's own (read, decode, upsert, "
+    "commit). Table services (compaction, clustering, clean, archive) are off in our run.",
+    "delta-rs merge and Spark copy-on-write rewrite the files a batch touches (Spark: the whole "
+    "table); merge-on-read appends log files and defers that work to compaction.",
+    "peak RSS: the whole process tree of the path (Python driver, its JVM, the JVM's Python workers); "
+    "JVM and worker peaks are sampled on their own, so they need not add up to the total.",
+]
+
+
+def scenario(w: W1, work: Path) -> Section:
+    files = WorkloadFiles(work / "w1")
+    files.write(w.tables())
+    with EmbeddedBroker(log_path=str(work / "broker.log")) as broker:
+        details = _produce(broker.bootstrap, files)
+        print("  ours: streamer run --once", flush=True)
+        results = list(streaming.run(work / "ours", w, broker.bootstrap, TOPIC, TOPIC_PARTITIONS))
+        for name in PEERS:
+            print(f"  {name}", flush=True)
+            results.append(_peer(name, work / name, w, broker.bootstrap))
+    details["batch_mix"] = dict(zip(("updates", "inserts", "deletes"), w.batch_mix))
+    title = (f"W1 ingestion: {w.initial_rows:,} rows loaded, then {w.batches} upsert batches of "
+             f"{w.batch_rows:,} records ({spark.MASTER} for Spark paths)")
+    return Section(title, "ours", results, NOTES, details)
+
+
+def _produce(bootstrap: str, files: WorkloadFiles) -> dict:
+    """W1 as JSON messages into the topic, in stream order (the messages are not kept)."""
+    records = kafka_records(files.load())
+    for batch in files.batches():
+        records += kafka_records(batch)
+    create_topic(bootstrap, TOPIC, partitions=TOPIC_PARTITIONS)
+    started = time.monotonic()
+    produce(bootstrap, TOPIC, records)
+    seconds = time.monotonic() - started
+    print(f"  produced {len(records):,} messages in {seconds:.1f}s", flush=True)
+    return {"topic_partitions": TOPIC_PARTITIONS, "messages": len(records),
+            "message_bytes": sum(len(value) for _, value, _ in records), "produce_seconds": seconds}
+
+
+def _peer(name: str, work: Path, w: W1, bootstrap: str) -> PathResult:
+    """Run one peer through `bench.child` and add the memory sampled from outside."""
+    work.mkdir(parents=True)
+    peer_input, result_path, log_path = work / "input.json", work / "result.json", work / "peer.log"
+    peer_input.write_text(json.dumps({"workload": str(work.parent / "w1"), "table": str(work / "table"),
+                                      "bootstrap": bootstrap, "topic": TOPIC}))
+    code, _, rss = run_measured([sys.executable, "-m", "bench.child", name, str(peer_input), str(result_path)],
+                                log_path)
+    if code != 0:
+        tail = "\n".join(log_path.read_text().splitlines()[-20:])
+        return PathResult(name, name, 0, 0.0, peak_rss=rss, details={"error": f"exit {code}, log {log_path}:\n{tail}"})
+    result = PathResult.from_json(json.loads(result_path.read_text()))
+    result.peak_rss = rss
+    if result.table_rows is not None:
+        result.expected_rows = w.expected_rows()
+    return result

@@ -1,0 +1,118 @@
+"""What one path measured, and its peak memory, taken from outside its process.
+
+Every path runs in a process of its own, so its peak RSS is its own (not the benchmark's, nor
+a previous path's JVM), and `run_measured` samples that process tree with psutil: the Python
+driver, the JVM it starts, and the Python workers the JVM forks (counted apart, since they are
+what a Python-heavy path adds).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE_SECONDS = 0.1
+
+
+@dataclass
+class PathResult:
+    """One path's numbers. `records` and `seconds` cover the upsert batches only (the initial
+    load is `load_seconds`), unless the path has no load, like the Kafka consumption ceiling."""
+
+    name: str
+    label: str
+    records: int
+    seconds: float
+    batch_seconds: list[float] = field(default_factory=list)
+    load_seconds: float | None = None
+    table_rows: int | None = None
+    expected_rows: int | None = None
+    peak_rss: dict[str, int] = field(default_factory=dict)  # bytes: total, driver, jvm, workers
+    details: dict = field(default_factory=dict)
+
+    @property
+    def records_per_second(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    def batch_percentile(self, q: int) -> float | None:
+        """The q-th percentile of per-batch latency (nearest rank, so p95 of few batches is the
+        slowest one rather than an interpolation)."""
+        if not self.batch_seconds:
+            return None
+        ordered = sorted(self.batch_seconds)
+        return ordered[min(len(ordered) - 1, max(0, -(-q * len(ordered) // 100) - 1))]
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "records_per_second": self.records_per_second,
+                "p50_batch_seconds": self.batch_percentile(50), "p95_batch_seconds": self.batch_percentile(95),
+                "mean_batch_seconds": statistics.fmean(self.batch_seconds) if self.batch_seconds else None}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> PathResult:
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in obj.items() if k in names})
+
+
+class PeakRss:
+    """Samples the RSS of a process tree every 100 ms and keeps the peak of each role."""
+
+    def __init__(self, root_pid: int):
+        self.root = psutil.Process(root_pid)
+        self.peak = {"total": 0, "driver": 0, "jvm": 0, "workers": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._sample()
+            except psutil.Error:
+                pass  # the root exited or a process vanished between listing and reading
+            self._stop.wait(SAMPLE_SECONDS)
+
+    def _sample(self) -> None:
+        procs = {}  # pid -> (parent pid, is a JVM, rss)
+        for proc in [self.root, *self.root.children(recursive=True)]:
+            try:
+                procs[proc.pid] = (proc.ppid(), proc.name() == "java", proc.memory_info().rss)
+            except psutil.NoSuchProcess:
+                continue
+        now = dict.fromkeys(self.peak, 0)
+        for pid, (parent, is_jvm, rss) in procs.items():
+            while parent in procs and not procs[parent][1]:
+                parent = procs[parent][0]
+            role = "jvm" if is_jvm else "workers" if parent in procs else "driver"
+            now[role] += rss
+            now["total"] += rss
+        for role, rss in now.items():
+            self.peak[role] = max(self.peak[role], rss)
+
+
+def run_measured(argv: list[str], log_path: Path, env: dict[str, str] | None = None,
+                 timeout: float = 3600) -> tuple[int, float, dict[str, int]]:
+    """Run a command from the repo root with its output in `log_path`; returns its exit code,
+    wall seconds and the peak RSS per role of its process tree."""
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable, **(env or {})}
+    with open(log_path, "w") as log:
+        started = time.monotonic()
+        proc = subprocess.Popen(argv, cwd=REPO, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+        with PeakRss(proc.pid) as rss:
+            code = proc.wait(timeout)
+        return code, time.monotonic() - started, rss.peak

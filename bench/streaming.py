@@ -1,0 +1,79 @@
+"""Our path end to end: `streamer run --once` over W1 already in a Kafka topic.
+
+The job runs as a user runs it (its own process, local[2], a generated YAML config), with one
+micro-batch per W1 batch (`source.max_offsets_per_trigger`), and its numbers come from its own
+log: the sink's line per batch gives the records and the batch's duration (Kafka read, decode,
+upsert and commit), its timestamp gives the wall time between batches. Table services are off:
+every path here measures ingestion alone; what compaction costs is a scenario of its own.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import yaml
+
+from bench import spark
+from bench.measure import PathResult, run_measured
+from bench.workload import VALUE_DDL, W1
+from table.mor_table import MorTable
+
+BATCH_LINE = re.compile(r"^(\S+ \S+) INFO streamer\.sink: orders batch (\d+): ([\d,]+) records, .* in ([\d.]+)s")
+SERVICES_OFF = {name: {"mode": "off"} for name in ("compaction", "clustering", "clean", "archive")}
+
+
+def config(work: Path, w: W1, bootstrap: str, topic: str, partitions: int) -> dict:
+    """The table's YAML. The source shares a trigger's records among partitions rounding down,
+    so one more record per partition keeps micro-batches from drifting into a tiny last one."""
+    return {
+        "table": {"name": "orders", "path": str(work / "table"), "record_key": "order_id", "partition_by": "region",
+                  "ordering_field": "updated_at", "delete_field": "is_deleted"},
+        "source": {"bootstrap_servers": bootstrap, "topics": topic, "starting_offsets": "earliest",
+                   "max_offsets_per_trigger": w.batch_rows + partitions},
+        "decode": {"key": {"format": "none"}, "value": {"format": "json", "schema": VALUE_DDL}},
+        "index": {"initial_buckets": 4},
+        "stream": {"checkpoint_location": str(work / "checkpoint")},
+        "services": SERVICES_OFF,
+    }
+
+
+def run(work: Path, w: W1, bootstrap: str, topic: str, partitions: int) -> tuple[PathResult, PathResult]:
+    """The upsert batches (the baseline every ratio is against) and the whole run (JVM start,
+    initial load through Kafka, upserts)."""
+    work.mkdir(parents=True)
+    config_path = work / "orders.yaml"
+    settings = config(work, w, bootstrap, topic, partitions)
+    config_path.write_text(yaml.safe_dump(settings, sort_keys=False))
+    argv = [sys.executable, "-m", "streamer.cli", "run", str(config_path), "--once", "--master", spark.MASTER]
+    for key, value in spark.CONF.items():
+        argv += ["--conf", f"{key}={value}"]
+    log_path = work / "streamer.log"
+    code, wall, rss = run_measured(argv, log_path)
+    log = log_path.read_text()
+    if code != 0:
+        raise RuntimeError(f"streamer run exited {code}; log {log_path}:\n" + "\n".join(log.splitlines()[-30:]))
+    batches = [(datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f"), int(m[3].replace(",", "")), float(m[4]))
+               for m in map(BATCH_LINE.match, log.splitlines()) if m]
+    rows = MorTable.load(str(work / "table")).snapshot(columns=["order_id"]).num_rows
+    details = {"micro_batches": len(batches), "config": settings}
+
+    # A micro-batch belongs to the upsert phase when most of its records come after the load.
+    read, load_end, upserts = 0, None, []
+    for ended, records, seconds in batches:
+        read += records
+        if read - w.initial_rows > records / 2:
+            upserts.append((ended, records, seconds))
+        else:
+            load_end = ended
+    first_started = batches[0][0] - timedelta(seconds=batches[0][2])
+    upsert_result = PathResult(
+        "ours", "ours: streamer run --once (upserts)", sum(r for _, r, _ in upserts),
+        (upserts[-1][0] - load_end).total_seconds(), [s for _, _, s in upserts],
+        (load_end - first_started).total_seconds(), rows, w.expected_rows(), rss, details)
+    whole = PathResult(
+        "ours-whole-run", "ours: whole run (JVM start, load, upserts)", read, wall, [s for _, _, s in batches],
+        None, rows, w.expected_rows(), rss, details)
+    return upsert_result, whole
