@@ -14,11 +14,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import ingest, machine, report
+from bench import ingest, machine, queries, report
 from bench.workload import SIZES
 
 SCENARIOS = {
     "ingest": ingest.scenario,
+    "queries": queries.scenario,
 }
 
 
