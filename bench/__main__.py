@@ -14,11 +14,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import ingest, machine, queries, report
+from bench import growth, ingest, machine, queries, report, services
 from bench.workload import SIZES
 
 SCENARIOS = {
     "ingest": ingest.scenario,
+    "growth": growth.scenario,
+    "services": services.scenario,
     "queries": queries.scenario,
 }
 
