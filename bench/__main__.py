@@ -1,4 +1,5 @@
-"""`python -m bench [--quick] [--scenario NAME ...] [--out DIR] [--keep]`: every scenario, one run.
+"""`python -m bench [--quick] [--scenario NAME ...] [--rows N] [--batch-rows B] [--batches K] [--out DIR]
+[--keep]`: every scenario, one run.
 
 A scenario is one function `(W1, work directory) -> report.Section`; adding one is adding it to
 SCENARIOS. The size picks the W1 parameters (`--quick` for a smoke run of a few minutes).
@@ -8,6 +9,7 @@ Prints a table per scenario and writes `<out>/<size>.json` and PNG plots.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import sys
 import tempfile
@@ -32,9 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), help="default: all")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (tables, logs)")
+    parser.add_argument("--rows", type=int, help="W1's initial rows, instead of the size's")
+    parser.add_argument("--batch-rows", type=int, help="records per upsert batch, instead of the size's")
+    parser.add_argument("--batches", type=int, help="upsert batches, instead of the size's")
     args = parser.parse_args(argv)
 
-    w = SIZES[args.size]
+    overrides = {"initial_rows": args.rows, "batch_rows": args.batch_rows, "batches": args.batches}
+    w = dataclasses.replace(SIZES[args.size], **{k: v for k, v in overrides.items() if v is not None})
     facts = machine.facts()
     work = Path(tempfile.mkdtemp(prefix=f"bench-{args.size}-"))
     print(f"bench {args.size}: {w}, {facts['cores']} cores, {facts['ram_gb']} GB, load {facts['load_average']}, "

@@ -1,6 +1,6 @@
 """Scenario `growth`: how the cost of an upsert batch grows with the table, at N and at 10 N.
 
-    PYTHONPATH=. python -m bench.growth [--rows N] [--batch-rows B] [--batches K] [--keep]
+    PYTHONPATH=. python -m bench --scenario growth [--rows N] [--batch-rows B] [--batches K] [--keep]
 
 W1 at two table sizes, its own `initial_rows` (N) and ten times that, with the same batch size,
 goes to Parquet files first. Then every path runs in a process of its own that holds both tables:
@@ -23,11 +23,9 @@ table. Reported: p50/p95 batch latency per path and size, and large/small.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,7 +33,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bench import machine, report, spark
+from bench import spark
 from bench.measure import PathResult, run_measured
 from bench.report import Section
 from bench.workload import REGIONS, TABLE_SCHEMA, W1, WorkloadFiles
@@ -45,6 +43,7 @@ MAX_BATCHES = 5  # the same few W1 batches at both sizes, timed
 WARMUP_BATCHES = 1  # upserted into each table first and timed apart: a JVM's first batch is mostly warm-up
 BUCKETS = 4  # per partition at the small N: the streaming path's index.initial_buckets
 TARGET = 1.3  # ours' p50 at FACTOR x N within this many times its p50 at N
+CHILD = "import sys; from bench.growth import _child_main; _child_main(*sys.argv[1:])"
 
 
 @dataclass(frozen=True)
@@ -154,10 +153,10 @@ def _find(results: list[PathResult], name: str, rows: int) -> PathResult | None:
 
 
 def _child(name: str, path: GrowthPath, work: Path, tables: list[dict], ws: tuple[W1, W1]) -> list[PathResult]:
-    """One path at both sizes in a process of its own (`python -m bench.growth child ...`)."""
+    """One path at both sizes in a process of its own (`CHILD`)."""
     child_input, result_path, log_path = work / "input.json", work / "result.json", work / "path.log"
     child_input.write_text(json.dumps({"kind": path.kind, "tables": tables}))
-    code, _, rss = run_measured([sys.executable, "-m", "bench.growth", "child", str(child_input), str(result_path)],
+    code, _, rss = run_measured([sys.executable, "-c", CHILD, str(child_input), str(result_path)],
                                 log_path)
     names = [(f"{name}@{wn.initial_rows}", f"{path.label}, N={_short(wn.initial_rows)}") for wn in ws]
     if code != 0:
@@ -331,45 +330,10 @@ def run_path(kind: str, tables: list[dict]) -> list[PathResult]:
     return results
 
 
-# -- command line --------------------------------------------------------------------------------
+# -- the child process -----------------------------------------------------------------------------
 
 
 def _child_main(input_path: str, result_path: str) -> None:
     args = json.loads(Path(input_path).read_text())
     results = run_path(args["kind"], args["tables"])
     Path(result_path).write_text(json.dumps([r.to_json() for r in results]))
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["child"]:
-        _child_main(*argv[1:])
-        return 0
-    parser = argparse.ArgumentParser(prog="python -m bench.growth", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=50_000, help="N, the small table's initial rows")
-    parser.add_argument("--batch-rows", type=int, default=10_000)
-    parser.add_argument("--batches", type=int, default=3)
-    parser.add_argument("--keep", action="store_true")
-    parser.add_argument("--out", type=Path, help="write <out>/growth.json and its plots, as `python -m bench` does")
-    args = parser.parse_args(argv)
-    w = W1(initial_rows=args.rows, batch_rows=args.batch_rows, batches=args.batches)
-    work = Path(tempfile.mkdtemp(prefix="bench-growth-"))
-    print(f"growth: {w}, {machine.facts()['cores']} cores, work {work}", flush=True)
-    started = time.monotonic()
-    section = scenario(w, work / "growth")
-    print()
-    print(report.table(section))
-    seconds = time.monotonic() - started
-    print(f"\n{seconds:.0f}s")
-    if args.out:
-        print("wrote " + ", ".join(map(str, report.write(args.out, "growth", w, machine.facts(), seconds,
-                                                        {"growth": section}))))
-    if args.keep or any("error" in r.details for r in section.results):
-        print(f"work directory kept: {work}")
-    else:
-        shutil.rmtree(work)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Scenario `services`: what table services cost ingestion, and what a resize rewrites.
 
-    PYTHONPATH=. python -m bench.services [--rows N] [--batch-rows B] [--batches K] [--keep]
+    PYTHONPATH=. python -m bench --scenario services [--rows N] [--batch-rows B] [--batches K] [--keep]
 
 W1's initial load goes into a table of ours by the in-process writer (one commit per region, so
 buckets start as base files), and only W1's upsert batches (at least MIN_BATCHES of them) go to a
@@ -24,12 +24,10 @@ through `streamer run --once` as a user runs it (own process, local[2], a genera
 
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -37,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-from bench import machine, report, spark, streaming
+from bench import spark, streaming
 from bench.growth import load_ours
 from bench.measure import PathResult, run_measured
 from bench.resize_bytes import latest_sizes
@@ -390,41 +388,3 @@ def _resize_split(work: Path, w: W1):
     resize_bytes.build_table(path, orders, 8)
     resize_bytes.compact(MorTable.load(str(path)))
     return resize_bytes.run_clustering("split, middle", path, lambda t: resize_bytes.split_policy(t, "middle"))
-
-
-# -- command line --------------------------------------------------------------------------------
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.services", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=100_000, help="W1's initial rows")
-    parser.add_argument("--batch-rows", type=int, default=20_000)
-    parser.add_argument("--batches", type=int, default=5)
-    parser.add_argument("--keep", action="store_true")
-    parser.add_argument("--out", type=Path, help="write <out>/services.json and its plots, as `python -m bench` does")
-    args = parser.parse_args(argv)
-    w = W1(initial_rows=args.rows, batch_rows=args.batch_rows, batches=args.batches)
-    work = Path(tempfile.mkdtemp(prefix="bench-services-"))
-    print(f"services: {w}, {machine.facts()['cores']} cores, work {work}", flush=True)
-    started = time.monotonic()
-    try:
-        section = scenario(w, work / "services")
-    except BaseException:
-        print(f"work directory kept: {work}", file=sys.stderr)
-        raise
-    print()
-    print(report.table(section))
-    seconds = time.monotonic() - started
-    print(f"\n{seconds:.0f}s")
-    if args.out:
-        print("wrote " + ", ".join(map(str, report.write(args.out, "services", w, machine.facts(), seconds,
-                                                        {"services": section}))))
-    if args.keep:
-        print(f"work directory kept: {work}")
-    else:
-        shutil.rmtree(work)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
