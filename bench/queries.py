@@ -35,7 +35,6 @@ import statistics
 import sys
 import threading
 import time
-from dataclasses import fields
 from pathlib import Path
 
 import pyarrow as pa
@@ -48,6 +47,7 @@ from bench.measure import PathResult, run_measured
 from bench.report import Section
 from bench.workload import TABLE_SCHEMA, W1
 from table.mor_table import MorTable, TableSpec, WriteOptions
+from table.predicate import Predicate
 
 REPETITIONS = 3  # timed runs of each query, after one untimed run; the median is reported
 SELECTIVE_SHARE = 0.05  # of the live rows, in the selective query's updated_at window
@@ -86,7 +86,7 @@ LABELS = {
     ("spark", "selective"): "spark mor: selective aggregate",
     ("python", "snapshot"): "MorTable.snapshot()",
     ("python", "ro-scan"): "MorTable.read_optimized()",
-    ("python", "selective"): "MorTable.snapshot(cols)+filter",
+    ("python", "selective"): "MorTable.snapshot(cols, predicates)",
     ("hudi-rs", "snapshot"): "hudi-rs: snapshot read",
     ("hudi-rs", "ro-scan"): "hudi-rs: read-optimized read",
     ("hudi-rs", "selective"): "hudi-rs: filtered read+group",
@@ -108,7 +108,7 @@ def scenario(w: W1, work: Path) -> Section:
     details: dict = {"build_seconds": time.monotonic() - started, "repetitions": REPETITIONS}
     window = _window(table)
     details["window"] = window
-    details["pushdown"] = pushdown_check(path, window)
+    details["pushdown"] = {}
     print(f"  built in {details['build_seconds']:.1f}s; window {window}", flush=True)
 
     results: list[PathResult] = []
@@ -121,6 +121,7 @@ def scenario(w: W1, work: Path) -> Section:
             elif layout == "sorted":
                 details["clustering_seconds"] = _sort(table)
             layouts[layout] = _layout(table)
+            details["pushdown"][layout] = pushdown_check(path, window)
             print(f"  {layout}: {layouts[layout]['base_files']} base files, {layouts[layout]['log_files']} "
                   "log files", flush=True)
             for engine, queries in PLAN[layout].items():
@@ -212,21 +213,22 @@ def _absolute(table: MorTable, path: str) -> str:
 
 
 def pushdown_check(path: Path, window: dict) -> dict:
-    """Whether the `mor` source takes the selective query's filter: handed to its pushdown
-    reader, which filters does it keep back for Spark, and how many slices does it still read;
-    and whether a slice read can take a filter at all (`SliceReadSpec`)."""
+    """What the `mor` source does with the selective query's filters: the predicates its
+    pushdown reader takes, the tasks it makes of the slices, and the rows its tasks hand to Spark
+    (Spark filters them again) against the rows of the slices."""
     from pyspark.sql.datasource import GreaterThanOrEqual, LessThanOrEqual
 
-    from table.read import SliceReadSpec
     from table.spark_source import PushdownMorTableReader
 
     table = MorTable.load(str(path))
     reader = PushdownMorTableReader(table.base_uri, {"path": str(path)}, list(SELECTIVE_COLUMNS))
     offered = [GreaterThanOrEqual((SORT_COLUMN,), window["lo"]), LessThanOrEqual((SORT_COLUMN,), window["hi"])]
-    kept = list(reader.pushFilters(offered))
-    return {"filters_offered": len(offered), "filters_left_to_spark": len(kept),
-            "slices_read": len(reader.partitions()), "slices": len(table.read_plan()[0]),
-            "slice_read_takes_filters": any("filter" in f.name for f in fields(SliceReadSpec))}
+    list(reader.pushFilters(offered))
+    tasks = reader.partitions()
+    handed_on = sum(b.num_rows for task in tasks for b in reader.read(task))
+    return {"filters_offered": len(offered), "predicates_taken": len(reader.predicates), "tasks": len(tasks),
+            "slices": len(table.read_plan()[0]), "rows_handed_to_spark": handed_on,
+            "rows": table.snapshot(columns=["order_id"]).num_rows}
 
 
 # -- one engine's queries on one layout, in a process of its own -----------------------------------
@@ -351,7 +353,7 @@ def _spark(spec: dict) -> list[str]:
     from table import spark_source
 
     session = spark.session()
-    session.conf.set(spark_source.PUSHDOWN_CONF, "true")  # the most our source can push (partition filters)
+    session.conf.set(spark_source.PUSHDOWN_CONF, "true")  # partition and range filters reach the source
     spark_source.register(session)
     control, warm = Path(spec["control"]), set()
     for layout, queries in spec["layouts"].items():
@@ -400,8 +402,10 @@ def _python(spec: dict) -> list[dict]:
             seconds, rows = _timed(lambda: table.read_optimized().num_rows, warm_up=True)
             out.append(_query_result(seconds, rows, rows))
         else:
-            seconds, rows = _timed(lambda: _group(_in_window(table.snapshot(columns=list(SELECTIVE_COLUMNS)),
-                                                             spec["window"])), warm_up=True)
+            window = spec["window"]
+            predicates = [Predicate(SORT_COLUMN, ">=", window["lo"]), Predicate(SORT_COLUMN, "<=", window["hi"])]
+            seconds, rows = _timed(lambda: _group(_in_window(
+                table.snapshot(columns=list(SELECTIVE_COLUMNS), predicates=predicates), window)), warm_up=True)
             out.append(_query_result(seconds, rows, live))
     return out
 
@@ -528,14 +532,12 @@ def _notes(details: dict, ratios: dict, layouts: dict, results: list[PathResult]
     spark_sort = ratios.get("spark-selective: sorted vs compacted")
     verdict = ("no result" if spark_sort is None else
                f"{'met' if spark_sort >= TARGET_SPEEDUP else 'MISSED'} ({spark_sort:.2f}x)")
-    pushed = push["filters_left_to_spark"] < push["filters_offered"] or push["slices_read"] < push["slices"]
     seconds = {r.name: r.seconds for r in results if "error" not in r.details}
     mor, native = seconds.get("spark-selective-sorted"), seconds.get("spark-parquet-sorted")
     overhead = ([] if not (mor and native) else [
         f"on the sorted layout Spark's own Parquet scan of the same base files runs the selective aggregate in "
-        f"{native:.2f}s, the mor source in {mor:.2f}s: the difference is the Python data source's cost of its "
-        f"{push['slices']} slices (a Python worker task each, every column of the base file read, rows shipped "
-        f"as Arrow), which no pruning inside a slice removes."])
+        f"{native:.2f}s, the mor source in {mor:.2f}s ({push['sorted']['slices']} slices in "
+        f"{push['sorted']['tasks']} tasks)."])
     loads = [x for r in results for x in r.details.get("load_average", ())]
     groups = {r.name: (r.details.get("row_groups_read"), r.details.get("row_groups")) for r in results
               if "row_groups" in r.details}
@@ -560,20 +562,14 @@ def _notes(details: dict, ratios: dict, layouts: dict, results: list[PathResult]
         f"snapshot speedup after compaction (logs s / compacted s): {speedups(': compacted vs logs')}.",
         "selective aggregate speedup after sort clustering (compacted s / sorted s): "
         f"{speedups(': sorted vs compacted')}. Target >= {TARGET_SPEEDUP}x for Spark over the mor source: {verdict}.",
-        f"pushdown: the mor source keeps {push['filters_left_to_spark']} of the {push['filters_offered']} "
-        f"{SORT_COLUMN} filters back for Spark and still reads {push['slices_read']} of {push['slices']} slices; "
-        f"a slice read {'takes' if push['slice_read_takes_filters'] else 'takes no'} filter (SliceReadSpec), so "
-        + ("the filter reaches the files." if pushed or push["slice_read_takes_filters"] else
-           "every base file is read whole and the sort cannot save any I/O. Needed: the source's pushFilters to "
-           "accept range filters on any column and pass them in SliceReadSpec, read.py to read base files with "
-           "pq.ParquetFile row-group selection by statistics (or pyarrow.dataset filters), and base files with "
-           "several row groups (table/base_file.py keeps pyarrow's default of 1Mi rows per row group, so a base "
-           "file is one row group). The pyarrow rows show what the files allow as they are and with finer row "
-           "groups")
+        "pushdown: the mor source takes "
+        + "; ".join(f"on {name}: {p['predicates_taken']} of the {p['filters_offered']} {SORT_COLUMN} filters as "
+                    f"predicates, and hands Spark {p['rows_handed_to_spark']:,} of {p['rows']:,} rows"
+                    for name, p in push.items())
+        + " (a slice without log files is read by row group statistics and filtered before Spark; one with log "
+          "files is merged whole, then filtered)"
         + ("." if what_if is None else
-           f"; sorted files of {WHAT_IF_ROW_GROUPS} row groups against today's compacted files: {what_if:.2f}x"
-           + (f" (at {compacted['base_bytes'] / 2**20:.1f} MiB in {compacted['base_files']} files, per-file and "
-              "per-row-group costs outweigh the bytes skipped)." if what_if < TARGET_SPEEDUP else ".")),
+           f"; sorted files of {WHAT_IF_ROW_GROUPS} row groups against the compacted files: {what_if:.2f}x."),
         *overhead,
         f"row groups a statistics filter must read for the window (exact, unlike the timings): {skipping}.",
         f"1-minute load average on this {os.cpu_count()}-core machine during the measurements: "

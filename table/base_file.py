@@ -7,6 +7,10 @@ sequence numbers, amounts) would cost its values plus dictionary indices in a sm
 only its values in a large one. Encoded plain from the start, such a column takes the same
 bytes per row whatever the file's size: splitting or merging buckets then writes about the
 bytes it reads, and bucket sizes stay proportional to their rows.
+
+Row groups hold about `ROW_GROUP_BYTES` of data: small enough that a bucket of a few hundred
+thousand rows, sorted by a clustering column, has row groups whose statistics let a selective
+query skip most of it; large enough that repeating each dictionary per row group stays cheap.
 """
 
 from __future__ import annotations
@@ -19,12 +23,21 @@ COMPRESSION = "snappy"
 DICTIONARY_MAX_DISTINCT_SHARE = 0.5
 #: Large enough that a dictionary-encoded column never falls back to plain mid-file.
 DICTIONARY_PAGE_LIMIT_BYTES = 256 * 1024 * 1024
+#: Arrow bytes of data per row group; the rows per group follow from the rows' average size.
+ROW_GROUP_BYTES = 4 * 1024 * 1024
+MIN_ROW_GROUP_ROWS = 1024
 
 
 def parquet_options(rows: pa.Table) -> dict:
     """Keyword arguments for `pyarrow.parquet.write_table` of a base file holding `rows`."""
     return {"compression": COMPRESSION, "use_dictionary": dictionary_columns(rows),
-            "dictionary_pagesize_limit": DICTIONARY_PAGE_LIMIT_BYTES}
+            "dictionary_pagesize_limit": DICTIONARY_PAGE_LIMIT_BYTES, "row_group_size": row_group_rows(rows)}
+
+
+def row_group_rows(rows: pa.Table) -> int:
+    if rows.num_rows == 0:
+        return MIN_ROW_GROUP_ROWS
+    return max(MIN_ROW_GROUP_ROWS, ROW_GROUP_BYTES * rows.num_rows // max(1, rows.nbytes))
 
 
 def dictionary_columns(rows: pa.Table) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,6 +24,7 @@ from table.layout import write_partition_metadata
 from table.lease import DEFAULT_TTL_SECONDS, WriterLease
 from table.markers import delete_markers
 from table.properties import TableConfig
+from table.predicate import Predicate
 from table.read import SliceReadSpec, read_base_file, read_file_slice, table_schema_with_meta
 from table.schema import COMMIT_TIME, PARTITION_PATH, arrow_schema_from_avro, avro_schema_json
 from table.services.clustering_plan import pending_clustering_plans
@@ -166,31 +168,36 @@ class MorTable:
 
     # ---- reads -----------------------------------------------------------------------------
 
-    def read_plan(self, as_of: str | None = None, columns: list[str] | None = None) -> tuple[list[FileSlice], SliceReadSpec]:
-        """The slices to read and how: what the Spark source distributes, one slice per task."""
+    def read_plan(self, as_of: str | None = None, columns: list[str] | None = None,
+                  predicates: Sequence[Predicate] = ()) -> tuple[list[FileSlice], SliceReadSpec]:
+        """The slices to read and how: what the Spark source distributes among its tasks."""
         timeline = self.timeline()
         visible = timeline.completed_timestamps()
         if as_of is not None:
             visible = visible.up_to(as_of)
         view = self.file_system_view(as_of=as_of, timeline=timeline)
-        return view.latest_slices(), self._read_spec(visible, timeline, columns)
+        return view.latest_slices(), self._read_spec(visible, timeline, columns, tuple(predicates))
 
-    def _read_spec(self, visible: CompletedInstants, timeline: Timeline, columns: list[str] | None) -> SliceReadSpec:
+    def _read_spec(self, visible: CompletedInstants, timeline: Timeline, columns: list[str] | None,
+                   predicates: tuple[Predicate, ...]) -> SliceReadSpec:
         schema = table_schema_with_meta(self.schema(timeline))
-        if columns:
-            missing = [c for c in columns if c not in schema.names]
-            if missing:
-                raise ValueError(f"unknown column(s) {missing}; the table has {schema.names}")
-        return SliceReadSpec(visible, self.config.precombine_field, schema, tuple(columns) if columns else None)
+        missing = [c for c in list(columns or ()) + [p.column for p in predicates] if c not in schema.names]
+        if missing:
+            raise ValueError(f"unknown column(s) {missing}; the table has {schema.names}")
+        return SliceReadSpec(visible, self.config.precombine_field, schema, tuple(columns) if columns else None,
+                             predicates)
 
-    def snapshot(self, columns: list[str] | None = None, as_of: str | None = None) -> pa.Table:
-        """Latest committed rows (or as of an instant): base files merged with log blocks."""
-        slices, spec = self.read_plan(as_of, columns)
+    def snapshot(self, columns: list[str] | None = None, as_of: str | None = None,
+                 predicates: Sequence[Predicate] = ()) -> pa.Table:
+        """Latest committed rows (or as of an instant): base files merged with log blocks.
+
+        With predicates, only rows satisfying all of them, read skipping what statistics rule out."""
+        slices, spec = self.read_plan(as_of, columns, predicates)
         return _concat([read_file_slice(self.storage, s, spec) for s in slices], spec)
 
-    def read_optimized(self, columns: list[str] | None = None) -> pa.Table:
+    def read_optimized(self, columns: list[str] | None = None, predicates: Sequence[Predicate] = ()) -> pa.Table:
         """Base files only: fast, but without what log files hold since the last compaction."""
-        slices, spec = self.read_plan(None, columns)
+        slices, spec = self.read_plan(None, columns, predicates)
         return _concat([read_base_file(self.storage, s, spec) for s in slices], spec)
 
     def incremental(self, start: str, end: str | None = None, columns: list[str] | None = None) -> pa.Table:

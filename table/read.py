@@ -1,8 +1,13 @@
 """Reading file slices: base file plus the log blocks of visible instants, merged by record key.
 
-One function reads one slice, so the pure-Python reader and the Spark data source (one input
-partition per slice) share it. Blocks of instants that are not visible (inflight, rolled back,
-after the time-travel instant) are skipped, so a half-written commit never shows.
+One function reads one slice, so the pure-Python reader and the Spark data source share it.
+Blocks of instants that are not visible (inflight, rolled back, after the time-travel instant)
+are skipped, so a half-written commit never shows.
+
+A slice without log files is its base file (one row per key), read without merging: only the
+columns asked for, and with predicates only the row groups whose statistics may match. With log
+files, the base file is read whole, since a base row that fails a predicate can still outrank a
+log row that passes it; predicates then filter the merged rows.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import pyarrow.parquet as pq
 from table.fsview import FileSlice
 from table.logfile import CommandBlock, DataBlock, DeleteBlock, read_log_file
 from table.merge import DELETE_COMMIT_TIME, DELETE_KEY, DELETE_ORDERING, merge_latest
+from table.predicate import Predicate, columns_of, filter_rows, row_groups_to_read
 from table.schema import META_FIELDS
 from table.storage import Storage
 from table.timeline import CompletedInstants
@@ -28,10 +34,19 @@ class SliceReadSpec:
     ordering_field: str
     schema: pa.Schema  # meta fields + table columns
     columns: tuple[str, ...] | None = None
+    predicates: tuple[Predicate, ...] = ()  # rows failing them may be left out; others are kept
+
+    def columns_to_read(self) -> list[str] | None:
+        """The projection plus the columns the predicates test (None: every column)."""
+        if self.columns is None:
+            return None
+        return list(dict.fromkeys(list(self.columns) + columns_of(self.predicates)))
 
 
 def read_file_slice(storage: Storage, file_slice: FileSlice, spec: SliceReadSpec) -> pa.Table:
     """The merged rows of one file slice, projected to `spec.columns`."""
+    if not file_slice.log_files:
+        return read_base_file(storage, file_slice, spec)
     parts: list[pa.Table] = []
     if file_slice.base_file is not None:
         parts.append(_conform(pq.read_table(storage.open_input(file_slice.base_file.path)), spec.schema))
@@ -53,15 +68,22 @@ def read_file_slice(storage: Storage, file_slice: FileSlice, spec: SliceReadSpec
         return _project(spec.schema.empty_table(), spec.columns)
     records = pa.concat_tables(parts)
     merged = merge_latest(records, pa.concat_tables(deletes) if deletes else None, spec.ordering_field)
-    return _project(merged, spec.columns)
+    return _project(filter_rows(merged, spec.predicates), spec.columns)
 
 
 def read_base_file(storage: Storage, file_slice: FileSlice, spec: SliceReadSpec) -> pa.Table:
-    """Read-optimized: the slice's base file alone."""
+    """Read-optimized: the slice's base file alone, the row groups the predicates may match."""
+    wanted = spec.columns_to_read()
+    schema = pa.schema([spec.schema.field(c) for c in wanted]) if wanted else spec.schema
     if file_slice.base_file is None:
-        return _project(spec.schema.empty_table(), spec.columns)
-    table = pq.read_table(storage.open_input(file_slice.base_file.path), columns=list(spec.columns) if spec.columns else None)
-    return _conform(table, _project(spec.schema.empty_table(), spec.columns).schema)
+        return _project(schema.empty_table(), spec.columns)
+    parquet = pq.ParquetFile(storage.open_input(file_slice.base_file.path))
+    present = [c for c in schema.names if c in parquet.schema_arrow.names]
+    if spec.predicates:
+        rows = parquet.read_row_groups(row_groups_to_read(parquet.metadata, spec.predicates), columns=present)
+    else:
+        rows = parquet.read(columns=present)
+    return _project(filter_rows(_conform(rows, schema), spec.predicates), spec.columns)
 
 
 def _delete_rows(block: DeleteBlock, ordering_type: pa.DataType) -> pa.Table:
