@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test test-unit test-spark test-e2e bench bench-quick clean
+.PHONY: demo test test-unit test-spark test-e2e soak bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ test-spark: $(STAMP)
 test-e2e: $(STAMP)
 	$(PY) -m pytest -m e2e
 
+# Continuous ingestion with async services, then checked (docs/operations.md, "Soak"); e.g.
+# make soak SOAK_MINUTES=120 SOAK_ARGS="--rate 400 --keep".
+SOAK_MINUTES ?= 10
+soak: $(STAMP)
+	$(PY) -m tests.soak --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
+
 bench: $(BENCH_STAMP)
 	$(PY) -m bench
 
@@ -39,4 +45,4 @@ bench-quick: $(BENCH_STAMP)
 	$(PY) -m bench --quick
 
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache
+	rm -rf $(VENV) demo-output soak-output .pytest_cache
