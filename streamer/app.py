@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
@@ -28,6 +30,8 @@ from streamer.source import register_kafka_source
 log = logging.getLogger(__name__)
 
 STOP_GRACE_SECONDS = 120.0
+#: How long a query may take to initialise its source before the next table's query starts.
+SOURCE_START_SECONDS = 120.0
 
 
 @dataclass
@@ -94,7 +98,10 @@ def run(configs: list[JobConfig], spark: SparkSession, once: bool = False) -> Ru
     finally:
         executor.shutdown()
         for job in jobs:
-            job.close()
+            try:
+                job.close()
+            except OSError as e:  # a lease left behind is taken over at the next start
+                log.warning("%s: could not release the table's writer lease: %s", job.name, e)
 
 
 class _Runner:
@@ -108,10 +115,12 @@ class _Runner:
         result = RunResult()
         restore = self._install_signal_handlers()
         try:
-            for job in self.jobs:
+            for n, job in enumerate(self.jobs, 1):
                 job.start(self.spark, self.once)
                 log.info("%s: streaming %s -> %s (%s)", job.name, _topics(job.config), job.config.table.path,
                          "until the topics are drained" if self.once else f"every {job.config.stream.trigger_interval}")
+                if n < len(self.jobs):
+                    self._wait_for_source(job)
             self._wait()
             result.stopped_by_signal = self.stop_requested.is_set()
         finally:
@@ -119,6 +128,15 @@ class _Runner:
             restore()
         result.tables = [self._outcome(job) for job in self.jobs]
         return result
+
+    def _wait_for_source(self, job: TableJob) -> None:
+        """Start queries one at a time: Spark gives each query's Python source process a fixed
+        time to connect back to the JVM, which several starting at once on a busy driver miss."""
+        deadline = time.monotonic() + SOURCE_START_SECONDS
+        while job.query.isActive and time.monotonic() < deadline and not self.stop_requested.is_set():
+            if not job.query.status["message"].startswith("Initializing"):
+                return
+            self.stop_requested.wait(0.2)
 
     def _wait(self) -> None:
         pending = {job.name: job for job in self.jobs}
@@ -151,13 +169,16 @@ class _Runner:
         if sink_error is not None:
             return f"{type(sink_error).__name__}: {sink_error}"
         exc = job.query.exception() if job.query is not None else None
-        return _first_line(exc.desc) if exc is not None else None
+        return query_error_line(str(exc)) if exc is not None else None
 
     def _outcome(self, job: TableJob) -> TableOutcome:
         reports = [r for r in job.sink.reports if not r.replayed]
         error = self._failure(job)
         if error:
-            record_error(job.config.table.path, error)
+            try:
+                record_error(job.config.table.path, error)
+            except OSError as e:  # the storage fault that stopped the table, often
+                log.warning("%s: could not record the error with the table: %s", job.name, e)
         return TableOutcome(
             name=job.name,
             batches=len(reports),
@@ -191,8 +212,16 @@ def _topics(config: JobConfig) -> str:
     return ",".join(s.topics) if s.topics else f"/{s.topic_pattern}/"
 
 
-def _first_line(text: str) -> str:
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()
-    return text
+#: `module.SomeError: message` lines of Python tracebacks inside a query's failure.
+_PYTHON_ERROR_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception)): (.+)$")
+
+
+def query_error_line(text: str) -> str:
+    """The line of a query's failure that says what went wrong: the error a Python source or
+    sink raised (Spark wraps it in its own messages and stack traces), else the first line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    raised = [m for m in map(_PYTHON_ERROR_LINE.match, lines)
+              if m and not m.group(0).startswith(("org.apache.", "java.", "scala.", "py4j."))]
+    if raised:
+        return f"{raised[-1].group(1)}: {raised[-1].group(2)}"
+    return lines[0] if lines else text

@@ -160,6 +160,7 @@ _OPTIONS_OWNED_BY_KEYS = {
     "startingoffsets": "source.starting_offsets",
     "maxoffsetspertrigger": "source.max_offsets_per_trigger",
     "failondataloss": "source.fail_on_data_loss",
+    "maxbrokeroutagems": "source.max_broker_outage_seconds",
 }
 
 
@@ -185,7 +186,13 @@ class SourceSettings(_Section):
         "The most records one micro-batch reads, over all partitions; unbounded when null."))
     fail_on_data_loss: bool = Field(True, description=(
         "Fail when offsets to read are no longer in Kafka (expired by retention, a topic recreated); "
-        "`false` logs a warning and goes on from what is there."))
+        "`false` logs a warning, goes on from the earliest offset Kafka holds, and records the jump in "
+        "the commit's metadata (`mor.streamer.data_loss`)."))
+    max_broker_outage_seconds: int = Field(300, gt=0, description=(
+        "How long the job rides out Kafka brokers that do not answer (down, unreachable, hung): it "
+        "retries with a growing pause, logging each retry, and carries on when they are back. After "
+        "this long the table's query fails, naming the brokers. `kafka-arrow` only; with `kafka`, "
+        "Spark's own `kafkaConsumer.pollTimeoutMs` and `fetchOffset.*` options apply."))
     commit_offsets_to_group: Text | None = Field(None, description=(
         "A consumer group to commit the table's offsets to after each commit, so that standard "
         "Kafka lag monitors see the job. Only a view: the job resumes from the table, never from it."))
@@ -259,6 +266,8 @@ class SourceSettings(_Section):
         if self.max_offsets_per_trigger is not None:
             reader["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
         reader["failOnDataLoss"] = "true" if self.fail_on_data_loss else "false"
+        if self.format == "kafka-arrow":
+            reader["maxBrokerOutageMs"] = str(self.max_broker_outage_seconds * 1000)
         return {**reader, **self.options}
 
     def _starting_offsets_text(self) -> str:
@@ -287,7 +296,9 @@ with warnings.catch_warnings():
             "An Avro schema file (`.avsc`), relative to the YAML file's directory. Required with "
             "`avro` (the writer schema); with `json`, the fields instead of `schema`; with "
             "`confluent-avro`, an optional reader schema (default: the latest schema registered for "
-            "the subject `<first topic>-key` or `<first topic>-value`, which needs `source.topics`)."))
+            "the subject `<first topic>-key` or `<first topic>-value`, which needs `source.topics`). "
+            "Once a table exists, a value's reader schema is the one its last commit recorded, "
+            "evolved by this one or the latest registered one."))
 
         @model_validator(mode="after")
         def _schema_fits_format(self, info: ValidationInfo) -> FormatSettings:
@@ -359,7 +370,8 @@ class DecodeSettings(_Section):
         "The schema registry: required when the key or the value format is `confluent-avro`, not allowed otherwise."))
     on_error: Literal["fail", "skip", "quarantine"] = Field("fail", description=(
         "What happens to a record that cannot be decoded (malformed, wrong types, a null or missing "
-        "record key or ordering value, an unknown schema id): `fail` stops the table's query and "
+        "record key or ordering value, an unknown schema id, a writer schema that drops a required "
+        "field or changes a field's type other than by widening): `fail` stops the table's query and "
         "writes nothing of the batch; `skip` drops and counts it; `quarantine` writes it, with the "
         "reason, to the quarantine table."))
 

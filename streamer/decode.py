@@ -10,6 +10,12 @@ exception but a row with the reason in `_error`, the original bytes in `_raw_key
 quarantine it as the table's policy says. A schema registry that does not answer is different:
 that says nothing about the record, so it raises and the batch is retried.
 
+With `confluent-avro`, the value's reader schema is the table's contract (`streamer.value_schema`).
+A record whose writer schema does not fit it is a bad record whose reason names the field. A
+record whose writer schema evolves it (new fields, wider types) cannot be decoded into this
+decoder's columns, so it comes out undecoded, its bytes kept and its schema id in `_evolving_schema`:
+the sink decodes it once the table's schema has evolved (`streamer.schema_evolution`).
+
 JSON is parsed vectorised, with one `pyarrow.json.read_json` over the batch's values joined by
 newlines. Only when that fails is the block split to isolate the bad records: around the row
 Arrow's error names, else in halves, recursively. A single record is checked with `json.loads`
@@ -40,6 +46,7 @@ from streamer.schema_registry import (
     UnsupportedSchemaTypeError,
     confluent_schema_id,
 )
+from streamer.value_schema import WriterSchemaChange, compare
 from table.schema import arrow_schema_from_avro
 
 FORMATS = ("none", "string", "binary", "json", "avro", "confluent-avro")
@@ -54,6 +61,7 @@ KAFKA_TIMESTAMP = "kafka_timestamp"
 ERROR = "_error"
 RAW_KEY = "_raw_key"
 RAW_VALUE = "_raw_value"
+EVOLVING = "_evolving_schema"
 
 _KAFKA_COORDINATES = (  # (input column, output field)
     ("topic", pa.field(KAFKA_TOPIC, pa.string())),
@@ -62,6 +70,9 @@ _KAFKA_COORDINATES = (  # (input column, output field)
     ("timestamp", pa.field(KAFKA_TIMESTAMP, pa.timestamp("us", tz="UTC"))),
 )
 _ERROR_FIELDS = (pa.field(ERROR, pa.string()), pa.field(RAW_KEY, pa.binary()), pa.field(RAW_VALUE, pa.binary()))
+_EVOLVING_FIELD = pa.field(EVOLVING, pa.int32())
+ADDED_COLUMNS = (KAFKA_KEY, *(f.name for _, f in _KAFKA_COORDINATES), *(f.name for f in _ERROR_FIELDS), EVOLVING)
+"""The columns the decoder adds to the value's fields: no value field may take these names."""
 
 _JSON_WHITESPACE = " \t\r\n"
 _ARROW_JSON_ROW = re.compile(r" in row (\d+)$")
@@ -109,11 +120,15 @@ class _BadRecord(Exception):
 Decoded = tuple[pa.Array, dict[int, str]]
 """A column of decoded records (null where the input is null or bad) and the reasons by row."""
 
+Evolving = dict[int, int]
+"""The rows whose writer schema evolves the reader schema, with its schema id."""
+
 
 class RecordDecoder:
     """Decodes batches of Spark's Kafka rows (key, value, topic, partition, offset, timestamp;
     other columns are ignored) to `output_schema`. `required_fields` are value fields that must
-    not be null (the record key, the ordering field); fields declared NOT NULL must not be either."""
+    not be null (the record key, the ordering field); fields declared NOT NULL must not be either.
+    With a `confluent-avro` value, the last column is `EVOLVING`."""
 
     def __init__(self, value: FormatSpec, key: FormatSpec, registry_url: str | None = None,
                  registry_auth: str | None = None, required_fields: Sequence[str] = ()):
@@ -125,14 +140,16 @@ class RecordDecoder:
             if not registry_url:
                 raise ValueError("format 'confluent-avro' needs a schema registry URL")
             registry = SchemaRegistryClient(registry_url, registry_auth)
-        self._value = _decoder_for(value, registry)
+        self._value = _decoder_for(value, registry, reserved_names=ADDED_COLUMNS)
         self._key = _decoder_for(key, registry)
         value_type = value.decoded_type()
         key_type = key.decoded_type()
         key_fields = [] if key_type is None else [pa.field(KAFKA_KEY, key_type)]
+        self._defers_evolving = isinstance(self._value, _ConfluentAvroDecoder)
         # Value fields are nullable whatever their declaration: error rows have none.
         self.output_schema = pa.schema(
-            [*(f.with_nullable(True) for f in value_type), *key_fields, *(f for _, f in _KAFKA_COORDINATES), *_ERROR_FIELDS])
+            [*(f.with_nullable(True) for f in value_type), *key_fields, *(f for _, f in _KAFKA_COORDINATES),
+             *_ERROR_FIELDS, *([_EVOLVING_FIELD] if self._defers_evolving else [])])
         names = self.output_schema.names
         clashes = sorted({n for n in names if names.count(n) > 1})
         if clashes:
@@ -141,6 +158,10 @@ class RecordDecoder:
 
     def __reduce__(self):
         return (RecordDecoder, self._settings)
+
+    def with_value(self, value: FormatSpec) -> "RecordDecoder":
+        """The same decoder with another value format or schema."""
+        return RecordDecoder(value, *self._settings[1:])
 
     def decode_batches(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """`mapInArrow`'s function: Spark hands a task an iterator of batches."""
@@ -151,7 +172,10 @@ class RecordDecoder:
         length = batch.num_rows
         raw_value = batch.column("value").cast(pa.binary())
         raw_key = batch.column("key").cast(pa.binary())
-        value, errors = self._value.decode(raw_value)
+        if self._defers_evolving:
+            (value, errors), evolving = self._value.decode_deferring_evolving(raw_value)
+        else:
+            (value, errors), evolving = self._value.decode(raw_value), {}
         for row in _null_rows(raw_value):
             errors[row] = "value is null"
         key_columns = []
@@ -163,19 +187,29 @@ class RecordDecoder:
         fields = value.flatten()
         for index, reason in self._not_null:
             for row in _null_rows(fields[index]):
-                errors.setdefault(row, reason)
+                if row not in evolving:
+                    errors.setdefault(row, reason)
+        evolving = {row: schema_id for row, schema_id in evolving.items() if row not in errors}
 
         if errors:
             rows = np.fromiter(errors, dtype=np.int64, count=len(errors))
             error = _scatter(pa.array(list(errors.values()), pa.string()), rows, length)
             fields = pc.if_else(error.is_valid(), pa.scalar(None, value.type), value).flatten()
-            raw_columns = [_scatter(raw.take(rows), rows, length) for raw in (raw_key, raw_value)]
         else:
             error = pa.nulls(length, pa.string())
+        kept = sorted(errors.keys() | evolving.keys())  # rows whose bytes the sink needs
+        if kept:
+            rows = np.array(kept, dtype=np.int64)
+            raw_columns = [_scatter(raw.take(rows), rows, length) for raw in (raw_key, raw_value)]
+        else:
             raw_columns = [pa.nulls(length, pa.binary())] * 2
+        evolving_column = []
+        if self._defers_evolving:
+            evolving_rows = np.fromiter(evolving, dtype=np.int64, count=len(evolving))
+            evolving_column.append(_scatter(pa.array(list(evolving.values()), pa.int32()), evolving_rows, length))
         coordinates = [batch.column(name).cast(f.type) for name, f in _KAFKA_COORDINATES]
         return pa.RecordBatch.from_arrays(
-            [*fields, *key_columns, *coordinates, error, *raw_columns], schema=self.output_schema)
+            [*fields, *key_columns, *coordinates, error, *raw_columns, *evolving_column], schema=self.output_schema)
 
 
 def _not_null_checks(value_type: pa.StructType, required_fields: Sequence[str]) -> list[tuple[int, str]]:
@@ -206,8 +240,9 @@ def _scatter(values: pa.Array, rows: np.ndarray, length: int) -> pa.Array:
     return values.take(pa.array(index, mask=index < 0))
 
 
-def _decoder_for(spec: FormatSpec, registry: SchemaRegistryClient | None):
-    """The object whose `decode(raw: pa.BinaryArray) -> Decoded` reads records of this format."""
+def _decoder_for(spec: FormatSpec, registry: SchemaRegistryClient | None, reserved_names: tuple[str, ...] = ()):
+    """The object whose `decode(raw: pa.BinaryArray) -> Decoded` reads records of this format;
+    `reserved_names` are names its fields may not take."""
     if spec.format == "none":
         return None
     if spec.format == "string":
@@ -218,7 +253,7 @@ def _decoder_for(spec: FormatSpec, registry: SchemaRegistryClient | None):
         return _JsonDecoder(spec.decoded_type())
     if spec.format == "avro":
         return _AvroDecoder(spec.avro_schema, spec.decoded_type())
-    return _ConfluentAvroDecoder(spec.avro_schema, spec.decoded_type(), registry)
+    return _ConfluentAvroDecoder(spec.avro_schema, spec.decoded_type(), registry, reserved_names)
 
 
 # -- per-record decoding ------------------------------------------------------------------------
@@ -471,8 +506,14 @@ def _json_kind(value: Any) -> str:
     return next((name for kind, name in kinds if isinstance(value, kind)), "null")
 
 
-# -- Avro ---------------------------------------------------------------------------------------
-_WRITER_SCHEMAS: dict[tuple[str, int], dict | str] = {}
+# -- Avro ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _WriterSchema:
+    parsed: dict  # as fastavro reads with it
+    avro: dict  # as registered, to compare with the reader schema
+
+
+_WRITER_SCHEMAS: dict[tuple[str, int], _WriterSchema | str] = {}
 """Writer schemas by (registry URL, schema id) for the life of the process, since an id's
 schema never changes: parsed, or why the id cannot be decoded (not Avro, not a valid schema)."""
 
@@ -514,30 +555,68 @@ class _AvroDecoder:
 
 class _ConfluentAvroDecoder:
     """Confluent's wire format: the writer schema's id, then Avro binary, resolved to the reader
-    schema (so records written with older or newer compatible schemas read alike)."""
+    schema (so records written with older or newer compatible schemas read alike). A record whose
+    writer schema does not fit the reader schema (`streamer.value_schema`) is a bad record."""
 
-    def __init__(self, reader_schema: str, struct: pa.StructType, registry: SchemaRegistryClient):
+    def __init__(self, reader_schema: str, struct: pa.StructType, registry: SchemaRegistryClient,
+                 reserved_names: tuple[str, ...]):
         self._reader = _parse_avro(reader_schema)
+        self._reader_avro = json.loads(reader_schema)
         self._type = struct
         self._registry = registry
+        self._reserved_names = reserved_names
+        self._changes: dict[int, WriterSchemaChange] = {}
 
     def decode(self, raw: pa.Array) -> Decoded:
-        unknown_ids: set[int] = set()  # for this batch only: the next may find them registered
+        return self._decode(raw, set())
 
+    def decode_deferring_evolving(self, raw: pa.Array) -> tuple[Decoded, Evolving]:
+        """Like `decode`, but records whose writer schema evolves the reader schema are left
+        undecoded (null, without a reason) and returned apart."""
+        unknown_ids: set[int] = set()  # for this batch only: the next may find them registered
+        headers = pc.binary_slice(raw, 0, CONFLUENT_HEADER_SIZE)
+        evolving_headers = [h for h in pc.unique(headers).to_pylist()
+                            if h is not None and self._evolves(h, unknown_ids)]
+        if not evolving_headers:
+            return self._decode(raw, unknown_ids), {}
+        deferred = pc.fill_null(pc.is_in(headers, pa.array(evolving_headers, pa.binary())), False)
+        rows = pc.indices_nonzero(deferred).to_pylist()
+        evolving = {row: confluent_schema_id(headers[row].as_py()) for row in rows}
+        return self._decode(pc.if_else(deferred, pa.scalar(None, raw.type), raw), unknown_ids), evolving
+
+    def _evolves(self, header: bytes, unknown_ids: set[int]) -> bool:
+        """Whether records starting with this header have a writer schema that evolves the
+        reader schema; records that cannot be read say why when decoded."""
+        try:
+            schema_id = confluent_schema_id(header)
+            return self._change(schema_id, self._writer_schema(schema_id, unknown_ids)).evolves
+        except (ValueError, _BadRecord):
+            return False
+
+    def _decode(self, raw: pa.Array, unknown_ids: set[int]) -> Decoded:
         def read(data: bytes) -> Any:
             try:
                 schema_id = confluent_schema_id(data)
             except ValueError as e:
                 raise _BadRecord(str(e)) from None
             writer = self._writer_schema(schema_id, unknown_ids)
+            problem = self._change(schema_id, writer).problem
+            if problem is not None:
+                raise _BadRecord(f"writer schema id {schema_id} {problem}")
             try:
-                return _read_avro(data, CONFLUENT_HEADER_SIZE, writer, self._reader)
+                return _read_avro(data, CONFLUENT_HEADER_SIZE, writer.parsed, self._reader)
             except _BadRecord as bad:
                 raise _BadRecord(f"{bad.reason} (writer schema id {schema_id})") from None
 
         return _decode_each(raw, read, self._type)
 
-    def _writer_schema(self, schema_id: int, unknown_ids: set[int]) -> dict:
+    def _change(self, schema_id: int, writer: _WriterSchema) -> WriterSchemaChange:
+        change = self._changes.get(schema_id)
+        if change is None:
+            change = self._changes[schema_id] = compare(self._reader_avro, writer.avro, self._reserved_names)
+        return change
+
+    def _writer_schema(self, schema_id: int, unknown_ids: set[int]) -> _WriterSchema:
         key = (self._registry.url, schema_id)
         writer = _WRITER_SCHEMAS.get(key)
         if writer is None and schema_id not in unknown_ids:
@@ -552,8 +631,8 @@ class _ConfluentAvroDecoder:
             raise _BadRecord(writer)
         return writer
 
-    def _fetch(self, schema_id: int) -> dict | str | None:
-        """The parsed writer schema, why it cannot be used, or None if the registry has no such id.
+    def _fetch(self, schema_id: int) -> _WriterSchema | str | None:
+        """The writer schema, why it cannot be used, or None if the registry has no such id.
         A registry that does not answer raises SchemaRegistryError: the batch must be retried."""
         try:
             text = self._registry.schema_by_id(schema_id)
@@ -562,6 +641,6 @@ class _ConfluentAvroDecoder:
         if text is None:
             return None
         try:
-            return _parse_avro(text)
+            return _WriterSchema(_parse_avro(text), json.loads(text))
         except (ValueError, fastavro.schema.SchemaParseException) as e:
             return f"schema id {schema_id} in the schema registry is not a valid Avro schema: {e}"

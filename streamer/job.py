@@ -18,7 +18,9 @@ from pyspark.sql.streaming import StreamingQuery
 
 from streamer.config import FormatSettings, JobConfig
 from streamer.decode import (
+    ADDED_COLUMNS,
     ERROR,
+    EVOLVING,
     KAFKA_KEY,
     KAFKA_OFFSET,
     KAFKA_PARTITION,
@@ -30,12 +32,15 @@ from streamer.decode import (
     RecordDecoder,
 )
 from streamer.quarantine import QuarantineTable
+from streamer.schema_evolution import SchemaEvolution, stored_value_schema
 from streamer.schema_registry import SchemaRegistryClient
 from streamer.services import BackgroundExecutor, TableServices
 from streamer.kafka_offsets import commit_to_group, end_offsets, lag
-from streamer.sink import SinkSettings, StreamCheckpoint, UpsertSink, table_checkpoint
+from streamer.sink import OffsetJumpCheck, SinkSettings, StreamCheckpoint, UpsertSink, table_checkpoint
+from streamer.source import SourceOptions, earliest_offsets
+from streamer.value_schema import compare, evolve_json
 from table.mor_table import MorTable, TableSpec, TableWriter, WriteOptions
-from table.schema import arrow_schema_from_avro
+from table.schema import SchemaEvolutionError, arrow_schema_from_avro, evolve
 from table.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -72,25 +77,42 @@ class TableJob:
         """Check the config against schemas and the table on disk, then open the table's writer
         (which rolls back what a crashed run left inflight) and resume pending service plans."""
         value = _format_spec(config, config.decode.value, "value", spark)
+        if value.format == "confluent-avro":
+            value = _value_reader_schema(config, value)
         decoder = build_decoder(config, value, spark)
         value_columns = tuple(value.arrow_schema.names)
         table_schema = _table_schema(config, spark, decoder, value_columns)
         t = config.table
         table = _open_table(config, table_schema)
+        evolution = None
+        if value.format == "confluent-avro":
+            registry = config.decode.schema_registry
+            evolution = SchemaEvolution(
+                t.name, value.avro_schema, decoder,
+                lambda reader: decoder.with_value(_confluent_avro_spec(reader)),
+                SchemaRegistryClient(registry.url, registry.auth))
         writer = table.writer(
             WriteOptions(initial_buckets=config.index.initial_buckets, delete_field=t.delete_field,
                          log_block_format=t.log_block_format),
             description=f"mor-streamer job '{t.name}' ({config.config_path})",
-        ).open()
+        )
+        try:
+            writer.open()
+        except OSError as e:  # full, read-only, no permission
+            raise StartupError(f"{config.config_path}: cannot write to the table at {t.path}: {e}") from e
         quarantine = None
         try:
             if config.decode.on_error == "quarantine":
                 quarantine = QuarantineTable(t.quarantine_location, t.name, t.log_block_format).open()
             services = TableServices(config.services, table, writer, executor, index=config.index)
+            starting = _resume_offsets(config, table, spark)
+            offset_jumps = OffsetJumpCheck(
+                lambda tps: earliest_offsets(SourceOptions.parse(config.source.reader_options()), tps),
+                started_from_table=starting is not None)
             sink = UpsertSink(SinkSettings(t.name, value_columns, config.decode.on_error, config.transform),
                               table, writer, quarantine, after_commit=services.after_commit,
-                              progress=lambda checkpoint: _kafka_progress(config, checkpoint))
-            starting = _resume_offsets(config, table, spark)
+                              progress=lambda checkpoint: _kafka_progress(config, checkpoint),
+                              evolution=evolution, offset_jumps=offset_jumps)
             services.resume()
         except BaseException:
             writer.close()
@@ -197,6 +219,29 @@ def _format_spec(config: JobConfig, fmt: FormatSettings, role: str, spark: Spark
     return FormatSpec(fmt.format, spark_normalized(arrow), avro)
 
 
+def _value_reader_schema(config: JobConfig, configured: FormatSpec) -> FormatSpec:
+    """The value's reader schema: the one the table's last streamed commit recorded, evolved by
+    the configured one (the schema file, else the latest registered); the configured one alone
+    for a new table. A schema file that does not fit the recorded one stops the start; a latest
+    registered schema that does not fit is the producers' change, whose records the policy of
+    `decode.on_error` refuses when they come."""
+    recorded = stored_value_schema(MorTable.load(config.table.path)) if MorTable.exists(config.table.path) else None
+    if recorded is None:
+        return configured
+    change = compare(json.loads(recorded), json.loads(configured.avro_schema), ADDED_COLUMNS)
+    if change.problem is not None:
+        if config.decode.value.schema_file is not None:
+            raise StartupError(f"{config.config_path}: decode.value.schema_file: {config.schema_file(config.decode.value)} "
+                               f"{change.problem} (the reader schema recorded by the table at {config.table.path})")
+        log.warning("%s: the latest schema registered for '%s-value' %s; its records will be refused",
+                    config.table.name, config.source.topics[0], change.problem)
+    return _confluent_avro_spec(evolve_json(recorded, change) if change.evolves else recorded)
+
+
+def _confluent_avro_spec(reader_schema: str) -> FormatSpec:
+    return FormatSpec("confluent-avro", spark_normalized(arrow_schema_from_avro(reader_schema)), reader_schema)
+
+
 def _latest_registered_schema(config: JobConfig, role: str) -> str:
     topics = config.source.topics
     if not topics:
@@ -222,7 +267,7 @@ def _table_schema(config: JobConfig, spark: SparkSession, decoder: RecordDecoder
     if clash:
         raise StartupError(f"{config.config_path}: decode.value: field(s) {clash} clash with the Kafka "
                            f"columns the decoder adds ({', '.join(KAFKA_COLUMNS)})")
-    source_schema = pa.schema([f for f in decoder.output_schema if f.name not in (ERROR, RAW_KEY, RAW_VALUE)])
+    source_schema = pa.schema([f for f in decoder.output_schema if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING)])
     if config.transform:
         empty = spark.createDataFrame([], from_arrow_schema(source_schema))
         empty.createOrReplaceTempView("source")
@@ -263,10 +308,13 @@ def check_sort_columns(config: JobConfig, schema: pa.Schema) -> None:
 def _open_table(config: JobConfig, schema: pa.Schema) -> MorTable:
     t = config.table
     if not MorTable.exists(t.path):
-        return MorTable.create(t.path, TableSpec(
-            name=t.name, schema=schema, record_key_fields=t.record_key, ordering_field=t.ordering_field,
-            partition_fields=t.partition_by, hive_style_partitioning=t.hive_style_partitioning,
-            url_encode_partitions=t.url_encode_partitions, database=t.database))
+        try:
+            return MorTable.create(t.path, TableSpec(
+                name=t.name, schema=schema, record_key_fields=t.record_key, ordering_field=t.ordering_field,
+                partition_fields=t.partition_by, hive_style_partitioning=t.hive_style_partitioning,
+                url_encode_partitions=t.url_encode_partitions, database=t.database))
+        except OSError as e:  # full, read-only, no permission
+            raise StartupError(f"{config.config_path}: cannot create the table at {t.path}: {e}") from e
     table = MorTable.load(t.path)
     c = table.config
     for key, configured, stored in (
@@ -278,6 +326,11 @@ def _open_table(config: JobConfig, schema: pa.Schema) -> MorTable:
         if configured != stored:
             raise StartupError(f"{config.config_path}: table.{key}: the table at {t.path} has {stored!r}, "
                                f"the config says {configured!r}; these cannot change once a table exists")
+    try:
+        evolve(table.schema(), schema)
+    except SchemaEvolutionError as e:
+        where = "transform" if config.transform else "decode.value"
+        raise StartupError(f"{config.config_path}: {where}: the table at {t.path} cannot take these columns: {e}") from None
     return table
 
 

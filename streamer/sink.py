@@ -9,8 +9,10 @@ only records a batch as done after this sink has returned, that is after the com
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +24,7 @@ from pyspark.sql import functions as F
 
 from streamer.decode import ERROR, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, RAW_KEY, RAW_VALUE
 from streamer.quarantine import QuarantineTable
+from streamer.schema_evolution import VALUE_SCHEMA_KEY, SchemaEvolution
 from table import failpoints
 from table.mor_table import CHECKPOINT_KEY, MorTable, TableWriter
 from table.spark_write import upsert_dataframe
@@ -31,6 +34,9 @@ log = logging.getLogger(__name__)
 #: extraMetadata key of Hudi's own streamer checkpoint ("topic,partition:offset,...").
 HUDI_STREAMER_CHECKPOINT_KEY = "deltastreamer.checkpoint.key"
 BATCH_STATS_KEY = "mor.streamer.batch"
+#: extraMetadata key of a commit that did not go on from the table's offsets because Kafka no
+#: longer held them (`source.fail_on_data_loss: false`): [{topic, partition, from, to}].
+DATA_LOSS_KEY = "mor.streamer.data_loss"
 
 
 class BadRecordError(RuntimeError):
@@ -39,6 +45,35 @@ class BadRecordError(RuntimeError):
 
 class StopRequested(RuntimeError):
     """The application is stopping; the batch is abandoned before anything is written."""
+
+
+class TableWriteError(RuntimeError):
+    """The table's storage refused a write (full, read-only, no permission); the batch was not
+    committed."""
+
+
+#: OS errors of storage that refuses writes, as opposed to any other failure of a batch.
+_REFUSED_WRITE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EIO}
+_OS_ERROR_LINE = re.compile(r"^\w*Error: (\[Errno (\d+)\] .*)$", re.MULTILINE)
+
+
+def refused_write(error: BaseException) -> str | None:
+    """The OS error of a write the storage refused, raised here or in a Spark task (where only
+    its text comes back); None for any other failure."""
+    if isinstance(error, OSError) and error.errno in _REFUSED_WRITE_ERRNOS:
+        return str(error)
+    for match in reversed(list(_OS_ERROR_LINE.finditer(str(error)))):
+        if int(match.group(2)) in _REFUSED_WRITE_ERRNOS:
+            return match.group(1)
+    return None
+
+
+@dataclass(frozen=True)
+class OffsetJumpCheck:
+    """What the sink needs to tell Kafka's data loss apart from a deliberate start elsewhere."""
+
+    earliest_offsets: Callable[[list[tuple[str, int]]], dict[tuple[str, int], int]]
+    started_from_table: bool  # this run's query began at the table's offsets (no Spark checkpoint)
 
 
 @dataclass(frozen=True)
@@ -136,8 +171,11 @@ class UpsertSink:
 
     def __init__(self, settings: SinkSettings, table: MorTable, writer: TableWriter,
                  quarantine: QuarantineTable | None = None, after_commit: Callable[[], None] | None = None,
-                 progress: Callable[[StreamCheckpoint], dict[str, int]] | None = None):
+                 progress: Callable[[StreamCheckpoint], dict[str, int]] | None = None,
+                 evolution: SchemaEvolution | None = None, offset_jumps: OffsetJumpCheck | None = None):
         self.settings = settings
+        self.offset_jumps = offset_jumps
+        self.evolution = evolution
         self.table = table
         self.writer = writer
         self.quarantine = quarantine
@@ -176,8 +214,14 @@ class UpsertSink:
             try:
                 report = self._process(df, batch_id)
             except BaseException as e:
-                self.failure = e
-                raise
+                refused = refused_write(e)
+                if refused is None:
+                    self.failure = e
+                    raise
+                self.failure = TableWriteError(
+                    f"{self.settings.table_name}: batch {batch_id} could not be written to {self.table.base_uri}: "
+                    f"{refused}; nothing of it was committed, and the next run rolls back what it left")
+                raise self.failure from e
             self.reports.append(report)
             log.info(report.line())
             if self.after_commit is not None and not report.replayed:
@@ -191,14 +235,19 @@ class UpsertSink:
         if self._checkpoint.covers(query_id, batch_id):
             report.replayed = True
             return report
-        decoded = df.persist(StorageLevel.MEMORY_AND_DISK)
+        batch = decoded = df.persist(StorageLevel.MEMORY_AND_DISK)
         try:
+            if self.evolution is not None:  # records of newer writer schemas: the table's schema evolves
+                decoded = self.evolution.resolve(batch).persist(StorageLevel.MEMORY_AND_DISK)
             per_partition = decoded.groupBy(KAFKA_TOPIC, KAFKA_PARTITION).agg(
-                F.max(KAFKA_OFFSET).alias("last"), F.count(F.lit(1)).alias("n"), F.count(ERROR).alias("bad"),
+                F.min(KAFKA_OFFSET).alias("first"), F.max(KAFKA_OFFSET).alias("last"),
+                F.count(F.lit(1)).alias("n"), F.count(ERROR).alias("bad"),
             ).collect()
             read: dict[str, dict[int, int]] = {}
+            first: dict[tuple[str, int], int] = {}
             for r in per_partition:
                 read.setdefault(r[KAFKA_TOPIC], {})[r[KAFKA_PARTITION]] = r["last"] + 1
+                first[(r[KAFKA_TOPIC], r[KAFKA_PARTITION])] = r["first"]
                 report.records += r["n"]
                 report.bad += r["bad"]
             bad_rows = decoded.filter(F.col(ERROR).isNotNull())
@@ -210,6 +259,15 @@ class UpsertSink:
             extra = {CHECKPOINT_KEY: checkpoint.to_json(),
                      BATCH_STATS_KEY: json.dumps({"records": report.records, "bad": report.bad,
                                                   "badPolicy": s.on_error})}
+            if self.evolution is not None:
+                extra[VALUE_SCHEMA_KEY] = self.evolution.reader_schema
+            lost = self._lost_offsets(query_id, first)
+            if lost:
+                extra[DATA_LOSS_KEY] = json.dumps(lost)
+                log.warning("%s batch %d: Kafka no longer held the offsets the table goes on from; went on "
+                            "from the earliest it holds (source.fail_on_data_loss is false): %s",
+                            s.table_name, batch_id, "; ".join(
+                                f"{j['topic']}[{j['partition']}] {j['from']} -> {j['to']}" for j in lost))
             hudi_checkpoint = checkpoint.hudi_streamer_checkpoint()
             if hudi_checkpoint:
                 extra[HUDI_STREAMER_CHECKPOINT_KEY] = hudi_checkpoint
@@ -221,10 +279,33 @@ class UpsertSink:
             report.offsets = read
         finally:
             decoded.unpersist()
+            batch.unpersist()
         report.seconds = time.monotonic() - started
         if self.progress is not None:
             report.lag = self.progress(self._checkpoint)
         return report
+
+    def _lost_offsets(self, query_id: str, first: dict[tuple[str, int], int]) -> list[dict]:
+        """Partitions this batch did not read from the table's next offset because Kafka no
+        longer held it: `from` the offset the table wanted, `to` the first one read. A batch
+        going back (a topic recreated) always is; one going forward is when the wanted offset is
+        below the partition's earliest now (not a gap such as a transaction marker)."""
+        check = self.offset_jumps
+        if check is None or (self._checkpoint.query_id != query_id and not check.started_from_table):
+            return []  # a new query that started where its config says, not at the table's offsets
+        wanted = {(t, p): o for t, parts in self._checkpoint.offsets.items() for p, o in parts.items()}
+        jumps = {tp: (wanted[tp], read_from) for tp, read_from in first.items()
+                 if tp in wanted and read_from != wanted[tp]}
+        ahead = [tp for tp, (want, got) in jumps.items() if got > want]
+        earliest: dict[tuple[str, int], int] = {}
+        if ahead:
+            try:
+                earliest = check.earliest_offsets(ahead)
+            except Exception as e:  # the batch is good; only the record of the jump is at stake
+                log.warning("%s: could not ask Kafka whether offsets were skipped at %s: %s",
+                            self.settings.table_name, sorted(ahead), e)
+        return [{"topic": t, "partition": p, "from": want, "to": got}
+                for (t, p), (want, got) in sorted(jumps.items()) if got < want or earliest.get((t, p), want) > want]
 
     def _count_writes(self, report: BatchReport) -> None:
         stats = self.writer.last_commit.write_stats()
@@ -235,7 +316,7 @@ class UpsertSink:
     def _table_rows(self, good: DataFrame) -> DataFrame:
         transform = self.settings.transform
         if not transform:
-            return good.select(*self.settings.value_columns)
+            return good.select(*(self.evolution.value_columns if self.evolution else self.settings.value_columns))
         good.createOrReplaceTempView("source")  # the batch's own session: queries never share it
         return good.sparkSession.sql(transform)
 
@@ -251,3 +332,4 @@ class UpsertSink:
         if policy == "quarantine":
             assert self.quarantine is not None
             self.quarantine.write(bad_rows, query_id, batch_id)
+            failpoints.reach("sink.quarantine_committed")

@@ -45,14 +45,22 @@ Options (all strings, case-insensitive names, as Spark options):
     When offsets to read are no longer available (below the partition's earliest offset, a
     partition or topic is gone, or a partition's end offset went below the offset already
     reached, e.g. a topic was recreated or ``startingOffsets`` points past the end), fail with
-    :class:`KafkaDataLossError` naming topic, partition and offsets. With ``false`` log a
-    warning and continue: from the earliest available offset, or from the new end offset.
+    :class:`KafkaDataLossError` naming topic, partition, the offset wanted and the offsets the
+    broker holds. With ``false`` log a warning and continue from the earliest available offset
+    (Spark's own source continues from the new end offset of a partition that went backwards,
+    which skips what a recreated topic holds).
 ``kafkaConsumer.pollTimeoutMs`` (default 120000)
     How long a task waits without any progress (broker unreachable, partition stuck) before it
     fails with :class:`KafkaSourceTimeoutError`.
 ``fetchOffset.numRetries`` (default 3), ``fetchOffset.retryIntervalMs`` (default 1000),
 ``fetchOffset.timeoutMs`` (default 30000)
     Driver-side metadata and offset queries: per-attempt timeout and retries.
+``maxBrokerOutageMs`` (not set by default)
+    How long the query rides out brokers that do not answer (down, unreachable, hung), instead
+    of the two limits above: driver-side queries are retried with a pause growing from
+    ``fetchOffset.retryIntervalMs`` to 10 s, each retry logged with its cause, until the
+    brokers have not answered for this long; tasks wait this long without progress. Then the
+    query fails with :class:`KafkaSourceTimeoutError` naming the brokers.
 ``groupIdPrefix`` (default ``mor-streamer-kafka-source``)
     Prefix of the unique consumer group id used by each task (nothing is ever committed to
     the group). ``kafka.group.id`` overrides it.
@@ -360,6 +368,7 @@ class SourceOptions:
     fetch_offset_num_retries: int = 3
     fetch_offset_retry_interval_ms: int = 1000
     fetch_offset_timeout_ms: int = 30_000
+    max_broker_outage_ms: Optional[int] = None
     group_id_prefix: str = "mor-streamer-kafka-source"
     include_headers: bool = True
     arrow_batch_size: int = 10_000
@@ -369,6 +378,15 @@ class SourceOptions:
         return f"SourceOptions({redact_options(self.raw_options)})"
 
     __str__ = __repr__
+
+    @property
+    def task_timeout_ms(self) -> int:
+        """How long a task waits without progress before it fails."""
+        return self.max_broker_outage_ms or self.poll_timeout_ms
+
+    @property
+    def task_timeout_option(self) -> str:
+        return "maxBrokerOutageMs" if self.max_broker_outage_ms else "kafkaConsumer.pollTimeoutMs"
 
     @property
     def isolation_level(self) -> str:
@@ -447,6 +465,8 @@ class SourceOptions:
             )
         if "fetchoffset.timeoutms" in opts:
             o.fetch_offset_timeout_ms = _parse_int("fetchOffset.timeoutMs", opts["fetchoffset.timeoutms"], 1)
+        if "maxbrokeroutagems" in opts:
+            o.max_broker_outage_ms = _parse_int("maxBrokerOutageMs", opts["maxbrokeroutagems"], 1)
         if opts.get("groupidprefix", "").strip():
             o.group_id_prefix = opts["groupidprefix"].strip()
         if "includeheaders" in opts:
@@ -530,6 +550,13 @@ def _fmt_tp(tp: TopicPartitionKey) -> str:
     return f"topic '{tp[0]}' partition {tp[1]}"
 
 
+def _fmt_held(earliest: int, end: int) -> str:
+    """What a partition holds, for data-loss messages."""
+    if earliest >= end:
+        return f"no records (its end offset is {end})"
+    return f"offsets {earliest} to {end - 1}"
+
+
 # --------------------------------------------------------------------------------------------
 # Rate limiting and range splitting (Spark's algorithms)
 # --------------------------------------------------------------------------------------------
@@ -604,6 +631,10 @@ def split_ranges(
 # --------------------------------------------------------------------------------------------
 
 
+#: The longest pause between two attempts of a driver-side query under ``maxBrokerOutageMs``.
+_MAX_RETRY_PAUSE_S = 10.0
+
+
 class _Metadata:
     """Topic discovery and offset queries on the driver (one AdminClient, created lazily)."""
 
@@ -621,30 +652,47 @@ class _Metadata:
         self._admin = None
 
     def _retrying(self, what: str, fn):
-        attempts = self.opts.fetch_offset_num_retries + 1
-        last: Optional[BaseException] = None
-        for i in range(attempts):
+        """``fn(timeout_s)``, retried while the brokers do not answer: ``fetchOffset.numRetries``
+        times, or with ``maxBrokerOutageMs`` until they have not answered for that long."""
+        o = self.opts
+        outage_s = o.max_broker_outage_ms / 1000.0 if o.max_broker_outage_ms else None
+        pause = o.fetch_offset_retry_interval_ms / 1000.0
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            timeout = o.fetch_offset_timeout_ms / 1000.0
+            if outage_s is not None:
+                timeout = max(0.5, min(timeout, started + outage_s - time.monotonic()))
             try:
-                return fn()
+                return fn(timeout)
             except KafkaSourceError:  # configuration errors, data loss: not worth retrying
                 raise
             except Exception as e:  # KafkaException, timeouts
-                last = e
-                log.warning("Kafka %s failed (attempt %d of %d): %s", what, i + 1, attempts,
-                            self.opts.redact(str(e)))
-                if i + 1 < attempts:
-                    time.sleep(self.opts.fetch_offset_retry_interval_ms / 1000.0)
-        raise KafkaSourceTimeoutError(
-            f"Kafka {what} failed after {attempts} attempts against "
-            f"{self.opts.bootstrap_servers}: {self.opts.redact(str(last))}"
-        )
+                cause = o.redact(str(e))
+                waited = time.monotonic() - started
+                if outage_s is None and attempt > o.fetch_offset_num_retries:
+                    raise KafkaSourceTimeoutError(
+                        f"Kafka {what} failed after {attempt} attempts against {o.bootstrap_servers}: {cause}"
+                    ) from None
+                if outage_s is not None and waited + pause >= outage_s:
+                    raise KafkaSourceTimeoutError(
+                        f"Kafka brokers {o.bootstrap_servers} did not answer a {what} for {waited:.0f}s "
+                        f"(option maxBrokerOutageMs={o.max_broker_outage_ms}; "
+                        f"source.max_broker_outage_seconds in a table config): {cause}"
+                    ) from None
+                log.warning("Kafka %s to %s failed (attempt %d, %.0fs without an answer); retrying in "
+                            "%.1fs: %s", what, o.bootstrap_servers, attempt, waited, pause, cause)
+                time.sleep(pause)
+                if outage_s is not None:
+                    pause = min(2 * pause, _MAX_RETRY_PAUSE_S)
 
     def discover(self) -> Tuple[List[TopicPartitionKey], set]:
         """Partitions to read now, and the topics whose metadata was unusable this time."""
         o = self.opts
 
-        def fetch():
-            return self.admin.list_topics(timeout=o.fetch_offset_timeout_ms / 1000.0)
+        def fetch(timeout: float):
+            return self.admin.list_topics(timeout=timeout)
 
         md = self._retrying("metadata request", fetch)
         uncertain = set()
@@ -674,11 +722,11 @@ class _Metadata:
                else IsolationLevel.READ_UNCOMMITTED)
         what = "earliest" if spec == EARLIEST else "latest"
 
-        def fetch():
+        def fetch(timeout: float):
             req = {TopicPartition(t, p): (OffsetSpec.earliest() if spec == EARLIEST else OffsetSpec.latest())
                    for t, p in tps}
             futures = self.admin.list_offsets(
-                req, isolation_level=iso, request_timeout=o.fetch_offset_timeout_ms / 1000.0
+                req, isolation_level=iso, request_timeout=timeout
             )
             out: OffsetMap = {}
             for tp, fut in futures.items():
@@ -692,6 +740,15 @@ class _Metadata:
 
     def latest(self, tps):
         return self.list_offsets(list(tps), LATEST)
+
+
+def earliest_offsets(opts: SourceOptions, tps: Sequence[TopicPartitionKey]) -> OffsetMap:
+    """The earliest offset Kafka holds of each partition, retried as the source's own queries."""
+    md = _Metadata(opts)
+    try:
+        return md.earliest(tps)
+    finally:
+        md.close()
 
 
 def _unknown_topic_code():
@@ -813,7 +870,7 @@ def _data_loss(opts: SourceOptions, message: str) -> None:
             message + " Some data may have been lost because it is not available in Kafka any "
             "more (aged out by retention, or the topic was deleted or recreated) or the offsets "
             "are wrong. If you want the query to continue in such cases, set the source option "
-            "'failOnDataLoss' to 'false'."
+            "'failOnDataLoss' to 'false' (source.fail_on_data_loss: false in a table config)."
         )
     log.warning("%s Continuing because failOnDataLoss is false.", message)
 
@@ -839,14 +896,15 @@ def read_partition(
     Stops when the record at ``end - 1`` (or any later one) was seen, when the consumer reports
     end-of-partition at or after ``end`` or when its position reaches ``end``: offset gaps
     (compaction, transaction markers, aborted records) never make it wait. Fails with
-    :class:`KafkaSourceTimeoutError` after ``kafkaConsumer.pollTimeoutMs`` without progress.
+    :class:`KafkaSourceTimeoutError` after ``maxBrokerOutageMs`` (else ``kafkaConsumer.pollTimeoutMs``)
+    without progress.
     """
     if end <= start:
         return
     import confluent_kafka as ck
     from confluent_kafka import KafkaError, TopicPartition
 
-    timeout_s = opts.poll_timeout_ms / 1000.0
+    timeout_s = opts.task_timeout_ms / 1000.0
     where = f"{_fmt_tp((topic, partition))} (offsets [{start}, {end}))"
     consumer = _new_client("consumer", opts)
     try:
@@ -869,8 +927,9 @@ def read_partition(
                     return
                 if time.monotonic() >= deadline:
                     raise KafkaSourceTimeoutError(
-                        f"Timed out after {opts.poll_timeout_ms} ms querying the offsets of {where} "
-                        f"from {opts.bootstrap_servers}: {opts.redact(str(last_err))}"
+                        f"Timed out after {opts.task_timeout_ms} ms querying the offsets of {where} "
+                        f"from {opts.bootstrap_servers}: {opts.redact(str(last_err))} "
+                        f"(option {opts.task_timeout_option})"
                     ) from None
                 time.sleep(0.2)
         start = _start_after_retention(opts, topic, partition, start, end, low)
@@ -948,9 +1007,9 @@ def read_partition(
                     detail = f"; last error: {last_problem}" if last_problem else ""
                     eof = f"; broker reports the partition ends at {eof_at}" if eof_at >= 0 else ""
                     raise KafkaSourceTimeoutError(
-                        f"Timed out after {opts.poll_timeout_ms} ms without progress reading {where} "
+                        f"Timed out after {opts.task_timeout_ms} ms without progress reading {where} "
                         f"from {opts.bootstrap_servers}: next offset {next_offset}{eof}{detail}. "
-                        "Is the broker reachable? (option kafkaConsumer.pollTimeoutMs)"
+                        f"Is the broker reachable? (option {opts.task_timeout_option})"
                     )
             if builder.rows and (builder.rows >= batch_size or builder.bytes >= max_bytes or done):
                 yield builder.flush()
@@ -1051,8 +1110,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         gone = sorted(tp for tp in start_map if tp not in latest)
         if gone:
-            _data_loss(self.opts, "Partitions are gone: " + ", ".join(_fmt_tp(tp) for tp in gone)
-                       + " (the topic was deleted or is no longer assigned).")
+            _data_loss(self.opts, "Partitions are gone: " + ", ".join(
+                f"{_fmt_tp(tp)} (the offset to read next is {start_map[tp]})" for tp in gone)
+                + " (the topic was deleted or is no longer assigned).")
         backwards = sorted(tp for tp, off in start_map.items() if tp in latest and latest[tp] < off)
         if backwards and self._available_now_target is None:
             # A new leader may briefly report an older end offset: ask once more before failing.
@@ -1060,14 +1120,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest.update(self.md.latest(backwards))
             backwards = [tp for tp in backwards if latest[tp] < start_map[tp]]
         if backwards:
+            earliest = self.md.earliest(backwards)
             _data_loss(
                 self.opts,
                 "; ".join(
-                    f"{_fmt_tp(tp)}: the offset to read next is {start_map[tp]} but the partition "
-                    f"now ends at offset {latest[tp]}"
+                    f"{_fmt_tp(tp)}: the offset to read next is {start_map[tp]} but the broker holds "
+                    f"{_fmt_held(earliest[tp], latest[tp])} (the topic was recreated or the partition "
+                    "truncated)"
                     for tp in backwards
                 ) + ".",
             )
+            start_map = {**start_map, **earliest}  # tolerated: `partitions` reads from the earliest
 
         self._latest_seen = latest
         if isinstance(limit, ReadMaxRows):
@@ -1086,11 +1149,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         new = [tp for tp in e if tp not in s]
         if new:
             s.update(self.md.earliest(new))
+        went_back = [tp for tp in e if e[tp] < s[tp]]  # only planned when failOnDataLoss=false
+        restart = self.md.earliest(went_back) if went_back else {}
         ranges = []
         for tp in sorted(e):
-            if e[tp] < s[tp]:
-                log.warning("Skipping %s: end offset %d is below start offset %d (data loss "
-                            "tolerated by failOnDataLoss=false)", _fmt_tp(tp), e[tp], s[tp])
+            if tp in restart:
+                log.warning("%s went back from offset %d to %d (data loss tolerated by "
+                            "failOnDataLoss=false): reading it from its earliest offset %d",
+                            _fmt_tp(tp), s[tp], e[tp], restart[tp])
+                if e[tp] > restart[tp]:
+                    ranges.append((tp, restart[tp], e[tp]))
             elif e[tp] > s[tp]:
                 ranges.append((tp, s[tp], e[tp]))
         ranges = split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
@@ -1148,6 +1216,7 @@ __all__ = [
     "KafkaDataLossError",
     "KafkaSourceTimeoutError",
     "register_kafka_source",
+    "earliest_offsets",
     "read_partition",
     "rate_limit",
     "split_ranges",

@@ -9,6 +9,7 @@ lease, at another path, lets one process at a time execute a table-service plan.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
@@ -17,6 +18,8 @@ import uuid
 from dataclasses import asdict, dataclass
 
 from table.storage import Storage
+
+log = logging.getLogger(__name__)
 
 LEASE_PATH = ".hoodie/.aux/writer.lease"
 DEFAULT_TTL_SECONDS = 60.0
@@ -122,11 +125,16 @@ class WriterLease:
         return self
 
     def _heartbeat(self) -> None:
+        """Renew until released. A renewal the storage refuses (a full or read-only disk for a
+        while) is tried again at the next beat: the lease lapses only if the fault outlasts the TTL."""
         while not self._stop.wait(self._ttl / 4):
-            holder = self.current_holder()
-            if holder is not None and holder.owner_id != self._owner_id:
-                return  # taken over after we stalled past the TTL; the next check_held fails
-            self._storage.write_bytes(self._path, self._holder().to_bytes())
+            try:
+                holder = self.current_holder()
+                if holder is not None and holder.owner_id != self._owner_id:
+                    return  # taken over after we stalled past the TTL; the next check_held fails
+                self._storage.write_bytes(self._path, self._holder().to_bytes())
+            except OSError as e:
+                log.warning("writer lease of %s not renewed: %s", self._storage.base_uri, e)
 
     def check_held(self) -> None:
         """Raise unless this writer still holds the lease (called before each commit)."""

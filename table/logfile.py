@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from table import failpoints
 from table.schema import AvroSchema, arrow_schema_from_avro
 from table.storage import Storage
 
@@ -231,6 +232,7 @@ LogBlock = Union[DataBlock, DeleteBlock, CommandBlock, CorruptBlock]
 def write_log_file(storage: Storage, rel_path: str, blocks: Sequence[LogBlock]) -> int:
     """Create a new log file holding `blocks`; never appends. Returns the bytes written."""
     data = b"".join(part for block in blocks for part in _block_parts(block))
+    failpoints.torn_write("logfile.torn_write", data, lambda part: storage.create(rel_path, part))
     storage.create(rel_path, data)
     return len(data)
 

@@ -7,7 +7,9 @@ lease and rolls back what a crashed writer left inflight before its first commit
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -22,11 +24,18 @@ from table.index import consistent_hashing as ring
 from table.keys import KeyGenerator
 from table.layout import write_partition_metadata
 from table.lease import DEFAULT_TTL_SECONDS, WriterLease
-from table.markers import delete_markers
+from table.markers import delete_markers, marked_files
 from table.properties import TableConfig
 from table.predicate import Predicate
 from table.read import SliceReadSpec, read_base_file, read_file_slice, table_schema_with_meta
-from table.schema import COMMIT_TIME, PARTITION_PATH, arrow_schema_from_avro, avro_schema_json
+from table.schema import (
+    COMMIT_TIME,
+    PARTITION_PATH,
+    SchemaEvolutionError,
+    arrow_schema_from_avro,
+    avro_schema_json,
+    evolve,
+)
 from table.services.clustering_plan import pending_clustering_plans
 from table.services.compaction import pending_compaction_file_groups
 from table.services.rollback import rollback_pending_writes
@@ -45,6 +54,8 @@ from table.write import (
 #: extraMetadata key under which the writer's caller stores its checkpoint (JSON).
 CHECKPOINT_KEY = "mor.streamer.checkpoint"
 SCHEMA_KEY = "schema"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -231,8 +242,13 @@ class TableWriter:
 
     def open(self) -> "TableWriter":
         self._lease.acquire()
+        try:
+            rollback_pending_writes(self.table.storage, Timeline.load(self.table.storage))
+        except BaseException:
+            with contextlib.suppress(OSError):  # the fault that failed the rollback may fail this too
+                self._lease.release()
+            raise
         self._open = True
-        rollback_pending_writes(self.table.storage, Timeline.load(self.table.storage))
         return self
 
     def close(self) -> None:
@@ -253,20 +269,13 @@ class TableWriter:
         )
 
     def check_schema(self, incoming: pa.Schema) -> pa.Schema:
-        """The data schema of the commit; refuses a batch that drops or retypes a table column."""
-        current = self.table.schema()
-        names = set(incoming.names) - {self.options.delete_field}
-        missing = [f.name for f in current if f.name not in names]
-        if missing:
-            raise InvalidBatchError(f"the batch drops table column(s) {missing}")
-        for f in current:
-            t = incoming.field(f.name).type
-            if t != f.type and not (pa.types.is_null(t)):
-                raise InvalidBatchError(f"field '{f.name}' has type {t} in the batch but {f.type} in the table")
-        extra = sorted(names - set(current.names))
-        if extra:
-            raise InvalidBatchError(f"the batch has column(s) {extra} that the table does not have")
-        return current
+        """The data schema of the commit: the table's, evolved by the batch's new columns and
+        widened types (see `table.schema.evolve`); refuses a batch that drops or retypes a column."""
+        columns = pa.schema([f for f in incoming if f.name != self.options.delete_field])
+        try:
+            return evolve(self.table.schema(), columns)
+        except SchemaEvolutionError as e:
+            raise InvalidBatchError(f"the batch does not fit the table: {e}") from None
 
     def check_held(self) -> None:
         """Raise unless this writer is open and still holds the lease: what only the writer may
@@ -280,6 +289,7 @@ class TableWriter:
         timeline = Timeline.load(self.table.storage)
         instant = Instant(timeline.new_instant_time(), "deltacommit", "requested")
         timeline.create_requested(instant)
+        failpoints.reach("deltacommit.requested")
         timeline.transition_to_inflight(instant)
         failpoints.reach("deltacommit.inflight")
         return instant.timestamp, timeline
@@ -356,11 +366,25 @@ class TableWriter:
         extra = {SCHEMA_KEY: avro_schema_json(data_schema, self.table.name, with_meta_fields=False)}
         extra.update(extra_metadata or {})
         metadata = CommitMetadata.for_write(stats, extra, operation_type="UPSERT")
+        self._delete_unreported_files(instant, stats)
         failpoints.reach("deltacommit.files_written")
         timeline.complete(Instant(instant, "deltacommit", "inflight"), metadata.to_json().encode())
         self.last_commit = metadata
         failpoints.reach("deltacommit.completed")
         delete_markers(self.table.storage, instant)
+
+    def _delete_unreported_files(self, instant: str, stats: list[WriteStat]) -> None:
+        """Delete the files this instant marked that no write stat reports, before it completes
+        (Hudi's marker reconciliation): what a failed or duplicate task attempt wrote, whole or
+        cut off, must not be listed by readers under a completed instant."""
+        storage = self.table.storage
+        reported = {s.path for s in stats}
+        for path in marked_files(storage, instant):
+            if path in reported:
+                continue
+            for leftover in [path, *storage.temp_files_of(path)]:
+                storage.delete(leftover)
+                log.warning("%s: deleted %s, written by a task attempt that did not report it", instant, leftover)
 
     def commit_empty(self, extra_metadata: dict[str, str] | None = None) -> str:
         """A deltacommit without data, recording progress (a caller's checkpoint) for a batch

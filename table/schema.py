@@ -10,6 +10,11 @@ field `f` becomes record `f` in namespace `<parent namespace>.<parent name>`, a 
 
 Avro timestamps are instants: both tz-aware and naive Arrow timestamps map to
 `timestamp-millis`/`timestamp-micros` and come back as UTC timestamps.
+
+A table's schema evolves the way Hudi's schema evolution on write allows, by `evolve`: new
+columns (nullable, after the others) and lossless widenings of a column's type (int to long or
+double, float to double). Files keep the schema they were written with; readers conform each one
+to the table's. A column is never dropped, narrowed or changed to another kind of type.
 """
 
 from __future__ import annotations
@@ -63,6 +68,46 @@ def avro_schema_json(schema: pa.Schema, table_name: str, *, with_meta_fields: bo
     """`to_avro_schema` as compact JSON, byte for byte what Java's `Schema.toString()` gives."""
     avro = to_avro_schema(schema, table_name, with_meta_fields=with_meta_fields)
     return json.dumps(avro, separators=(",", ":"), ensure_ascii=False)
+
+
+class SchemaEvolutionError(ValueError):
+    """Data whose schema would drop a column of the table or change its type other than by widening."""
+
+
+def widens(old: pa.DataType, new: pa.DataType) -> bool:
+    """True when every value of `old` is a value of `new`, exactly: the type changes a column may
+    take (signed integers to wider ones or to double, float to double). Avro also promotes long
+    to double and int or long to float, which lose digits, so a column does not."""
+    if pa.types.is_signed_integer(old):
+        if pa.types.is_signed_integer(new):
+            return new.bit_width > old.bit_width
+        return new == pa.float64() and old.bit_width <= 32
+    return pa.types.is_floating(old) and pa.types.is_floating(new) and new.bit_width > old.bit_width
+
+
+def evolve(table: pa.Schema, incoming: pa.Schema) -> pa.Schema:
+    """The table's schema once data of the `incoming` schema is written to it: its columns, the
+    ones `incoming` widens with the wider type, then the columns new in `incoming`, nullable.
+    An incoming column of the null type (all values null) takes the table's type."""
+    missing = [f.name for f in table if f.name not in incoming.names]
+    if missing:
+        raise SchemaEvolutionError(f"the table's column(s) {missing} are missing")
+    fields = []
+    for f in table:
+        t = incoming.field(f.name).type
+        if t == f.type or pa.types.is_null(t):
+            fields.append(f)
+        elif widens(f.type, t):
+            fields.append(f.with_type(t))
+        else:
+            raise SchemaEvolutionError(f"column '{f.name}' is {t} but {f.type} in the table; a column's type "
+                                       "can only widen (int to long or double, float to double)")
+    for f in incoming:
+        if f.name not in table.names:
+            if pa.types.is_null(f.type):
+                raise SchemaEvolutionError(f"new column '{f.name}' has no type: all its values are null")
+            fields.append(f.with_nullable(True))
+    return pa.schema(fields)
 
 
 def arrow_schema_from_avro(schema: AvroSchema | str) -> pa.Schema:

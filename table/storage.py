@@ -113,6 +113,16 @@ class Storage:
         with self.filesystem.open_output_stream(target) as out:
             out.write(data)
 
+    def temp_files_of(self, rel: str) -> list[str]:
+        """Temporary files a write of `rel` left when its process was killed before the file was
+        moved into place (local disks only: other file systems write in place)."""
+        if not self.is_local:
+            return []
+        parent, _, name = rel.rpartition("/")
+        prefix = _temp_prefix(name)
+        return [e.path for e in self.list_dir(parent)
+                if not e.is_dir and e.name.startswith(prefix) and e.name.endswith(".tmp")]
+
     def list_dir(self, rel: str = "") -> list[FileStatus]:
         """Entries directly under a directory; an absent directory lists as empty."""
         base = self.full_path(rel)
@@ -159,7 +169,13 @@ def _parent(rel: str) -> str:
 
 def _temp_name(target: str) -> str:
     head, tail = os.path.split(target)
-    return os.path.join(head, f".{tail}.{uuid.uuid4().hex}.tmp")
+    return os.path.join(head, f"{_temp_prefix(tail)}{uuid.uuid4().hex}.tmp")
+
+
+def _temp_prefix(name: str) -> str:
+    """Hidden, and without the underscores Hudi readers split data file names on: a temporary
+    file left by a process killed mid-write is never taken for a log file of a file group."""
+    return f".{name.replace('_', '~')}."
 
 
 def _write_local(path: str, data: bytes) -> None:

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from table import failpoints
 from table.base_file import parquet_options
 from table.commit_metadata import WriteStat
 from table.errors import InvalidBatchError
@@ -246,6 +247,7 @@ def _write_log_file(
     path = f"{target.partition_path}/{name}" if target.partition_path else name
     create_marker(storage, ctx.instant, target.partition_path, name, "APPEND")
     size = write_log_file(storage, path, blocks)
+    failpoints.reach("deltacommit.log_file_written")
     return WriteStat(
         file_id=target.file_id,
         path=path,

@@ -123,9 +123,20 @@ def table_dir(tmp_path) -> Path:
 
 
 # -- reporting ----------------------------------------------------------------------------------
+_summary_lines: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def terminal_summary() -> list[str]:
+    """Lines a test appends to show at the end of the run (the crash matrix's table)."""
+    return _summary_lines
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if _session_broker is not None:
         terminalreporter.write_line(f"kafka: {_session_broker.description}")
+    for line in _summary_lines:
+        terminalreporter.write_line(line)
 
 
 # -- schema registry ----------------------------------------------------------------------------

@@ -15,7 +15,10 @@ here so tests import everything Kafka from one place.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import socket
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
@@ -24,6 +27,7 @@ from streamer.embedded_broker import (  # noqa: F401  (re-exports)
     BrokerStartError,
     EmbeddedBroker,
     create_topic,
+    free_port,
     murmur2,
     partition_for_key,
     produce,
@@ -126,3 +130,136 @@ def start_test_broker(log_path: str | None = None) -> TestBroker:
     if forced == "container" or (forced in ("", "auto") and docker_engine_available()):
         return start_container()
     return start_embedded(log_path)
+
+
+class BrokerProxy:
+    """A TCP forwarder in front of a broker, so a test can take the broker off the network without
+    stopping it (tansu keeps topics in memory only: a restarted one has lost them).
+
+    `cut()` closes the listening socket and every forwarded connection: clients see a broker that
+    refuses connections. `restore()` listens again on the same port.
+    """
+
+    def __init__(self, target_port: int, host: str = "127.0.0.1"):
+        self.host = host
+        self.target = (host, target_port)
+        self.port = free_port(host)
+        self._lock = threading.Lock()
+        self._listener: socket.socket | None = None
+        self._connections: set[socket.socket] = set()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def restore(self) -> "BrokerProxy":
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((self.host, self.port))
+        listener.listen(64)
+        with self._lock:
+            self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), name="broker-proxy", daemon=True).start()
+        return self
+
+    def cut(self) -> None:
+        with self._lock:
+            listener, self._listener = self._listener, None
+            connections, self._connections = self._connections, set()
+        if listener is not None:
+            _close(listener)
+        for conn in connections:
+            _close(conn)
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:  # the listener was closed by cut()
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                _close(client)
+                continue
+            with self._lock:
+                if self._listener is not listener:
+                    _close(client)
+                    _close(upstream)
+                    return
+                self._connections.update((client, upstream))
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with self._lock:
+                self._connections.discard(source)
+                self._connections.discard(sink)
+            _close(source)
+            _close(sink)
+
+
+def _close(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
+class _AdvertisingBroker(EmbeddedBroker):
+    """tansu listening on its own port but telling clients to connect to `advertised`."""
+
+    def __init__(self, advertised: str, **kwargs):
+        super().__init__(**kwargs)
+        self.advertised = advertised
+
+    @property
+    def command(self) -> list[str]:
+        command = super().command
+        command[command.index("--advertised-listener-url") + 1] = f"tcp://{self.advertised}"
+        return command
+
+
+@dataclass
+class ProxiedBroker:
+    """An embedded broker that clients reach only through a `BrokerProxy` (`bootstrap`)."""
+
+    proxy: BrokerProxy
+    broker: EmbeddedBroker
+
+    @property
+    def bootstrap(self) -> str:
+        return self.proxy.address
+
+    def hang(self) -> None:
+        """Freeze the broker process (SIGSTOP): connections stay open, nothing is answered."""
+        os.kill(self.broker.pid, signal.SIGSTOP)
+
+    def wake(self) -> None:
+        os.kill(self.broker.pid, signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def proxied_broker(log_path: str | None = None):
+    """Yields a `ProxiedBroker` of its own for one test; `proxy.cut()`/`proxy.restore()` take it
+    off the network and back, `hang()`/`wake()` freeze and thaw it."""
+    broker_port = free_port()
+    proxy = BrokerProxy(broker_port).restore()
+    broker = _AdvertisingBroker(proxy.address, port=broker_port, log_path=log_path)
+    try:
+        broker.start()
+        wait_for_broker(proxy.address)
+        yield ProxiedBroker(proxy, broker)
+    finally:
+        proxy.cut()
+        if broker.is_running():
+            os.kill(broker.pid, signal.SIGCONT)
+        broker.stop()

@@ -386,6 +386,7 @@ def test_reader_options_for_a_topic_list():
         ("startingOffsets", "earliest"),
         ("maxOffsetsPerTrigger", "1000"),
         ("failOnDataLoss", "false"),
+        ("maxBrokerOutageMs", "300000"),
         ("kafka.security.protocol", "SASL_SSL"),
         ("minPartitions", "4"),
     ]
@@ -401,6 +402,7 @@ def test_reader_options_for_a_topic_pattern_and_offsets():
         "subscribePattern": "orders-.*",
         "startingOffsets": options["startingOffsets"],
         "failOnDataLoss": "true",
+        "maxBrokerOutageMs": "300000",
     }
     assert json.loads(options["startingOffsets"]) == {"orders-eu": {"0": 5, "1": -2}}
 

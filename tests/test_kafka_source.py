@@ -359,8 +359,9 @@ def test_subscribe_pattern_picks_up_new_topics(kspark, kafka_bootstrap, kafka_to
 
 @pytest.mark.e2e
 def test_offset_past_the_end_is_data_loss(kspark, kafka_bootstrap, kafka_topic, tmp_path):
-    """Spark's Kafka source treats a partition whose end is below the next offset to read (topic
-    recreated, or a bogus starting offset) as data loss: fail, or warn and go on from the end."""
+    """A partition whose end is below the next offset to read (topic recreated, or a bogus
+    starting offset) is data loss, as in Spark's Kafka source: fail naming the offsets, or warn
+    and go on from the partition's earliest offset."""
     from pyspark.errors import StreamingQueryException
 
     topic = kafka_topic(partitions=2, prefix="loss")
@@ -374,11 +375,12 @@ def test_offset_past_the_end_is_data_loss(kspark, kafka_bootstrap, kafka_topic, 
     msg = str(e.value)
     assert "KafkaDataLossError" in msg
     assert f"topic '{topic}' partition 0" in msg and "1000" in msg and "failOnDataLoss" in msg
+    assert "the broker holds offsets 0 to 4" in msg
 
     sink = _run_available_now(kspark, kafka_bootstrap, tmp_path / "b", subscribe=topic,
                               startingOffsets=start, failOnDataLoss="false")
-    assert sorted((r[3], r[4]) for r in sink.rows) == [(1, o) for o in range(5)]
-    # it went on from partition 0's end: new records are read on the next run
+    assert sorted((r[3], r[4]) for r in sink.rows) == [(p, o) for p in (0, 1) for o in range(5)]
+    # it went on from partition 0's earliest offset: only new records are read on the next run
     kafka_broker.produce(kafka_bootstrap, topic, [(b"k", b"after", 0)])
     sink = _run_available_now(kspark, kafka_bootstrap, tmp_path / "b", subscribe=topic,
                               startingOffsets=start, failOnDataLoss="false")

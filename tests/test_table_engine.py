@@ -17,7 +17,9 @@ import pytest
 from oracle import Oracle
 from table.errors import InvalidBatchError
 from table.lease import WriterConflictError
+from table.markers import create_marker
 from table.mor_table import MorTable, TableSpec, WriteOptions
+from table.storage import _temp_name
 from table.timeline import Timeline
 from table.timeline_plans import deserialize_plan
 
@@ -289,6 +291,11 @@ def test_write_killed_before_commit_is_invisible_and_rolled_back(tmp_path):
     leftovers = sorted(p.name for p in path.rglob("*") if p.is_file() and ".hoodie" not in p.parts)
     assert len(leftovers) > len(files_before)  # the crashed writer did write data files
     assert [i.state for i in Timeline.load(table.storage).pending()] == ["inflight"]
+    # What a kill between writing a file's bytes and moving them into place leaves next to it.
+    [doomed_log, *_] = [p for p in path.rglob(".*.log.*") if p.name not in files_before]
+    torn_temp = Path(_temp_name(str(doomed_log)))
+    torn_temp.write_bytes(b"#HUDI#\0\0")
+    leftovers.append(torn_temp.name)
 
     expected = strip(oracle.rows(), DATA_COLUMNS)
     assert strip(by_key(table.snapshot()), DATA_COLUMNS) == expected
@@ -326,3 +333,26 @@ def test_avro_and_parquet_log_blocks_read_back_the_same(tmp_path):
         results[block_format] = strip(by_key(table.snapshot()), DATA_COLUMNS)
         assert strip(by_key(hudi_rs_read(path)), DATA_COLUMNS) == results[block_format]
     assert results["avro"] == results["parquet"]
+
+
+def test_a_marked_file_no_write_stat_reports_is_deleted_before_the_commit_completes(tmp_path):
+    path = tmp_path / "orders"
+    table = make_table(path)
+    rng = random.Random(13)
+    known: list[str] = []
+    first = change_batch(rng, known, 400, 0, 100)
+    with table.writer(write_options()) as writer:
+        writer.upsert(pa.Table.from_pylist(first, schema=SCHEMA))
+        expected = strip(by_key(table.snapshot()), DATA_COLUMNS)
+        # A task attempt that failed after writing its log file (or a duplicate, speculative one).
+        [group] = table.file_system_view().latest_slices()[:1]
+        instant, timeline = writer.begin()
+        stray = f"{group.partition_path}/.{group.file_id}_{group.base_instant}.log.1_7-7-1"
+        create_marker(table.storage, instant, group.partition_path, stray.rsplit("/", 1)[1], "APPEND")
+        table.storage.create(stray, b"#HUDI#\0\0\0\0")  # cut off, as a killed attempt leaves it
+        writer.complete(instant, timeline, [], table.schema(), None)
+
+    assert not (path / stray).exists()
+    assert Timeline.load(table.storage).completed_writes()[-1].timestamp == instant
+    assert strip(by_key(table.snapshot()), DATA_COLUMNS) == expected
+    assert strip(by_key(hudi_rs_read(path)), DATA_COLUMNS) == expected

@@ -182,6 +182,7 @@ def schedule_clean(table: MorTable, policy: CleanPolicy) -> str | None:
     }
     instant = Instant(timeline.new_instant_time(), CLEAN, State.REQUESTED)
     timeline.create_requested(instant, serialize_plan(PLAN_SCHEMA, plan))
+    failpoints.reach("clean.requested")
     return instant.timestamp
 
 
@@ -254,6 +255,7 @@ def execute_clean(table: MorTable, instant: str) -> CleanResult:
         "bootstrapPartitionMetadata": {},
     }
     timeline.complete(requested.inflight(), serialize_plan(METADATA_SCHEMA, metadata))
+    failpoints.reach("clean.completed")
     return CleanResult(instant, metadata["totalFilesDeleted"], earliest or None)
 
 

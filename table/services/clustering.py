@@ -180,6 +180,7 @@ def schedule_clustering(writer: TableWriter, policy: ClusteringPolicy) -> str | 
     instant = timeline.new_instant_time()
     plan = ClusteringPlan(instant, tuple(groups), policy.sort_columns)
     timeline.create_requested(Instant(instant, REPLACE_COMMIT, "requested"), plan.serialize(table.storage))
+    failpoints.reach("clustering.requested")
     log.info("clustering %s of %s scheduled: %s", instant, table.name,
              ", ".join(f"{g.kind} {g.partition_path or '(root)'} {'+'.join(g.file_ids)}" for g in groups))
     return instant

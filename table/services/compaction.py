@@ -213,6 +213,7 @@ def schedule_compaction(writer: TableWriter, strategy: CompactionStrategy) -> st
         "version": PLAN_VERSION,
     }
     timeline.create_requested(Instant(instant, COMPACTION, "requested"), serialize_plan(PLAN_SCHEMA, plan))
+    failpoints.reach("compaction.requested")
     return instant
 
 

@@ -2,7 +2,8 @@
 
 A writer killed mid-commit leaves a requested or inflight deltacommit and some data files.
 Readers already ignore them (their instant is not completed); the next writer removes them
-before its first commit: the files the instant's markers name are deleted and a rollback
+before its first commit: the files the instant's markers name (and the temporary files a
+write killed before moving them into place left beside them) are deleted and a rollback
 instant is recorded (plan, then metadata, in Hudi's Avro). A rollback itself interrupted is
 finished from its plan on the next start.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import logging
 
+from table import failpoints
 from table.markers import delete_markers, marked_files
 from table.storage import Storage
 from table.timeline import Instant, Timeline
@@ -67,6 +69,7 @@ def rollback(storage: Storage, timeline: Timeline, target: Instant, extra_files:
     }
     requested = Instant(rollback_time, ROLLBACK_ACTION, "requested")
     timeline.create_requested(requested, serialize_plan("HoodieRollbackPlan", plan))
+    failpoints.reach("rollback.requested")
     _execute(storage, timeline, rollback_time, target.timestamp, target.action)
     return rollback_time
 
@@ -79,9 +82,11 @@ def _execute(storage: Storage, timeline: Timeline, rollback_time: str, target_ti
     planned = [_relative(storage, f) for r in plan["RollbackRequests"] or () for f in r["filesToBeDeleted"] or ()]
     deleted: dict[str, list[str]] = {}
     for path in sorted(set(marked_files(storage, target_time)) | set(planned)):
-        if storage.exists(path):
-            storage.delete(path)
-            deleted.setdefault(_partition_of(path), []).append(storage.full_path(path))
+        for leftover in [path, *storage.temp_files_of(path)]:
+            if storage.exists(leftover):
+                storage.delete(leftover)
+                deleted.setdefault(_partition_of(leftover), []).append(storage.full_path(leftover))
+    failpoints.reach("rollback.files_deleted")
     delete_markers(storage, target_time)
     timeline.delete_pending(Instant(target_time, target_action, "inflight"))
     metadata = {
@@ -103,6 +108,7 @@ def _execute(storage: Storage, timeline: Timeline, rollback_time: str, target_ti
         "instantsRollback": [{"commitTime": target_time, "action": target_action}],
     }
     timeline.complete(inflight, serialize_plan("HoodieRollbackMetadata", metadata))
+    failpoints.reach("rollback.completed")
     log.info("rolled back %s %s (%d files deleted)", target_action, target_time, metadata["totalFilesDeleted"])
 
 
