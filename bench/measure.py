@@ -9,6 +9,7 @@ what a Python-heavy path adds).
 from __future__ import annotations
 
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import psutil
 
@@ -106,13 +108,20 @@ class PeakRss:
 
 
 def run_measured(argv: list[str], log_path: Path, env: dict[str, str] | None = None,
-                 timeout: float = 3600) -> tuple[int, float, dict[str, int]]:
+                 timeout: float = 3600, stop_when: Callable[[], bool] | None = None) -> tuple[int, float, dict[str, int]]:
     """Run a command from the repo root with its output in `log_path`; returns its exit code,
-    wall seconds and the peak RSS per role of its process tree."""
+    wall seconds and the peak RSS per role of its process tree. A command that runs until
+    stopped (a continuous job) gets SIGTERM once `stop_when()` is true."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable, **(env or {})}
     with open(log_path, "w") as log:
         started = time.monotonic()
         proc = subprocess.Popen(argv, cwd=REPO, env=full_env, stdout=log, stderr=subprocess.STDOUT)
         with PeakRss(proc.pid) as rss:
-            code = proc.wait(timeout)
+            deadline = started + timeout
+            while stop_when is not None and proc.poll() is None and time.monotonic() < deadline:
+                if stop_when():
+                    proc.send_signal(signal.SIGTERM)
+                    break
+                time.sleep(1)
+            code = proc.wait(max(1.0, deadline - time.monotonic()))
         return code, time.monotonic() - started, rss.peak

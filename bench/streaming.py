@@ -1,7 +1,9 @@
-"""Our path end to end: `streamer run --once` over W1 already in a Kafka topic.
+"""Our path end to end: `streamer run --once`, or continuously with a fixed trigger, over W1
+already in a Kafka topic.
 
 The job runs as a user runs it (its own process, local[2], a generated YAML config), with one
-micro-batch per W1 batch (`source.max_offsets_per_trigger`), and its numbers come from its own
+micro-batch per W1 batch (`source.max_offsets_per_trigger`). A continuous job is stopped with
+SIGTERM once a batch logs no lag left. Its numbers come from its own
 log: the sink's line per batch gives the records and the batch's duration (Kafka read, decode,
 upsert and commit), its timestamp gives the wall time between batches. Table services are off:
 every path here measures ingestion alone; what compaction costs is a scenario of its own.
@@ -22,6 +24,7 @@ from bench.workload import VALUE_DDL, W1
 from table.mor_table import MorTable
 
 BATCH_LINE = re.compile(r"^(\S+ \S+) INFO streamer\.sink: orders batch (\d+): ([\d,]+) records, .* in ([\d.]+)s")
+CAUGHT_UP = re.compile(r"INFO streamer\.sink: orders batch \d+: .*; lag \S+ 0$", re.MULTILINE)
 SERVICES_OFF = {name: {"mode": "off"} for name in ("compaction", "clustering", "clean", "archive")}
 
 
@@ -40,18 +43,26 @@ def config(work: Path, w: W1, bootstrap: str, topic: str, partitions: int) -> di
     }
 
 
-def run(work: Path, w: W1, bootstrap: str, topic: str, partitions: int) -> tuple[PathResult, PathResult]:
+def run(work: Path, w: W1, bootstrap: str, topic: str, partitions: int,
+        trigger: str | None = None) -> tuple[PathResult, PathResult]:
     """The upsert batches (the baseline every ratio is against) and the whole run (JVM start,
-    initial load through Kafka, upserts)."""
+    initial load through Kafka, upserts): `--once`, or continuous every `trigger`."""
     work.mkdir(parents=True)
     config_path = work / "orders.yaml"
     settings = config(work, w, bootstrap, topic, partitions)
+    if trigger:
+        settings["stream"]["trigger_interval"] = trigger
     config_path.write_text(yaml.safe_dump(settings, sort_keys=False))
-    argv = [sys.executable, "-m", "streamer.cli", "run", str(config_path), "--once", "--master", spark.MASTER]
+    argv = [sys.executable, "-m", "streamer.cli", "run", str(config_path), "--master", spark.MASTER]
+    argv += [] if trigger else ["--once"]
     for key, value in spark.CONF.items():
         argv += ["--conf", f"{key}={value}"]
     log_path = work / "streamer.log"
-    code, wall, rss = run_measured(argv, log_path)
+
+    def caught_up() -> bool:
+        return CAUGHT_UP.search(log_path.read_text()) is not None
+
+    code, wall, rss = run_measured(argv, log_path, stop_when=caught_up if trigger else None)
     log = log_path.read_text()
     if code != 0:
         raise RuntimeError(f"streamer run exited {code}; log {log_path}:\n" + "\n".join(log.splitlines()[-30:]))
@@ -69,11 +80,12 @@ def run(work: Path, w: W1, bootstrap: str, topic: str, partitions: int) -> tuple
         else:
             load_end = ended
     first_started = batches[0][0] - timedelta(seconds=batches[0][2])
+    name, mode = ("ours-continuous", f"trigger {trigger}") if trigger else ("ours", "--once")
     upsert_result = PathResult(
-        "ours", "ours: streamer run --once (upserts)", sum(r for _, r, _ in upserts),
+        name, f"ours: streamer run {mode} (upserts)", sum(r for _, r, _ in upserts),
         (upserts[-1][0] - load_end).total_seconds(), [s for _, _, s in upserts],
         (load_end - first_started).total_seconds(), rows, w.expected_rows(), rss, details)
     whole = PathResult(
-        "ours-whole-run", "ours: whole run (JVM start, load, upserts)", read, wall, [s for _, _, s in batches],
+        f"{name}-whole-run", f"ours: {mode}, whole run (JVM, load)", read, wall, [s for _, _, s in batches],
         None, rows, w.expected_rows(), rss, details)
     return upsert_result, whole
