@@ -1,5 +1,5 @@
 """`python -m bench [--quick] [--scenario NAME ...] [--rows N] [--batch-rows B] [--batches K] [--out DIR]
-[--keep]`: every scenario, one run.
+[--keep] [--skip PEER]`: every scenario, one run.
 
 A scenario is one function `(W1, work directory) -> report.Section`; adding one is adding it to
 SCENARIOS. The size picks the W1 parameters (`--quick` for a smoke run of a few minutes).
@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, help="W1's initial rows, instead of the size's")
     parser.add_argument("--batch-rows", type=int, help="records per upsert batch, instead of the size's")
     parser.add_argument("--batches", type=int, help="upsert batches, instead of the size's")
+    parser.add_argument("--skip", action="append", default=[], choices=sorted(ingest.PEERS),
+                        help="a peer the ingest scenario leaves out (e.g. spark-cow at 10M rows)")
     args = parser.parse_args(argv)
 
     overrides = {"initial_rows": args.rows, "batch_rows": args.batch_rows, "batches": args.batches}
@@ -51,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in args.scenario or SCENARIOS:
             print(f"scenario {name}", flush=True)
-            sections[name] = SCENARIOS[name](w, work / name)
+            options = {"skip": set(args.skip)} if name == "ingest" else {}
+            sections[name] = SCENARIOS[name](w, work / name, **options)
     except BaseException:
         print(f"work directory kept for its logs: {work}", file=sys.stderr)
         raise

@@ -41,7 +41,7 @@ NOTES = [
 ]
 
 
-def scenario(w: W1, work: Path) -> Section:
+def scenario(w: W1, work: Path, skip: frozenset[str] = frozenset()) -> Section:
     files = WorkloadFiles(work / "w1")
     files.write(w.tables())
     with EmbeddedBroker(log_path=str(work / "broker.log")) as broker:
@@ -51,7 +51,7 @@ def scenario(w: W1, work: Path) -> Section:
         print(f"  ours: streamer run, trigger {CONTINUOUS_TRIGGER}", flush=True)
         results += streaming.run(work / "ours-continuous", w, broker.bootstrap, TOPIC, TOPIC_PARTITIONS,
                                  trigger=CONTINUOUS_TRIGGER)
-        for name in PEERS:
+        for name in (name for name in PEERS if name not in skip):
             print(f"  {name}", flush=True)
             results.append(_peer(name, work / name, w, broker.bootstrap))
     details["batch_mix"] = dict(zip(("updates", "inserts", "deletes"), w.batch_mix))
