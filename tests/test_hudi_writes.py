@@ -1,0 +1,163 @@
+"""Writes both ways: our writer continues a table Apache Hudi 0.15 wrote with its consistent-hashing
+bucket index, and Hudi's writer (upsert, delete, compaction, clean) continues ours. Keys stay in
+the file group their bucket maps to, whoever writes; after every step Apache Hudi, hudi-rs and our
+reader read what the oracle holds.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from oracle import Oracle
+from table.layout import BaseFileName, LogFileName
+from table.mor_table import MorTable
+from test_hudi_conformance import by_key, difference, hudi_rs, project
+from test_table_engine import DATA_COLUMNS, SCHEMA, change_batch, make_table, row, write_options
+
+pytestmark = pytest.mark.hudi
+
+DATA_SCHEMA = SCHEMA.remove(SCHEMA.get_field_index("is_deleted"))
+
+
+def hudi_options(**overrides: str) -> dict[str, str]:
+    """What a Hudi user sets to write the orders table: MERGE_ON_READ with the consistent-hashing
+    bucket index, the greatest ordering value winning (DefaultHoodieRecordPayload), no metadata
+    table (we do not maintain one: docs/conformance.md)."""
+    return {
+        "hoodie.table.name": "orders",
+        "hoodie.datasource.write.table.type": "MERGE_ON_READ",
+        "hoodie.datasource.write.recordkey.field": "order_id",
+        "hoodie.datasource.write.precombine.field": "updated_at",
+        "hoodie.datasource.write.partitionpath.field": "region",
+        "hoodie.datasource.write.hive_style_partitioning": "true",
+        "hoodie.datasource.write.keygenerator.class": "org.apache.hudi.keygen.SimpleKeyGenerator",
+        "hoodie.datasource.write.payload.class": "org.apache.hudi.common.model.DefaultHoodieRecordPayload",
+        "hoodie.index.type": "BUCKET",
+        "hoodie.index.bucket.engine": "CONSISTENT_HASHING",
+        "hoodie.bucket.index.num.buckets": "2",
+        "hoodie.metadata.enable": "false",
+        "hoodie.compact.inline": "false",
+        "hoodie.clean.automatic": "false",
+        **overrides,
+    }
+
+
+class Story:
+    """One table written in turns by Hudi and by us, and the oracle of every batch."""
+
+    def __init__(self, path: Path, seed: int):
+        self.path = path
+        self.oracle = Oracle("order_id", "updated_at", "is_deleted")
+        self.rng = random.Random(seed)
+        self.known: list[str] = []
+        self.batches = 0
+
+    def batch(self, size: int = 150) -> list[dict]:
+        n = self.batches
+        self.batches += 1
+        return change_batch(self.rng, self.known, size, first_id=n * size, clock=1000 + n * 100)
+
+    def by_hudi(self, judge, rows: list[dict]) -> None:
+        """Hudi upserts the live rows of the batch and deletes its deleted keys (operation
+        `delete`), as a Hudi user without a delete marker column writes it."""
+        self.oracle.apply_batch(rows)
+        latest = {}
+        for r in rows:  # the batch's latest event per key, as both writers deduplicate
+            if r["order_id"] not in latest or r["updated_at"] >= latest[r["order_id"]]["updated_at"]:
+                latest[r["order_id"]] = r
+        upserts = [project(r, DATA_SCHEMA.names) for r in latest.values() if not r["is_deleted"]]
+        deletes = [project(r, DATA_SCHEMA.names) for r in latest.values() if r["is_deleted"]]
+        judge.upsert(self.path, pa.Table.from_pylist(upserts, schema=DATA_SCHEMA), hudi_options())
+        if deletes:
+            judge.write(self.path, pa.Table.from_pylist(deletes, schema=DATA_SCHEMA),
+                        hudi_options(**{"hoodie.datasource.write.operation": "delete"}))
+
+    def by_us(self, rows: list[dict]) -> str:
+        self.oracle.apply_batch(rows)
+        with MorTable.load(str(self.path)).writer(write_options()) as writer:
+            return writer.upsert(pa.Table.from_pylist(rows, schema=SCHEMA))
+
+    def assert_readers_agree(self, judge, step: str) -> None:
+        expected = {k: project(r, DATA_COLUMNS) for k, r in self.oracle.rows().items()}
+        assert len(expected) > 50
+        for reader, rows in (("Apache Hudi", judge.snapshot(self.path)),
+                             ("ours", MorTable.load(str(self.path)).snapshot()),
+                             ("hudi-rs", hudi_rs(self.path, "snapshot", None))):
+            assert difference(rows, expected, DATA_COLUMNS) == "", f"{reader} {step}"
+
+
+def file_groups(path: Path) -> dict[str, set[str]]:
+    """Partition -> the file ids of its data files (base and log), from the directory listing."""
+    groups: dict[str, set[str]] = {}
+    for f in path.glob("region=*/*"):
+        name = BaseFileName.parse(f.name) or LogFileName.parse(f.name)
+        if name is not None:
+            groups.setdefault(f.parent.name, set()).add(name.file_id)
+    return groups
+
+
+def key_file_ids(judge, path: Path) -> dict[str, str]:
+    """Each live key's file group, as Apache Hudi reads it (`_hoodie_file_name` names the base file,
+    or the file id for a record merged from log files)."""
+    return {k: r["_hoodie_file_name"].split("_")[0] for k, r in by_key(judge.snapshot(path)).items()}
+
+
+def test_our_writer_continues_a_table_hudi_wrote_and_keeps_each_key_in_hudis_file_group(tmp_path, hudi_judge):
+    story = Story(tmp_path / "orders", seed=21)
+    story.by_hudi(hudi_judge, story.batch(300))
+    story.by_hudi(hudi_judge, story.batch())
+    groups = file_groups(story.path)
+    placed = key_file_ids(hudi_judge, story.path)
+    assert sum(len(g) for g in groups.values()) == 8  # 4 regions x 2 buckets, Hudi's
+    story.assert_readers_agree(hudi_judge, "after Hudi's writes")
+
+    for _ in range(2):
+        story.by_us(story.batch())
+        story.assert_readers_agree(hudi_judge, "after our upserts")
+
+    assert file_groups(story.path) == groups  # no file group of ours beside Hudi's
+    now = key_file_ids(hudi_judge, story.path)
+    assert {k: now[k] for k in placed.keys() & now.keys()} == {k: placed[k] for k in placed.keys() & now.keys()}
+    assert len(now.keys() - placed.keys()) > 0  # our inserts went to Hudi's buckets too
+
+
+def test_hudis_writer_continues_our_table_in_our_file_groups_and_compacts_and_cleans_it(tmp_path, hudi_judge):
+    story = Story(tmp_path / "orders", seed=22)
+    make_table(story.path)
+    for _ in range(2):
+        story.by_us(story.batch(300))
+    groups = file_groups(story.path)
+    placed = key_file_ids(hudi_judge, story.path)
+
+    for _ in range(2):
+        story.by_hudi(hudi_judge, story.batch())
+        story.assert_readers_agree(hudi_judge, "after Hudi's upserts and deletes")
+    assert file_groups(story.path) == groups  # Hudi's records landed in our file groups
+    now = key_file_ids(hudi_judge, story.path)
+    assert {k: now[k] for k in placed.keys() & now.keys()} == {k: placed[k] for k in placed.keys() & now.keys()}
+
+    compacted = hudi_judge.sql(f"CALL run_compaction(op => 'scheduleandexecute', path => '{story.path}')")
+    assert compacted.num_rows == 1
+    instant = compacted.column("timestamp")[0].as_py()
+    assert (story.path / ".hoodie" / f"{instant}.commit").exists()
+    compacted_groups = file_groups(story.path)
+    new_bases = {(f.parent.name, BaseFileName.parse(f.name).file_id) for f in story.path.glob(f"region=*/*_{instant}.parquet")}
+    assert new_bases and all(fid in groups[p] for p, fid in new_bases) and compacted_groups == groups
+    story.assert_readers_agree(hudi_judge, "after Hudi's compaction")
+
+    story.by_us(story.batch())  # writes to the slices Hudi's compaction made
+    story.assert_readers_agree(hudi_judge, "after our upsert over Hudi's compaction")
+
+    hudi_judge.sql(f"CREATE TABLE orders_{tmp_path.name.replace('-', '_')} USING hudi LOCATION '{story.path}'")
+    before = {f.name for f in story.path.glob("region=*/*")}
+    cleaned = hudi_judge.sql(f"CALL run_clean(table => 'orders_{tmp_path.name.replace('-', '_')}', "
+                             f"retain_commits => 1)")
+    assert cleaned.column("total_files_deleted")[0].as_py() > 0
+    assert {f.name for f in story.path.glob("region=*/*")} < before
+    story.assert_readers_agree(hudi_judge, "after Hudi's clean")
+    story.by_us(story.batch())
+    story.assert_readers_agree(hudi_judge, "after our upsert over Hudi's clean")
