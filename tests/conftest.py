@@ -130,6 +130,17 @@ def hudi_judge(tmp_path_factory):
         judge.stop()
 
 
+@pytest.fixture(scope="session")
+def conformance_matrix(hudi_judge):
+    """Table state x reader, filled by the tests Apache Hudi judges; printed at the end of the run."""
+    from conformance_matrix import Matrix
+
+    matrix = Matrix()
+    yield matrix
+    if matrix.rows:
+        _summary_lines.extend(matrix.lines(hudi_judge.versions))
+
+
 # -- tables -------------------------------------------------------------------------------------
 @pytest.fixture
 def table_dir(tmp_path) -> Path:

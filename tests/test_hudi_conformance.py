@@ -9,7 +9,7 @@ travel must equal the oracle; read-optimized (base files only, which the oracle 
 must equal what Apache Hudi returns; and the meta columns of every row must equal Apache Hudi's.
 A reader that is known to differ is named in `KNOWN` with the reason, and must still differ
 (a deviation that went away fails too, so the list stays true). The matrix of states and readers
-is printed in the terminal summary and kept in docs/conformance.md.
+(`conformance_matrix`) is printed in the terminal summary and kept in docs/conformance.md.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import hudi
 import pyarrow as pa
 import pytest
 
+from conformance_matrix import QUERIES
 from oracle import Oracle
 from table.mor_table import MorTable, TableSpec
 from table.services.archive import ArchivePolicy, archive
@@ -35,8 +36,6 @@ pytestmark = pytest.mark.hudi
 KB = 1024
 META = ["_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path",
         "_hoodie_file_name"]
-QUERIES = {"snapshot": "S", "read_optimized": "R", "incremental": "I", "time_travel": "T"}
-READERS = ("ours", "hudi-rs", "Apache Hudi")
 
 _PENDING_COMPACTION = ("hudi-rs 0.5 reads the log files written to a file group after a compaction was planned "
                        "on it only once the compaction completes (it does not merge the new slice with the one "
@@ -357,54 +356,6 @@ def judge_reader(actual: pa.Table, reference: pa.Table | None, query: str, rec: 
     return f"meta columns: {meta}" if meta else ""
 
 
-# -- the matrix -----------------------------------------------------------------------------------
-
-
-@dataclass
-class Matrix:
-    """Table state x reader: the queries each reader answers exactly."""
-
-    rows: dict[str, dict[str, str]] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-    def record(self, state: str, outcomes: dict[tuple[str, str], str], key: str) -> None:
-        cells = {}
-        for reader in READERS:
-            marks = []
-            for query, letter in QUERIES.items():
-                outcome = outcomes.get((reader, query))
-                if outcome is None:
-                    marks.append(".")
-                elif not outcome:
-                    marks.append(letter)
-                elif (key, reader, query) in KNOWN:
-                    marks.append("~")
-                    self.notes.append(f"~ {state} / {reader} / {query}: {KNOWN[(key, reader, query)]}")
-                else:
-                    marks.append("!")
-                    self.notes.append(f"! {state} / {reader} / {query}: {outcome}")
-            cells[reader] = "".join(marks)
-        self.rows[state] = cells
-
-    def lines(self, versions: dict) -> list[str]:
-        width = max([len(s) for s in self.rows] + [20])
-        head = [f"Conformance: Apache Hudi {versions.get('hudi')} on Spark {versions.get('spark')} judges "
-                f"(S snapshot, R read-optimized, I incremental, T time travel; ~ known deviation, ! wrong, . not run)",
-                f"  {'table state':<{width}}  " + "  ".join(f"{r:<11}" for r in READERS)]
-        body = [f"  {s:<{width}}  " + "  ".join(f"{c[r]:<11}" for r in READERS) for s, c in self.rows.items()]
-        return head + body + [f"  {n}" for n in self.notes]
-
-
-_MATRIX = Matrix()
-
-
-@pytest.fixture(scope="module")
-def matrix(hudi_judge, terminal_summary):
-    yield _MATRIX
-    if _MATRIX.rows:
-        terminal_summary.extend(_MATRIX.lines(hudi_judge.versions))
-
-
 def assert_judged(rec: Recorded, key: str, outcomes: dict[tuple[str, str], str]) -> None:
     wrong = {f"{r}/{q}": o for (r, q), o in outcomes.items() if o and (key, r, q) not in KNOWN}
     gone = [f"{r}/{q}" for (s, r, q) in KNOWN if s == key and not outcomes.get((r, q))]
@@ -413,11 +364,12 @@ def assert_judged(rec: Recorded, key: str, outcomes: dict[tuple[str, str], str])
 
 
 @pytest.mark.parametrize("key", list(STATES))
-def test_apache_hudi_reads_every_table_state_as_our_reader_and_the_oracle(key, tmp_path, hudi_judge, matrix):
+def test_apache_hudi_reads_every_table_state_as_our_reader_and_the_oracle(key, tmp_path, hudi_judge,
+                                                                          conformance_matrix):
     rec = STATES[key](tmp_path)
     assert len(rec.expected()) > 50 and rec.incremental and rec.travel_to
     outcomes = judge_state(rec, hudi_judge)
-    matrix.record(rec.state, outcomes, key)
+    conformance_matrix.record(rec.state, outcomes, {(r, q): why for (s, r, q), why in KNOWN.items() if s == key})
     assert_judged(rec, key, outcomes)
 
 
