@@ -133,8 +133,11 @@ def _fetch_bundle(target: JudgeInstall) -> None:
     pom = target.root / "pom.xml"
     pom.write_text(_POM.format(group=group, artifact=artifact, version=version))
     shutil.rmtree(target.jars_dir, ignore_errors=True)
-    subprocess.run(["mvn", "--batch-mode", "--quiet", "-Dstyle.color=never", "-f", str(pom), "dependency:copy-dependencies",
-                    f"-DoutputDirectory={target.jars_dir}"], check=True)
+    fetched = subprocess.run(["mvn", "--batch-mode", "--quiet", "-f", str(pom), "dependency:copy-dependencies",
+                              f"-DoutputDirectory={target.jars_dir}"], capture_output=True, text=True)
+    if fetched.returncode != 0 or not target.jars():
+        raise HudiJudgeError(f"mvn could not fetch {':'.join(HUDI_BUNDLE)} (exit {fetched.returncode}):\n"
+                             f"{fetched.stdout[-3000:]}{fetched.stderr[-3000:]}")
 
 
 class HudiJudge:
