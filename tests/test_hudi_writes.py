@@ -1,7 +1,7 @@
 """Writes both ways: our writer continues a table Apache Hudi 0.15 wrote with its consistent-hashing
-bucket index, and Hudi's writer (upsert, delete, compaction, clean) continues ours. Keys stay in
-the file group their bucket maps to, whoever writes; after every step Apache Hudi, hudi-rs and our
-reader read what the oracle holds.
+bucket index, Hudi's writer (upsert, delete, compaction, clean) continues ours, and both dual-write
+while a resize Hudi planned is pending. Keys stay in the file group their bucket maps to, whoever
+writes; after every step Apache Hudi, hudi-rs and our reader read what the oracle holds.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from harness.hudi_judge import HudiJudgeError
 from oracle import Oracle
 from table.errors import InvalidBatchError
 from table.layout import BaseFileName, LogFileName
@@ -237,7 +238,8 @@ def test_hudis_delete_marker_column_becomes_a_column_of_our_table_and_our_writer
                                                                                             hudi_judge):
     """Hudi keeps its delete marker `_hoodie_is_deleted` as a table column; our writer takes the
     marker from the batch and keeps it out of the table (docs/conformance.md, "The delete marker
-    column"). Every reader still reads Hudi's deletes; our writer then refuses batches without it."""
+    column"). Every reader still reads Hudi's deletes; our writer then refuses batches without
+    the column, as Hudi's does."""
     story = Story(tmp_path / "orders", seed=24, state="", matrix=None)
     make_table(story.path)
     story.by_us(story.batch(300))
@@ -256,3 +258,5 @@ def test_hudis_delete_marker_column_becomes_a_column_of_our_table_and_our_writer
         assert difference(read, expected, DATA_COLUMNS) == "", reader
     with pytest.raises(InvalidBatchError, match=r"\['_hoodie_is_deleted'\] are missing"):
         story.by_us(story.batch())
+    with pytest.raises(HudiJudgeError, match="MissingSchemaFieldException"):  # as Hudi's own writer does
+        hudi_judge.upsert(story.path, pa.Table.from_pylist(rows[:1], schema=DATA_SCHEMA), hudi_options())
