@@ -3,8 +3,9 @@
 It runs in the judge's own virtual environment (pyspark 3.5, see `harness.hudi_judge`), so it
 imports nothing of this project: only the standard library, pyspark and pyarrow. The client
 starts it as `python hudi_judge_server.py --socket PATH --jars JAR[,JAR]` and talks over that
-Unix socket, one request at a time, in frames: an 8-byte big-endian length, then a JSON header;
-when the header has `"payload": n`, n bytes of Arrow IPC stream follow it. Every answer is
+Unix socket (one client; the server ends when it leaves), one request at a time, in frames: an
+8-byte big-endian length, then a JSON header; when the header has `"payload": n`, n bytes of
+Arrow IPC stream follow it. Every answer is
 `{"ok": true, ...}` (rows come back as an Arrow IPC payload) or `{"ok": false, "error": ...,
 "trace": ...}`; a failed request leaves the session running.
 
@@ -163,31 +164,32 @@ def send(conn: socket.socket, header: dict, table: pa.Table | None = None) -> No
 
 
 def serve(judge: Judge, listener: socket.socket) -> None:
+    """Answer the one client until it says stop or goes away (its process ended: no judge is
+    left behind holding a JVM)."""
     handlers = {"versions": judge.versions, "read": judge.read, "sql": judge.sql}
-    while True:
-        conn, _ = listener.accept()
-        with conn:
-            while True:
-                try:
-                    request, payload = receive(conn)
-                except EOFError:
-                    break
-                op = request.get("op")
-                if op == "stop":
-                    send(conn, {"ok": True})
-                    return
-                try:
-                    if op == "write":
-                        answer, rows = judge.write(request, payload)
-                    elif op in handlers:
-                        answer, rows = handlers[op](request)
-                    else:
-                        raise ValueError(f"unknown op {op!r}")
-                except Exception as e:  # the session goes on; the client raises it
-                    print(f"request {op} failed: {e}", file=sys.stderr, flush=True)
-                    send(conn, {"ok": False, "error": java_message(e), "trace": traceback.format_exc()})
-                    continue
-                send(conn, {"ok": True, **answer}, rows)
+    conn, _ = listener.accept()
+    with conn:
+        while True:
+            try:
+                request, payload = receive(conn)
+            except EOFError:
+                return
+            op = request.get("op")
+            if op == "stop":
+                send(conn, {"ok": True})
+                return
+            try:
+                if op == "write":
+                    answer, rows = judge.write(request, payload)
+                elif op in handlers:
+                    answer, rows = handlers[op](request)
+                else:
+                    raise ValueError(f"unknown op {op!r}")
+            except Exception as e:  # the session goes on; the client raises it
+                print(f"request {op} failed: {e}", file=sys.stderr, flush=True)
+                send(conn, {"ok": False, "error": java_message(e), "trace": traceback.format_exc()})
+                continue
+            send(conn, {"ok": True, **answer}, rows)
 
 
 def java_message(error: Exception) -> str:
