@@ -17,6 +17,8 @@ from oracle import Oracle
 from table.errors import InvalidBatchError
 from table.layout import BaseFileName, LogFileName
 from table.mor_table import MorTable
+from table.services.clean import CleanPolicy, clean
+from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
 from test_hudi_conformance import by_key, difference, hudi_rs, project
 from test_table_engine import DATA_COLUMNS, SCHEMA, change_batch, make_table, row, write_options
 
@@ -121,7 +123,7 @@ def key_file_ids(judge, path: Path) -> dict[str, str]:
 
 def test_our_writer_continues_a_table_hudi_wrote_and_keeps_each_key_in_hudis_file_group(tmp_path, hudi_judge,
                                                                                          conformance_matrix):
-    story = Story(tmp_path / "orders", seed=21, state="Hudi's table, continued by our writer",
+    story = Story(tmp_path / "orders", seed=21, state="Hudi's table, continued by us (upsert, compact, clean)",
                   matrix=conformance_matrix)
     story.by_hudi(hudi_judge, story.batch(300))
     story.by_hudi(hudi_judge, story.batch())
@@ -138,6 +140,18 @@ def test_our_writer_continues_a_table_hudi_wrote_and_keeps_each_key_in_hudis_fil
     now = key_file_ids(hudi_judge, story.path)
     assert {k: now[k] for k in placed.keys() & now.keys()} == {k: placed[k] for k in placed.keys() & now.keys()}
     assert len(now.keys() - placed.keys()) > 0  # our inserts went to Hudi's buckets too
+
+    table = MorTable.load(str(story.path))
+    with table.writer(write_options()) as writer:  # Hudi's slices of log files only compact into base files
+        compaction = schedule_compaction(writer, CompactionStrategy())
+    assert len(execute_compaction(table, compaction).write_stats) == 8
+    story.assert_readers_agree(hudi_judge, "after our compaction")
+    story.by_us(story.batch())
+    assert clean(table, CleanPolicy("keep_latest_commits", retained=1)).files_deleted > 0
+    story.assert_readers_agree(hudi_judge, "after our clean")
+    story.by_hudi(hudi_judge, story.batch())
+    story.assert_readers_agree(hudi_judge, "after Hudi wrote again")
+    assert file_groups(story.path) == groups
 
 
 def test_hudis_writer_continues_our_table_in_our_file_groups_and_compacts_and_cleans_it(tmp_path, hudi_judge,
