@@ -130,6 +130,9 @@ def install(target: JudgeInstall | None = None, log=print) -> JudgeInstall:
 def _fetch_bundle(target: JudgeInstall) -> None:
     """`mvn dependency:copy-dependencies` of the bundle alone (it shades what it needs)."""
     group, artifact, version = HUDI_BUNDLE
+    if shutil.which("mvn") is None:
+        raise HudiJudgeError(f"fetching {group}:{artifact}:{version} needs Maven: mvn is not on PATH "
+                             "(Debian: apt-get install maven)")
     pom = target.root / "pom.xml"
     pom.write_text(_POM.format(group=group, artifact=artifact, version=version))
     shutil.rmtree(target.jars_dir, ignore_errors=True)
