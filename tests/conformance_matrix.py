@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 QUERIES = {"snapshot": "S", "read_optimized": "R", "incremental": "I", "time_travel": "T"}
-READERS = ("ours", "hudi-rs", "Apache Hudi")
+READERS = ("ours", "ours (Spark)", "hudi-rs", "Apache Hudi")  # ours (Spark): the `mor` source
 
 
 @dataclass
@@ -42,6 +42,6 @@ class Matrix:
         width = max([len(s) for s in self.rows] + [20])
         head = [f"Conformance, judged by Apache Hudi {versions.get('hudi')} on Spark {versions.get('spark')} "
                 f"(S snapshot, R read-optimized, I incremental, T time travel; ~ known deviation, ! wrong, . not run)",
-                f"  {'table state':<{width}}  " + "  ".join(f"{r:<11}" for r in READERS)]
-        body = [f"  {s:<{width}}  " + "  ".join(f"{c[r]:<11}" for r in READERS) for s, c in self.rows.items()]
+                f"  {'table state':<{width}}  " + "  ".join(f"{r:<12}" for r in READERS)]
+        body = [f"  {s:<{width}}  " + "  ".join(f"{c[r]:<12}" for r in READERS) for s, c in self.rows.items()]
         return head + body + [f"  {n}" for n in self.notes]

@@ -1,7 +1,8 @@
 """Writes both ways: our writer continues a table Apache Hudi 0.15 wrote with its consistent-hashing
 bucket index, Hudi's writer (upsert, delete, compaction, clean) continues ours, and both dual-write
 while a resize Hudi planned is pending. Keys stay in the file group their bucket maps to, whoever
-writes; after every step Apache Hudi, hudi-rs and our reader read what the oracle holds.
+writes; after every step Apache Hudi, hudi-rs, our reader and our Spark `mor` source read what the
+oracle holds, and our readers read Hudi's meta columns as Hudi reads them.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import pytest
 from harness.hudi_judge import HudiJudgeError
 from oracle import Oracle
 from table.errors import InvalidBatchError
+from table import spark_source
 from table.layout import BaseFileName, LogFileName
 from table.mor_table import MorTable
 from table.services.clean import CleanPolicy, clean
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
-from test_hudi_conformance import by_key, difference, hudi_rs, project
+from test_hudi_conformance import META, by_key, difference, hudi_rs, project
 from test_table_engine import DATA_COLUMNS, SCHEMA, change_batch, make_table, row, write_options
 
 pytestmark = pytest.mark.hudi
@@ -53,8 +55,11 @@ def hudi_options(**overrides: str) -> dict[str, str]:
 class Story:
     """One table written in turns by Hudi and by us, and the oracle of every batch."""
 
-    def __init__(self, path: Path, seed: int, state: str, matrix):
+    def __init__(self, path: Path, seed: int, state: str, matrix, spark=None):
         self.path = path
+        self.spark = spark  # reads through our Spark `mor` source too, when given
+        if spark is not None:
+            spark_source.register(spark)
         self.state = state
         self.matrix = matrix
         self.outcomes: dict[tuple[str, str], str] = {}
@@ -90,14 +95,23 @@ class Story:
             return writer.upsert(pa.Table.from_pylist(rows, schema=SCHEMA))
 
     def assert_readers_agree(self, judge, step: str) -> None:
-        """Every reader's snapshot equals the oracle; the matrix keeps each reader's first miss."""
+        """Every reader's snapshot equals the oracle, and ours read the meta columns as Apache Hudi
+        reads them; the matrix keeps each reader's first miss."""
         expected = {k: project(r, DATA_COLUMNS) for k, r in self.oracle.rows().items()}
         assert len(expected) > 50
+        reference = judge.snapshot(self.path)
+        reads = {"Apache Hudi": reference, "ours": MorTable.load(str(self.path)).snapshot(),
+                 "hudi-rs": hudi_rs(self.path, "snapshot", None)}
+        if self.spark is not None:
+            reads["ours (Spark)"] = self.spark.read.format("mor").load(str(self.path)).toArrow()
         misses = {}
-        for reader, rows in (("Apache Hudi", judge.snapshot(self.path)),
-                             ("ours", MorTable.load(str(self.path)).snapshot()),
-                             ("hudi-rs", hudi_rs(self.path, "snapshot", None))):
-            if miss := difference(rows, expected, DATA_COLUMNS):
+        hudi_miss = difference(reference, expected, DATA_COLUMNS)
+        for reader, rows in reads.items():
+            miss = difference(rows, expected, DATA_COLUMNS)
+            if not miss and not hudi_miss and reader.startswith("ours"):
+                meta = difference(rows, {k: project(r, META) for k, r in by_key(reference).items()}, META)
+                miss = f"meta columns: {meta}" if meta else ""
+            if miss:
                 misses[reader] = f"{step}: {miss}"
             if not self.outcomes.get((reader, "snapshot")):
                 self.outcomes[(reader, "snapshot")] = misses.get(reader, "")
@@ -122,9 +136,9 @@ def key_file_ids(judge, path: Path) -> dict[str, str]:
 
 
 def test_our_writer_continues_a_table_hudi_wrote_and_keeps_each_key_in_hudis_file_group(tmp_path, hudi_judge,
-                                                                                         conformance_matrix):
+                                                                                         conformance_matrix, spark):
     story = Story(tmp_path / "orders", seed=21, state="Hudi's table, continued by us (upsert, compact, clean)",
-                  matrix=conformance_matrix)
+                  matrix=conformance_matrix, spark=spark)
     story.by_hudi(hudi_judge, story.batch(300))
     story.by_hudi(hudi_judge, story.batch())
     groups = file_groups(story.path)
@@ -155,9 +169,9 @@ def test_our_writer_continues_a_table_hudi_wrote_and_keeps_each_key_in_hudis_fil
 
 
 def test_hudis_writer_continues_our_table_in_our_file_groups_and_compacts_and_cleans_it(tmp_path, hudi_judge,
-                                                                                       conformance_matrix):
+                                                                                       conformance_matrix, spark):
     story = Story(tmp_path / "orders", seed=22, state="ours, continued by Hudi (upsert, delete, compact, clean)",
-                  matrix=conformance_matrix)
+                  matrix=conformance_matrix, spark=spark)
     make_table(story.path)
     for _ in range(2):
         story.by_us(story.batch(300))
@@ -214,9 +228,9 @@ def call_clustering(judge, path: Path, op: str):
 
 
 def test_a_resize_hudi_plans_is_dual_written_by_us_and_read_once_by_every_snapshot(tmp_path, hudi_judge,
-                                                                                   conformance_matrix):
-    story = Story(tmp_path / "orders", seed=23, state="Hudi's resize pending, dual-written by Hudi and us",
-                  matrix=conformance_matrix)
+                                                                                   conformance_matrix, spark):
+    story = Story(tmp_path / "orders", seed=23, state="Hudi's resize, dual-written by Hudi and us; Hudi compacts",
+                  matrix=conformance_matrix, spark=spark)
     story.hudi_configs = RESIZE
     story.by_hudi(hudi_judge, story.batch(600))
     story.by_hudi(hudi_judge, story.batch(300))
@@ -246,6 +260,12 @@ def test_a_resize_hudi_plans_is_dual_written_by_us_and_read_once_by_every_snapsh
     story.assert_readers_agree(hudi_judge, "after Hudi's resize")
     story.by_us(story.batch())
     story.assert_readers_agree(hudi_judge, "after our upsert to Hudi's new buckets")
+
+    story.by_hudi(hudi_judge, story.batch())
+    compacted = hudi_judge.sql(f"CALL run_compaction(op => 'scheduleandexecute', path => '{story.path}')")
+    assert compacted.num_rows == 1
+    assert (story.path / ".hoodie" / f"{compacted.column('timestamp')[0].as_py()}.commit").exists()
+    story.assert_readers_agree(hudi_judge, "after Hudi's compaction of its resized table")
 
 
 def test_hudis_delete_marker_column_becomes_a_column_of_our_table_and_our_writer_then_needs_it(tmp_path,
