@@ -157,7 +157,9 @@ class HudiJudge:
         return self.process.pid
 
     @classmethod
-    def start(cls, work_dir: Path, target: JudgeInstall | None = None, driver_memory: str = "1g") -> "HudiJudge":
+    def start(cls, work_dir: Path, target: JudgeInstall | None = None, driver_memory: str = "1g",
+              spark_conf: dict[str, str] | None = None) -> "HudiJudge":
+        """Start a judge server; `spark_conf` overrides its test session's Spark settings."""
         target = install(target)
         work_dir.mkdir(parents=True, exist_ok=True)
         sock_path = work_dir / "judge.sock"
@@ -170,7 +172,8 @@ class HudiJudge:
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
                 [str(target.python), str(SERVER), "--socket", str(sock_path),
-                 "--jars", ",".join(str(j) for j in target.jars()), "--driver-memory", driver_memory],
+                 "--jars", ",".join(str(j) for j in target.jars()), "--driver-memory", driver_memory,
+                 *(arg for key, value in (spark_conf or {}).items() for arg in ("--conf", f"{key}={value}"))],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(work_dir))
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while not sock_path.exists():
@@ -211,6 +214,10 @@ class HudiJudge:
     def write(self, path: str | Path, rows: pa.Table, options: dict[str, str], mode: str = "append") -> None:
         """`df.write.format("hudi").options(options).mode(mode).save(path)` of these rows."""
         self._call({"op": "write", "path": str(path), "options": options, "mode": mode}, rows)
+
+    def write_parquet(self, path: str | Path, source: str | Path, options: dict[str, str], mode: str = "append") -> None:
+        """As `write`, of the rows of the Parquet file `source` (read by the judge's Spark)."""
+        self._call({"op": "write", "path": str(path), "options": options, "mode": mode, "source": str(source)})
 
     def upsert(self, path: str | Path, rows: pa.Table, options: dict[str, str]) -> None:
         self.write(path, rows, {**options, "hoodie.datasource.write.operation": "upsert"})

@@ -16,7 +16,8 @@ Requests (`op`):
 - `sql`: `sql`, any statement Spark with Hudi's extensions takes, procedures (`CALL ...`)
   included; its rows come back.
 - `write`: `path`, `options` (Hudi write configs), `mode` (append | overwrite), and the rows as
-  payload, written through `df.write.format("hudi")`.
+  payload, or `source`, the path of a Parquet file of the rows instead; written through
+  `df.write.format("hudi")`.
 - `stop`: answers, then exits.
 """
 
@@ -44,31 +45,37 @@ READ_QUERY_OPTIONS = {
 }
 
 
-def spark_session(jars: str, driver_memory: str):
+#: A short-lived test session's settings (C1 only: a JVM that answers many small requests
+#: soon); `--conf` overrides any of them, as the bench does to run with its own Spark settings.
+TEST_SESSION_CONF = {
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Djdk.attach.allowAttachSelf=true",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.sql.session.timeZone": "UTC",
+}
+#: What Hudi's Spark quick start sets; not overridable.
+HUDI_SESSION_CONF = {
+    "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
+    "spark.kryo.registrator": "org.apache.spark.HoodieSparkKryoRegistrar",
+    "spark.sql.extensions": "org.apache.spark.sql.hudi.HoodieSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.hudi.catalog.HoodieCatalog",
+}
+
+
+def spark_session(jars: str, driver_memory: str, conf: dict[str, str] | None = None):
     """local[2] with Hudi's Spark extensions, the way Hudi's quick start configures a session."""
     from pyspark.sql import SparkSession
 
-    java_options = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Djdk.attach.allowAttachSelf=true"
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("hudi-judge")
-        .config("spark.jars", jars)
-        .config("spark.driver.memory", driver_memory)
-        .config("spark.driver.extraJavaOptions", java_options)
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.serializer", "org.apache.spark.serializer.KryoSerializer")
-        .config("spark.kryo.registrator", "org.apache.spark.HoodieSparkKryoRegistrar")
-        .config("spark.sql.extensions", "org.apache.spark.sql.hudi.HoodieSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.hudi.catalog.HoodieCatalog")
-        .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="hudi-judge-warehouse-"))
-        .getOrCreate()
-    )
+    builder = (SparkSession.builder.master("local[2]").appName("hudi-judge")
+               .config("spark.jars", jars).config("spark.driver.memory", driver_memory)
+               .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="hudi-judge-warehouse-")))
+    for key, value in {**TEST_SESSION_CONF, **(conf or {}), **HUDI_SESSION_CONF}.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
 
@@ -106,17 +113,23 @@ class Judge:
         self.spark.catalog.clearCache()
         return {}, collect(self.spark.sql(request["sql"]))
 
-    def write(self, request: dict, payload: pa.Table) -> tuple[dict, None]:
+    def write(self, request: dict, payload: pa.Table | None) -> tuple[dict, None]:
+        if request.get("source"):
+            self._write(request, request["source"])
+            return {}, None
         self._writes += 1
         staged = os.path.join(self.scratch, f"batch-{self._writes}.parquet")
         pq.write_table(payload, staged)
         try:
-            frame = self.spark.read.parquet(staged)
-            (frame.write.format("hudi").options(**request.get("options", {}))
-             .mode(request.get("mode", "append")).save(request["path"]))
+            self._write(request, staged)
         finally:
             os.remove(staged)
         return {"rows": payload.num_rows}, None
+
+    def _write(self, request: dict, parquet_path: str) -> None:
+        frame = self.spark.read.parquet(parquet_path)
+        (frame.write.format("hudi").options(**request.get("options", {}))
+         .mode(request.get("mode", "append")).save(request["path"]))
 
 
 def collect(frame) -> pa.Table:
@@ -204,8 +217,10 @@ def main() -> None:
     parser.add_argument("--socket", required=True)
     parser.add_argument("--jars", required=True, help="comma-separated jar paths for spark.jars")
     parser.add_argument("--driver-memory", default="1g")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting over the test session's own (repeatable)")
     args = parser.parse_args()
-    spark = spark_session(args.jars, args.driver_memory)
+    spark = spark_session(args.jars, args.driver_memory, dict(c.split("=", 1) for c in args.conf))
     scratch = tempfile.mkdtemp(prefix="hudi-judge-")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(args.socket + ".tmp")
