@@ -47,10 +47,10 @@ SOAK_MINUTES ?= 10
 soak: $(STAMP)
 	$(PY) -m tests.soak --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
 
-bench: $(BENCH_STAMP)
+bench: $(BENCH_STAMP) $(JUDGE_STAMP)
 	$(PY) -m bench
 
-bench-quick: $(BENCH_STAMP)
+bench-quick: $(BENCH_STAMP) $(JUDGE_STAMP)
 	$(PY) -m bench --quick
 
 clean:
