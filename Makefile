@@ -4,8 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
+# Apache Hudi 0.15 on a pyspark 3.5 of its own, the judge of our tables (harness/hudi_judge.py)
+JUDGE_STAMP := .cache/hudi-judge/.installed
 
-.PHONY: demo test test-unit test-spark test-e2e soak bench bench-quick clean
+.PHONY: demo test test-unit test-spark test-e2e test-hudi soak bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,10 +19,14 @@ $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	@touch $(BENCH_STAMP)
 
+$(JUDGE_STAMP): $(STAMP) harness/hudi_judge.py
+	$(PY) -m harness.hudi_judge install
+	@touch $(JUDGE_STAMP)
+
 demo: $(STAMP)
 	$(PY) -m streamer.demo
 
-test: $(STAMP)
+test: $(STAMP) $(JUDGE_STAMP)
 	$(PY) -m pytest
 
 test-unit: $(STAMP)
@@ -32,17 +38,20 @@ test-spark: $(STAMP)
 test-e2e: $(STAMP)
 	$(PY) -m pytest -m e2e
 
+test-hudi: $(STAMP) $(JUDGE_STAMP)
+	$(PY) -m pytest -m hudi
+
 # Continuous ingestion with async services, then checked (docs/operations.md, "Soak"); e.g.
 # make soak SOAK_MINUTES=120 SOAK_ARGS="--rate 400 --keep".
 SOAK_MINUTES ?= 10
 soak: $(STAMP)
 	$(PY) -m tests.soak --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
 
-bench: $(BENCH_STAMP)
+bench: $(BENCH_STAMP) $(JUDGE_STAMP)
 	$(PY) -m bench
 
-bench-quick: $(BENCH_STAMP)
+bench-quick: $(BENCH_STAMP) $(JUDGE_STAMP)
 	$(PY) -m bench --quick
 
 clean:
-	rm -rf $(VENV) demo-output soak-output .pytest_cache
+	rm -rf $(VENV) .cache demo-output soak-output .pytest_cache

@@ -74,16 +74,25 @@ class FileGroup:
     partition_path: str
     file_id: str
     slices: dict[str, FileSlice] = field(default_factory=dict)
+    #: base instants of committed slices of log files only: Hudi's writers start a file group of
+    #: the consistent-hashing (or simple bucket) index on a merge-on-read table with log files, whose
+    #: base instant is the deltacommit that wrote them
+    log_only_starts: set[str] = field(default_factory=set)
 
     def slice(self, base_instant: str) -> FileSlice:
         if base_instant not in self.slices:
             self.slices[base_instant] = FileSlice(self.partition_path, self.file_id, base_instant)
         return self.slices[base_instant]
 
+    def is_committed(self, file_slice: FileSlice) -> bool:
+        """A slice starts with a base file of a completed instant, or with log files whose base
+        instant completed (Hudi's `isFileSliceCommitted`); other logs belong to a pending plan."""
+        return file_slice.base_file is not None or file_slice.base_instant in self.log_only_starts
+
     def latest_slice(self) -> FileSlice | None:
-        """The newest slice with a base file: the one reads and writes go to."""
-        with_base = [s for s in self.slices.values() if s.base_file is not None]
-        return max(with_base, key=lambda s: s.base_instant) if with_base else None
+        """The newest committed slice: the one reads and writes go to."""
+        committed = [s for s in self.slices.values() if self.is_committed(s)]
+        return max(committed, key=lambda s: s.base_instant) if committed else None
 
     def next_log_version(self, base_instant: str) -> int:
         """Versions count per base instant, whichever slice the logs are read with."""
@@ -92,10 +101,11 @@ class FileGroup:
         return 1 + max(versions, default=0)
 
     def add_log_file(self, log: LogFile) -> None:
-        """Attach a log to the newest slice with a base file at or before its base instant; a log
-        older than every base file keeps a slice of its own (no reader reads it)."""
-        bases = [t for t, s in self.slices.items() if s.base_file is not None and t <= log.name.base_instant]
-        self.slice(max(bases, default=log.name.base_instant)).log_files.append(log)
+        """Attach a log to the newest committed slice at or before its base instant (a log of a
+        pending compaction's or resize's instant joins the slice before it); a log older than every
+        committed slice keeps a slice of its own (no reader reads it)."""
+        starts = [t for t, s in self.slices.items() if self.is_committed(s) and t <= log.name.base_instant]
+        self.slice(max(starts, default=log.name.base_instant)).log_files.append(log)
 
 
 class FileSystemView:
@@ -184,6 +194,12 @@ def _list_file_groups(storage: Storage, partition_path: str, completed: Complete
             log_name = LogFileName.parse(entry.name)
             if log_name is not None:
                 logs.append(LogFile(entry.path, log_name, entry.size))
-    for log in logs:  # once every base file is known
-        groups.setdefault(log.name.file_id, FileGroup(partition_path, log.name.file_id)).add_log_file(log)
+    # once every base file is known; oldest first, so a slice of log files only exists before the
+    # logs of a pending plan join it
+    for log in sorted(logs, key=lambda f: (f.name.base_instant, f.name.version, f.name.write_token)):
+        group = groups.setdefault(log.name.file_id, FileGroup(partition_path, log.name.file_id))
+        base_instant = log.name.base_instant
+        if base_instant in completed and (base_instant not in group.slices or group.slices[base_instant].base_file is None):
+            group.log_only_starts.add(base_instant)
+        group.add_log_file(log)
     return groups

@@ -348,8 +348,9 @@ class TableWriter:
                 latest = group.latest_slice() if group else None
                 if (partition, file_id) in compacting:
                     base, base_file_name = compacting[(partition, file_id)], ""
-                elif latest:
-                    base, base_file_name = latest.base_instant, latest.base_file.name.format()
+                elif latest:  # a slice of log files only (as Hudi starts a bucket's group) has no base file name
+                    base = latest.base_instant
+                    base_file_name = latest.base_file.name.format() if latest.base_file else ""
                 else:
                     base, base_file_name = None, None
                 targets[file_id] = FileGroupTarget(

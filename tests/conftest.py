@@ -18,6 +18,8 @@ import pytest
 # The tests import the project from the work tree (PYTHONPATH or an editable install) and the
 # helpers beside this file.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# harness/ (the Hudi judge) is imported from the repo root, as bench/ does.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import kafka_broker  # noqa: E402
 
@@ -112,6 +114,31 @@ def spark(request, tmp_path_factory):
         yield session
     finally:
         session.stop()
+
+
+# -- Apache Hudi, the judge --------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def hudi_judge(tmp_path_factory):
+    """One Spark 3.5 session with Apache Hudi 0.15's bundle for the whole run (a server process,
+    see harness/hudi_judge.py), installed on first use; stopped by its pid at the end."""
+    from harness.hudi_judge import HudiJudge
+
+    judge = HudiJudge.start(tmp_path_factory.mktemp("hudi-judge"))
+    try:
+        yield judge
+    finally:
+        judge.stop()
+
+
+@pytest.fixture(scope="session")
+def conformance_matrix(hudi_judge):
+    """Table state x reader, filled by the tests Apache Hudi judges; printed at the end of the run."""
+    from conformance_matrix import Matrix
+
+    matrix = Matrix()
+    yield matrix
+    if matrix.rows:
+        _summary_lines.extend(matrix.lines(hudi_judge.versions))
 
 
 # -- tables -------------------------------------------------------------------------------------

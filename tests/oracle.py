@@ -64,3 +64,9 @@ class Oracle:
                     continue
             out[key] = state.record
         return out
+
+    def writers(self) -> dict:
+        """The index (from 0, in `apply_batch` order) of the batch that wrote each live row:
+        what an incremental query between two commits returns."""
+        live = self.rows()
+        return {key: self._keys[key].record_rank[1] for key in live}

@@ -434,10 +434,12 @@ def test_load_latest_is_none_without_metadata(storage):
     assert ch.load_latest(storage, "p", set()) is None
 
 
-def test_load_latest_takes_the_initial_metadata_as_committed(storage):
+def test_load_latest_takes_the_initial_metadata_as_committed_without_writing_it_a_marker(storage):
     created = ch.create_initial(storage, "", 2)
     assert ch.load_latest(storage, "", None) == created
-    assert storage.exists(ch.commit_marker_path("", ch.INIT_INSTANT_TS))
+    # Hudi 0.15's loadMetadata finds nothing when a marker sits beside the initial metadata and a
+    # newer resize is pending
+    assert not storage.exists(ch.commit_marker_path("", ch.INIT_INSTANT_TS))
 
 
 def test_load_latest_picks_the_newest_metadata_with_a_commit_marker(storage):

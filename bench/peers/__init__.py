@@ -21,6 +21,7 @@ from bench.workload import WorkloadFiles
 PEERS = {
     "mor-python": ("mor_library", "python_writer"),
     "mor-spark": ("mor_library", "spark_writer"),
+    "hudi-spark": ("apache_hudi", "upsert"),
     "delta-merge": ("delta", "merge"),
     "spark-cow": ("spark_cow", "overwrite"),
     "kafka-consume": ("ceilings", "kafka_consume"),

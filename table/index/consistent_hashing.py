@@ -623,7 +623,9 @@ def load_latest(storage: Storage, partition_path: str, completed_instants: set[s
       files of the partition's committed file system view): the replacecommit may have been
       archived before the marker was written. Both must be given for this check to run;
     - the answer is the newest committed file. With `repair`, markers are written for the files
-      found committed without one, as Hudi does.
+      found committed without one, as Hudi does, except the initial one: Hudi 0.15 never writes
+      a marker for it where it reads them, and a marker there makes its `loadMetadata` find no
+      metadata at all while a newer resize is pending (its clustering then fails).
     `completed_instants` None means the timeline is not consulted: only markers (and the initial
     file) count.
     """
@@ -648,7 +650,7 @@ def load_latest(storage: Storage, partition_path: str, completed_instants: set[s
         else:
             is_committed = False
         if is_committed:
-            if repair and instant not in markers:
+            if repair and instant not in markers and instant != INIT_INSTANT_TS:
                 write_commit_marker(storage, partition_path, instant)
             latest = instant
     return None if latest is None else load_file(storage, partition_path, latest)

@@ -1,0 +1,1 @@
+"""Test and benchmark harness shared by tests/ and bench/ (run from the repo root)."""
