@@ -22,6 +22,7 @@ import yaml
 from bench import spark
 from bench.measure import PathResult, run_measured
 from bench.workload import VALUE_DDL, W1
+from streamer.config import SourceSettings
 from table.mor_table import MorTable
 
 BATCH_LINE = re.compile(r"^(\S+ \S+) INFO streamer\.sink: orders batch (\d+): ([\d,]+) records, .* in ([\d.]+)s")
@@ -30,17 +31,22 @@ CAUGHT_UP = re.compile(r"INFO streamer\.sink: orders batch \d+: .*; lag \S+ 0$",
 SERVICES_OFF = {name: {"mode": "off"} for name in ("compaction", "clustering", "clean", "archive")}
 
 
+#: The job's own cap on the records its initial load takes at once: beyond it, W1's load
+#: continues in micro-batches of `max_offsets_per_trigger`.
+INITIAL_LOAD_CAP = SourceSettings.model_fields["initial_load_max_records"].default
+
+
 def config(work: Path, w: W1, bootstrap: str, topic: str, partitions: int) -> dict:
     """The table's YAML. The source shares a trigger's records among partitions rounding down,
     so one more record per partition keeps micro-batches from drifting into a tiny last one. The
     first micro-batch is the initial load of W1's first rows (the empty table takes its backlog
-    at once), the next ones W1's upsert batches."""
+    at once, up to the job's cap), the next ones W1's upsert batches."""
     return {
         "table": {"name": "orders", "path": str(work / "table"), "record_key": "order_id", "partition_by": "region",
                   "ordering_field": "updated_at", "delete_field": "is_deleted"},
         "source": {"bootstrap_servers": bootstrap, "topics": topic, "starting_offsets": "earliest",
                    "max_offsets_per_trigger": w.batch_rows + partitions,
-                   "initial_load_max_records": w.initial_rows + partitions},
+                   "initial_load_max_records": min(w.initial_rows, INITIAL_LOAD_CAP) + partitions},
         "decode": {"key": {"format": "none"}, "value": {"format": "json", "schema": VALUE_DDL}},
         "index": {"initial_buckets": 4},
         "stream": {"checkpoint_location": str(work / "checkpoint")},
