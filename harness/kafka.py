@@ -55,7 +55,9 @@ TEST_SETTINGS = {
     "share.coordinator.state.topic.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
     "auto.create.topics.enable": "false",
-    # Retention and deletion happen within seconds, so retention tests need not wait long.
+    # Records are kept whatever their timestamps (tests produce some from years ago) unless a
+    # topic's retention.ms says otherwise; then retention and deletion happen within seconds.
+    "log.retention.ms": "-1",
     "log.initial.task.delay.ms": "500",
     "log.retention.check.interval.ms": "1000",
     "log.segment.delete.delay.ms": "1000",
@@ -113,10 +115,10 @@ class KafkaBroker:
 
     `start()` formats the storage the first time, starts the server and waits until it answers
     metadata requests; `stop()` sends SIGTERM (a controlled shutdown), then SIGKILL after
-    `timeout`; `restart()` stops it and starts it again on the same ports and data. The process
-    output goes to `log_path`. With `die_with_parent` (default when started from the main thread
-    and `setpriv` exists) the kernel kills the broker if the starting process dies, so a crashed
-    test run leaves no broker behind.
+    `timeout`; `restart()` stops it and starts it again on the same ports and data; `hang()` and
+    `wake()` freeze and thaw it. The process output goes to `log_path`. With `die_with_parent`
+    (default when started from the main thread and `setpriv` exists) the kernel kills the broker
+    if the starting process dies, so a crashed test run leaves no broker behind.
     """
 
     def __init__(self, work_dir: str | os.PathLike[str] | None = None, host: str = "127.0.0.1",
@@ -189,6 +191,13 @@ class KafkaBroker:
         self.stop(timeout)
         return self.start()
 
+    def hang(self) -> None:
+        """Freeze the process (SIGSTOP): connections stay open, nothing is answered."""
+        os.kill(self._running_pid(), signal.SIGSTOP)
+
+    def wake(self) -> None:
+        os.kill(self._running_pid(), signal.SIGCONT)
+
     def close(self) -> None:
         """Stop, and remove the data directory if this object made it."""
         self.stop()
@@ -211,6 +220,11 @@ class KafkaBroker:
         return create_topic(self.bootstrap, name, partitions=partitions, config=config)
 
     # -- internals ---------------------------------------------------------------------------------
+    def _running_pid(self) -> int:
+        if not self.is_running():
+            raise RuntimeError(f"{self!r} is not running")
+        return self._proc.pid
+
     @property
     def _properties(self) -> Path:
         return self.work_dir / "server.properties"
@@ -261,6 +275,7 @@ def _stop_process(proc: subprocess.Popen, timeout: float) -> int | None:
     if proc.poll() is not None:
         return proc.returncode
     try:
+        proc.send_signal(signal.SIGCONT)  # a hung broker handles SIGTERM only once woken
         proc.send_signal(signal.SIGTERM)
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:
