@@ -1,8 +1,9 @@
 """Shared fixtures: the Kafka broker (session), a Spark session (per module), table directories
 and unique topic names (per test).
 
-Nothing here replaces a real part: the broker is a real Kafka-protocol process, Spark is a real
-local[2] session.
+Nothing here replaces a real part: the broker is Apache Kafka (or the broker named by
+KAFKA_BOOTSTRAP_SERVERS, or tansu with KAFKA_TEST_BROKER=embedded), Spark is a real local[2]
+session.
 """
 
 from __future__ import annotations
@@ -27,11 +28,10 @@ _session_broker: kafka_broker.TestBroker | None = None
 # -- Kafka --------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def kafka_broker_handle(tmp_path_factory) -> kafka_broker.TestBroker:
-    """The session's broker: `.kind` (external/container/embedded), `.bootstrap`, `.pid` and
-    `.log_path` (embedded only)."""
+    """The session's broker (see tests/kafka_broker.py): `.kind` (external/kafka/embedded),
+    `.bootstrap`, `.pid` and `.log_path` (the ones this session started)."""
     global _session_broker
-    log_path = str(tmp_path_factory.mktemp("kafka") / "tansu.log")
-    broker = kafka_broker.start_test_broker(log_path=log_path)
+    broker = kafka_broker.start_test_broker(tmp_path_factory.mktemp("kafka"))
     _session_broker = broker
     try:
         yield broker

@@ -1,5 +1,5 @@
-"""The test harness itself: the broker stores and serves what is produced, the producer helper's
-single-record tail makes the high watermark cover everything, and Spark runs on this venv."""
+"""The test harness itself: the broker stores and serves what is produced, its high watermark
+covers everything produced, and Spark runs on this venv."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_broker_stores_and_serves_every_record(kafka_bootstrap, kafka_topic):
     for p in range(partitions):
         # every record once, in the order sent
         assert got_by_partition[p] == sent_by_partition[p], f"partition {p} differs"
-        # the high watermark covers every record (the single-record tail batch rule)
+        # the high watermark covers every record
         assert watermarks[p] == (0, len(sent_by_partition[p])), f"partition {p}: watermarks {watermarks[p]}"
 
 
@@ -152,3 +152,4 @@ def test_spark_session_runs_on_this_interpreter(spark):
     found = {r[0] for r in spark.range(0, 10, numPartitions=2).select(executable("id")).collect()}
     assert found == {sys.executable}
     assert os.environ["PYSPARK_PYTHON"] == sys.executable
+
