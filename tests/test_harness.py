@@ -3,10 +3,12 @@ covers everything produced, and Spark runs on this venv."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -153,3 +155,27 @@ def test_spark_session_runs_on_this_interpreter(spark):
     assert found == {sys.executable}
     assert os.environ["PYSPARK_PYTHON"] == sys.executable
 
+
+def _fetch_clients(cache: str) -> list[str]:
+    from harness import maven
+
+    jars = maven.fetch("clients", "4.4.0", ["org.apache.kafka:kafka-clients:4.4.0"], cache=Path(cache))
+    return [j.name for j in jars.jars]
+
+
+def test_maven_fetch_gives_racing_processes_one_complete_jar_set(tmp_path):
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        first, second = pool.map(_fetch_clients, [str(tmp_path)] * 2)
+
+    assert first == second and "kafka-clients-4.4.0.jar" in first and "lz4-java-1.11.2.jar" in first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clients-4.4.0", "clients-4.4.0.lock"]  # no leftovers
+    assert _fetch_clients(str(tmp_path)) == first  # found, not fetched again
+
+
+def test_maven_fetch_names_the_artifact_maven_cannot_resolve(tmp_path):
+    from harness import maven
+
+    with pytest.raises(maven.MavenFetchError, match=r"mvn could not fetch org\.apache\.kafka:kafka-clients:0\.0\.404 "):
+        maven.fetch("missing", "1", ["org.apache.kafka:kafka-clients:0.0.404", "org.slf4j:slf4j-api:1.7.36"],
+                    cache=tmp_path)
+    assert not (tmp_path / "missing-1").exists()
