@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness.kafka import KAFKA_VERSION, KafkaBroker
+from harness.kafka import KAFKA_VERSION, KafkaBroker  # noqa: F401  (KafkaBroker: re-export)
 from streamer.embedded_broker import (  # noqa: F401  (re-exports)
     BrokerStartError,
     EmbeddedBroker,
@@ -32,9 +32,6 @@ from streamer.embedded_broker import (  # noqa: F401  (re-exports)
     produce,
     wait_for_broker,
 )
-
-__all__ = ["KafkaBroker", "TestBroker", "start_test_broker"]
-
 
 @dataclass
 class TestBroker:
