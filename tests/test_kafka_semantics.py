@@ -17,7 +17,14 @@ from dataclasses import dataclass
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+)
 
 import kafka_broker
 from ingestion import (
@@ -150,7 +157,7 @@ def set_topic_config(bootstrap: str, topic: str, name: str, value: str | None) -
     while True:
         entry = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
         current = next(iter(entry.values())).result(30)[name]
-        if (current.value == value) if value is not None else current.is_default:
+        if (current.value == value) if value is not None else current.source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value:
             return
         assert time.monotonic() < deadline, f"{topic}: {name} is still {current.value}"
         time.sleep(0.2)
