@@ -175,7 +175,8 @@ class KafkaBroker:
             self.startup_seconds = wait_for_broker(self.bootstrap, self.startup_timeout, is_alive=self.is_running)
         except BrokerStartError as exc:
             self.stop(timeout=5.0)
-            raise BrokerStartError(f"Apache Kafka {KAFKA_VERSION}: {exc}\nlog {self.log_path}:\n{self.log_tail()}") from None
+            raise BrokerStartError(
+                f"Apache Kafka {KAFKA_VERSION}: {exc}\nlog {self.log_path}:\n{self.log_tail()}") from None
         return self
 
     def stop(self, timeout: float = 30.0) -> int | None:

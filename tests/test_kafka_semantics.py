@@ -1,4 +1,4 @@
-"""What Apache Kafka does that a toy broker does not, under the real job: transactions (aborted
+"""What Apache Kafka does that the embedded broker does not, under the real job: transactions (aborted
 records and the offsets their markers take), retention deleting offsets the table still wanted,
 and partitions added to a topic while a job reads it. A broker restart under a running job is in
 tests/test_broker_faults.py.
@@ -44,6 +44,7 @@ from ingestion import (
     write_config,
 )
 from streamer import app
+from streamer.app import TableOutcome
 from streamer.config import JobConfig
 from streamer.demo import as_kafka_records, change_events
 from streamer.sink import DATA_LOSS_KEY
@@ -53,7 +54,7 @@ from table.mor_table import MorTable
 pytestmark = pytest.mark.e2e
 
 
-def run_once(spark, mapping: dict):
+def run_once(spark, mapping: dict) -> TableOutcome:
     (outcome,) = app.run([JobConfig.from_mapping(mapping)], spark, once=True).tables
     return outcome
 
@@ -88,7 +89,7 @@ def produce_transactions(bootstrap: str, topic: str, transactions: list[tuple[li
 class TransactionalRound:
     """What one `--once` run over a round of transactions read, and where the table and Kafka ended."""
 
-    outcome: object
+    outcome: TableOutcome
     committed_events: list[dict]  # of this round's committed transactions
     expected_rows: dict  # of every committed transaction so far
     our_rows: dict

@@ -11,7 +11,14 @@ import pytest
 
 import kafka_broker
 from harness.spark import kafka_connector
-from ingestion import assert_table_matches, committed_offsets, end_offsets, order_config, produce_orders, settled_change_events
+from ingestion import (
+    assert_table_matches,
+    committed_offsets,
+    end_offsets,
+    order_config,
+    produce_orders,
+    settled_change_events,
+)
 from streamer import app
 from streamer.config import JobConfig
 from streamer.demo import MALFORMED, as_kafka_records, change_events
@@ -64,7 +71,8 @@ def test_the_spark_kafka_format_skips_or_quarantines_bad_records_and_keeps_every
     placed = kafka_broker.produce(kafka_bootstrap, topic, records)
     bad_at = {placed[500 + i]: raw for i, raw in enumerate(MALFORMED)}
     skipping = spark_kafka_config(tmp_path, "skipping", kafka_bootstrap, topic, decode={"on_error": "skip"})
-    quarantining = spark_kafka_config(tmp_path, "quarantining", kafka_bootstrap, topic, decode={"on_error": "quarantine"})
+    quarantining = spark_kafka_config(tmp_path, "quarantining", kafka_bootstrap, topic,
+                                      decode={"on_error": "quarantine"})
 
     result = app.run([JobConfig.from_mapping(skipping), JobConfig.from_mapping(quarantining)], spark, once=True)
 
