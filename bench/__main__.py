@@ -16,11 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import growth, ingest, machine, queries, report, services
+from bench import continuous, growth, ingest, machine, queries, report, services
 from bench.workload import SIZES
 
 SCENARIOS = {
     "ingest": ingest.scenario,
+    "continuous": continuous.scenario,
     "growth": growth.scenario,
     "services": services.scenario,
     "queries": queries.scenario,

@@ -17,7 +17,7 @@ from pathlib import Path
 from bench import spark, streaming
 from bench.measure import PathResult, run_measured
 from bench.peers import PEERS
-from bench.report import Section
+from bench.report import Check, Section
 from bench.workload import W1, WorkloadFiles, kafka_records
 from streamer.embedded_broker import EmbeddedBroker, create_topic, produce
 
@@ -57,7 +57,37 @@ def scenario(w: W1, work: Path) -> Section:
     details["batch_mix"] = dict(zip(("updates", "inserts", "deletes"), w.batch_mix))
     title = (f"W1 ingestion: {w.initial_rows:,} rows loaded, then {w.batches} upsert batches of "
              f"{w.batch_rows:,} records ({spark.MASTER} for Spark paths)")
-    return Section(title, "ours", results, NOTES, details)
+    section = Section(title, "ours", results, NOTES, details)
+    section.checks = targets(section, w)
+    return section
+
+
+def targets(section: Section, w: W1) -> list[Check]:
+    """The streaming job's throughput targets (issue: the job at the speed of its own engine),
+    against this run's own peers."""
+    ours = section.result("ours")
+    if "error" in ours.details:
+        return []
+    rate = ours.records_per_second
+    checks = [Check("streaming job upserts", f"{rate:,.0f} records/s", ">= 100,000", rate >= 100_000)]
+    delta = next((r for r in section.results if r.name == "delta-merge" and "error" not in r.details), None)
+    if delta is not None:
+        want = 3.5 if w.initial_rows >= 10_000_000 else 1.0
+        ratio = rate / delta.records_per_second
+        checks.append(Check("against delta-rs merge", f"{ratio:.2f}x", f">= {want}x", ratio >= want))
+    engine = next((r for r in section.results if r.name == "mor-python" and "error" not in r.details), None)
+    if engine is not None:
+        ratio = engine.records_per_second / rate
+        checks.append(Check("in-process writer over the job", f"{ratio:.2f}x", "<= 1.5x", ratio <= 1.5))
+    p50 = ours.batch_percentile(50)
+    checks.append(Check(f"p50 micro-batch of {w.batch_rows:,}", f"{p50:.2f}s", "<= 1.0s", p50 <= 1.0))
+    if ours.load_seconds:
+        load_rate = w.initial_rows / ours.load_seconds
+        checks.append(Check("initial load from Kafka", f"{load_rate:,.0f} records/s", ">= 200,000",
+                            load_rate >= 200_000))
+    peak = ours.peak_rss.get("total", 0) / 2**30
+    checks.append(Check("peak RSS of the whole job", f"{peak:.2f} GiB", "<= 2.5 GB (2.33 GiB)", peak <= 2.5e9 / 2**30))
+    return checks
 
 
 def _produce(bootstrap: str, files: WorkloadFiles) -> dict:

@@ -18,6 +18,16 @@ from bench.workload import W1
 MB = 2**20
 
 
+@dataclass(frozen=True)
+class Check:
+    """A target of ours, what this run measured, and whether it is met."""
+
+    target: str
+    measured: str
+    wanted: str
+    met: bool
+
+
 @dataclass
 class Section:
     title: str
@@ -25,13 +35,14 @@ class Section:
     results: list[PathResult]
     notes: list[str] = field(default_factory=list)
     details: dict = field(default_factory=dict)
+    checks: list[Check] = field(default_factory=list)
 
     def result(self, name: str) -> PathResult:
         return next(r for r in self.results if r.name == name)
 
     def to_json(self) -> dict:
         return {"title": self.title, "baseline": self.baseline, "notes": self.notes, "details": self.details,
-                "results": [r.to_json() for r in self.results]}
+                "results": [r.to_json() for r in self.results], "checks": [asdict(c) for c in self.checks]}
 
 
 COLUMNS = (  # header, width, value of a result given the baseline's records/s
@@ -62,7 +73,27 @@ def table(section: Section) -> str:
         if r.expected_rows is not None and r.table_rows != r.expected_rows:
             lines.append(f"WRONG: {r.label} holds {r.table_rows:,} rows, W1 leaves {r.expected_rows:,}")
     lines += [f"* {note}" for note in section.notes]
+    lines += phase_table(section)
+    if section.checks:
+        lines += ["", "targets"] + [f"  {'met    ' if c.met else 'NOT MET'}  {c.target:<36} {c.measured:>20}  (want {c.wanted})"
+                                    for c in section.checks]
     return "\n".join(lines)
+
+
+def phase_table(section: Section) -> list[str]:
+    """Where a micro-batch's time went, median over the upsert batches, for the paths that log it
+    (`streamer run --log-level DEBUG`): see `streamer.sink._phases`."""
+    timed = [r for r in section.results if r.details.get("phases") and not r.name.endswith("-whole-run")]
+    if not timed:
+        return []
+    names = list(timed[0].details["phases"])
+    lines = ["", "where a micro-batch's time goes (median seconds; fetch, decode, route and write are "
+             "task-seconds summed over the batch's tasks, jobs the wall time of its Spark jobs)",
+             "  ".join(_cell(h, w, i) for i, (h, w) in enumerate([("path", 44), *((n, 8) for n in names)]))]
+    for r in timed:
+        values = [r.label] + [f"{r.details['phases'].get(n, 0):.2f}" for n in names]
+        lines.append("  ".join(_cell(v, 44 if i == 0 else 8, i) for i, v in enumerate(values)))
+    return lines
 
 
 def write(out: Path, size: str, w: W1, machine: dict, seconds: float, sections: dict[str, Section]) -> list[Path]:

@@ -12,6 +12,7 @@ every path here measures ingestion alone; what compaction costs is a scenario of
 from __future__ import annotations
 
 import re
+import statistics
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -24,18 +25,22 @@ from bench.workload import VALUE_DDL, W1
 from table.mor_table import MorTable
 
 BATCH_LINE = re.compile(r"^(\S+ \S+) INFO streamer\.sink: orders batch (\d+): ([\d,]+) records, .* in ([\d.]+)s")
+PHASE_LINE = re.compile(r"DEBUG streamer\.sink: orders batch (\d+) phases: (.*?)(?:; freshness ([\d.]+)s to ([\d.]+)s)?$")
 CAUGHT_UP = re.compile(r"INFO streamer\.sink: orders batch \d+: .*; lag \S+ 0$", re.MULTILINE)
 SERVICES_OFF = {name: {"mode": "off"} for name in ("compaction", "clustering", "clean", "archive")}
 
 
 def config(work: Path, w: W1, bootstrap: str, topic: str, partitions: int) -> dict:
     """The table's YAML. The source shares a trigger's records among partitions rounding down,
-    so one more record per partition keeps micro-batches from drifting into a tiny last one."""
+    so one more record per partition keeps micro-batches from drifting into a tiny last one. The
+    first micro-batch is the initial load of W1's first rows (the empty table takes its backlog
+    at once), the next ones W1's upsert batches."""
     return {
         "table": {"name": "orders", "path": str(work / "table"), "record_key": "order_id", "partition_by": "region",
                   "ordering_field": "updated_at", "delete_field": "is_deleted"},
         "source": {"bootstrap_servers": bootstrap, "topics": topic, "starting_offsets": "earliest",
-                   "max_offsets_per_trigger": w.batch_rows + partitions},
+                   "max_offsets_per_trigger": w.batch_rows + partitions,
+                   "initial_load_max_records": w.initial_rows + partitions},
         "decode": {"key": {"format": "none"}, "value": {"format": "json", "schema": VALUE_DDL}},
         "index": {"initial_buckets": 4},
         "stream": {"checkpoint_location": str(work / "checkpoint")},
@@ -53,7 +58,7 @@ def run(work: Path, w: W1, bootstrap: str, topic: str, partitions: int,
     if trigger:
         settings["stream"]["trigger_interval"] = trigger
     config_path.write_text(yaml.safe_dump(settings, sort_keys=False))
-    argv = [sys.executable, "-m", "streamer.cli", "run", str(config_path), "--master", spark.MASTER]
+    argv = [sys.executable, "-m", "streamer.cli", "run", str(config_path), "--master", spark.MASTER, "--log-level", "DEBUG"]
     argv += [] if trigger else ["--once"]
     for key, value in spark.CONF.items():
         argv += ["--conf", f"{key}={value}"]
@@ -66,19 +71,26 @@ def run(work: Path, w: W1, bootstrap: str, topic: str, partitions: int,
     log = log_path.read_text()
     if code != 0:
         raise RuntimeError(f"streamer run exited {code}; log {log_path}:\n" + "\n".join(log.splitlines()[-30:]))
-    batches = [(datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f"), int(m[3].replace(",", "")), float(m[4]))
-               for m in map(BATCH_LINE.match, log.splitlines()) if m]
+    lines = [m for m in map(BATCH_LINE.match, log.splitlines()) if m]
+    batch_ids = [int(m[2]) for m in lines]
+    batches = [(datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f"), int(m[3].replace(",", "")), float(m[4])) for m in lines]
+    phases = {int(m[1]): {name: float(seconds.rstrip("s")) for name, seconds in
+                          (part.split(" ") for part in m[2].split(", "))}
+              for m in map(PHASE_LINE.search, log.splitlines()) if m}
     rows = MorTable.load(str(work / "table")).snapshot(columns=["order_id"]).num_rows
     details = {"micro_batches": len(batches), "config": settings}
 
     # A micro-batch belongs to the upsert phase when most of its records come after the load.
-    read, load_end, upserts = 0, None, []
-    for ended, records, seconds in batches:
+    read, load_end, upserts, upsert_phases = 0, None, [], []
+    for batch_id, (ended, records, seconds) in zip(batch_ids, batches):
         read += records
         if read - w.initial_rows > records / 2:
             upserts.append((ended, records, seconds))
+            upsert_phases.append(phases.get(batch_id, {}))
         else:
             load_end = ended
+    details["phases"] = {name: statistics.median(p[name] for p in upsert_phases if name in p)
+                         for name in (upsert_phases[0] if upsert_phases else {})}
     first_started = batches[0][0] - timedelta(seconds=batches[0][2])
     name, mode = ("ours-continuous", f"trigger {trigger}") if trigger else ("ours", "--once")
     upsert_result = PathResult(

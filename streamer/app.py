@@ -58,9 +58,29 @@ class RunResult:
         return 1 if self.failed else 0
 
 
-def configure_logging() -> None:
+#: Settings the job runs with unless told otherwise (`--conf`, spark-submit).
+JOB_SPARK_SETTINGS = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.showConsoleProgress": "false",
+    # Arrow batches from the JVM to Python of a few MiB: the sink's pass starts on the first
+    # batches of packed records while the source still reads the rest.
+    "spark.sql.execution.arrow.maxBytesPerBatch": str(8 * 1024 * 1024),
+    # The JVM only plans, shuffles and hands over packed batches: its optimising compiler would
+    # spend more CPU compiling Spark's planner than it saves, on the cores Python needs.
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    # Writes the checkpoint's offset and commit logs through the FileSystem API: on a local disk
+    # the FileContext API spawns a process per file to resolve links.
+    "spark.sql.streaming.checkpointFileManagerClass":
+        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+}
+
+
+def configure_logging(level: str = "INFO") -> None:
     """One line per event on stderr: batches, starts and stops; py4j's chatter stays out."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for ours in ("streamer", "table"):
+        logging.getLogger(ours).setLevel(level)
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
@@ -73,7 +93,7 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None)
         builder = builder.master(master)
     elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
         builder = builder.master("local[*]")
-    settings = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false", **(conf or {})}
+    settings = {**JOB_SPARK_SETTINGS, **(conf or {})}
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

@@ -45,6 +45,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="process what is available now, run due services, and exit")
     parser.add_argument("--master", help="Spark master when not launched by spark-submit (default local[*])")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting; repeatable")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="DEBUG adds where each micro-batch's time went (fetch, decode, route, write, commit)")
 
 
 def add_maintenance_commands(commands) -> None:
@@ -128,7 +130,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     from streamer.app import configure_logging
 
-    configure_logging()
+    configure_logging(args.log_level)
     try:
         configs = load_configs(args.config)
         conf = dict(_key_value(c) for c in args.conf)

@@ -158,6 +158,7 @@ _OPTIONS_OWNED_BY_KEYS = {
     "subscribepattern": "source.topic_pattern",
     "assign": "source.topics or source.topic_pattern",
     "startingoffsets": "source.starting_offsets",
+    "endingoffsets": "source.initial_load_max_records (streaming queries have no end)",
     "maxoffsetspertrigger": "source.max_offsets_per_trigger",
     "failondataloss": "source.fail_on_data_loss",
     "maxbrokeroutagems": "source.max_broker_outage_seconds",
@@ -184,6 +185,11 @@ class SourceSettings(_Section):
         "last commit rather than from `starting_offsets`."))
     max_offsets_per_trigger: int | None = Field(None, gt=0, description=(
         "The most records one micro-batch reads, over all partitions; unbounded when null."))
+    initial_load_max_records: int = Field(20_000_000, ge=0, description=(
+        "A table without commits, whose query has no Spark checkpoint yet, takes its backlog (up to "
+        "this many records) in one commit written as base files, instead of `max_offsets_per_trigger` "
+        "at a time: its first micro-batch with `kafka-arrow`, one batch query before the stream with "
+        "`kafka`. 0 turns this off."))
     fail_on_data_loss: bool = Field(True, description=(
         "Fail when offsets to read are no longer in Kafka (expired by retention, a topic recreated); "
         "`false` logs a warning, goes on from the earliest offset Kafka holds, and records the jump in "
@@ -268,6 +274,8 @@ class SourceSettings(_Section):
         reader["failOnDataLoss"] = "true" if self.fail_on_data_loss else "false"
         if self.format == "kafka-arrow":
             reader["maxBrokerOutageMs"] = str(self.max_broker_outage_seconds * 1000)
+            reader["includeHeaders"] = "false"  # the decoder does not read them
+            reader["packed"] = "true"  # the sink unpacks and decodes in one Python pass
         return {**reader, **self.options}
 
     def _starting_offsets_text(self) -> str:

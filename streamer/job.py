@@ -6,6 +6,7 @@ format) is found in `TableJob.prepare`, before any query starts.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 
@@ -16,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
 
+from streamer import initial_load
 from streamer.config import FormatSettings, JobConfig
 from streamer.decode import (
     ADDED_COLUMNS,
@@ -35,7 +37,7 @@ from streamer.quarantine import QuarantineTable
 from streamer.schema_evolution import SchemaEvolution, stored_value_schema
 from streamer.schema_registry import SchemaRegistryClient
 from streamer.services import BackgroundExecutor, TableServices
-from streamer.kafka_offsets import commit_to_group, end_offsets, lag
+from streamer.kafka_offsets import KafkaProgress, end_offsets
 from streamer.sink import OffsetJumpCheck, SinkSettings, StreamCheckpoint, UpsertSink, table_checkpoint
 from streamer.source import SourceOptions, earliest_offsets
 from streamer.value_schema import compare, evolve_json
@@ -46,6 +48,8 @@ from table.storage import Storage
 log = logging.getLogger(__name__)
 
 KAFKA_COLUMNS = (KAFKA_KEY, KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET, KAFKA_TIMESTAMP)
+#: The columns of Spark's Kafka records the decoder reads.
+RECORD_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 
 
 class StartupError(RuntimeError):
@@ -57,7 +61,7 @@ class TableJob:
 
     def __init__(self, config: JobConfig, table: MorTable, writer: TableWriter, decoder: RecordDecoder,
                  sink: UpsertSink, quarantine: QuarantineTable | None, services: TableServices,
-                 starting_offsets: str | None):
+                 starting_offsets: str | None, kafka: KafkaProgress):
         self.config = config
         self.decoder = decoder
         self.services = services
@@ -66,6 +70,7 @@ class TableJob:
         self.sink = sink
         self.quarantine = quarantine
         self.starting_offsets = starting_offsets
+        self.kafka = kafka
         self.query: StreamingQuery | None = None
 
     @property
@@ -101,6 +106,7 @@ class TableJob:
         except OSError as e:  # full, read-only, no permission
             raise StartupError(f"{config.config_path}: cannot write to the table at {t.path}: {e}") from e
         quarantine = None
+        kafka = KafkaProgress(config.source)
         try:
             if config.decode.on_error == "quarantine":
                 quarantine = QuarantineTable(t.quarantine_location, t.name, t.log_block_format).open()
@@ -109,21 +115,30 @@ class TableJob:
             offset_jumps = OffsetJumpCheck(
                 lambda tps: earliest_offsets(SourceOptions.parse(config.source.reader_options()), tps),
                 started_from_table=starting is not None)
-            sink = UpsertSink(SinkSettings(t.name, value_columns, config.decode.on_error, config.transform),
-                              table, writer, quarantine, after_commit=services.after_commit,
-                              progress=lambda checkpoint: _kafka_progress(config, checkpoint),
+            sink = UpsertSink(SinkSettings(t.name, value_columns, config.decode.on_error, config.transform,
+                                           config.checkpoint_location),
+                              table, writer, decoder, quarantine, after_commit=services.after_commit,
+                              progress=lambda checkpoint: _kafka_progress(config, kafka, checkpoint),
                               evolution=evolution, offset_jumps=offset_jumps)
             services.resume()
         except BaseException:
             writer.close()
+            kafka.close()
             if quarantine is not None:
                 quarantine.close()
             raise
-        return cls(config, table, writer, decoder, sink, quarantine, services, starting)
+        return cls(config, table, writer, decoder, sink, quarantine, services, starting, kafka)
 
     def start(self, spark: SparkSession, once: bool) -> StreamingQuery:
         source = self.config.source
-        reader = spark.readStream.format(source.format).options(**source.reader_options(self.starting_offsets))
+        options = source.reader_options(self.starting_offsets)
+        if initial_load.wanted(self.config, self.table, _has_spark_offsets(self.config.checkpoint_location)):
+            if source.format == "kafka-arrow":
+                options["initialBatchMaxOffsets"] = str(source.initial_load_max_records)
+            else:
+                self._load_backlog(spark)
+                options = source.reader_options(self.starting_offsets)
+        reader = spark.readStream.format(source.format).options(**options)
         try:
             stream = reader.load()
         except AnalysisException as e:
@@ -133,38 +148,46 @@ class TableJob:
                     "(spark-sql-kafka-0-10) on the classpath, e.g. spark-submit --packages "
                     "org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>; or use 'kafka-arrow'") from e
             raise
-        writer = (self._decoded(stream).writeStream.foreachBatch(self.sink).queryName(self.name)
+        writer = (self._records(stream).writeStream.foreachBatch(self.sink).queryName(self.name)
                   .option("checkpointLocation", self.config.checkpoint_location))
         writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=self.config.stream.trigger_interval)
         self.query = writer.start()
         self.sink.bind(str(self.query.id))
         return self.query
 
-    def _decoded(self, stream: DataFrame) -> DataFrame:
-        """Kafka records decoded, with per-batch counts a StreamingQueryListener finds in
+    def _load_backlog(self, spark: SparkSession) -> None:
+        """An empty table takes its topics' backlog in one batch query first (`streamer.initial_load`)."""
+        work = initial_load.backlog(self.config, self.kafka)
+        if work is None:
+            return
+        initial_load.run(self.config, spark, self.sink, work)
+        self.starting_offsets = _starting_offsets_of(self.config, table_checkpoint(self.table))
+        self.sink.offset_jumps = dataclasses.replace(self.sink.offset_jumps, started_from_table=True)
+
+    def _records(self, stream: DataFrame) -> DataFrame:
+        """The Kafka records the sink decodes (packed by `kafka-arrow`: see `PACKED_SCHEMA`),
+        with per-batch counts a StreamingQueryListener finds in
         `progress.observedMetrics[<table name>]`."""
-        decoded = stream.select("key", "value", "topic", "partition", "offset", "timestamp").mapInArrow(
-            self.decoder.decode_batches, from_arrow_schema(self.decoder.output_schema))
-        return decoded.observe(
-            self.name,
-            F.count(F.lit(1)).alias("records"),
-            F.count(ERROR).alias("bad_records"),
-            F.max(KAFKA_TIMESTAMP).alias("latest_kafka_timestamp"),
-        )
+        if "arrow" in stream.columns:
+            return stream.observe(self.name, F.sum("records").alias("records"),
+                                  F.max("latest_timestamp").alias("latest_kafka_timestamp"))
+        return stream.select(*RECORD_COLUMNS).observe(
+            self.name, F.count(F.lit(1)).alias("records"), F.max("timestamp").alias("latest_kafka_timestamp"))
 
     def close(self) -> None:
+        self.kafka.close()
         self.writer.close()
         if self.quarantine is not None:
             self.quarantine.close()
 
 
-def _kafka_progress(config: JobConfig, checkpoint: StreamCheckpoint) -> dict[str, int]:
+def _kafka_progress(config: JobConfig, kafka: KafkaProgress, checkpoint: StreamCheckpoint) -> dict[str, int]:
     """After a commit: its offsets to the consumer group if configured, and the lag left."""
     source = config.source
     try:
         if source.commit_offsets_to_group:
-            commit_to_group(source, source.commit_offsets_to_group, checkpoint.offsets)
-        return lag(source, checkpoint.offsets)
+            kafka.commit_to_group(source.commit_offsets_to_group, checkpoint.offsets)
+        return kafka.lag(checkpoint.offsets)
     except Exception as e:  # a view for people and monitors: never fails a committed batch
         log.warning("%s: could not read the Kafka lag: %s", config.table.name, e)
         return {}
@@ -343,6 +366,11 @@ def _resume_offsets(config: JobConfig, table: MorTable, spark: SparkSession) -> 
         return None
     log.info("%s: no Spark checkpoint at %s; resuming from the table's last commit: %s",
              config.table.name, config.checkpoint_location, checkpoint.starting_offsets_json())
+    return _starting_offsets_of(config, checkpoint)
+
+
+def _starting_offsets_of(config: JobConfig, checkpoint: StreamCheckpoint) -> str:
+    """The query's `startingOffsets` that go on from a commit's checkpoint."""
     if config.source.format == "kafka":
         return _with_every_partition(config, checkpoint.offsets_json_object())
     return checkpoint.starting_offsets_json()

@@ -8,11 +8,10 @@ adding copies.
 from __future__ import annotations
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+import pyarrow.compute as pc
 
+from streamer.decode import ERROR, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP, KAFKA_TOPIC, RAW_KEY, RAW_VALUE
 from table.mor_table import MorTable, TableSpec, TableWriter, WriteOptions
-from table.spark_write import upsert_dataframe
 
 SCHEMA = pa.schema([
     pa.field("record_id", pa.string(), nullable=False),
@@ -50,18 +49,21 @@ class QuarantineTable:
     def close(self) -> None:
         self._writer.close()
 
-    def write(self, bad_rows: DataFrame, query_id: str, batch_id: int) -> str | None:
-        """Upsert the batch's bad records (columns kafka_*, _error, _raw_key, _raw_value)."""
-        rows = bad_rows.select(
-            F.concat_ws("-", F.col("kafka_partition").cast("string"), F.col("kafka_offset").cast("string")).alias("record_id"),
-            F.col("kafka_topic").alias("topic"),
-            F.col("kafka_partition").alias("partition"),
-            F.col("kafka_offset").alias("offset"),
-            F.col("kafka_timestamp").alias("timestamp"),
-            F.col("_raw_key").alias("key"),
-            F.col("_raw_value").alias("value"),
-            F.col("_error").alias("reason"),
-            F.lit(query_id).alias("query_id"),
-            F.lit(batch_id).cast("long").alias("batch_id"),
-        )
-        return upsert_dataframe(self._writer, rows)
+    def write(self, bad: pa.Table, query_id: str, batch_id: int) -> str:
+        """Upsert a batch's bad records (columns `streamer.batch_tally.BAD_COLUMNS`) in this process:
+        they are few, and already on the driver."""
+        n = bad.num_rows
+        partition, offset = bad[KAFKA_PARTITION], bad[KAFKA_OFFSET]
+        rows = pa.table({
+            "record_id": pc.binary_join_element_wise(partition.cast(pa.string()), offset.cast(pa.string()), "-"),
+            "topic": bad[KAFKA_TOPIC],
+            "partition": partition,
+            "offset": offset,
+            "timestamp": bad[KAFKA_TIMESTAMP],
+            "key": bad[RAW_KEY],
+            "value": bad[RAW_VALUE],
+            "reason": bad[ERROR],
+            "query_id": pa.repeat(pa.scalar(query_id, pa.string()), n),
+            "batch_id": pa.repeat(pa.scalar(batch_id, pa.int64()), n),
+        }, schema=SCHEMA)
+        return self._writer.upsert(rows)

@@ -1,14 +1,13 @@
 """A table's schema evolving with the writer schemas of a `confluent-avro` stream.
 
-Spark fixes the columns of a streaming query's plan when it starts, so the query decodes with
-the reader schema it started with, and records whose writer schema adds fields or widens types
-come out of it undecoded (`decode.EVOLVING` holds their schema id). For each batch, on the
-driver, `SchemaEvolution.resolve` evolves the reader schema with those writer schemas
-(`streamer.value_schema`), decodes the deferred records with it, and gives the other rows the
-new columns (null) and the wider types. The sink writes the batch as one deltacommit: its
-metadata carries the evolved table schema (Hudi's `schema`) and the reader schema
-(`VALUE_SCHEMA_KEY`), from which the next start continues. Nothing is written until then, so a
-crash in between replays the batch and evolves the same way.
+The sink decodes each batch with the current reader schema. Records whose writer schema adds
+fields or widens types come out of the decoder undecoded (`decode.EVOLVING` holds their schema
+id), and the batch's tally names those ids. The sink then abandons the batch's commit,
+`SchemaEvolution.evolve` evolves the reader schema with those writer schemas
+(`streamer.value_schema`), and the batch is decoded and written again with it: the rows written
+before the change read the new columns as null, and wider types. The commit's metadata carries
+the evolved table schema (Hudi's `schema`) and the reader schema (`VALUE_SCHEMA_KEY`), from
+which the next start continues. A crash in between replays the batch and evolves the same way.
 """
 
 from __future__ import annotations
@@ -17,21 +16,7 @@ import json
 import logging
 from collections.abc import Callable
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
-
-from streamer.decode import (
-    ADDED_COLUMNS,
-    EVOLVING,
-    KAFKA_OFFSET,
-    KAFKA_PARTITION,
-    KAFKA_TIMESTAMP,
-    KAFKA_TOPIC,
-    RAW_KEY,
-    RAW_VALUE,
-    RecordDecoder,
-)
+from streamer.decode import ADDED_COLUMNS, RecordDecoder
 from streamer.schema_registry import SchemaRegistryClient
 from streamer.value_schema import compare, evolve_json
 from table.commit_metadata import CommitMetadata
@@ -45,15 +30,14 @@ VALUE_SCHEMA_KEY = "mor.streamer.value_schema"
 
 
 class SchemaEvolution:
-    """One table's value reader schema, from the one its query started with (`stream_decoder`'s)
-    to the latest evolved one; `decoder_for` makes the decoder of a reader schema."""
+    """One table's value reader schema, from the one its job started with (`decoder`'s) to the
+    latest evolved one; `decoder_for` makes the decoder of a reader schema."""
 
-    def __init__(self, table_name: str, reader_schema: str, stream_decoder: RecordDecoder,
+    def __init__(self, table_name: str, reader_schema: str, decoder: RecordDecoder,
                  decoder_for: Callable[[str], RecordDecoder], registry: SchemaRegistryClient):
         self.table_name = table_name
         self.reader_schema = reader_schema
-        self.stream_decoder = stream_decoder
-        self.decoder = stream_decoder
+        self.decoder = decoder
         self._decoder_for = decoder_for
         self._registry = registry
         self._compared: set[int] = set()  # schema ids that fit, or were refused, stay so as it grows
@@ -62,28 +46,14 @@ class SchemaEvolution:
     def value_columns(self) -> tuple[str, ...]:
         return tuple(arrow_schema_from_avro(self.reader_schema).names)
 
-    def resolve(self, decoded: DataFrame) -> DataFrame:
-        """The batch as the current reader schema decodes it (without the `EVOLVING` column):
-        one Spark job finds the deferred records' schema ids, another decodes them if any."""
-        schema_ids = sorted(r[0] for r in decoded.where(F.col(EVOLVING).isNotNull()).select(EVOLVING).distinct().collect())
-        for schema_id in schema_ids:
+    def evolve(self, schema_ids: set[int]) -> bool:
+        """Evolve the reader schema with the writer schemas of these ids; whether it changed."""
+        before = self.reader_schema
+        for schema_id in sorted(schema_ids):
             if schema_id not in self._compared:
                 self._evolve(schema_id)
                 self._compared.add(schema_id)
-        if self.decoder is self.stream_decoder:
-            return decoded.drop(EVOLVING)
-        output = from_arrow_schema(self.decoder.output_schema)
-        present = set(decoded.columns)
-        decoded_already = decoded.where(F.col(EVOLVING).isNull()).select(*(
-            (F.col(f.name) if f.name in present else F.lit(None)).cast(f.dataType).alias(f.name) for f in output))
-        if not schema_ids:
-            return decoded_already.drop(EVOLVING)
-        deferred = decoded.where(F.col(EVOLVING).isNotNull()).select(
-            F.col(RAW_KEY).alias("key"), F.col(RAW_VALUE).alias("value"), F.col(KAFKA_TOPIC).alias("topic"),
-            F.col(KAFKA_PARTITION).alias("partition"), F.col(KAFKA_OFFSET).alias("offset"),
-            F.col(KAFKA_TIMESTAMP).alias("timestamp"))
-        decoded_now = deferred.mapInArrow(self.decoder.decode_batches, output)
-        return decoded_already.unionByName(decoded_now).drop(EVOLVING)
+        return self.reader_schema != before
 
     def _evolve(self, schema_id: int) -> None:
         """The reader schema evolved by a writer schema, if that evolves it. One that does not

@@ -18,16 +18,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pyspark import StorageLevel
+import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
-from streamer.decode import ERROR, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC, RAW_KEY, RAW_VALUE
+from streamer.batch_tally import BatchTally, BatchTallyParam, DecodeStep
+from streamer.decode import ERROR, EVOLVING, RAW_KEY, RAW_VALUE, RecordDecoder
+from streamer.offset_log import planned_offsets
 from streamer.quarantine import QuarantineTable
 from streamer.schema_evolution import VALUE_SCHEMA_KEY, SchemaEvolution
 from table import failpoints
-from table.mor_table import CHECKPOINT_KEY, MorTable, TableWriter
-from table.spark_write import upsert_dataframe
+from table.mor_table import CHECKPOINT_KEY, DeltaCommit, MorTable, TableWriter
+from table.spark_write import DataFrameWriteResult, write_dataframe
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +41,18 @@ BATCH_STATS_KEY = "mor.streamer.batch"
 DATA_LOSS_KEY = "mor.streamer.data_loss"
 
 
+#: Rounds of schema evolution one batch may take before the batch fails.
+MAX_EVOLUTIONS = 3
+#: The query id an initial load's commit records: no streaming query wrote it.
+INITIAL_LOAD_QUERY_ID = "initial-load"
+
+
 class BadRecordError(RuntimeError):
     """A record could not be decoded and the table's policy is `fail`."""
+
+
+class SchemaEvolutionFailed(RuntimeError):
+    """Records of a writer schema that evolves the table's schema, which could not be applied."""
 
 
 class StopRequested(RuntimeError):
@@ -146,13 +158,25 @@ class BatchReport:
     seconds: float = 0.0
     offsets: dict[str, dict[int, int]] = field(default_factory=dict)
     lag: dict[str, int] = field(default_factory=dict)  # topic -> records behind, after this batch
+    freshness: tuple[float, float] | None = None  # seconds from the Kafka timestamps of its newest
+                                                  # and oldest record to the commit that shows them
+    phases: dict[str, float] = field(default_factory=dict)  # see `_phases`
+
+    def phase_line(self) -> str:
+        phases = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in self.phases.items())
+        fresh = f"; freshness {self.freshness[0]:.2f}s to {self.freshness[1]:.2f}s" if self.freshness else ""
+        return f"{self.table} {self.what} phases: {phases}{fresh}"
+
+    @property
+    def what(self) -> str:
+        return "initial load" if self.batch_id < 0 else f"batch {self.batch_id}"
 
     def line(self) -> str:
         if self.replayed:
-            return f"{self.table} batch {self.batch_id}: already committed by this query, skipped (replay)"
+            return f"{self.table} {self.what}: already committed by this query, skipped (replay)"
         bad = f", {self.bad:,} {'quarantined' if self.bad_policy == 'quarantine' else 'skipped'}" if self.bad else ""
         lag = "; lag " + ", ".join(f"{t} {n:,}" for t, n in sorted(self.lag.items())) if self.lag else ""
-        return (f"{self.table} batch {self.batch_id}: {self.records:,} records, {self.upserted:,} upserted, "
+        return (f"{self.table} {self.what}: {self.records:,} records, {self.upserted:,} upserted, "
                 f"{self.deleted:,} deleted{bad}, {self.files_written} files -> deltacommit {self.instant} "
                 f"in {self.seconds:.1f}s{lag}")
 
@@ -163,13 +187,14 @@ class SinkSettings:
     value_columns: tuple[str, ...]
     on_error: str  # fail | skip | quarantine
     transform: str | None
+    checkpoint_location: str | None = None  # the query's: where Spark logs each batch's offsets
 
 
 class UpsertSink:
-    """The foreachBatch function of one table's streaming query; its batches arrive decoded
-    (columns of `RecordDecoder.output_schema`)."""
+    """The foreachBatch function of one table's streaming query; its batches are Kafka records
+    (key, value, topic, partition, offset, timestamp), decoded in the write's single pass."""
 
-    def __init__(self, settings: SinkSettings, table: MorTable, writer: TableWriter,
+    def __init__(self, settings: SinkSettings, table: MorTable, writer: TableWriter, decoder: RecordDecoder,
                  quarantine: QuarantineTable | None = None, after_commit: Callable[[], None] | None = None,
                  progress: Callable[[StreamCheckpoint], dict[str, int]] | None = None,
                  evolution: SchemaEvolution | None = None, offset_jumps: OffsetJumpCheck | None = None):
@@ -178,6 +203,7 @@ class UpsertSink:
         self.evolution = evolution
         self.table = table
         self.writer = writer
+        self.decoder = decoder
         self.quarantine = quarantine
         self.after_commit = after_commit
         self.progress = progress
@@ -211,79 +237,133 @@ class UpsertSink:
                 # replayed by the next run.
                 self.failure = StopRequested(f"{self.settings.table_name}: stopping, batch {batch_id} left for the next run")
                 raise self.failure
-            try:
-                report = self._process(df, batch_id)
-            except BaseException as e:
-                refused = refused_write(e)
-                if refused is None:
-                    self.failure = e
-                    raise
-                self.failure = TableWriteError(
-                    f"{self.settings.table_name}: batch {batch_id} could not be written to {self.table.base_uri}: "
-                    f"{refused}; nothing of it was committed, and the next run rolls back what it left")
-                raise self.failure from e
-            self.reports.append(report)
-            log.info(report.line())
+            report = self._reported(lambda: self._process(df, self._query_id or "", batch_id, self._planned(batch_id)),
+                                    f"batch {batch_id}")
             if self.after_commit is not None and not report.replayed:
+                started = time.monotonic()
                 self.after_commit()
+                report.phases["services"] = time.monotonic() - started
+            if report.phases:
+                log.debug(report.phase_line())
 
-    def _process(self, df: DataFrame, batch_id: int) -> BatchReport:
+    def load(self, df: DataFrame, ends: dict[str, dict[int, int]]) -> BatchReport:
+        """Write a backlog that one batch query read up to `ends` (the initial load of an empty
+        table) as one deltacommit, whose checkpoint says to go on from `ends`."""
+        with self._busy:
+            report = self._reported(lambda: self._process(df, INITIAL_LOAD_QUERY_ID, -1, ends), "initial load")
+            if self.after_commit is not None:
+                self.after_commit()
+            return report
+
+    def _planned(self, batch_id: int) -> dict[str, dict[int, int]] | None:
+        location = self.settings.checkpoint_location
+        return planned_offsets(location, batch_id) if location else None
+
+    def _reported(self, process: Callable[[], "BatchReport"], what: str) -> "BatchReport":
+        """Run one write, turning storage that refuses writes into `TableWriteError`, and log it."""
+        try:
+            report = process()
+        except BaseException as e:
+            refused = refused_write(e)
+            if refused is None:
+                self.failure = e
+                raise
+            self.failure = TableWriteError(
+                f"{self.settings.table_name}: {what} could not be written to {self.table.base_uri}: "
+                f"{refused}; nothing of it was committed, and the next run rolls back what it left")
+            raise self.failure from e
+        self.reports.append(report)
+        log.info(report.line())
+        return report
+
+    def _process(self, df: DataFrame, query_id: str, batch_id: int,
+                 planned_ends: dict[str, dict[int, int]] | None = None) -> BatchReport:
         started = time.monotonic()
         s = self.settings
         report = BatchReport(s.table_name, batch_id, bad_policy=s.on_error)
-        query_id = self._query_id or ""
         if self._checkpoint.covers(query_id, batch_id):
             report.replayed = True
             return report
-        batch = decoded = df.persist(StorageLevel.MEMORY_AND_DISK)
+        commit, written, tally = self._write(df)
+        planned = time.monotonic() - written.wall_seconds
         try:
-            if self.evolution is not None:  # records of newer writer schemas: the table's schema evolves
-                decoded = self.evolution.resolve(batch).persist(StorageLevel.MEMORY_AND_DISK)
-            per_partition = decoded.groupBy(KAFKA_TOPIC, KAFKA_PARTITION).agg(
-                F.min(KAFKA_OFFSET).alias("first"), F.max(KAFKA_OFFSET).alias("last"),
-                F.count(F.lit(1)).alias("n"), F.count(ERROR).alias("bad"),
-            ).collect()
-            read: dict[str, dict[int, int]] = {}
-            first: dict[tuple[str, int], int] = {}
-            for r in per_partition:
-                read.setdefault(r[KAFKA_TOPIC], {})[r[KAFKA_PARTITION]] = r["last"] + 1
-                first[(r[KAFKA_TOPIC], r[KAFKA_PARTITION])] = r["first"]
-                report.records += r["n"]
-                report.bad += r["bad"]
-            bad_rows = decoded.filter(F.col(ERROR).isNotNull())
+            report.records, report.bad = tally.records, tally.bad
+            read = tally.offsets_read() if planned_ends is None else planned_ends
             if report.bad:
-                self._handle_bad(bad_rows, query_id, batch_id, report.bad)
-            good = decoded.filter(F.col(ERROR).isNull()).drop(ERROR, RAW_KEY, RAW_VALUE)
-            rows = self._table_rows(good)
+                self._handle_bad(tally, query_id, batch_id, report.what)
             checkpoint = self._checkpoint.advanced(query_id, batch_id, read)
             extra = {CHECKPOINT_KEY: checkpoint.to_json(),
                      BATCH_STATS_KEY: json.dumps({"records": report.records, "bad": report.bad,
                                                   "badPolicy": s.on_error})}
             if self.evolution is not None:
                 extra[VALUE_SCHEMA_KEY] = self.evolution.reader_schema
-            lost = self._lost_offsets(query_id, first)
+            lost = self._lost_offsets(query_id, tally.first_offsets())
             if lost:
                 extra[DATA_LOSS_KEY] = json.dumps(lost)
-                log.warning("%s batch %d: Kafka no longer held the offsets the table goes on from; went on "
+                log.warning("%s %s: Kafka no longer held the offsets the table goes on from; went on "
                             "from the earliest it holds (source.fail_on_data_loss is false): %s",
-                            s.table_name, batch_id, "; ".join(
+                            s.table_name, report.what, "; ".join(
                                 f"{j['topic']}[{j['partition']}] {j['from']} -> {j['to']}" for j in lost))
             hudi_checkpoint = checkpoint.hudi_streamer_checkpoint()
             if hudi_checkpoint:
                 extra[HUDI_STREAMER_CHECKPOINT_KEY] = hudi_checkpoint
-            instant = upsert_dataframe(self.writer, rows, extra) or self.writer.commit_empty(extra)
-            failpoints.reach("sink.batch_committed")
-            self._count_writes(report)
-            self._checkpoint = checkpoint
-            report.instant = instant
-            report.offsets = read
-        finally:
-            decoded.unpersist()
-            batch.unpersist()
+        except BaseException:
+            _abandon_quietly(commit)
+            raise
+        committing = time.monotonic()
+        instant = commit.complete(written.stats, extra)  # a failure here leaves it to the next run's rollback
+        failpoints.reach("sink.batch_committed")
+        report.phases = _phases(written, planned - started, time.monotonic() - committing)
+        self._count_writes(report)
+        self._checkpoint = checkpoint
+        report.instant = instant
+        report.offsets = read
+        stamps = tally.timestamps()
+        if stamps is not None:
+            now = time.time()
+            report.freshness = (now - stamps[1] / 1e6, now - stamps[0] / 1e6)
         report.seconds = time.monotonic() - started
         if self.progress is not None:
             report.lag = self.progress(self._checkpoint)
+            report.phases["progress"] = time.monotonic() - started - report.seconds
         return report
+
+    def _write(self, df: DataFrame) -> tuple[DeltaCommit, DataFrameWriteResult, BatchTally]:
+        """Decode, key, route and write the batch in one pass; again, with the evolved reader
+        schema, when records of a newer writer schema evolve the table's schema."""
+        for _ in range(MAX_EVOLUTIONS + 1):
+            decoder = self.evolution.decoder if self.evolution is not None else self.decoder
+            tally = df.sparkSession.sparkContext.accumulator(BatchTally(), BatchTallyParam())
+            commit, written = self._write_decoded(df, decoder, tally)
+            evolving = tally.value.evolving
+            if not evolving:
+                return commit, written, tally.value
+            _abandon_quietly(commit)
+            if not self.evolution.evolve(evolving):
+                break
+        raise SchemaEvolutionFailed(f"{self.settings.table_name}: records of writer schema id(s) "
+                                    f"{sorted(evolving)} evolve the table's schema, but it could not be evolved")
+
+    def _write_decoded(self, df: DataFrame, decoder: RecordDecoder, tally) -> tuple[DeltaCommit, DataFrameWriteResult]:
+        """A deltacommit begun and its files written. One whose write fails stays inflight: tasks
+        Spark is still cancelling may yet write files, and the next run's rollback deletes
+        whatever its markers name."""
+        keep_bad_rows = self.settings.on_error == "quarantine"
+        value_columns = self.evolution.value_columns if self.evolution is not None else self.settings.value_columns
+        transform = self.settings.transform
+        if not transform:
+            step = DecodeStep(decoder, value_columns, keep_bad_rows, tally)
+            schema = pa.schema([decoder.output_schema.field(c) for c in value_columns])
+            commit = self.writer.begin_delta_commit(self.writer.check_schema(schema))
+            return commit, write_dataframe(commit, df, step)
+        decoded_schema = pa.schema([f for f in decoder.output_schema if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING)])
+        step = DecodeStep(decoder, tuple(decoded_schema.names), keep_bad_rows, tally)
+        decoded = df.mapInArrow(step.decoded_batches, from_arrow_schema(decoded_schema))
+        decoded.createOrReplaceTempView("source")  # the batch's own session: queries never share it
+        rows = decoded.sparkSession.sql(transform)
+        incoming = to_arrow_schema(rows.schema, timezone="UTC", prefers_large_types=False)
+        commit = self.writer.begin_delta_commit(self.writer.check_schema(incoming))
+        return commit, write_dataframe(commit, rows)
 
     def _lost_offsets(self, query_id: str, first: dict[tuple[str, int], int]) -> list[dict]:
         """Partitions this batch did not read from the table's next offset because Kafka no
@@ -313,23 +393,32 @@ class UpsertSink:
         report.deleted = sum(s.num_deletes for s in stats)
         report.files_written = len(stats)
 
-    def _table_rows(self, good: DataFrame) -> DataFrame:
-        transform = self.settings.transform
-        if not transform:
-            return good.select(*(self.evolution.value_columns if self.evolution else self.settings.value_columns))
-        good.createOrReplaceTempView("source")  # the batch's own session: queries never share it
-        return good.sparkSession.sql(transform)
-
-    def _handle_bad(self, bad_rows: DataFrame, query_id: str, batch_id: int, count: int) -> None:
+    def _handle_bad(self, tally: BatchTally, query_id: str, batch_id: int, what: str) -> None:
         policy = self.settings.on_error
         if policy == "fail":
-            sample = (bad_rows.select(KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET, ERROR)
-                      .orderBy(KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET).limit(3).collect())
-            where = "; ".join(f"{r[KAFKA_TOPIC]}[{r[KAFKA_PARTITION]}]@{r[KAFKA_OFFSET]}: {r[ERROR]}" for r in sample)
+            where = "; ".join(f"{t}[{p}]@{o}: {reason}" for t, p, o, reason in tally.first_samples())
             raise BadRecordError(
-                f"{self.settings.table_name}: {count} record(s) of batch {batch_id} could not be decoded "
+                f"{self.settings.table_name}: {tally.bad} record(s) of {what} could not be decoded "
                 f"(decode.on_error is 'fail'; nothing of this batch was written): {where}")
         if policy == "quarantine":
             assert self.quarantine is not None
-            self.quarantine.write(bad_rows, query_id, batch_id)
+            self.quarantine.write(tally.bad_table(), query_id, batch_id)
             failpoints.reach("sink.quarantine_committed")
+
+
+def _abandon_quietly(commit: DeltaCommit) -> None:
+    """Roll back a commit that will not complete; when storage refuses that too, the next run does."""
+    try:
+        commit.abandon()
+    except Exception as e:
+        log.warning("could not roll back deltacommit %s now (the next run will): %s", commit.instant, e)
+
+
+def _phases(written: DataFrameWriteResult, plan_seconds: float, commit_seconds: float) -> dict[str, float]:
+    """Where a batch's time went: the driver's planning (deltacommit begun, routing), the
+    task-seconds of each step of the pass (waiting for records, decoding, keying and routing)
+    and of the file writes, the wall time of the Spark jobs that ran them, and the driver's
+    commit; `progress` (Kafka lag) and `services` are added after."""
+    m = written.metrics
+    return {"plan": plan_seconds, "fetch": m.input_seconds, "decode": m.to_rows_seconds, "route": m.route_seconds,
+            "write": written.write_seconds, "jobs": written.wall_seconds, "commit": commit_seconds}

@@ -39,6 +39,9 @@ Options (all strings, case-insensitive names, as Spark options):
     Upper bound of records per micro-batch, split across partitions in proportion to their lag
     exactly as Spark's Kafka source does (partitions with lag never get 0). Also applies to
     ``Trigger.AvailableNow`` (several batches), not to ``Trigger.Once``.
+``initialBatchMaxOffsets``
+    The most records the first micro-batch of a query without a checkpoint reads, when more
+    than ``maxOffsetsPerTrigger``: a backlog loaded in one batch (the streamer's initial load).
 ``minPartitions`` / ``maxRecordsPerPartition``
     Split large offset ranges into several Spark tasks (Spark's algorithm).
 ``failOnDataLoss`` (default ``true``)
@@ -68,6 +71,12 @@ Options (all strings, case-insensitive names, as Spark options):
     ``false`` drops the ``headers`` column (Spark's schema without headers).
 ``arrowBatchSize`` (default 10000), ``arrowMaxBatchBytes`` (default 64 MiB)
     Rows / approximate key+value bytes per Arrow record batch handed to Spark.
+``packed`` (default ``false``)
+    ``true`` hands Spark one row per Arrow record batch instead of one per record:
+    ``records int, latest_timestamp timestamp, arrow binary``, where ``arrow`` is an Arrow IPC
+    stream of the batch's records in the columns above (``unpack_records`` reads it). For a
+    consumer that decodes in Python (``mapInArrow``): Spark then moves a few large values
+    instead of converting every record to a row and back.
 ``kafka.*``
     Passed to librdkafka with the prefix removed (``kafka.security.protocol``,
     ``kafka.sasl.mechanism``, ``kafka.sasl.username``, ``kafka.sasl.password``,
@@ -102,6 +111,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -165,6 +175,13 @@ KAFKA_SCHEMA_WITHOUT_HEADERS = StructType(
     ]
 )
 KAFKA_SCHEMA = StructType(KAFKA_SCHEMA_WITHOUT_HEADERS.fields + [StructField("headers", HEADERS_TYPE)])
+PACKED_SCHEMA = StructType(
+    [
+        StructField("records", IntegerType()),
+        StructField("latest_timestamp", TimestampType()),
+        StructField("arrow", BinaryType()),
+    ]
+)
 
 _ARROW_HEADER_STRUCT = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 _ARROW_HEADERS = pa.list_(pa.field("element", _ARROW_HEADER_STRUCT))
@@ -361,6 +378,7 @@ class SourceOptions:
     assign: Optional[List[TopicPartitionKey]] = None
     starting_offsets: object = "latest"
     max_offsets_per_trigger: Optional[int] = None
+    initial_batch_max_offsets: Optional[int] = None
     min_partitions: Optional[int] = None
     max_records_per_partition: Optional[int] = None
     fail_on_data_loss: bool = True
@@ -371,6 +389,7 @@ class SourceOptions:
     max_broker_outage_ms: Optional[int] = None
     group_id_prefix: str = "mor-streamer-kafka-source"
     include_headers: bool = True
+    packed: bool = False
     arrow_batch_size: int = 10_000
     arrow_max_batch_bytes: int = 64 * 1024 * 1024
 
@@ -447,6 +466,8 @@ class SourceOptions:
             )
         if "maxoffsetspertrigger" in opts:
             o.max_offsets_per_trigger = _parse_int("maxOffsetsPerTrigger", opts["maxoffsetspertrigger"], 1)
+        if "initialbatchmaxoffsets" in opts:
+            o.initial_batch_max_offsets = _parse_int("initialBatchMaxOffsets", opts["initialbatchmaxoffsets"], 1)
         if "minpartitions" in opts:
             o.min_partitions = _parse_int("minPartitions", opts["minpartitions"], 1)
         if "maxrecordsperpartition" in opts:
@@ -471,6 +492,8 @@ class SourceOptions:
             o.group_id_prefix = opts["groupidprefix"].strip()
         if "includeheaders" in opts:
             o.include_headers = _parse_bool("includeHeaders", opts["includeheaders"])
+        if "packed" in opts:
+            o.packed = _parse_bool("packed", opts["packed"])
         if "arrowbatchsize" in opts:
             o.arrow_batch_size = _parse_int("arrowBatchSize", opts["arrowbatchsize"], 1)
         if "arrowmaxbatchbytes" in opts:
@@ -799,24 +822,23 @@ class _BatchBuilder:
         self.bytes = 0
 
     def add(self, msgs: list, offsets: list) -> None:
-        before = self.bytes
-        keys = [m.key() for m in msgs]
         values = [m.value() for m in msgs]
-        self.keys += keys
+        self.keys += [m.key() for m in msgs]
         self.values += values
         self.offsets += offsets
         self.timestamps += [m.timestamp() for m in msgs]
         if self.include_headers:
             self.headers += [m.headers() for m in msgs]
         self.rows += len(msgs)
-        self.bytes += sum(map(len, filter(None, values))) + sum(map(len, filter(None, keys)))
+        added = sum(len(v) for v in values if v is not None)
+        self.bytes += added
         self._seen_rows += len(msgs)
-        self._seen_bytes += self.bytes - before
+        self._seen_bytes += added
         self.avg_bytes = self._seen_bytes / self._seen_rows
 
     def flush(self) -> pa.RecordBatch:
         n = self.rows
-        ts_types, ts_ms = zip(*self.timestamps)
+        stamps = np.array(self.timestamps, dtype=np.int64).reshape(n, 2)
         # confluent-kafka: 0 not available, 1 create time, 2 log-append time;
         # Spark / Java client: -1, 0, 1.
         cols = [
@@ -825,8 +847,8 @@ class _BatchBuilder:
             pa.repeat(pa.scalar(self.topic, pa.string()), n),
             pa.repeat(pa.scalar(self.partition, pa.int32()), n),
             pa.array(self.offsets, pa.int64()),
-            pc.multiply(pa.array(ts_ms, pa.int64()), 1000).cast(_ARROW_TS),
-            pc.subtract(pa.array(ts_types, pa.int32()), pa.scalar(1, pa.int32())),
+            pa.array(stamps[:, 1] * 1000).cast(_ARROW_TS),
+            pa.array((stamps[:, 0] - 1).astype(np.int32)),
         ]
         if self.include_headers:
             cols.append(_headers_array(self.headers))
@@ -906,7 +928,8 @@ def read_partition(
 
     timeout_s = opts.task_timeout_ms / 1000.0
     where = f"{_fmt_tp((topic, partition))} (offsets [{start}, {end}))"
-    consumer = _new_client("consumer", opts)
+    consumer = _CONSUMERS.acquire(opts)
+    reusable = False
     try:
         # 1. Where does the partition start now? (data-loss check)
         deadline = time.monotonic() + timeout_s
@@ -1013,11 +1036,82 @@ def read_partition(
                     )
             if builder.rows and (builder.rows >= batch_size or builder.bytes >= max_bytes or done):
                 yield builder.flush()
+        reusable = True
     finally:
-        try:
-            consumer.close()
-        except Exception:  # pragma: no cover
-            pass
+        _CONSUMERS.release(opts, consumer, reusable)
+
+
+def pack_records(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """One row of ``PACKED_SCHEMA`` holding a batch of records."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as stream:
+        stream.write_batch(batch)
+    return pa.RecordBatch.from_arrays(
+        [pa.array([batch.num_rows], pa.int32()), pa.array([pc.max(batch.column("timestamp"))], _ARROW_TS),
+         pa.Array.from_buffers(pa.binary(), 1, [None, pa.py_buffer(np.array([0, sink.tell()], np.int32).tobytes()),
+                                                sink.getvalue()])],
+        names=PACKED_SCHEMA.names)
+
+
+def unpack_records(packed: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+    """The batches of records in rows of ``PACKED_SCHEMA``."""
+    for value in packed.column("arrow"):
+        yield from pa.ipc.open_stream(value.as_buffer())
+
+
+class _ConsumerPool:
+    """Consumers kept by an executor's Python worker between tasks, per client configuration.
+
+    A task reads one offset range and hands its consumer back; the next task with the same
+    options takes it and assigns its own range. Connecting, authenticating and fetching
+    metadata again for every micro-batch would cost more than reading a small batch. A
+    consumer that saw an error is closed instead; idle ones are closed after `IDLE_SECONDS`.
+    """
+
+    IDLE_SECONDS = 120.0
+    MAX_IDLE = 4
+
+    def __init__(self):
+        self._idle: Dict[tuple, List[Tuple[float, object]]] = {}
+
+    @staticmethod
+    def _key(opts: SourceOptions) -> tuple:
+        return tuple(sorted((k, str(v)) for k, v in opts.consumer_config().items() if k != "group.id"))
+
+    def acquire(self, opts: SourceOptions):
+        self._close_stale()
+        idle = self._idle.get(self._key(opts))
+        if idle:
+            return idle.pop()[1]
+        return _new_client("consumer", opts)
+
+    def release(self, opts: SourceOptions, consumer, reusable: bool) -> None:
+        idle = self._idle.setdefault(self._key(opts), [])
+        if reusable and len(idle) < self.MAX_IDLE:
+            try:
+                consumer.unassign()  # stop prefetching what nobody will read
+                idle.append((time.monotonic(), consumer))
+                return
+            except Exception:
+                pass
+        _close_quietly(consumer)
+
+    def _close_stale(self) -> None:
+        cutoff = time.monotonic() - self.IDLE_SECONDS
+        for idle in self._idle.values():
+            for entry in [e for e in idle if e[0] < cutoff]:
+                idle.remove(entry)
+                _close_quietly(entry[1])
+
+
+def _close_quietly(consumer) -> None:
+    try:
+        consumer.close()
+    except Exception:  # pragma: no cover
+        pass
+
+
+_CONSUMERS = _ConsumerPool()
 
 
 # --------------------------------------------------------------------------------------------
@@ -1035,6 +1129,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest_seen: Optional[OffsetMap] = None
         self._last_planned_end: Optional[OffsetMap] = None
         self._initial: Optional[OffsetMap] = None
+        self._first_batch_max: Optional[int] = None  # a query's first batch may read more
+        self._first_batch_planned = False
 
     def __getstate__(self):
         # Sent to executors for read(): no client handles, no driver state.
@@ -1077,6 +1173,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             offsets.update(self.md.earliest(want_earliest))
             offsets.update(self.md.latest(want_latest))
         self._initial = offsets
+        if not self._first_batch_planned:  # Spark may ask for the initial offsets again later
+            self._first_batch_max = self.opts.initial_batch_max_offsets
         log.info("Kafka source initial offsets: %s", offsets_to_json(offsets))
         return offsets_to_json(offsets)
 
@@ -1134,7 +1232,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         self._latest_seen = latest
         if isinstance(limit, ReadMaxRows):
-            end = rate_limit(int(limit.max_rows), start_map, latest, self.md.earliest)
+            most = int(limit.max_rows)
+            if self._first_batch_max is not None:
+                most = max(most, self._first_batch_max)
+            end = rate_limit(most, start_map, latest, self.md.earliest)
+            if end != start_map:
+                self._first_batch_max = None
+                self._first_batch_planned = True
         else:
             end = latest
         return offsets_to_json(end)
@@ -1165,7 +1269,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [KafkaInputPartition(tp[0], tp[1], a, b) for tp, a, b in ranges]
 
     def read(self, partition: KafkaInputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        return read_partition(self.opts, partition.topic, partition.partition, partition.start, partition.end)
+        batches = read_partition(self.opts, partition.topic, partition.partition, partition.start, partition.end)
+        return map(pack_records, batches) if self.opts.packed else batches
 
     def commit(self, end: dict) -> None:
         # Offsets live in Spark's checkpoint (and the sink's table commits); nothing to do.
@@ -1188,7 +1293,10 @@ class KafkaArrowDataSource(DataSource):
         return SourceOptions.parse(self.options)
 
     def schema(self) -> StructType:
-        return KAFKA_SCHEMA if self._opts().include_headers else KAFKA_SCHEMA_WITHOUT_HEADERS
+        opts = self._opts()
+        if opts.packed:
+            return PACKED_SCHEMA
+        return KAFKA_SCHEMA if opts.include_headers else KAFKA_SCHEMA_WITHOUT_HEADERS
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
         return KafkaStreamReader(self._opts())
@@ -1208,6 +1316,9 @@ __all__ = [
     "KAFKA_SCHEMA",
     "KAFKA_SCHEMA_WITHOUT_HEADERS",
     "ARROW_SCHEMA",
+    "PACKED_SCHEMA",
+    "pack_records",
+    "unpack_records",
     "KafkaArrowDataSource",
     "KafkaStreamReader",
     "KafkaInputPartition",

@@ -51,6 +51,8 @@ BLOCK_CONTENT_VERSION = 3
 """HoodieLogBlock.version: Avro data and delete blocks start with it; hudi-rs reads only 3."""
 
 PARQUET_COMPRESSION = "snappy"
+#: Meta columns whose value is the same in every record of a data block.
+_CONSTANT_META_COLUMNS = ("_hoodie_commit_time", "_hoodie_partition_path", "_hoodie_file_name")
 
 # A block without header entries, content or footer entries still has: format version, type,
 # header count, content length, footer count, reverse pointer.
@@ -232,8 +234,8 @@ LogBlock = Union[DataBlock, DeleteBlock, CommandBlock, CorruptBlock]
 def write_log_file(storage: Storage, rel_path: str, blocks: Sequence[LogBlock]) -> int:
     """Create a new log file holding `blocks`; never appends. Returns the bytes written."""
     data = b"".join(part for block in blocks for part in _block_parts(block))
-    failpoints.torn_write("logfile.torn_write", data, lambda part: storage.create(rel_path, part))
-    storage.create(rel_path, data)
+    failpoints.torn_write("logfile.torn_write", data, lambda part: storage.write_new(rel_path, part))
+    storage.write_new(rel_path, data)
     return len(data)
 
 
@@ -296,7 +298,10 @@ def _encode_parquet(table: pa.Table, schema_json: str) -> _Bytes:
         return b""
     table = table.replace_schema_metadata({"parquet.avro.schema": schema_json, "writer.model.name": "avro"})
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression=PARQUET_COMPRESSION)
+    # Readers take a block whole, so statistics would only cost time; the meta columns that are
+    # the same in every row of a block are the ones a dictionary surely pays for.
+    constant = [c for c in _CONSTANT_META_COLUMNS if c in table.column_names]
+    pq.write_table(table, sink, compression=PARQUET_COMPRESSION, write_statistics=False, use_dictionary=constant)
     return sink.getvalue()
 
 

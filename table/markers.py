@@ -19,7 +19,7 @@ def marker_dir(instant: str) -> str:
 
 def create_marker(storage: Storage, instant: str, partition_path: str, file_name: str, io_type: str) -> None:
     rel = "/".join(p for p in (marker_dir(instant), partition_path, f"{file_name}{MARKER_SUFFIX}{io_type}") if p)
-    storage.write_bytes(rel, b"")
+    storage.touch(rel)
 
 
 def marked_files(storage: Storage, instant: str) -> list[str]:

@@ -38,16 +38,16 @@ from table.schema import (
 )
 from table.services.clustering_plan import pending_clustering_plans
 from table.services.compaction import pending_compaction_file_groups
-from table.services.rollback import rollback_pending_writes
+from table.services.rollback import rollback, rollback_pending_writes
 from table.storage import Storage
-from table.timeline import CompletedInstants, Instant, Timeline
+from table.timeline import Action, CompletedInstants, Instant, Timeline
 from table.write import (
-    FILE_ID,
     BatchSpec,
     CommitContext,
     FileGroupTarget,
+    Routing,
+    file_group_slices,
     prepare_batch,
-    route_rows,
     write_file_group,
 )
 
@@ -232,6 +232,7 @@ class TableWriter:
         self.key_generator = KeyGenerator.from_config(table.config)
         self._lease = WriterLease(table.storage, description, options.lease_ttl_seconds)
         self._open = False
+        self._rings = _Rings(table.storage)
         self.last_commit: CommitMetadata | None = None  # what the latest `complete` committed
 
     def __enter__(self) -> "TableWriter":
@@ -294,6 +295,10 @@ class TableWriter:
         failpoints.reach("deltacommit.inflight")
         return instant.timestamp, timeline
 
+    def remember_ring(self, metadata: ring.HashingMetadata) -> None:
+        """A partition this writer created: its ring, so the next commits need not load it."""
+        self._rings.add(metadata)
+
     def commit_context(self, instant: str, data_schema: pa.Schema) -> CommitContext:
         return CommitContext(
             base_uri=self.table.base_uri,
@@ -304,30 +309,27 @@ class TableWriter:
             log_block_format=self.options.log_block_format,
         )
 
-    def targets(self, instant: str, timeline: Timeline, partition_paths: list[str]) -> tuple[dict[str, ring.Router], dict[str, FileGroupTarget]]:
-        """Each partition's ring and each bucket's file group target for this commit.
+    def begin_delta_commit(self, data_schema: pa.Schema) -> "DeltaCommit":
+        """Start a deltacommit and work out where each of its records goes."""
+        instant, timeline = self.begin()
+        return DeltaCommit(self, instant, timeline, data_schema, self._routing(timeline))
+
+    def _routing(self, timeline: Timeline) -> Routing:
+        """Each partition's ring and each bucket's file group target, as of `timeline`.
 
         A group in a pending compaction plan gets its logs in a new slice at the compaction's
         instant, whose base file (not there yet) is the compaction's output. While a resize of a
         partition is pending at r, its children are targets too: their logs start slices at r,
         whose base files are the resize's output (dual writes; see `table.services.clustering`).
         """
-        storage = self.table.storage
+        rings = self._rings.as_of(timeline)
         routers: dict[str, ring.Router] = {}
         targets: dict[str, FileGroupTarget] = {}
-        view = self.table.file_system_view(timeline=timeline, partition_paths=partition_paths)
+        view = self.table.file_system_view(timeline=timeline, partition_paths=sorted(rings))
         compacting = pending_compaction_file_groups(timeline)
         resizing = {p: (plan.instant, children) for plan in pending_clustering_plans(timeline)
                     for p, children in plan.children_by_partition().items()}
-        for partition in partition_paths:
-            # as Hudi's loadMetadata: only an instant on the active timeline commits hashing
-            # metadata; and a resize this commit's timeline has pending is pending for it, even
-            # if it completed since (its records then go to the old groups and the children)
-            instants = timeline.completed_timestamps()
-            metadata = ring.load_latest(storage, partition, instants.active, pending_instants=set(instants.pending))
-            if metadata is None:
-                write_partition_metadata(storage, partition, instant)
-                metadata = ring.create_initial(storage, partition, self.options.initial_buckets)
+        for partition, metadata in rings.items():
             groups = view.file_groups(partition)
             if partition in resizing:
                 resize_instant, children = resizing[partition]
@@ -357,7 +359,7 @@ class TableWriter:
                     base_file_name=base_file_name,
                     log_version=group.next_log_version(base) if (group and base) else 1,
                 )
-        return routers, targets
+        return Routing(self.batch_spec, self.key_generator, routers, targets, self.options.initial_buckets)
 
     def complete(self, instant: str, timeline: Timeline, stats: list[WriteStat], data_schema: pa.Schema,
                  extra_metadata: dict[str, str] | None) -> None:
@@ -398,27 +400,83 @@ class TableWriter:
         self._require_open()
         data_schema = self.check_schema(records.schema)
         prepared = prepare_batch(records, self.batch_spec, self.key_generator)
-        instant, timeline = self.begin()
-        partitions = sorted(set(prepared[PARTITION_PATH].to_pylist()))
-        routers, targets = self.targets(instant, timeline, partitions)
-        prepared = route_rows(prepared, routers)
-        ctx = self.commit_context(instant, data_schema)
+        commit = self.begin_delta_commit(data_schema)
         stats: list[WriteStat] = []
-        prepared = prepared.sort_by(FILE_ID)
-        groups = pc.run_end_encode(prepared[FILE_ID].combine_chunks())
-        start = 0
-        for task_id, (file_id, end) in enumerate(zip(groups.values.to_pylist(), groups.run_ends.to_pylist())):
-            rows = prepared.slice(start, end - start)
-            start = end
-            stat = write_file_group(ctx, targets[file_id], rows, task_id)
+        for task_id, (file_id, rows) in enumerate(file_group_slices(commit.routing.route(prepared))):
+            stat = write_file_group(commit.context, commit.routing.target(file_id, rows[PARTITION_PATH][0].as_py()),
+                                    rows, task_id)
             if stat is not None:
                 stats.append(stat)
-        self.complete(instant, timeline, stats, data_schema, extra_metadata)
-        return instant
+        return commit.complete(stats, extra_metadata)
 
     def _require_open(self) -> None:
         if not self._open:
             raise RuntimeError("the writer is not open: use it as a context manager or call open()")
+
+
+class _Rings:
+    """The latest committed ring of every partition, as a writer's timeline sees them.
+
+    Only a resize changes a ring, and a resize is a replacecommit, so the rings loaded for one
+    timeline hold for the next as long as its replacecommits (pending or completed) are the
+    same; new partitions are added by the commits that create them."""
+
+    def __init__(self, storage: Storage):
+        self._storage = storage
+        self._key: tuple | None = None
+        self._rings: dict[str, ring.HashingMetadata] = {}
+
+    def as_of(self, timeline: Timeline) -> dict[str, ring.HashingMetadata]:
+        key = tuple((i.timestamp, i.state) for i in timeline.instants if i.action == Action.REPLACE_COMMIT)
+        if key != self._key:
+            instants = timeline.completed_timestamps()
+            pending = set(instants.pending)
+            loaded = {p: ring.load_latest(self._storage, p, instants.active, pending_instants=pending)
+                      for p in ring.partitions(self._storage)}
+            self._rings = {p: m for p, m in loaded.items() if m is not None}
+            self._key = key
+        return dict(self._rings)
+
+    def add(self, metadata: ring.HashingMetadata) -> None:
+        self._rings[metadata.partition_path] = metadata
+
+
+class DeltaCommit:
+    """One deltacommit in progress: begun on the timeline (requested, then inflight) with the
+    routing of its records, then completed with the write stats of the files its tasks wrote,
+    or abandoned. The in-process upsert and the Spark write both go through it."""
+
+    def __init__(self, writer: TableWriter, instant: str, timeline: Timeline, data_schema: pa.Schema,
+                 routing: Routing):
+        self.writer = writer
+        self.instant = instant
+        self.timeline = timeline
+        self.data_schema = data_schema
+        self.routing = routing
+        self.context = writer.commit_context(instant, data_schema)
+
+    def complete(self, stats: list[WriteStat], extra_metadata: dict[str, str] | None = None) -> str:
+        """Record the rings of the partitions this commit created, then complete it atomically."""
+        self._record_new_partitions(stats)
+        self.writer.complete(self.instant, self.timeline, stats, self.data_schema, extra_metadata)
+        return self.instant
+
+    def abandon(self) -> None:
+        """Roll the commit back: delete what its tasks wrote; nothing of it ever became visible."""
+        storage = self.writer.table.storage
+        rollback(storage, Timeline.load(storage), Instant(self.instant, "deltacommit", "inflight"))
+
+    def _record_new_partitions(self, stats: list[WriteStat]) -> None:
+        storage = self.writer.table.storage
+        for partition in sorted({s.partition_path for s in stats if self.routing.is_new(s.partition_path)}):
+            write_partition_metadata(storage, partition, self.instant)
+            used = self.routing.router(partition).metadata
+            stored = ring.create_initial(storage, partition, self.routing.initial_buckets)
+            if stored.nodes != used.nodes:
+                raise ring.HashingMetadataError(
+                    f"partition '{partition}' was created with other buckets than this commit routed to "
+                    f"({len(stored.nodes)} against {len(used.nodes)}); the commit is not completed")
+            self.writer.remember_ring(stored)
 
 
 def _concat(tables: list[pa.Table], spec: SliceReadSpec) -> pa.Table:

@@ -1,88 +1,182 @@
-"""Distributed upsert of a Spark DataFrame: one deltacommit, data written on executors.
+"""Distributed upsert of a Spark DataFrame: one deltacommit, one pass over the rows, one shuffle.
 
-Executors key, validate and route the rows (the rings of the batch's partitions are broadcast),
-the rows are shuffled by file group, and each group writes its base or log file where it lands.
-Only the write stats come back to the driver, which completes the commit.
+A micro-batch of 100,000 records is cheap to key, route and write in Python and Arrow, and
+expensive to move between the JVM and Python, so the rows cross as few times as possible:
+
+1. One pass (`mapInArrow`) takes each Arrow batch of the input, turns it into table rows (an
+   optional function: the streamer's decoder), keys and routes them through the commit's
+   `Routing` (broadcast once), and packs each file group's rows into one Arrow IPC stream, a
+   single binary value. The JVM sees a few dozen values per batch, not a row per record.
+2. One shuffle by file group moves those packed values.
+3. One write task per file group unpacks its rows, keeps the latest version of each key and
+   writes its base or log file (`table.write.write_file_group`).
+
+Only the write stats come back to the driver, which completes the commit. Spark runs it as two
+jobs (the shuffle's map stage and the write), whatever the batch holds.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Iterator
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
 
+import numpy as np
 import pyarrow as pa
-from pyspark import StorageLevel
+from pyspark.accumulators import AccumulatorParam
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from table.commit_metadata import WriteStat
-from table.keys import KeyGenerator
-from table.mor_table import TableWriter
-from table.schema import PARTITION_PATH, RECORD_KEY
-from table.write import FILE_ID, IS_DELETE, POSITION, dedupe_latest, prepare_batch, route_rows, write_file_group
+from table.mor_table import DeltaCommit, TableWriter
+from table.schema import PARTITION_PATH
+from table.write import FILE_ID, POSITION, CommitContext, Routing, dedupe_latest, file_group_slices, write_file_group
 
-STAT_SCHEMA = "stat string"
+PACKED = "rows"
+PACKED_SCHEMA = f"{FILE_ID} string, {PACKED} binary"
+STAT_SCHEMA = "stat string, seconds double"
+#: Position of a row in its task's input: task id in the high bits, as monotonically_increasing_id.
+_TASK_POSITION_SHIFT = 33
+#: Write tasks per core: one wave of tasks, each writing several file groups one after another.
+TASKS_PER_CORE = 1
+
+ToRows = Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table]
+
+
+@dataclass
+class PassMetrics:
+    """What the pass did, summed over its tasks (task-seconds, not wall time)."""
+
+    rows: int = 0
+    input_seconds: float = 0.0  # waiting for the next input batch: reading it and handing it over
+    to_rows_seconds: float = 0.0
+    route_seconds: float = 0.0
+
+    def add(self, other: "PassMetrics") -> "PassMetrics":
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        return self
+
+
+class _PassMetricsParam(AccumulatorParam):
+    def zero(self, value: PassMetrics) -> PassMetrics:
+        return PassMetrics()
+
+    def addInPlace(self, value1: PassMetrics, value2: PassMetrics) -> PassMetrics:
+        return value1.add(value2)
+
+
+@dataclass
+class DataFrameWriteResult:
+    stats: list[WriteStat]
+    metrics: PassMetrics
+    write_seconds: float  # task-seconds the write tasks spent writing files
+    wall_seconds: float
+    tasks: int
 
 
 def upsert_dataframe(writer: TableWriter, df: DataFrame, extra_metadata: dict[str, str] | None = None) -> str | None:
-    """Upsert a DataFrame as one deltacommit; returns the instant, or None for an empty batch."""
+    """Upsert a DataFrame as one deltacommit; returns the instant, or None for an empty DataFrame."""
     incoming = to_arrow_schema(df.schema, timezone="UTC", prefers_large_types=False)
-    data_schema = writer.check_schema(incoming)
-    spec = writer.batch_spec
-    key_generator = writer.key_generator
-    # Keyed rows carry their partition and record key; dedup happens per file group below.
-    df = df.withColumn(POSITION, F.monotonically_increasing_id())
-    keyed_schema = _keyed_schema(incoming.append(pa.field(POSITION, pa.int64())), spec.delete_field)
-    keyed = df.mapInArrow(lambda batches: _key_batches(batches, spec, key_generator), from_arrow_schema(keyed_schema))
-    keyed = keyed.persist(StorageLevel.MEMORY_AND_DISK)
+    commit = writer.begin_delta_commit(writer.check_schema(incoming))
+    # A failed write stays inflight: tasks Spark is still cancelling may yet write files, and
+    # the next writer's rollback deletes whatever its markers name.
+    result = write_dataframe(commit, df)
+    if result.metrics.rows == 0:
+        commit.abandon()
+        return None
+    return commit.complete(result.stats, extra_metadata)
+
+
+def write_dataframe(commit: DeltaCommit, df: DataFrame, to_rows: ToRows | None = None) -> DataFrameWriteResult:
+    """Write the DataFrame's rows (each input batch through `to_rows` first, when given) into
+    the commit's file groups; the commit is left for the caller to complete or abandon."""
+    started = time.monotonic()
+    sc = df.sparkSession.sparkContext
+    routing = sc.broadcast(commit.routing)
+    metrics = sc.accumulator(PassMetrics(), _PassMetricsParam())
     try:
-        partitions = sorted(r[0] for r in keyed.select(PARTITION_PATH).distinct().collect())
-        if not partitions:
-            return None
-        instant, timeline = writer.begin()
-        routers, targets = writer.targets(instant, timeline, partitions)
-        spark = df.sparkSession
-        routers_bc = spark.sparkContext.broadcast(routers)
-        ctx = writer.commit_context(instant, data_schema)
-        targets_bc = spark.sparkContext.broadcast(targets)
-        routed_schema = pa.schema(list(keyed_schema) + [pa.field(FILE_ID, pa.string())])
-        routed = keyed.mapInArrow(lambda batches: _route_batches(batches, routers_bc), from_arrow_schema(routed_schema))
-        ordering_field = spec.ordering_field
+        packed = df.mapInArrow(partial(_key_route_pack, routing, to_rows, metrics), PACKED_SCHEMA)
+        tasks = write_tasks(commit.routing, sc.defaultParallelism)
+        ctx = commit.context
 
-        def write_group(group: pa.Table) -> pa.Table:
-            from pyspark import TaskContext
+        def write(group: pa.Table) -> pa.Table:  # the type hints tell Spark which Arrow API this is
+            return _write_file_group(ctx, routing, group)
 
-            task = TaskContext.get()
-            rows = dedupe_latest(group, ordering_field)
-            file_id = rows[FILE_ID][0].as_py()
-            stat = write_file_group(ctx, targets_bc.value[file_id], rows, task.partitionId(), task.attemptNumber())
-            return pa.table({"stat": pa.array([json.dumps(stat.to_dict())] if stat else [], pa.string())})
-
-        stat_rows = routed.groupBy(FILE_ID).applyInArrow(write_group, STAT_SCHEMA).collect()
-        stats = [WriteStat.from_dict(json.loads(r.stat)) for r in stat_rows]
-        writer.complete(instant, timeline, stats, data_schema, extra_metadata)
-        return instant
+        rows = packed.repartition(tasks, FILE_ID).groupBy(FILE_ID).applyInArrow(write, STAT_SCHEMA).collect()
     finally:
-        keyed.unpersist()
+        routing.unpersist()
+    stats = [WriteStat.from_dict(json.loads(r.stat)) for r in rows if r.stat is not None]
+    return DataFrameWriteResult(stats, metrics.value, sum(r.seconds for r in rows), time.monotonic() - started,
+                                tasks)
 
 
-def _keyed_schema(incoming: pa.Schema, delete_field: str | None) -> pa.Schema:
-    fields = [f for f in incoming if f.name != delete_field]
-    return pa.schema(fields + [pa.field(RECORD_KEY, pa.string()), pa.field(PARTITION_PATH, pa.string()),
-                               pa.field(IS_DELETE, pa.bool_())])
+def write_tasks(routing: Routing, cores: int) -> int:
+    """Tasks of the write stage: as many as file groups, up to a few per core."""
+    most = max(1, cores * TASKS_PER_CORE)
+    groups = len(routing.targets)
+    return min(groups, most) if groups else most
 
 
-def _key_batches(batches: Iterator[pa.RecordBatch], spec, key_generator: KeyGenerator) -> Iterator[pa.RecordBatch]:
+# ---- executors ---------------------------------------------------------------------------------
+
+def _key_route_pack(routing_bc, to_rows: ToRows | None, metrics, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The pass: input batches in, one packed row per file group and batch out."""
+    from pyspark import TaskContext
+
+    routing: Routing = routing_bc.value
+    position = TaskContext.get().partitionId() << _TASK_POSITION_SHIFT
+    done = PassMetrics()
+    clock = time.perf_counter()
     for batch in batches:
-        table = pa.Table.from_batches([batch])
-        # No cross-batch dedup here: the same key may come back in another batch; the
-        # per-file-group dedup after the shuffle settles it.
-        prepared = prepare_batch(table, spec, key_generator, dedupe=False)
-        yield from prepared.to_batches()
+        now = time.perf_counter()
+        done.input_seconds += now - clock
+        rows = to_rows(batch) if to_rows is not None else batch
+        clock, now = now, time.perf_counter()
+        done.to_rows_seconds += now - clock
+        if rows.num_rows:
+            prepared = routing.prepare(rows, dedupe=False)
+            prepared = prepared.append_column(POSITION, pa.array(np.arange(position, position + rows.num_rows)))
+            position += rows.num_rows
+            done.rows += rows.num_rows
+            yield pack(file_group_slices(routing.route(prepared)))
+        clock, now = now, time.perf_counter()
+        done.route_seconds += now - clock
+        clock = now
+    metrics.add(done)
 
 
-def _route_batches(batches: Iterator[pa.RecordBatch], routers_bc) -> Iterator[pa.RecordBatch]:
-    routers = routers_bc.value
-    for batch in batches:
-        yield from route_rows(batch, routers).to_batches()
+def pack(groups: Iterator[tuple[str, pa.Table]]) -> pa.RecordBatch:
+    """One row per file group: its id and its rows as one Arrow IPC stream."""
+    file_ids, ends = [], [0]
+    sink = pa.BufferOutputStream()
+    for file_id, rows in groups:
+        rows = rows.drop_columns([FILE_ID])
+        with pa.ipc.new_stream(sink, rows.schema) as stream:
+            stream.write_table(rows)
+        file_ids.append(file_id)
+        ends.append(sink.tell())
+    data = sink.getvalue()
+    offsets = pa.py_buffer(np.array(ends, dtype=np.int32).tobytes())
+    streams = pa.Array.from_buffers(pa.binary(), len(file_ids), [None, offsets, data])
+    return pa.RecordBatch.from_arrays([pa.array(file_ids, pa.string()), streams], names=[FILE_ID, PACKED])
+
+
+def unpack(streams: pa.Array | pa.ChunkedArray) -> pa.Table:
+    tables = [pa.ipc.open_stream(value.as_buffer()).read_all() for value in streams]
+    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
+def _write_file_group(ctx: CommitContext, routing_bc, group: pa.Table) -> pa.Table:
+    from pyspark import TaskContext
+
+    started = time.perf_counter()
+    task = TaskContext.get()
+    file_id = group[FILE_ID][0].as_py()
+    rows = dedupe_latest(unpack(group[PACKED]), ctx.ordering_field)
+    target = routing_bc.value.target(file_id, rows[PARTITION_PATH][0].as_py())
+    stat = write_file_group(ctx, target, rows, task.partitionId(), task.attemptNumber())
+    return pa.table({"stat": pa.array([json.dumps(stat.to_dict()) if stat else None], pa.string()),
+                     "seconds": pa.array([time.perf_counter() - started], pa.float64())})

@@ -113,6 +113,33 @@ class Storage:
         with self.filesystem.open_output_stream(target) as out:
             out.write(data)
 
+    def write_new(self, rel: str, data: bytes | bytearray | memoryview) -> None:
+        """Write a data file of a pending instant: exclusively (FileExistsError when it exists),
+        in place and durably. Readers never look at a pending instant's files, and its rollback
+        deletes what a killed write left, so no temporary name is needed."""
+        target = self.full_path(rel)
+        self.makedirs(_parent(rel))
+        if self.is_local:
+            with open(target, "xb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            return
+        if self.exists(rel):
+            raise FileExistsError(target)
+        with self.filesystem.open_output_stream(target) as out:
+            out.write(data)
+
+    def touch(self, rel: str) -> None:
+        """Create an empty file (a marker): its name is all it says, so nothing is synced."""
+        target = self.full_path(rel)
+        self.makedirs(_parent(rel))
+        if self.is_local:
+            open(target, "ab").close()
+        else:
+            with self.filesystem.open_output_stream(target):
+                pass
+
     def temp_files_of(self, rel: str) -> list[str]:
         """Temporary files a write of `rel` left when its process was killed before the file was
         moved into place (local disks only: other file systems write in place)."""

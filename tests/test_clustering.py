@@ -16,7 +16,6 @@ import textwrap
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -39,7 +38,7 @@ from table.services.compaction import CompactionStrategy, execute_compaction, sc
 from table.lease import WriterLease
 from table.timeline import Instant
 from table.timeline_plans import deserialize_plan
-from table.write import FILE_ID, prepare_batch, route_rows, write_file_group
+from table.write import file_group_slices, prepare_batch, write_file_group
 from test_table_engine import DATA_COLUMNS, SCHEMA, by_key, hudi_rs_read, make_table, row, strip, write_options
 
 pytestmark = pytest.mark.unit
@@ -238,16 +237,12 @@ def test_a_commit_that_began_while_a_resize_was_pending_dual_writes_though_the_r
         stream.batches += 1
         stream.oracle.apply_batch(rows)
         records = pa.Table.from_pylist(rows, schema=SCHEMA)
-        data_schema = writer.check_schema(records.schema)
         prepared = prepare_batch(records, writer.batch_spec, writer.key_generator)
-        delta, timeline = writer.begin()  # its timeline has the resize pending
-        execute_clustering(table, instant)  # an async executor completes it before the commit routes
-        routers, targets = writer.targets(delta, timeline, [""])
-        routed = route_rows(prepared, routers)
-        ctx = writer.commit_context(delta, data_schema)
-        stats = [write_file_group(ctx, targets[f], routed.filter(pc.equal(routed[FILE_ID], f)), task)
-                 for task, f in enumerate(sorted(set(routed[FILE_ID].to_pylist())))]
-        writer.complete(delta, timeline, [s for s in stats if s], data_schema, None)
+        commit = writer.begin_delta_commit(writer.check_schema(records.schema))  # the resize is pending for it
+        execute_clustering(table, instant)  # an async executor completes it before the commit writes
+        stats = [write_file_group(commit.context, commit.routing.target(f, ""), rows, task)
+                 for task, (f, rows) in enumerate(file_group_slices(commit.routing.route(prepared)))]
+        delta = commit.complete([s for s in stats if s])
 
         assert not list(path.glob(f"*_{delta}.parquet")), "no new base file hides the resize's output"
         assert_readers_exact(path, stream, "after a commit that straddled the completion")

@@ -387,6 +387,8 @@ def test_reader_options_for_a_topic_list():
         ("maxOffsetsPerTrigger", "1000"),
         ("failOnDataLoss", "false"),
         ("maxBrokerOutageMs", "300000"),
+        ("includeHeaders", "false"),
+        ("packed", "true"),
         ("kafka.security.protocol", "SASL_SSL"),
         ("minPartitions", "4"),
     ]
@@ -403,6 +405,8 @@ def test_reader_options_for_a_topic_pattern_and_offsets():
         "startingOffsets": options["startingOffsets"],
         "failOnDataLoss": "true",
         "maxBrokerOutageMs": "300000",
+        "includeHeaders": "false",
+        "packed": "true",
     }
     assert json.loads(options["startingOffsets"]) == {"orders-eu": {"0": 5, "1": -2}}
 

@@ -105,6 +105,28 @@ def test_hash_value_is_masked_xxh32_seed0_of_the_utf8_key(key, expected_hash, _b
     assert ch.hash_values(pa.array([key]))[0] == expected_hash
 
 
+def test_hashing_a_whole_array_equals_hashing_each_key_whatever_their_lengths():
+    import random
+
+    from table.index.xxh32 import xxh32
+
+    rng = random.Random(5)
+    keys = ["".join(chr(rng.randint(32, 0x2FF)) for _ in range(rng.randint(0, 70))) for _ in range(3000)]
+    array = pa.array(keys)
+    expected = [reference_xxh32(k.encode("utf-8")) for k in keys]
+    assert xxh32(array).tolist() == expected
+    assert xxh32(array.slice(17, 900)).tolist() == expected[17:917]
+    same_length = pa.array([f"ord-{i:010d}" for i in range(500)])
+    assert xxh32(same_length.slice(3)).tolist() == [reference_xxh32(k.encode()) for k in same_length.to_pylist()[3:]]
+
+
+def test_complex_keys_hash_alike_in_bulk_and_one_by_one():
+    keys = ["id:7,region:emea", "id:__null__,region:x", "id:a:b,region:y", "plain", "region:apac,id:9", "id:,region:"]
+    fields = ["id", "region"]
+    assert ch.hash_values(pa.array(keys), fields).tolist() == [ch.hash_value(k, fields) for k in keys]
+    assert ch.hash_values(pa.array(keys), ["id"]).tolist() == [ch.hash_value(k, ["id"]) for k in keys]
+
+
 def test_routing_agrees_with_independently_computed_buckets_on_a_fixed_ring():
     router = Router(ring(RING4), index_key_fields=["uuid"])
     keys = [k for k, _, _ in KNOWN]

@@ -50,13 +50,15 @@ from table.spark_source import register
 from table.timeline import State
 
 BATCH = 300  # source.max_offsets_per_trigger: each run's batches are small
-BATCHES = 7
+BATCHES = 8  # the first batch, the initial load, takes two batches' worth
 
 # Every failure point, in the order the chain crashes at them. What each run does before its
-# crash follows from the crash before it: the first batch creates the table and its buckets
-# (two per partition, over a tiny split threshold), so the first clustering splits them.
+# crash follows from the crash before it: the first batch, the initial load of the backlog,
+# creates the table and its buckets (two per partition, over a tiny split threshold), so the
+# first clustering splits them.
 CHAIN = [
-    "clustering.requested",       # run 1: batch 1 committed, its inline clustering planned
+    "deltacommit.base_file_written",  # run 1: the initial load (batch 1) dies writing base files
+    "clustering.requested",       # the restart writes batch 1 again; its inline clustering planned
     "clustering.files_written",   # the restart executes the plan (services resume at start)
     "clustering.completed",
     "deltacommit.requested",      # batch 2, over and over: each restart rolls the last one back
@@ -92,7 +94,7 @@ def matrix_config(tmp_path: Path, bootstrap: str, topic: str) -> dict:
     partition), never merge; clean and archival keep few instants, so each has work early."""
     return order_config(
         tmp_path, "orders", bootstrap, topic,
-        source={"max_offsets_per_trigger": BATCH},
+        source={"max_offsets_per_trigger": BATCH, "initial_load_max_records": 2 * BATCH},
         decode={"on_error": "quarantine"},
         index={"initial_buckets": 2, "max_buckets": 4, "split_threshold_mb": 0.001, "merge_threshold_mb": 0},
         services={"clustering": {"mode": "inline", "every_delta_commits": 1},

@@ -11,6 +11,7 @@ import json
 import time
 import uuid
 
+import pyarrow as pa
 import pytest
 
 import kafka_broker
@@ -264,6 +265,39 @@ def test_reads_every_record_exactly_once_with_all_columns(kspark, kafka_bootstra
                               startingOffsets="earliest")
     assert _sort(sink.rows) == _sort(_expected(topic, records, acks))
     assert len(sink.rows) == 300 and {r[3] for r in sink.rows} == {0, 1, 2}
+
+
+@pytest.mark.e2e
+def test_packed_rows_hold_every_record_once_with_the_same_columns(kspark, kafka_bootstrap, kafka_topic, tmp_path):
+    topic = kafka_topic(partitions=3, prefix="packed")
+    records = _records(3, 3_000)
+    acks = kafka_broker.produce(kafka_bootstrap, topic, records)
+    batches: list[pa.RecordBatch] = []
+    stated: list[tuple[int, object]] = []  # what each packed row says of its records
+
+    def unpack_all(df, batch_id):
+        for row in df.collect():
+            packed = pa.RecordBatch.from_pydict({"arrow": pa.array([bytes(row.arrow)], pa.binary())})
+            batches.extend(src.unpack_records(packed))
+            stated.append((row.records, row.latest_timestamp))
+
+    df = _stream(kspark, kafka_bootstrap, subscribe=topic, startingOffsets="earliest", packed="true",
+                 arrowBatchSize=400)
+    assert df.schema == src.PACKED_SCHEMA
+    q = (df.writeStream.foreachBatch(unpack_all).option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start())
+    assert q.awaitTermination(120)
+    rows = pa.Table.from_batches(batches)
+    assert rows.schema == src.ARROW_SCHEMA
+    got = [(r["key"], r["value"], r["topic"], r["partition"], r["offset"],
+            int(r["timestamp"].timestamp() * 1000), r["timestampType"],
+            None if r["headers"] is None else [(h["key"], h["value"]) for h in r["headers"]])
+           for r in rows.to_pylist()]
+    assert _sort(got) == _sort(_expected(topic, records, acks))
+    assert [n for n, _ in stated] == [b.num_rows for b in batches]
+    assert max(b.num_rows for b in batches) <= 400  # one packed row per Arrow batch the source made
+    newest = [max(b.column("timestamp").to_pylist()) for b in batches]
+    assert [t.replace(tzinfo=None) for _, t in stated] == [t.replace(tzinfo=None) for t in newest]
 
 
 @pytest.mark.e2e

@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from table.index.xxh32 import xxh32
 from table.jackson import jackson_dumps
 from table.storage import Storage
 
@@ -263,18 +264,20 @@ def hash_value(record_key: str, index_key_fields: Sequence[str] | None = None) -
 def hash_values(record_keys, index_key_fields: Sequence[str] | None = None) -> np.ndarray:
     """The masked hash of each record key (a pyarrow string array or a sequence of str), int64."""
     array = _key_array(record_keys)
-    h = xxhash.xxh32_intdigest
     if len(array) and bool(pc.any(pc.match_substring(array, COLUMN_SEP)).as_py()):
         fields = list(index_key_fields) if index_key_fields else None
         joined = _joined_plain_complex_keys(array, fields)
-        keys = array.to_pylist()
-        strings = joined.to_pylist() if joined is not None else [None] * len(keys)
-        hashed = [h((s if s is not None else k if COLUMN_SEP not in k else hash_key_string(k, fields)).encode("utf-8"),
-                    HASH_SEED) for k, s in zip(keys, strings)]
+        plain = pc.invert(pc.match_substring(array, COLUMN_SEP))
+        strings = pc.if_else(plain, array, joined) if joined is not None else pc.if_else(plain, array, None)
+        slow = np.flatnonzero(np.asarray(strings.is_null()))
+        if len(slow):  # keys of other shapes: Hudi's split rules, one by one
+            keys = array.take(pa.array(slow)).to_pylist()
+            strings = pc.replace_with_mask(strings, strings.is_null(),
+                                           pa.array([hash_key_string(k, fields) for k in keys], pa.string()))
+        hashed = xxh32(strings, HASH_SEED)
     else:
-        hashed = [h(k.encode("utf-8"), HASH_SEED) for k in array.to_pylist()]
-    out = np.array(hashed, dtype=np.int64) if hashed else np.empty(0, dtype=np.int64)
-    return out & HASH_VALUE_MASK
+        hashed = xxh32(array, HASH_SEED)
+    return hashed.astype(np.int64) & HASH_VALUE_MASK
 
 
 def _joined_plain_complex_keys(keys: pa.Array, fields: list[str] | None) -> pa.Array | None:
@@ -584,6 +587,22 @@ def list_versions(storage: Storage, partition_path: str) -> tuple[list[str], set
         elif name.endswith(HASHING_METADATA_COMMIT_FILE_SUFFIX):
             markers.add(instant)
     return sorted(versions), markers
+
+
+def partitions(storage: Storage) -> list[str]:
+    """The partitions that have hashing metadata ('' for a non-partitioned table)."""
+    found: list[str] = []
+
+    def walk(rel: str, partition: str) -> None:
+        entries = storage.list_dir(rel)
+        if any(e.name.endswith(HASHING_METADATA_FILE_SUFFIX) for e in entries if not e.is_dir):
+            found.append(partition)
+        for e in entries:
+            if e.is_dir and not e.name.startswith("."):
+                walk(e.path, f"{partition}/{e.name}" if partition else e.name)
+
+    walk(HASHING_METADATA_DIR, "")
+    return sorted(found)
 
 
 def load_latest(storage: Storage, partition_path: str, completed_instants: set[str] | None = None, *,

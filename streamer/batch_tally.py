@@ -1,0 +1,186 @@
+"""Decoding a micro-batch inside the write's single pass, and the tally of what it held.
+
+The sink hands `table.spark_write.write_dataframe` a `DecodeStep`: each Arrow batch of Kafka
+records is decoded on the executor that routes it, and only its good rows go on. What the
+driver needs besides the rows (the offsets read per Kafka partition, the counts, the bad records
+the policy keeps, the schema ids of records that evolve the table's schema) is added to a
+`BatchTally` accumulator in the same pass, so no Spark job reads the batch a second time.
+
+Each entry of the tally is keyed by the Kafka partition and the first offset of the Arrow batch
+it describes, so a task Spark runs again adds the same entries, not more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.accumulators import AccumulatorParam
+
+from streamer.decode import (
+    ERROR,
+    EVOLVING,
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    KAFKA_TIMESTAMP,
+    KAFKA_TOPIC,
+    RAW_KEY,
+    RAW_VALUE,
+    RecordDecoder,
+)
+from streamer.source import unpack_records
+
+TopicPartition = tuple[str, int]
+#: The column of the `kafka-arrow` source's packed rows that holds the records.
+PACKED_COLUMN = "arrow"
+#: Bad records kept for `fail`'s message.
+SAMPLES = 3
+#: The columns of a bad record the quarantine table takes.
+BAD_COLUMNS = (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET, KAFKA_TIMESTAMP, RAW_KEY, RAW_VALUE, ERROR)
+
+
+@dataclass(frozen=True)
+class SliceRead:
+    """One Arrow batch's share of a Kafka partition: its last offset and its counts."""
+
+    last: int
+    records: int
+    bad: int
+    oldest_timestamp: int | None  # Kafka timestamps, microseconds since the epoch
+    newest_timestamp: int | None
+
+
+@dataclass
+class BatchTally:
+    """What a micro-batch held, gathered by the tasks that decoded it."""
+
+    reads: dict[tuple[str, int, int], SliceRead] = field(default_factory=dict)  # (topic, partition, first offset)
+    bad_rows: dict[tuple[str, int, int], bytes] = field(default_factory=dict)  # Arrow IPC of BAD_COLUMNS
+    samples: dict[tuple[str, int, int], str] = field(default_factory=dict)  # (topic, partition, offset) -> reason
+    evolving: set[int] = field(default_factory=set)  # schema ids that evolve the reader schema
+
+    def merge(self, other: "BatchTally") -> "BatchTally":
+        self.reads.update(other.reads)
+        self.bad_rows.update(other.bad_rows)
+        self.samples.update(other.samples)
+        self.evolving |= other.evolving
+        return self
+
+    @property
+    def records(self) -> int:
+        return sum(r.records for r in self.reads.values())
+
+    @property
+    def bad(self) -> int:
+        return sum(r.bad for r in self.reads.values())
+
+    def offsets_read(self) -> dict[str, dict[int, int]]:
+        """topic -> partition -> the next offset to read after this batch."""
+        read: dict[str, dict[int, int]] = {}
+        for (topic, partition, _), r in self.reads.items():
+            parts = read.setdefault(topic, {})
+            parts[partition] = max(parts.get(partition, 0), r.last + 1)
+        return read
+
+    def first_offsets(self) -> dict[TopicPartition, int]:
+        first: dict[TopicPartition, int] = {}
+        for topic, partition, offset in self.reads:
+            first[(topic, partition)] = min(first.get((topic, partition), offset), offset)
+        return first
+
+    def timestamps(self) -> tuple[int, int] | None:
+        """The oldest and the newest Kafka timestamp of the batch's records (microseconds)."""
+        oldest = [r.oldest_timestamp for r in self.reads.values() if r.oldest_timestamp is not None]
+        newest = [r.newest_timestamp for r in self.reads.values() if r.newest_timestamp is not None]
+        return (min(oldest), max(newest)) if oldest else None
+
+    def first_samples(self) -> list[tuple[str, int, int, str]]:
+        return [(*key, reason) for key, reason in sorted(self.samples.items())[:SAMPLES]]
+
+    def bad_table(self) -> pa.Table | None:
+        tables = [pa.ipc.open_stream(data).read_all() for _, data in sorted(self.bad_rows.items())]
+        return pa.concat_tables(tables) if tables else None
+
+
+class BatchTallyParam(AccumulatorParam):
+    def zero(self, value: BatchTally) -> BatchTally:
+        return BatchTally()
+
+    def addInPlace(self, value1: BatchTally, value2: BatchTally) -> BatchTally:
+        return value1.merge(value2)
+
+
+class DecodeStep:
+    """Kafka records to table rows, on executors: `columns` of the good records. Picklable.
+
+    The records come as Spark's Kafka rows, or packed by the `kafka-arrow` source
+    (`streamer.source.PACKED_SCHEMA`)."""
+
+    def __init__(self, decoder: RecordDecoder, columns: tuple[str, ...], keep_bad_rows: bool, tally):
+        self.decoder = decoder
+        self.columns = columns
+        self.keep_bad_rows = keep_bad_rows
+        self.tally = tally
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.Table:
+        if PACKED_COLUMN in batch.schema.names:
+            parts = [self._rows(records) for records in unpack_records(batch)]
+        else:
+            parts = [self._rows(batch)]
+        schema = self.decoder.output_schema
+        return pa.Table.from_batches(parts, schema=pa.schema([schema.field(c) for c in self.columns]))
+
+    def decoded_batches(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """`mapInArrow`'s function, when the rows go through Spark again (a transform)."""
+        for batch in batches:
+            yield from self(batch).to_batches()
+
+    def _rows(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        decoded = self.decoder.decode(batch)
+        if decoded.num_rows == 0:
+            return decoded.select(list(self.columns))
+        error = decoded.column(ERROR)
+        bad = error.is_valid()
+        deferred = decoded.column(EVOLVING).is_valid() if EVOLVING in decoded.schema.names else None
+        self.tally.add(self._tally(decoded, bad, deferred))
+        good = pc.invert(bad) if deferred is None else pc.invert(pc.or_(bad, deferred))
+        rows = decoded.select(list(self.columns))
+        return rows if error.null_count == len(error) and deferred is None else rows.filter(good)
+
+    def _tally(self, decoded: pa.RecordBatch, bad: pa.BooleanArray, deferred: pa.BooleanArray | None) -> BatchTally:
+        tally = BatchTally()
+        topics, partitions = decoded.column(KAFKA_TOPIC), decoded.column(KAFKA_PARTITION)
+        offsets = np.asarray(decoded.column(KAFKA_OFFSET))
+        stamps = decoded.column(KAFKA_TIMESTAMP).cast(pa.int64())
+        if pc.count_distinct(topics).as_py() == 1 and pc.count_distinct(partitions).as_py() == 1:
+            runs = [(topics[0].as_py(), partitions[0].as_py(), np.arange(len(offsets)))]
+        else:
+            keys = pa.table({"t": topics, "p": partitions, "i": pa.array(np.arange(len(offsets)))})
+            grouped = keys.group_by(["t", "p"]).aggregate([("i", "list")])
+            runs = [(t, p, np.asarray(i)) for t, p, i in zip(grouped["t"].to_pylist(), grouped["p"].to_pylist(),
+                                                             grouped["i_list"].to_numpy(zero_copy_only=False))]
+        bad_rows = np.asarray(bad)
+        for topic, partition, rows in runs:
+            first = int(offsets[rows].min())
+            span = pc.min_max(stamps.take(pa.array(rows)))
+            tally.reads[(topic, partition, first)] = SliceRead(
+                int(offsets[rows].max()), len(rows), int(bad_rows[rows].sum()), span["min"].as_py(), span["max"].as_py())
+        if bad_rows.any():
+            where = np.flatnonzero(bad_rows)
+            errors = decoded.column(ERROR).take(pa.array(where[:SAMPLES])).to_pylist()
+            for row, reason in zip(where[:SAMPLES].tolist(), errors):
+                tally.samples[(topics[row].as_py(), partitions[row].as_py(), int(offsets[row]))] = reason
+            if self.keep_bad_rows:
+                kept = decoded.filter(bad).select(list(BAD_COLUMNS))
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, kept.schema) as stream:
+                    stream.write_batch(kept)
+                key = (topics[int(where[0])].as_py(), partitions[int(where[0])].as_py(), int(offsets[where[0]]))
+                tally.bad_rows[key] = sink.getvalue().to_pybytes()
+        if deferred is not None and deferred.true_count:
+            ids = pc.unique(pc.filter(decoded.column(EVOLVING), deferred))
+            tally.evolving.update(ids.to_pylist())
+        return tally
