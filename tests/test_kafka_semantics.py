@@ -137,10 +137,6 @@ def test_read_committed_ingests_only_committed_transactions_and_marker_gaps_are_
     assert not [m for m in commit_metadata(table_path) if DATA_LOSS_KEY in m]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "streamer/sink.py commits max(offset) + 1 of the records a batch holds, not the offsets the "
-    "batch was planned to: a transaction marker or aborted records at the end of a partition "
-    "stay behind the committed offset"))
 def test_read_committed_offsets_reach_the_end_of_each_partition_past_markers_and_aborted_records(transactional_rounds):
     _, rounds = transactional_rounds
     assert [r.committed_offsets for r in rounds] == [r.end_offsets for r in rounds]
