@@ -30,6 +30,8 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from streamer.client_logs import client_config
+
 __all__ = [
     "EmbeddedBroker",
     "BrokerStartError",
@@ -91,7 +93,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 def _admin(bootstrap: str, **extra: Any):
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": bootstrap, **extra})
+    return AdminClient(client_config({"bootstrap.servers": bootstrap, **extra}, f"admin client of {bootstrap}")[0])
 
 
 def wait_for_broker(bootstrap: str, timeout: float = 30.0, is_alive=None) -> float:
@@ -430,7 +432,7 @@ def produce(
         "queue.buffering.max.messages": 200_000,
     }
     conf.update(config or {})
-    producer = Producer(conf)
+    producer = Producer(client_config(conf, f"producer to {bootstrap}")[0])
     results: list[tuple[int, int] | None] = [None] * len(resolved)
     errors: list[str] = []
 
