@@ -5,6 +5,7 @@ quarantined. The module's Spark session is launched with the connector's jars.""
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -17,7 +18,9 @@ from ingestion import (
     end_offsets,
     order_config,
     produce_orders,
+    run_streamer,
     settled_change_events,
+    write_config,
 )
 from streamer import app
 from streamer.config import JobConfig
@@ -86,3 +89,37 @@ def test_the_spark_kafka_format_skips_or_quarantines_bad_records_and_keeps_every
     quarantined = MorTable.load(quarantining["table"]["path"] + "_quarantine").snapshot(
         columns=["partition", "offset", "value"]).to_pylist()
     assert {(r["partition"], r["offset"]): r["value"] for r in quarantined} == bad_at
+
+
+# -- `streamer run` fetches the connector itself -------------------------------------------------
+def test_streamer_run_fetches_the_connector_itself_for_a_kafka_format_table(kafka_bootstrap, kafka_topic, tmp_path):
+    topic = kafka_topic(partitions=2, prefix="orders")
+    events = settled_change_events(1_000, seed=95)
+    produce_orders(kafka_bootstrap, topic, events)
+    mapping = spark_kafka_config(tmp_path, "orders", kafka_bootstrap, topic)
+    path = write_config(tmp_path / "configs", mapping)
+
+    code, out = run_streamer(["run", str(path), "--once"], timeout=600)
+
+    assert code == 0, out[-5000:]
+    assert "spark-sql-kafka-0-10_2.13" in out  # Spark's own report of what it fetched
+    assert re.search(rf"^orders: \d+ batches, {len(events):,} records, 0 bad", out, re.MULTILINE), out[-3000:]
+    assert_table_matches(mapping["table"]["path"], events)
+    assert committed_offsets(mapping["table"]["path"], topic) == end_offsets(kafka_bootstrap, topic)
+
+
+def test_streamer_run_says_what_to_do_when_the_connector_cannot_be_fetched(tmp_path):
+    nowhere = f"http://127.0.0.1:{kafka_broker.free_port()}/maven2"  # nothing listens there
+    settings = tmp_path / "ivysettings.xml"  # the only repository Spark may fetch from
+    settings.write_text(f'<ivysettings><settings defaultResolver="nowhere"/><resolvers>'
+                        f'<ibiblio name="nowhere" m2compatible="true" root="{nowhere}"/></resolvers></ivysettings>')
+    path = write_config(tmp_path / "configs", spark_kafka_config(tmp_path, "orders", "127.0.0.1:9", "orders"))
+
+    code, out = run_streamer(["run", str(path), "--once", "--conf", f"spark.jars.ivySettings={settings}",
+                              "--conf", f"spark.jars.ivy={tmp_path / 'ivy'}"], timeout=300)
+
+    assert code == 2, out[-3000:]
+    error = next(line for line in out.splitlines() if line.startswith("error: "))
+    assert "source.format: kafka needs Spark's Kafka connector" in error
+    assert re.search(r"org\.apache\.spark:spark-sql-kafka-0-10_2\.13:\d+\.\d+\.\d+", error)
+    assert "spark.jars.repositories" in error and "spark.jars=" in error and "kafka-arrow" in error
