@@ -4,7 +4,8 @@
 
 The connector of the installed PySpark's version is fetched with `harness.maven`. PyPI can serve
 a PySpark release before Spark's jars of that version are on Maven Central (4.3.0 was); then the
-newest connector there, `FALLBACK_VERSION`, is used and the fallback logged. Jars that PySpark
+newest connector of its major version there is used, as `streamer run` does, and when Maven
+Central cannot be asked and the version is not there, `FALLBACK_VERSION` (the fallback logged). Jars that PySpark
 ships already (Scala, Hadoop, compression codecs) are left out: Spark's own copies win anyway.
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 import pyspark
 
 from harness import maven
+from streamer.kafka_connector import connector_version, published_versions
 
 FALLBACK_VERSION = "4.2.0"
 
@@ -31,13 +33,15 @@ class KafkaConnector:
 
 
 def kafka_connector(spark_version: str = pyspark.__version__) -> KafkaConnector:
+    """The connector `streamer run` would have Spark fetch (`streamer.kafka_connector`): the
+    installed Spark's, else the newest of its major version on Maven Central."""
+    version = connector_version(spark_version, published_versions())
     try:
-        return _connector(spark_version)
+        return _connector(version)
     except maven.MavenFetchError as e:
-        if spark_version == FALLBACK_VERSION:
+        if version == FALLBACK_VERSION:
             raise
-        log.warning("spark-sql-kafka-0-10 %s cannot be fetched; using %s instead: %s",
-                    spark_version, FALLBACK_VERSION, e)
+        log.warning("spark-sql-kafka-0-10 %s cannot be fetched; using %s instead: %s", version, FALLBACK_VERSION, e)
         return _connector(FALLBACK_VERSION)
 
 
