@@ -80,7 +80,9 @@ class KafkaProgress:
             client = self._new(name)
             setattr(self, name, client)
         try:
-            return call(client)
+            answer = call(client)
+            client.poll(0)  # serves the client's log lines and error events, which wait for it
+            return answer
         except BaseException:
             self._drop(name)  # the next call starts from a new connection
             raise

@@ -708,7 +708,10 @@ class _Metadata:
                 timeout = min(timeout, _FIRST_ATTEMPT_S * 2 ** (attempt - 1))
                 timeout = max(0.5, min(timeout, started + outage_s - time.monotonic()))
             try:
-                return fn(timeout)
+                answer = fn(timeout)
+                self._admin.poll(0)  # serves the client's log lines and error events, which wait for it
+                self._admin_log.cause = None  # the errors before this answer are over
+                return answer
             except KafkaSourceError:  # configuration errors, data loss: not worth retrying
                 raise
             except Exception as e:  # KafkaException, timeouts
