@@ -1,7 +1,8 @@
 """`source.format: kafka`: the job on Spark's own Kafka connector (spark-sql-kafka-0-10, fetched
 with `harness.spark`) instead of our `kafka-arrow` source. The sink must not care which: exactly
 once, resumed from the table's offsets when the Spark checkpoint is gone, bad records skipped or
-quarantined. The module's Spark session is launched with the connector's jars."""
+quarantined. The module's Spark session is launched with the connector's jars. And `streamer run`,
+as a user runs it, has Spark fetch the connector itself, or says how to provide it."""
 
 from __future__ import annotations
 
