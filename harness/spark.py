@@ -4,9 +4,10 @@
 
 The connector of the installed PySpark's version is fetched with `harness.maven`. PyPI can serve
 a PySpark release before Spark's jars of that version are on Maven Central (4.3.0 was); then the
-newest connector of its major version there is used, as `streamer run` does, and when Maven
-Central cannot be asked and the version is not there, `FALLBACK_VERSION` (the fallback logged). Jars that PySpark
-ships already (Scala, Hadoop, compression codecs) are left out: Spark's own copies win anyway.
+newest connector of its major version there is used, as `streamer run` does; when Maven Central
+cannot be asked and the version is not there, `FALLBACK_VERSION` (the fallback logged). Jars
+that PySpark ships already (Scala, Hadoop, compression codecs) are left out: Spark's own copies
+win anyway.
 """
 
 from __future__ import annotations
