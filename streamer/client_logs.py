@@ -44,10 +44,12 @@ class ClientLog:
 
     def __init__(self, client: str):
         self.client = client
-        self.cause: str | None = None  # the latest error event, e.g. "host:port/bootstrap: Connect to ... failed: Connection refused"
+        # The latest error event, e.g. "host:port/bootstrap: Connect to ... failed: Connection refused".
+        self.cause: str | None = None
         self._reported: set[str] = set()
 
-    def log(self, level: int, msg: str, *args, **kwargs) -> None:  # confluent-kafka's call: logger.log(level, fmt, ...)
+    def log(self, level: int, msg: str, *args, **kwargs) -> None:
+        """confluent-kafka's call for each line: `logger.log(level, "%s [%s] %s", facility, client, text)`."""
         if LIBRDKAFKA.isEnabledFor(logging.DEBUG):
             LIBRDKAFKA.debug(msg, *args)
 
