@@ -21,11 +21,11 @@ from pathlib import Path
 
 import yaml
 
-from bench import spark, streaming
+from bench import broker, spark, streaming
 from bench.measure import REPO, PathResult, run_measured
 from bench.report import Check, Section
 from bench.workload import W1
-from streamer.embedded_broker import EmbeddedBroker, create_topic
+from streamer.embedded_broker import create_topic
 
 TOPIC = "orders-live"
 PARTITIONS = 2
@@ -39,9 +39,9 @@ FRESHNESS = re.compile(r"orders batch (\d+) phases: .*; freshness ([\d.]+)s to (
 def scenario(w: W1, work: Path) -> Section:
     rate, seconds = RATES["quick" if w.initial_rows < 1_000_000 else "full"]
     work.mkdir(parents=True)
-    with EmbeddedBroker(log_path=str(work / "broker.log")) as broker:
-        create_topic(broker.bootstrap, TOPIC, partitions=PARTITIONS)
-        result = _run(work, w, broker.bootstrap, rate, seconds)
+    with broker.kafka(work) as bootstrap:
+        create_topic(bootstrap, TOPIC, partitions=PARTITIONS)
+        result = _run(work, w, bootstrap, rate, seconds)
     notes = [f"a producer offers {rate:,} records/s for {seconds}s (W1's events, JSON, stamped when sent); "
              f"our job runs continuously beside it with a {TRIGGER} trigger and services off.",
              "freshness: per micro-batch, from the Kafka timestamp of its oldest record to its commit; "

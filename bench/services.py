@@ -4,7 +4,7 @@
 
 W1's initial load goes into a table of ours by the in-process writer (one commit per region, so
 buckets start as base files), and only W1's upsert batches (at least MIN_BATCHES of them) go to a
-topic of an embedded broker: every run starts from a copy of that table and reads the same batches, one micro-batch each,
+topic of Apache Kafka: every run starts from a copy of that table and reads the same batches, one micro-batch each,
 through `streamer run --once` as a user runs it (own process, local[2], a generated YAML).
 
 (a) Compaction: off, `async` every 2 deltacommits (the background thread compacts while batches
@@ -35,13 +35,13 @@ from pathlib import Path
 
 import yaml
 
-from bench import spark, streaming
+from bench import broker, spark, streaming
 from bench.growth import load_ours
 from bench.measure import PathResult, run_measured
 from bench.resize_bytes import latest_sizes
 from bench.report import Section
 from bench.workload import W1, WorkloadFiles, kafka_records
-from streamer.embedded_broker import EmbeddedBroker, create_topic, produce
+from streamer.embedded_broker import create_topic, produce
 from table.failpoints import PAUSE_ENV_VAR
 from table.mor_table import MorTable
 
@@ -102,12 +102,12 @@ def scenario(w: W1, work: Path) -> Section:
         "(gaps and inline services included); batch latency: the sink's own (read, decode, upsert, "
         "commit), which leaves out what runs between batches.",
     ]
-    with EmbeddedBroker(log_path=str(work / "broker.log")) as broker:
-        details["messages"] = _produce(broker.bootstrap, files)
+    with broker.kafka(work) as bootstrap:
+        details["messages"] = _produce(bootstrap, files)
         runs = {}
         for name, (label, services) in COMPACTION_RUNS.items():
             print(f"  {name}", flush=True)
-            runs[name] = _run(work / name, w, broker.bootstrap, loaded, services)
+            runs[name] = _run(work / name, w, bootstrap, loaded, services)
             results.append(_compaction_result(name, label, w, runs[name], details["load_seconds"]))
             details["runs"][name] = runs[name].summary()
         off = runs["compaction-off"]
@@ -121,14 +121,14 @@ def scenario(w: W1, work: Path) -> Section:
         pause = max(PAUSE_MIN_SECONDS, (counted // 2 + 1) * statistics.median(off.intervals()))
         threshold = SPLIT_MARGIN * max(latest_sizes(MorTable.load(str(loaded))).values())
         print(f"  dual-writes (resize held {pause:.0f}s)", flush=True)
-        dual = _run(work / "dual-writes", w, broker.bootstrap, loaded,
+        dual = _run(work / "dual-writes", w, bootstrap, loaded,
                     {"clustering": {"mode": "async", "every_delta_commits": every}},
                     index={"initial_buckets": BUCKETS, "split_threshold_mb": threshold / MIB, "merge_threshold_mb": 0},
                     env={PAUSE_ENV_VAR: f"clustering.files_written={pause:.1f}"})
         details["runs"]["dual-writes"] = {**dual.summary(), "pause_seconds": pause, "split_threshold_bytes": threshold,
                                           "clustering_every_delta_commits": every}
         print("  compaction-off, again (the machine's drift over the runs)", flush=True)
-        again = _run(work / "compaction-off-again", w, broker.bootstrap, loaded, {})
+        again = _run(work / "compaction-off-again", w, bootstrap, loaded, {})
         details["runs"]["compaction-off-again"] = again.summary()
     results.insert(1, _compaction_result("compaction-off-again", "ours: compaction off, run again last", w, again,
                                          details["load_seconds"]))

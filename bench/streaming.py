@@ -25,7 +25,8 @@ from bench.workload import VALUE_DDL, W1
 from streamer.config import SourceSettings
 from table.mor_table import MorTable
 
-BATCH_LINE = re.compile(r"^(\S+ \S+) INFO streamer\.sink: orders batch (\d+): ([\d,]+) records, .* in ([\d.]+)s")
+# A micro-batch's line, or the initial load's when a batch query makes it (`source.format: kafka`).
+BATCH_LINE = re.compile(r"^(\S+ \S+) INFO streamer\.sink: orders (?:batch (\d+)|initial load): ([\d,]+) records, .* in ([\d.]+)s")
 PHASE_LINE = re.compile(r"DEBUG streamer\.sink: orders batch (\d+) phases: (.*?)(?:; freshness ([\d.]+)s to ([\d.]+)s)?$")
 CAUGHT_UP = re.compile(r"INFO streamer\.sink: orders batch \d+: .*; lag \S+ 0$", re.MULTILINE)
 SERVICES_OFF = {name: {"mode": "off"} for name in ("compaction", "clustering", "clean", "archive")}
@@ -55,18 +56,25 @@ def config(work: Path, w: W1, bootstrap: str, topic: str, partitions: int) -> di
 
 
 def run(work: Path, w: W1, bootstrap: str, topic: str, partitions: int,
-        trigger: str | None = None) -> tuple[PathResult, PathResult]:
+        trigger: str | None = None, source_format: str = "kafka-arrow") -> tuple[PathResult, PathResult]:
     """The upsert batches (the baseline every ratio is against) and the whole run (JVM start,
-    initial load through Kafka, upserts): `--once`, or continuous every `trigger`."""
+    initial load through Kafka, upserts): `--once`, or continuous every `trigger`; read with
+    `source_format` (Spark's own `kafka` with its connector's jars from the harness's cache)."""
     work.mkdir(parents=True)
     config_path = work / "orders.yaml"
     settings = config(work, w, bootstrap, topic, partitions)
+    settings["source"]["format"] = source_format
     if trigger:
         settings["stream"]["trigger_interval"] = trigger
     config_path.write_text(yaml.safe_dump(settings, sort_keys=False))
     argv = [sys.executable, "-m", "streamer.cli", "run", str(config_path), "--master", spark.MASTER, "--log-level", "DEBUG"]
     argv += [] if trigger else ["--once"]
-    for key, value in spark.CONF.items():
+    conf = dict(spark.CONF)
+    if source_format == "kafka":
+        from harness.spark import kafka_connector
+
+        conf["spark.jars"] = ",".join(str(jar) for jar in kafka_connector().jars)
+    for key, value in conf.items():
         argv += ["--conf", f"{key}={value}"]
     log_path = work / "streamer.log"
 
@@ -78,7 +86,7 @@ def run(work: Path, w: W1, bootstrap: str, topic: str, partitions: int,
     if code != 0:
         raise RuntimeError(f"streamer run exited {code}; log {log_path}:\n" + "\n".join(log.splitlines()[-30:]))
     lines = [m for m in map(BATCH_LINE.match, log.splitlines()) if m]
-    batch_ids = [int(m[2]) for m in lines]
+    batch_ids = [int(m[2]) if m[2] is not None else -1 for m in lines]
     batches = [(datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f"), int(m[3].replace(",", "")), float(m[4])) for m in lines]
     phases = {int(m[1]): {name: float(seconds.rstrip("s")) for name, seconds in
                           (part.split(" ") for part in m[2].split(", "))}
@@ -99,11 +107,14 @@ def run(work: Path, w: W1, bootstrap: str, topic: str, partitions: int,
                          for name in (upsert_phases[0] if upsert_phases else {})}
     first_started = batches[0][0] - timedelta(seconds=batches[0][2])
     name, mode = ("ours-continuous", f"trigger {trigger}") if trigger else ("ours", "--once")
+    ours = "ours"
+    if source_format == "kafka":
+        name, ours = f"{name}-spark-kafka", "ours, format kafka"
     upsert_result = PathResult(
-        name, f"ours: streamer run {mode} (upserts)", sum(r for _, r, _ in upserts),
+        name, f"{ours}: streamer run {mode} (upserts)", sum(r for _, r, _ in upserts),
         (upserts[-1][0] - load_end).total_seconds(), [s for _, _, s in upserts],
         (load_end - first_started).total_seconds(), rows, w.expected_rows(), rss, details)
     whole = PathResult(
-        f"{name}-whole-run", f"ours: {mode}, whole run (JVM, load)", read, wall, [s for _, _, s in batches],
+        f"{name}-whole-run", f"{ours}: {mode}, whole run (JVM, load)", read, wall, [s for _, _, s in batches],
         None, rows, w.expected_rows(), rss, details)
     return upsert_result, whole

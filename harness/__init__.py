@@ -1,1 +1,3 @@
-"""Test and benchmark harness shared by tests/ and bench/ (run from the repo root)."""
+"""Test and benchmark harness: real external systems (Apache Kafka, Maven Central jars, Apache
+Hudi as the judge) started from the repository, for tests/ and bench/. Not part of the installed
+product."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
+from streamer.client_logs import LOG_FORMAT, LOG_LEVEL_ENV
 from streamer.config import JobConfig
 from streamer.job import TableJob
 from streamer.services import BackgroundExecutor
@@ -77,8 +78,10 @@ JOB_SPARK_SETTINGS = {
 
 
 def configure_logging(level: str = "INFO") -> None:
-    """One line per event on stderr: batches, starts and stops; py4j's chatter stays out."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    """One line per event on stderr: batches, starts and stops; py4j's chatter stays out. Spark's
+    Python workers, started later, log at the same level (`client_logs.configure_worker_logging`)."""
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    os.environ[LOG_LEVEL_ENV] = level
     for ours in ("streamer", "table"):
         logging.getLogger(ours).setLevel(level)
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -99,9 +102,31 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None)
     return builder.getOrCreate()
 
 
+#: Spark's log lines that repeat what the job says itself: a query's failure with Spark's stack
+#: traces (the job logs the failure's own line, and the whole of it at DEBUG), and a warning that
+#: adaptive query execution does not apply to streams (the job never asks for it there).
+QUIET_SPARK_LOGGERS = tuple(
+    f"org.apache.spark.sql.execution.streaming.{package}{name}"
+    for name in ("MicroBatchExecution", "ResolveWriteToStream")
+    for package in ("runtime.", ""))  # the package, and the one of Spark 4.0
+
+
+def quiet_spark_loggers(spark: SparkSession) -> None:
+    """Turn off Spark's `QUIET_SPARK_LOGGERS` in the driver's JVM."""
+    jvm = spark.sparkContext._jvm
+    try:
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        off = jvm.org.apache.logging.log4j.Level.OFF
+        for name in QUIET_SPARK_LOGGERS:
+            configurator.setLevel(name, off)
+    except Exception as e:  # another logging backend under spark-submit: Spark's lines stay
+        log.debug("could not quiet Spark's loggers: %s", e)
+
+
 def run(configs: list[JobConfig], spark: SparkSession, once: bool = False) -> RunResult:
     """Run the table jobs until stopped (or, with `once`, until their topics are drained)."""
     register_kafka_source(spark)
+    quiet_spark_loggers(spark)
     executor = BackgroundExecutor()
     jobs: list[TableJob] = []
     try:
@@ -168,6 +193,8 @@ class _Runner:
                 failure = self._failure(job)
                 if failure:
                     log.error("%s: stopped with an error: %s", name, failure)
+                    if log.isEnabledFor(logging.DEBUG) and job.query.exception() is not None:
+                        log.debug("%s: the query's failure in full: %s", name, job.query.exception())
                     if job.config.stream.on_failure == "stop_application":
                         log.error("%s: stream.on_failure is stop_application: stopping every table", name)
                         return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -138,11 +139,19 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
-    from streamer import app
+    from streamer import app, kafka_connector
     from streamer.job import StartupError
     from table.lease import WriterConflictError
 
-    spark = app.spark_session(args.master, conf)
+    conf, connector = kafka_connector.with_connector(conf, [c.source.format for c in configs],
+                                                     under_spark_submit="PYSPARK_GATEWAY_PORT" in os.environ)
+    try:
+        spark = app.spark_session(args.master, conf)
+    except Exception as e:  # Spark's JVM did not start; a connector it could not fetch is the likely cause
+        if connector is None:
+            raise
+        print(f"error: {kafka_connector.unavailable(connector, e)}", file=sys.stderr)
+        return 2
     try:
         result = app.run(configs, spark, once=args.once)
     except (StartupError, WriterConflictError) as e:

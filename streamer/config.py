@@ -170,7 +170,8 @@ class SourceSettings(_Section):
 
     format: Literal["kafka-arrow", "kafka"] = Field("kafka-arrow", description=(
         "The Spark stream source: `kafka-arrow`, this project's Kafka source (confluent-kafka, no jar "
-        "needed), or `kafka`, Spark's own, which needs `spark-sql-kafka-0-10` on the classpath."))
+        "needed), or `kafka`, Spark's own, which needs `spark-sql-kafka-0-10`: `streamer run` has Spark fetch "
+        "it (`spark.jars.packages`) unless the Spark settings name it already or spark-submit runs the job."))
     bootstrap_servers: Text = Field(description="The Kafka brokers, `host:port[,host:port...]`.")
     topics: Names | None = Field(None, min_length=1, description=(
         "The topic, or list of topics, to read. Exactly one of `topics` and `topic_pattern` is required."))

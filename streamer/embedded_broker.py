@@ -11,8 +11,9 @@ for whoever *feeds* a topic (tests, demo, benchmarks), never part of the streame
 Producer rule for tansu: the high watermark it reports is the base offset of the partition's
 last record batch + 1, so the rest of a multi-record final batch stays invisible to anything
 that reads up to the high watermark until more data arrives. `produce` therefore ends each
-partition's data with a batch holding one record (flush, send the last record alone, flush).
-That is harmless on Apache Kafka, and the streamer itself never special-cases it.
+partition's data with a batch holding one record (flush, send the last record alone, flush)
+when it feeds a tansu broker this process started; Apache Kafka needs no such care, and the
+streamer itself never special-cases it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from streamer.client_logs import client_config
 
 __all__ = [
     "EmbeddedBroker",
@@ -51,6 +54,11 @@ _TANSU_ENV_VARS = (
     "SCHEMA_REGISTRY",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
 )
+
+
+# bootstrap addresses of the tansu brokers this process runs: `produce` ends their partitions
+# with a single-record batch (see the module doc).
+_RUNNING_TANSU: set[str] = set()
 
 
 class BrokerStartError(RuntimeError):
@@ -85,7 +93,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 def _admin(bootstrap: str, **extra: Any):
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": bootstrap, **extra})
+    return AdminClient(client_config({"bootstrap.servers": bootstrap, **extra}, f"admin client of {bootstrap}")[0])
 
 
 def wait_for_broker(bootstrap: str, timeout: float = 30.0, is_alive=None) -> float:
@@ -213,6 +221,7 @@ class EmbeddedBroker:
                 self.startup_seconds = wait_for_broker(
                     self.bootstrap, self.startup_timeout, is_alive=self.is_running
                 )
+                _RUNNING_TANSU.add(self.bootstrap)
                 return self
             except BrokerStartError as exc:
                 self.stop(timeout=2.0)
@@ -246,6 +255,8 @@ class EmbeddedBroker:
     def stop(self, timeout: float = 10.0) -> int | None:
         """Stop the broker: SIGINT, then SIGKILL after `timeout` seconds. Returns its exit code."""
         proc, self._proc = self._proc, None
+        if self.port is not None:
+            _RUNNING_TANSU.discard(self.bootstrap)
         rc = _stop_process(proc, timeout) if proc is not None else None
         if self._finalizer is not None:
             self._finalizer.detach()
@@ -376,7 +387,8 @@ def produce(
     list of (str, bytes|None) pairs or a dict (or None). A partition of None is chosen as the Java
     producer would for a keyed record (murmur2 of the key), and round-robin for a null key.
 
-    Every partition's data ends with a single-record batch (see the module doc). Raises
+    On a tansu broker this process started, every partition's data ends with a single-record
+    batch (see the module doc); elsewhere the producer batches as it likes. Raises
     RuntimeError if any record was not delivered. Returns (partition, offset) per record, in the
     order given.
     """
@@ -403,10 +415,12 @@ def produce(
                 partition, rr = rr % num_partitions, rr + 1
         resolved.append((int(partition), key, value, headers, ts))
 
-    last_index: dict[int, int] = {}
-    for i, (p, *_rest) in enumerate(resolved):
-        last_index[p] = i
-    tails = sorted(last_index.values())
+    tails: list[int] = []
+    if bootstrap in _RUNNING_TANSU:
+        last_index: dict[int, int] = {}
+        for i, (p, *_rest) in enumerate(resolved):
+            last_index[p] = i
+        tails = sorted(last_index.values())
     tail_set = set(tails)
 
     conf: dict[str, Any] = {
@@ -418,7 +432,7 @@ def produce(
         "queue.buffering.max.messages": 200_000,
     }
     conf.update(config or {})
-    producer = Producer(conf)
+    producer = Producer(client_config(conf, f"producer to {bootstrap}")[0])
     results: list[tuple[int, int] | None] = [None] * len(resolved)
     errors: list[str] = []
 
@@ -455,9 +469,10 @@ def produce(
             send(i)
             producer.poll(0)
     flush("body")
-    for i in tails:  # one record per partition, each its partition's last batch
-        send(i)
-    flush("tail")
+    if tails:
+        for i in tails:  # one record per partition, each its partition's last batch
+            send(i)
+        flush("tail")
     missing = [i for i, r in enumerate(results) if r is None]
     if missing:
         raise RuntimeError(f"no delivery report for {len(missing)} record(s) to {topic!r}")

@@ -11,6 +11,7 @@ import logging
 import re
 import threading
 
+from streamer.client_logs import client_config
 from streamer.config import SourceSettings
 from streamer.source import SourceOptions
 
@@ -67,9 +68,11 @@ class KafkaProgress:
         from confluent_kafka import Consumer
         from confluent_kafka.admin import AdminClient
 
+        servers = self._options.bootstrap_servers
         if name == "_admin":
-            return AdminClient(self._options.admin_config())
-        return Consumer({**self._options.consumer_config(), "group.id": self._group_id})
+            return AdminClient(client_config(self._options.admin_config(), f"admin client of {servers}")[0])
+        conf = {**self._options.consumer_config(), "group.id": self._group_id}
+        return Consumer(client_config(conf, f"consumer of group {self._group_id} at {servers}")[0])
 
     def _using(self, name: str, call):
         client = getattr(self, name)
@@ -77,7 +80,9 @@ class KafkaProgress:
             client = self._new(name)
             setattr(self, name, client)
         try:
-            return call(client)
+            answer = call(client)
+            client.poll(0)  # serves the client's log lines and error events, which wait for it
+            return answer
         except BaseException:
             self._drop(name)  # the next call starts from a new connection
             raise

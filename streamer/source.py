@@ -127,6 +127,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from streamer.client_logs import ClientLog, client_config, configure_worker_logging
+
 try:  # PySpark >= 4.2: admission control and Trigger.AvailableNow for Python sources.
     from pyspark.sql.streaming.datasource import (  # type: ignore[attr-defined]
         ReadAllAvailable,
@@ -533,14 +535,17 @@ class SourceOptions:
         return conf
 
 
-def _new_client(kind: str, opts: SourceOptions):
+def _new_client(kind: str, opts: SourceOptions) -> Tuple[object, ClientLog]:
+    """A Kafka admin client or consumer whose librdkafka logs and errors go to its `ClientLog`."""
     import confluent_kafka
     from confluent_kafka.admin import AdminClient
 
     try:
         if kind == "admin":
-            return AdminClient(opts.admin_config())
-        return confluent_kafka.Consumer(opts.consumer_config())
+            conf, client_log = client_config(opts.admin_config(), f"admin client of {opts.bootstrap_servers}")
+            return AdminClient(conf), client_log
+        conf, client_log = client_config(opts.consumer_config(), f"consumer of {opts.bootstrap_servers}")
+        return confluent_kafka.Consumer(conf), client_log
     except (confluent_kafka.KafkaException, ValueError, TypeError) as e:
         raise KafkaSourceError(
             f"cannot create the Kafka {kind} client: {opts.redact(str(e))} "
@@ -656,6 +661,9 @@ def split_ranges(
 
 #: The longest pause between two attempts of a driver-side query under ``maxBrokerOutageMs``.
 _MAX_RETRY_PAUSE_S = 10.0
+#: How long the first attempt of a driver-side query under ``maxBrokerOutageMs`` waits for an
+#: answer; each later one twice as long, up to ``fetchOffset.timeoutMs``.
+_FIRST_ATTEMPT_S = 5.0
 
 
 class _Metadata:
@@ -664,15 +672,26 @@ class _Metadata:
     def __init__(self, opts: SourceOptions):
         self.opts = opts
         self._admin = None
+        self._admin_log: Optional[ClientLog] = None
 
     @property
     def admin(self):
         if self._admin is None:
-            self._admin = _new_client("admin", self.opts)
+            self._admin, self._admin_log = _new_client("admin", self.opts)
         return self._admin
 
     def close(self) -> None:
-        self._admin = None
+        self._admin = self._admin_log = None
+
+    def _latest_cause(self, failure: BaseException) -> str:
+        """Why a request failed: the admin client's latest error event (which names the broker
+        and, say, "Connection refused") when there is one, else the request's own error."""
+        if self._admin is not None:
+            self._admin.poll(0)  # serves the client's queued log lines and error events
+        cause = self._admin_log.cause if self._admin_log is not None else None
+        if self._admin_log is not None:
+            self._admin_log.cause = None
+        return self.opts.redact(cause or str(failure))
 
     def _retrying(self, what: str, fn):
         """``fn(timeout_s)``, retried while the brokers do not answer: ``fetchOffset.numRetries``
@@ -685,14 +704,18 @@ class _Metadata:
         while True:
             attempt += 1
             timeout = o.fetch_offset_timeout_ms / 1000.0
-            if outage_s is not None:
+            if outage_s is not None:  # early attempts are short: each failure is reported
+                timeout = min(timeout, _FIRST_ATTEMPT_S * 2 ** (attempt - 1))
                 timeout = max(0.5, min(timeout, started + outage_s - time.monotonic()))
             try:
-                return fn(timeout)
+                answer = fn(timeout)
+                self._admin.poll(0)  # serves the client's log lines and error events, which wait for it
+                self._admin_log.cause = None  # the errors before this answer are over
+                return answer
             except KafkaSourceError:  # configuration errors, data loss: not worth retrying
                 raise
             except Exception as e:  # KafkaException, timeouts
-                cause = o.redact(str(e))
+                cause = self._latest_cause(e)
                 waited = time.monotonic() - started
                 if outage_s is None and attempt > o.fetch_offset_num_retries:
                     raise KafkaSourceTimeoutError(
@@ -1083,7 +1106,7 @@ class _ConsumerPool:
         idle = self._idle.get(self._key(opts))
         if idle:
             return idle.pop()[1]
-        return _new_client("consumer", opts)
+        return _new_client("consumer", opts)[0]
 
     def release(self, opts: SourceOptions, consumer, reusable: bool) -> None:
         idle = self._idle.setdefault(self._key(opts), [])
@@ -1123,6 +1146,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch stream reader. Offsets: ``{"topic": {"partition": nextOffsetToRead}}``."""
 
     def __init__(self, opts: SourceOptions):
+        configure_worker_logging()  # made in a Python process of Spark's, not the driver's
         self.opts = opts
         self._md: Optional[_Metadata] = None
         self._available_now_target: Optional[OffsetMap] = None
@@ -1269,6 +1293,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [KafkaInputPartition(tp[0], tp[1], a, b) for tp, a, b in ranges]
 
     def read(self, partition: KafkaInputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        configure_worker_logging()
         batches = read_partition(self.opts, partition.topic, partition.partition, partition.start, partition.end)
         return map(pack_records, batches) if self.opts.packed else batches
 

@@ -1,8 +1,9 @@
 """Shared fixtures: the Kafka broker (session), a Spark session (per module), table directories
 and unique topic names (per test).
 
-Nothing here replaces a real part: the broker is a real Kafka-protocol process, Spark is a real
-local[2] session.
+Nothing here replaces a real part: the broker is Apache Kafka (or the broker named by
+KAFKA_BOOTSTRAP_SERVERS, or tansu with KAFKA_TEST_BROKER=embedded), Spark is a real local[2]
+session.
 """
 
 from __future__ import annotations
@@ -29,11 +30,10 @@ _session_broker: kafka_broker.TestBroker | None = None
 # -- Kafka --------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def kafka_broker_handle(tmp_path_factory) -> kafka_broker.TestBroker:
-    """The session's broker: `.kind` (external/container/embedded), `.bootstrap`, `.pid` and
-    `.log_path` (embedded only)."""
+    """The session's broker (see tests/kafka_broker.py): `.kind` (external/kafka/embedded),
+    `.bootstrap`, `.pid` and `.log_path` (the ones this session started)."""
     global _session_broker
-    log_path = str(tmp_path_factory.mktemp("kafka") / "tansu.log")
-    broker = kafka_broker.start_test_broker(log_path=log_path)
+    broker = kafka_broker.start_test_broker(tmp_path_factory.mktemp("kafka"))
     _session_broker = broker
     try:
         yield broker
@@ -77,7 +77,35 @@ _TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 @pytest.fixture(scope="module")
-def spark(request, tmp_path_factory):
+def spark_jars() -> tuple[str, ...]:
+    """Jars the module's Spark session needs on its classpath; a module that needs some (Spark's
+    Kafka connector) overrides this fixture."""
+    return ()
+
+
+_jvm_jars: frozenset[str] = frozenset()  # the jars the running Spark JVM was launched with
+
+
+def _ensure_jvm_with(jars: tuple[str, ...]) -> None:
+    """A JVM takes jars on its classpath only at launch, and PySpark launches one per process:
+    when the running one was launched with other jars, end it so that the next session launches a
+    new one. (Exactly those jars: a module that checks what happens without a connector must not
+    find it left by an earlier module.)"""
+    global _jvm_jars
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is not None and set(jars) != _jvm_jars:
+        gateway.shutdown()
+        gateway.proc.stdin.close()  # the gateway JVM exits when its stdin closes
+        gateway.proc.wait(60)
+        SparkContext._gateway = SparkContext._jvm = None
+    if SparkContext._gateway is None:
+        _jvm_jars = frozenset(jars)
+
+
+@pytest.fixture(scope="module")
+def spark(request, tmp_path_factory, spark_jars):
     """One local[2] SparkSession per test module, stopped at the module's end."""
     # Workers must run this interpreter (this venv), not whatever `python3` is on PATH.
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -88,6 +116,7 @@ def spark(request, tmp_path_factory):
     active = SparkSession.getActiveSession()
     if active is not None:  # left over by a module that made its own; ours needs our settings
         active.stop()
+    _ensure_jvm_with(spark_jars)
     base = tmp_path_factory.mktemp("spark")
     session = (
         SparkSession.builder.master("local[2]")
@@ -107,6 +136,7 @@ def spark(request, tmp_path_factory):
         .config("spark.pyspark.python", sys.executable)
         .config("spark.pyspark.driver.python", sys.executable)
         .config("spark.sql.warehouse.dir", str(base / "warehouse"))
+        .config("spark.jars", ",".join(sorted(_jvm_jars)))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN")

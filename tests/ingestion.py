@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import hudi
@@ -12,7 +14,7 @@ import yaml
 from confluent_kafka import Consumer, TopicPartition
 
 from oracle import Oracle
-from streamer.demo import as_kafka_records
+from streamer.demo import as_kafka_records, change_events
 from table.mor_table import MorTable
 
 import kafka_broker
@@ -54,6 +56,27 @@ def write_config(directory: Path, config: dict) -> Path:
 def produce_orders(bootstrap: str, topic: str, events: list[dict]) -> list[tuple[int, int]]:
     """Produce the events keyed by order id; returns each one's (partition, offset)."""
     return kafka_broker.produce(bootstrap, topic, as_kafka_records(events))
+
+
+def settled(events: list[dict]) -> list[dict]:
+    """The events without the updates that come after their order's delete with an older
+    ordering value. Whether such an update shows depends on where batches fall (a delete of a
+    key the table does not hold yet leaves nothing behind, as in Hudi), and a continuous job's
+    batches fall where timing puts them."""
+    deleted_at: dict[str, int] = {}
+    kept = []
+    for event in events:
+        deleted = deleted_at.get(event["order_id"])
+        if deleted is not None and event["updated_at"] < deleted:
+            continue
+        if event["deleted"]:
+            deleted_at[event["order_id"]] = max(deleted or 0, event["updated_at"])
+        kept.append(event)
+    return kept
+
+
+def settled_change_events(count: int, seed: int) -> list[dict]:
+    return settled(change_events(count, seed=seed))
 
 
 def expected_rows(events: list[dict]) -> dict:
@@ -124,3 +147,35 @@ def run_streamer(args: list[str], env: dict | None = None, timeout: float = 300)
     proc = streamer_process(args, env)
     out, _ = proc.communicate(timeout=timeout)
     return proc.returncode, out
+
+
+class JobOutput:
+    """The lines a job process prints, collected as they come (Spark fills a pipe quickly)."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=lambda: self.lines.extend(proc.stdout), daemon=True)
+        self._reader.start()
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, condition, what: str, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert self.proc.poll() is None, f"the job exited while waiting for {what}:\n{self.text[-5000:]}"
+            assert time.monotonic() < deadline, f"no {what} after {timeout}s:\n{self.text[-5000:]}"
+            time.sleep(0.5)
+
+    def finish(self, timeout: float = 180) -> int:
+        code = self.proc.wait(timeout)
+        self._reader.join(10)
+        return code
+
+
+def has_read(table_path: str, topic: str, records: int) -> bool:
+    """True once the table's commits account for `records` offsets of `topic`."""
+    return (MorTable.exists(table_path) and MorTable.load(table_path).checkpoint() is not None
+            and sum(committed_offsets(table_path, topic).values()) >= records)

@@ -220,6 +220,44 @@ def matrix_table(rows: list[MatrixRow], seconds: float) -> list[str]:
     return lines
 
 
+def crash_chain(chain: list[str], config: Path, path: str, topic: str, events: list[dict],
+                offsets: list[tuple[int, int]], spark, rows: list[MatrixRow], extra_args: tuple[str, ...] = ()) -> None:
+    """`streamer run --once` killed at each point of `chain` in turn, then run to the end; the
+    table checked after every run (see the module's doc), a row per point added to `rows`."""
+    for point in [*chain, None]:
+        before = pending_instants(path) if MorTable.exists(path) else {}
+        run_started = time.monotonic()
+        code, out = run_streamer(["run", str(config), "--once", *extra_args],
+                                 env={failpoints.FAIL_ENV_VAR: point} if point else None)
+        seconds = time.monotonic() - run_started
+        if point is not None:
+            assert code == -signal.SIGKILL, f"{point} was never reached (exit {code}):\n{out[-6000:]}"
+            assert f"failpoint {point}:" in out, out[-6000:]
+        else:
+            assert code == 0, out[-6000:]
+
+        expected = expected_rows(committed_events(path, topic, events, offsets))
+        assert_readers_show(path, expected)
+        assert_data_files_belong_to_instants(path)
+        pending = pending_instants(path)
+        for row in rows:
+            if not row.outcome:
+                row.resolve_if_done(pending)
+        if point == "logfile.torn_write":
+            assert torn_log_files(path), "the killed batch left no torn log file"
+            assert spark_mor_rows(spark, path) == expected, "the mor source"
+        if point is not None:
+            rows.append(MatrixRow(point, *crash_leftovers(path, before, pending), seconds))
+
+
+def assert_whole_stream_in(path: str, topic: str, events: list[dict], bootstrap: str) -> None:
+    assert pending_instants(path) == {}
+    assert our_rows(path) == expected_rows(events)
+    assert committed_offsets(path, topic) == end_offsets(bootstrap, topic)
+    quarantined = MorTable.load(path + "_quarantine").snapshot(columns=["value"])["value"].to_pylist()
+    assert sorted(quarantined) == sorted(MALFORMED), "each malformed record once in the quarantine table"
+
+
 @pytest.mark.e2e
 def test_every_failure_point_restarts_to_the_oracle_with_nothing_lost_duplicated_or_left_pending(
         kafka_bootstrap, kafka_topic, tmp_path, spark, terminal_summary):
@@ -234,40 +272,51 @@ def test_every_failure_point_restarts_to_the_oracle_with_nothing_lost_duplicated
     rows: list[MatrixRow] = []
     started = time.monotonic()
     try:
-        for point in [*CHAIN, None]:
-            before = pending_instants(path) if MorTable.exists(path) else {}
-            run_started = time.monotonic()
-            code, out = run_streamer(["run", str(config), "--once"],
-                                     env={failpoints.FAIL_ENV_VAR: point} if point else None)
-            seconds = time.monotonic() - run_started
-            if point is not None:
-                assert code == -signal.SIGKILL, f"{point} was never reached (exit {code}):\n{out[-6000:]}"
-                assert f"failpoint {point}:" in out, out[-6000:]
-            else:
-                assert code == 0, out[-6000:]
-
-            expected = expected_rows(committed_events(path, topic, events, offsets))
-            assert_readers_show(path, expected)
-            assert_data_files_belong_to_instants(path)
-            pending = pending_instants(path)
-            for row in rows:
-                if not row.outcome:
-                    row.resolve_if_done(pending)
-            if point == "logfile.torn_write":
-                assert torn_log_files(path), "the killed batch left no torn log file"
-                assert spark_mor_rows(spark, path) == expected, "the mor source"
-            if point is not None:
-                rows.append(MatrixRow(point, *crash_leftovers(path, before, pending), seconds))
-
-        assert pending_instants(path) == {}
-        assert our_rows(path) == expected_rows(events)
-        assert committed_offsets(path, topic) == end_offsets(kafka_bootstrap, topic)
-        quarantined = MorTable.load(path + "_quarantine").snapshot(columns=["value"])["value"].to_pylist()
-        assert sorted(quarantined) == sorted(MALFORMED), "each malformed record once in the quarantine table"
+        crash_chain(CHAIN, config, path, topic, events, offsets, spark, rows)
+        assert_whole_stream_in(path, topic, events, kafka_bootstrap)
     finally:
         if rows:
             terminal_summary.extend(matrix_table(rows, time.monotonic() - started))
     assert [r.point for r in rows] == CHAIN and all(r.outcome for r in rows)
+
+
+# The points where the source matters, for Spark's own `kafka` format: the initial load (a batch
+# query before the stream with that format) killed writing, a commit Spark's checkpoint does not
+# know of (the restart must not read its records again), and a quarantine commit before its
+# batch's own. The other points are the table's, whichever source feeds it.
+KAFKA_FORMAT_CHAIN = [
+    "deltacommit.base_file_written",  # run 1: the initial load's batch query dies writing base files
+    "deltacommit.completed",          # the restart loads again and commits; killed before Spark records it
+    "sink.quarantine_committed",      # the last batch holds the malformed records
+]
+
+
+@pytest.mark.e2e
+def test_failure_points_of_the_source_restart_to_the_oracle_with_sparks_kafka_format(
+        kafka_bootstrap, kafka_topic, tmp_path, spark, terminal_summary):
+    from harness.spark import kafka_connector
+
+    jars = ",".join(str(jar) for jar in kafka_connector().jars)
+    topic = kafka_topic(partitions=2, prefix="orders")
+    events = two_region_events(6 * BATCH, seed=98)
+    bad = [(b"bad", raw, None) for raw in MALFORMED]
+    offsets = kafka_broker.produce(kafka_bootstrap, topic, as_kafka_records(events) + bad)
+    mapping = order_config(tmp_path, "orders", kafka_bootstrap, topic, decode={"on_error": "quarantine"},
+                           source={"format": "kafka", "max_offsets_per_trigger": BATCH,
+                                   "initial_load_max_records": 2 * BATCH})
+    config = write_config(tmp_path / "configs", mapping)
+    path = str(tmp_path / "tables" / "orders")
+
+    rows: list[MatrixRow] = []
+    started = time.monotonic()
+    try:
+        crash_chain(KAFKA_FORMAT_CHAIN, config, path, topic, events, offsets, spark, rows,
+                    extra_args=("--conf", f"spark.jars={jars}"))
+        assert_whole_stream_in(path, topic, events, kafka_bootstrap)
+    finally:
+        if rows:
+            terminal_summary.extend(["source.format: kafka"] + matrix_table(rows, time.monotonic() - started))
+    assert [r.point for r in rows] == KAFKA_FORMAT_CHAIN and all(r.outcome for r in rows)
 
 
 @pytest.mark.unit

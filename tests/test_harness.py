@@ -1,12 +1,14 @@
-"""The test harness itself: the broker stores and serves what is produced, the producer helper's
-single-record tail makes the high watermark cover everything, and Spark runs on this venv."""
+"""The test harness itself: the broker stores and serves what is produced, its high watermark
+covers everything produced, and Spark runs on this venv."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -82,7 +84,7 @@ def test_broker_stores_and_serves_every_record(kafka_bootstrap, kafka_topic):
     for p in range(partitions):
         # every record once, in the order sent
         assert got_by_partition[p] == sent_by_partition[p], f"partition {p} differs"
-        # the high watermark covers every record (the single-record tail batch rule)
+        # the high watermark covers every record
         assert watermarks[p] == (0, len(sent_by_partition[p])), f"partition {p}: watermarks {watermarks[p]}"
 
 
@@ -152,3 +154,28 @@ def test_spark_session_runs_on_this_interpreter(spark):
     found = {r[0] for r in spark.range(0, 10, numPartitions=2).select(executable("id")).collect()}
     assert found == {sys.executable}
     assert os.environ["PYSPARK_PYTHON"] == sys.executable
+
+
+def _fetch_clients(cache: str) -> list[str]:
+    from harness import maven
+
+    jars = maven.fetch("clients", "4.4.0", ["org.apache.kafka:kafka-clients:4.4.0"], cache=Path(cache))
+    return [j.name for j in jars.jars]
+
+
+def test_maven_fetch_gives_racing_processes_one_complete_jar_set(tmp_path):
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        first, second = pool.map(_fetch_clients, [str(tmp_path)] * 2)
+
+    assert first == second and "kafka-clients-4.4.0.jar" in first and "lz4-java-1.11.2.jar" in first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clients-4.4.0", "clients-4.4.0.lock"]  # no leftovers
+    assert _fetch_clients(str(tmp_path)) == first  # found, not fetched again
+
+
+def test_maven_fetch_names_the_artifact_maven_cannot_resolve(tmp_path):
+    from harness import maven
+
+    with pytest.raises(maven.MavenFetchError, match=r"mvn could not fetch org\.apache\.kafka:kafka-clients:0\.0\.404 "):
+        maven.fetch("missing", "1", ["org.apache.kafka:kafka-clients:0.0.404", "org.slf4j:slf4j-api:1.7.36"],
+                    cache=tmp_path)
+    assert not (tmp_path / "missing-1").exists()

@@ -1,0 +1,284 @@
+"""Apache Kafka itself, started from its Maven Central jars: one KRaft process that is both broker
+and controller, on a free loopback port, with its data in a directory of its own.
+
+    with KafkaBroker() as kafka:
+        kafka.create_topic("orders", partitions=3, config={"retention.ms": "1000"})
+        ... kafka.bootstrap ...
+        kafka.restart()      # same port, same data: topics and offsets survive
+
+No Docker and no tarball: the jars come from `harness.maven` (fetched once into the clone's
+`.cache/`), the storage is formatted with Kafka's own StorageTool, and the server runs as
+`java -cp <jars> kafka.Kafka server.properties`. Its settings suit tests: one replica for every
+internal topic, no rebalance delay, retention checked every second, no automatic topic creation.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import uuid
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+
+from harness import maven
+from streamer.embedded_broker import BrokerStartError, create_topic, free_port, wait_for_broker
+
+KAFKA_VERSION = "4.4.0"
+LOG4J_VERSION = "2.25.5"  # the log4j-api Kafka depends on; its slf4j binding must match
+ARTIFACTS = (
+    f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",  # brings server, metadata, raft, storage, clients
+    f"org.apache.logging.log4j:log4j-slf4j-impl:{LOG4J_VERSION}",  # Kafka logs through slf4j 1.x
+)
+JVM_OPTIONS = (
+    "-Xms128m", "-Xmx512m",
+    "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",  # small, short-lived: start fast on 2 cores
+    "-Djava.awt.headless=true",
+)
+
+# Settings for one node that tests start and stop at will (`overrides` replace any of them).
+TEST_SETTINGS = {
+    "num.partitions": "1",
+    "default.replication.factor": "1",
+    "min.insync.replicas": "1",
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "4",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "4",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "auto.create.topics.enable": "false",
+    # Records are kept whatever their timestamps (tests produce some from years ago) unless a
+    # topic's retention.ms says otherwise; then retention and deletion happen within seconds.
+    "log.retention.ms": "-1",
+    "log.initial.task.delay.ms": "500",
+    "log.retention.check.interval.ms": "1000",
+    "log.segment.delete.delay.ms": "1000",
+    "file.delete.delay.ms": "1000",
+}
+
+_LOG4J2 = """\
+Configuration:
+  Appenders:
+    Console:
+      name: stdout
+      target: SYSTEM_OUT
+      PatternLayout:
+        pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Root:
+      level: INFO
+      AppenderRef:
+        ref: stdout
+    Logger:
+      - name: org.apache.kafka.common.config.AbstractConfig  # every config in full, at each start
+        level: WARN
+      - name: kafka.request.logger
+        level: WARN
+      - name: state.change.logger
+        level: WARN
+      - name: org.apache.kafka.controller
+        level: WARN
+      - name: org.apache.kafka.image.loader
+        level: WARN
+"""
+
+
+def kafka_jars() -> maven.JarSet:
+    """Apache Kafka's server jars and a log4j binding, fetched on first use."""
+    return maven.fetch("kafka", KAFKA_VERSION, ARTIFACTS)
+
+
+def java_executable() -> str:
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.access(java, os.X_OK):
+        raise BrokerStartError("no `java` to run Apache Kafka: install Java 17+ or set JAVA_HOME")
+    return java
+
+
+def random_cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding, as `kafka-storage
+    random-uuid` prints (without starting a JVM for it)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+class KafkaBroker:
+    """One Apache Kafka node (`process.roles=broker,controller`) as a child process.
+
+    `start()` formats the storage the first time, starts the server and waits until it answers
+    metadata requests; `stop()` sends SIGTERM (a controlled shutdown), then SIGKILL after
+    `timeout`; `restart()` stops it and starts it again on the same ports and data; `hang()` and
+    `wake()` freeze and thaw it. The process output goes to `log_path`. With `die_with_parent`
+    (default when started from the main thread and `setpriv` exists) the kernel kills the broker
+    if the starting process dies, so a crashed test run leaves no broker behind.
+    """
+
+    def __init__(self, work_dir: str | os.PathLike[str] | None = None, host: str = "127.0.0.1",
+                 log_path: str | os.PathLike[str] | None = None, overrides: Mapping[str, str] | None = None,
+                 startup_timeout: float = 90.0, die_with_parent: bool | None = None):
+        self.host = host
+        self.work_dir = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="kafka-"))
+        self._owns_work_dir = work_dir is None
+        self.log_path = str(log_path) if log_path is not None else str(self.work_dir / "server.log")
+        self.overrides = dict(overrides or {})
+        self.startup_timeout = startup_timeout
+        self.die_with_parent = (threading.current_thread() is threading.main_thread()
+                                if die_with_parent is None else die_with_parent)
+        self.port: int | None = None
+        self.controller_port: int | None = None
+        self.startup_seconds: float | None = None
+        self._proc: subprocess.Popen | None = None
+        self._finalizer: weakref.finalize | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        if self.port is None:
+            raise RuntimeError("broker not started")
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - 64 * 1024))
+                data = f.read()
+        except OSError:
+            return ""
+        return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> KafkaBroker:
+        if self.is_running():
+            return self
+        classpath = kafka_jars().classpath
+        if self.port is None:  # first start: new ports, new storage
+            self.port, self.controller_port = free_port(self.host), free_port(self.host)
+            self._write_config()
+            self._java(classpath, "kafka.tools.StorageTool", "format", "--cluster-id", random_cluster_id(),
+                       "--config", str(self._properties), "--ignore-formatted")
+        self._spawn(classpath)
+        try:
+            self.startup_seconds = wait_for_broker(self.bootstrap, self.startup_timeout, is_alive=self.is_running)
+        except BrokerStartError as exc:
+            self.stop(timeout=5.0)
+            raise BrokerStartError(
+                f"Apache Kafka {KAFKA_VERSION}: {exc}\nlog {self.log_path}:\n{self.log_tail()}") from None
+        return self
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM, then SIGKILL after `timeout` seconds. Returns the exit code."""
+        proc, self._proc = self._proc, None
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        return _stop_process(proc, timeout) if proc is not None else None
+
+    def restart(self, timeout: float = 30.0) -> KafkaBroker:
+        """Stop, then start again on the same ports with the same data."""
+        self.stop(timeout)
+        return self.start()
+
+    def hang(self) -> None:
+        """Freeze the process (SIGSTOP): connections stay open, nothing is answered."""
+        os.kill(self._running_pid(), signal.SIGSTOP)
+
+    def wake(self) -> None:
+        os.kill(self._running_pid(), signal.SIGCONT)
+
+    def close(self) -> None:
+        """Stop, and remove the data directory if this object made it."""
+        self.stop()
+        if self._owns_work_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> KafkaBroker:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = f"pid={self.pid}" if self.is_running() else "stopped"
+        return f"KafkaBroker({self.host}:{self.port}, {state}, log={self.log_path})"
+
+    # -- topics ------------------------------------------------------------------------------------
+    def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, str] | None = None) -> str:
+        """Create a topic with topic-level `config` (e.g. retention.ms) and wait for its leaders."""
+        return create_topic(self.bootstrap, name, partitions=partitions, config=config)
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _running_pid(self) -> int:
+        if not self.is_running():
+            raise RuntimeError(f"{self!r} is not running")
+        return self._proc.pid
+
+    @property
+    def _properties(self) -> Path:
+        return self.work_dir / "server.properties"
+
+    def _write_config(self) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@{self.host}:{self.controller_port}",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.work_dir / "data"),
+            **TEST_SETTINGS,
+            **self.overrides,
+        }
+        self._properties.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        (self.work_dir / "log4j2.yaml").write_text(_LOG4J2)
+
+    def _command(self, classpath: str, main: str, *args: str) -> list[str]:
+        return [java_executable(), *JVM_OPTIONS, f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.yaml'}",
+                "-cp", classpath, main, *args]
+
+    def _java(self, classpath: str, main: str, *args: str) -> None:
+        done = subprocess.run(self._command(classpath, main, *args), stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise BrokerStartError(f"{main} {' '.join(args)} failed (exit {done.returncode}):\n"
+                                   f"{(done.stdout + done.stderr)[-4000:]}")
+
+    def _spawn(self, classpath: str) -> None:
+        command = self._command(classpath, "kafka.Kafka", str(self._properties))
+        if self.die_with_parent and shutil.which("setpriv"):
+            command = ["setpriv", "--pdeathsig", "KILL", "--", *command]
+        with open(self.log_path, "ab") as log:
+            log.write(f"$ {' '.join(command)}\n".encode())
+            log.flush()
+            self._proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                          close_fds=True)
+        # Stop the broker when this object is collected or at interpreter exit, if nobody did.
+        self._finalizer = weakref.finalize(self, _stop_process, self._proc, 10.0)
+
+
+def _stop_process(proc: subprocess.Popen, timeout: float) -> int | None:
+    if proc.poll() is not None:
+        return proc.returncode
+    try:
+        proc.send_signal(signal.SIGCONT)  # a hung broker handles SIGTERM only once woken
+        proc.send_signal(signal.SIGTERM)
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait(timeout)

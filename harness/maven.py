@@ -1,0 +1,117 @@
+"""Maven Central artifacts and their dependencies, fetched once into the clone's cache.
+
+    jars = fetch("kafka", "4.4.0", ["org.apache.kafka:kafka_2.13:4.4.0"])
+    subprocess.run(["java", "-cp", jars.classpath, ...])
+
+`fetch` writes a one-off pom naming the artifacts and runs Maven's `dependency:copy-dependencies`
+(runtime scope) with the Maven of the machine, as configured there (its settings and local
+repository). The jars land in `.cache/jars/<name>-<version>/` at the top of the clone, where a
+later call finds them. Two processes that fetch the same set at once do the work once: a lock file
+serialises them, and the directory appears by an atomic rename, so a fetch killed half-way leaves
+nothing that looks complete.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+from xml.sax.saxutils import escape
+
+CACHE = Path(__file__).resolve().parents[1] / ".cache" / "jars"
+DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
+MANIFEST = "artifacts.txt"  # the coordinates a directory was fetched for
+MVN_TIMEOUT_SECONDS = 900
+
+
+class MavenFetchError(RuntimeError):
+    """Maven could not fetch an artifact set; the message names the artifact(s) and Maven's errors."""
+
+
+@dataclass(frozen=True)
+class JarSet:
+    """The jars of one fetched artifact set."""
+
+    directory: Path
+
+    @property
+    def jars(self) -> list[Path]:
+        return sorted(self.directory.glob("*.jar"))
+
+    @property
+    def classpath(self) -> str:
+        return os.pathsep.join(str(j) for j in self.jars)
+
+
+def fetch(name: str, version: str, artifacts: Sequence[str], cache: Path = CACHE) -> JarSet:
+    """The jars of `artifacts` ("group:artifact:version" each) and of their runtime dependencies,
+    in `cache/<name>-<version>/`; fetched with Maven unless already there for the same artifacts."""
+    for coordinate in artifacts:
+        if len(coordinate.split(":")) != 3:
+            raise ValueError(f"{coordinate!r}: expected group:artifact:version")
+    manifest = "\n".join(sorted(artifacts)) + "\n"
+    target = cache / f"{name}-{version}"
+    if _is_complete(target, manifest):
+        return JarSet(target)
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f"{name}-{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        if _is_complete(target, manifest):  # another process fetched it while we waited
+            return JarSet(target)
+        for stale in cache.glob(f".{name}-{version}-*"):  # left by a fetch that was killed
+            shutil.rmtree(stale, ignore_errors=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{name}-{version}-", dir=cache))
+        try:
+            _copy_dependencies(name, version, artifacts, work)
+            (work / "jars" / MANIFEST).write_text(manifest)
+            if target.exists():  # fetched before for other artifacts
+                shutil.rmtree(target)
+            os.rename(work / "jars", target)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return JarSet(target)
+
+
+def _is_complete(directory: Path, manifest: str) -> bool:
+    try:
+        return (directory / MANIFEST).read_text() == manifest
+    except OSError:
+        return False
+
+
+def _copy_dependencies(name: str, version: str, artifacts: Sequence[str], work: Path) -> None:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise MavenFetchError(f"cannot fetch {', '.join(artifacts)}: no `mvn` on PATH (install Apache Maven)")
+    (work / "pom.xml").write_text(_pom(name, version, artifacts))
+    command = [mvn, "-B", "-q", "-f", str(work / "pom.xml"), f"{DEPENDENCY_PLUGIN}:copy-dependencies",
+               f"-DoutputDirectory={work / 'jars'}", "-DincludeScope=runtime"]
+    try:
+        done = subprocess.run(command, cwd=work, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=MVN_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+        raise MavenFetchError(f"mvn did not fetch {', '.join(artifacts)} within {MVN_TIMEOUT_SECONDS}s") from None
+    if done.returncode != 0:
+        output = done.stdout + done.stderr
+        named = [a for a in artifacts if ":".join(a.split(":")[:2]) in output] or list(artifacts)
+        errors = [line for line in output.splitlines() if "ERROR" in line][:8] or output.splitlines()[-8:]
+        raise MavenFetchError(f"mvn could not fetch {', '.join(named)} (jar set {name}-{version}, exit "
+                              f"{done.returncode}):\n" + "\n".join(errors))
+
+
+def _pom(name: str, version: str, artifacts: Sequence[str]) -> str:
+    dependencies = "".join(
+        f"<dependency><groupId>{escape(g)}</groupId><artifactId>{escape(a)}</artifactId>"
+        f"<version>{escape(v)}</version></dependency>"
+        for g, a, v in (coordinate.split(":") for coordinate in artifacts))
+    artifact_id = re.sub(r"[^A-Za-z0-9_.-]", "-", name)
+    return ('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+            f"<groupId>local.harness</groupId><artifactId>{artifact_id}</artifactId>"
+            f"<version>{escape(version)}</version><packaging>pom</packaging>"
+            f"<dependencies>{dependencies}</dependencies></project>\n")

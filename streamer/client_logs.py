@@ -1,0 +1,88 @@
+"""librdkafka's log lines and error events, through Python logging.
+
+Left alone, librdkafka writes its log lines to stderr itself: while a broker is down it logs a
+"Connection refused" line for each reconnect, many a second, on the driver and on every
+executor. Each Kafka client the job makes is configured with `client_config` instead:
+
+- librdkafka's log lines go to the `streamer.librdkafka` logger at DEBUG (`--log-level DEBUG`
+  shows them). They are served by the client's poll or consume calls, on the thread making them.
+- Its error events are kept as the client's latest `cause`. The job reports an outage itself,
+  one line per retry of its own naming the brokers and that cause (`source._Metadata`).
+- Errors that are not about reaching a broker (authentication, TLS, fatal errors) are logged at
+  WARNING, once per client and message: librdkafka retries those too, and they need a person.
+
+`configure_worker_logging` gives Spark's Python workers (where the source's clients run) the
+driver's log format and level, so their lines reach the console as the driver's do.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+LIBRDKAFKA = logging.getLogger("streamer.librdkafka")
+log = logging.getLogger(__name__)
+
+#: Set by the job's driver (`app.configure_logging`); Spark's Python workers inherit it.
+LOG_LEVEL_ENV = "MOR_STREAMER_LOG_LEVEL"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+_worker_logging_configured = False
+
+
+def _connectivity_codes() -> frozenset[int]:
+    from confluent_kafka import KafkaError
+
+    return frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE,
+                      KafkaError._TIMED_OUT, KafkaError._WAIT_COORD, KafkaError.NETWORK_EXCEPTION})
+
+
+class ClientLog:
+    """The log lines and error events of one Kafka client (see the module's doc). Passed as the
+    client's `logger`, with `on_error` as its `error_cb`."""
+
+    def __init__(self, client: str):
+        self.client = client
+        # The latest error event, e.g. "host:port/bootstrap: Connect to ... failed: Connection refused".
+        self.cause: str | None = None
+        self._reported: set[str] = set()
+
+    def log(self, level: int, msg: str, *args, **kwargs) -> None:
+        """confluent-kafka's call for each line: `logger.log(level, "%s [%s] %s", facility, client, text)`."""
+        if LIBRDKAFKA.isEnabledFor(logging.DEBUG):
+            LIBRDKAFKA.debug(msg, *args)
+
+    def on_error(self, error) -> None:
+        text = error.str()
+        self.cause = text
+        if error.fatal() or error.code() not in _connectivity_codes():
+            if text not in self._reported:
+                self._reported.add(text)
+                log.warning("Kafka %s: %s", self.client, text)
+            return
+        LIBRDKAFKA.debug("%s error: %s", self.client, text)
+
+
+def client_config(conf: dict, client: str) -> tuple[dict, ClientLog]:
+    """`conf` with librdkafka's logs and errors routed through `ClientLog`, and that log."""
+    client_log = ClientLog(client)
+    return {**conf, "logger": client_log, "error_cb": client_log.on_error}, client_log
+
+
+def configure_worker_logging() -> None:
+    """In a Spark Python worker, the driver's log format on stderr at the driver's level
+    (`MOR_STREAMER_LOG_LEVEL`, WARNING when unset), once per process. Nothing happens in a
+    process whose logging is set up already (the driver's, a test's)."""
+    global _worker_logging_configured
+    if _worker_logging_configured:
+        return
+    _worker_logging_configured = True
+    if logging.getLogger().handlers or logging.getLogger("streamer").handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    ours = logging.getLogger("streamer")
+    ours.addHandler(handler)
+    ours.setLevel(os.environ.get(LOG_LEVEL_ENV, "WARNING"))
+    ours.propagate = False
