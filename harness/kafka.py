@@ -106,8 +106,12 @@ def java_executable() -> str:
 
 def random_cluster_id() -> str:
     """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding, as `kafka-storage
-    random-uuid` prints (without starting a JVM for it)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    random-uuid` prints (without starting a JVM for it). Like Kafka's own `Uuid.randomUuid`, never
+    one that starts with "-": the storage tool would take it for an option."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class KafkaBroker:

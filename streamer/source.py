@@ -971,6 +971,17 @@ def read_partition(
                 if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     _data_loss(opts, f"Cannot read {where}: the partition does not exist any more.")
                     return
+                if isinstance(err, KafkaError) and err.code() == KafkaError._UNKNOWN_PARTITION:
+                    # A pooled consumer's metadata predates partitions added to the topic since:
+                    # a metadata request teaches it the new ones.
+                    try:
+                        md = consumer.list_topics(topic, timeout=max(0.1, min(10.0, deadline - time.monotonic())))
+                        known = md.topics.get(topic)
+                        if known is not None and known.error is None and partition not in known.partitions:
+                            _data_loss(opts, f"Cannot read {where}: the partition does not exist any more.")
+                            return
+                    except ck.KafkaException:
+                        pass
                 if time.monotonic() >= deadline:
                     raise KafkaSourceTimeoutError(
                         f"Timed out after {opts.task_timeout_ms} ms querying the offsets of {where} "
