@@ -31,7 +31,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _worker_logging_configured = False
 
 
-def _connectivity_codes() -> frozenset[int]:
+def connectivity_codes() -> frozenset[int]:
     from confluent_kafka import KafkaError
 
     return frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE,
@@ -56,7 +56,7 @@ class ClientLog:
     def on_error(self, error) -> None:
         text = error.str()
         self.cause = text
-        if error.fatal() or error.code() not in _connectivity_codes():
+        if error.fatal() or error.code() not in connectivity_codes():
             if text not in self._reported:
                 self._reported.add(text)
                 log.warning("Kafka %s: %s", self.client, text)

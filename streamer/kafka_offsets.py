@@ -2,7 +2,9 @@
 
 The job's own record of progress is the table's commit metadata; these are views of it from
 Kafka's side, for people and monitors. A running job asks after every batch, so `KafkaProgress`
-keeps its clients for the life of the job and builds them again only after a failure.
+keeps its clients for the life of the job and builds them again only after a failure. The
+`status` and `doctor` commands ask once, with a short timeout: brokers that do not answer in it
+are `BrokersUnreachable`, which names them and why, and the table's own state is shown anyway.
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from dataclasses import dataclass
 
-from streamer.client_logs import client_config
+from streamer.client_logs import ClientLog, client_config, connectivity_codes
 from streamer.config import SourceSettings
 from streamer.source import SourceOptions
 
@@ -19,6 +22,33 @@ log = logging.getLogger(__name__)
 
 #: Seconds a metadata or offsets request may take before the answer is given up on.
 REQUEST_TIMEOUT_SECONDS = 30.0
+
+
+class BrokersUnreachable(RuntimeError):
+    """The brokers gave no answer in time: `brokers` names them, `cause` is librdkafka's last word
+    on why (e.g. "Connect to ipv4#10.0.0.5:9092 failed: Connection refused")."""
+
+    def __init__(self, brokers: str, cause: str):
+        super().__init__(f"{brokers} unreachable ({cause})")
+        self.brokers = brokers
+        self.cause = cause
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    """The offsets a partition holds: from `earliest` to before `end`."""
+
+    earliest: int
+    end: int
+
+
+@dataclass(frozen=True)
+class TopicRanges:
+    """What the brokers hold of the topics asked about."""
+
+    ranges: dict[str, dict[int, PartitionRange]]  # topics that exist, each partition readable
+    missing: list[str]  # topics the brokers do not have
+    unreadable: dict[str, str]  # "topic[partition]" -> why its offsets could not be listed
 
 
 class KafkaProgress:
@@ -34,6 +64,7 @@ class KafkaProgress:
         self._admin = None
         self._group = None
         self._group_id: str | None = None
+        self._admin_log: ClientLog | None = None
 
     def end_offsets(self, extra_topics: list[str] = ()) -> dict[str, dict[int, int]]:
         """The end offset of every partition of the source's topics (those of its pattern that
@@ -46,6 +77,13 @@ class KafkaProgress:
         ends = self.end_offsets(list(committed))
         return {topic: sum(max(0, end - committed.get(topic, {}).get(p, 0)) for p, end in parts.items())
                 for topic, parts in ends.items()}
+
+    def ranges(self, extra_topics: list[str] = ()) -> TopicRanges:
+        """The earliest and end offsets of every partition of the source's topics and
+        `extra_topics`; which of those topics are missing, and which partitions could not be
+        read. Raises `BrokersUnreachable` when the brokers do not answer within the timeout."""
+        with self._lock:
+            return self._using("_admin", lambda a: self._ranges(a, extra_topics))
 
     def commit_to_group(self, group_id: str, offsets: dict[str, dict[int, int]]) -> None:
         """Commit the table's offsets to a consumer group, so that standard lag monitors see the
@@ -70,7 +108,8 @@ class KafkaProgress:
 
         servers = self._options.bootstrap_servers
         if name == "_admin":
-            return AdminClient(client_config(self._options.admin_config(), f"admin client of {servers}")[0])
+            conf, self._admin_log = client_config(self._options.admin_config(), f"admin client of {servers}")
+            return AdminClient(conf)
         conf = {**self._options.consumer_config(), "group.id": self._group_id}
         return Consumer(client_config(conf, f"consumer of group {self._group_id} at {servers}")[0])
 
@@ -83,34 +122,84 @@ class KafkaProgress:
             answer = call(client)
             client.poll(0)  # serves the client's log lines and error events, which wait for it
             return answer
-        except BaseException:
+        except BaseException as e:
+            unreachable = self._unreachable(name, client, e)
             self._drop(name)  # the next call starts from a new connection
+            if unreachable is not None:
+                raise unreachable from None
             raise
 
-    def _end_offsets(self, admin, extra_topics) -> dict[str, dict[int, int]]:
-        from confluent_kafka import IsolationLevel, TopicPartition
-        from confluent_kafka.admin import OffsetSpec
+    def _unreachable(self, name: str, client, error: BaseException) -> BrokersUnreachable | None:
+        """The admin client's failure as `BrokersUnreachable` when it is about reaching the
+        brokers, with the cause its latest error event gave."""
+        from confluent_kafka import KafkaException
 
+        if (name != "_admin" or not isinstance(error, KafkaException)
+                or error.args[0].code() not in connectivity_codes()):
+            return None
+        client.poll(0)  # serves the error events that name the broker and the cause
+        cause = self._admin_log.cause if self._admin_log is not None else None
+        return BrokersUnreachable(self._options.bootstrap_servers, _short_cause(cause or error.args[0].str()))
+
+    def _topics(self, metadata, extra_topics) -> list[str]:
+        """The source's topics (those of its pattern that exist) and `extra_topics`."""
         source = self.source
-        metadata = admin.list_topics(timeout=self.timeout)
         if source.topics:
             topics = list(source.topics)
         else:
             pattern = re.compile(source.topic_pattern)
-            topics = sorted(t for t in metadata.topics if pattern.fullmatch(t) and not t.startswith("__"))
-        wanted = [TopicPartition(topic, p) for topic in sorted(set(topics) | set(extra_topics))
+            topics = [t for t in metadata.topics if pattern.fullmatch(t) and not t.startswith("__")]
+        return sorted(set(topics) | set(extra_topics))
+
+    def _list_offsets(self, admin, wanted, spec) -> dict:
+        """Futures of the offsets `spec` (an OffsetSpec) names, as a consumer with the source's
+        isolation level sees them."""
+        from confluent_kafka import IsolationLevel
+
+        committed_only = self._options.isolation_level == "read_committed"
+        level = IsolationLevel.READ_COMMITTED if committed_only else IsolationLevel.READ_UNCOMMITTED
+        return admin.list_offsets({tp: spec for tp in wanted}, isolation_level=level, request_timeout=self.timeout)
+
+    def _end_offsets(self, admin, extra_topics) -> dict[str, dict[int, int]]:
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        metadata = admin.list_topics(timeout=self.timeout)
+        wanted = [TopicPartition(topic, p) for topic in self._topics(metadata, extra_topics)
                   if (info := metadata.topics.get(topic)) is not None and info.error is None
                   for p in sorted(info.partitions)]
         if not wanted:
             return {}
-        committed_only = self._options.isolation_level == "read_committed"
-        level = IsolationLevel.READ_COMMITTED if committed_only else IsolationLevel.READ_UNCOMMITTED
-        futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in wanted}, isolation_level=level,
-                                     request_timeout=self.timeout)
         ends: dict[str, dict[int, int]] = {}
-        for tp, future in futures.items():
+        for tp, future in self._list_offsets(admin, wanted, OffsetSpec.latest()).items():
             ends.setdefault(tp.topic, {})[tp.partition] = future.result().offset
         return {topic: dict(sorted(parts.items())) for topic, parts in sorted(ends.items())}
+
+    def _ranges(self, admin, extra_topics) -> TopicRanges:
+        from confluent_kafka import KafkaException, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        metadata = admin.list_topics(timeout=self.timeout)
+        missing, unreadable, wanted = [], {}, []
+        for topic in self._topics(metadata, extra_topics):
+            info = metadata.topics.get(topic)
+            if info is None or info.error is not None and info.error.code() == _unknown_topic_code():
+                missing.append(topic)
+            elif info.error is not None:
+                unreadable[topic] = info.error.str()
+            else:
+                wanted += [TopicPartition(topic, p) for p in sorted(info.partitions)]
+        earliest = self._list_offsets(admin, wanted, OffsetSpec.earliest()) if wanted else {}
+        end = self._list_offsets(admin, wanted, OffsetSpec.latest()) if wanted else {}
+        ranges: dict[str, dict[int, PartitionRange]] = {}
+        for tp in wanted:
+            try:
+                found = PartitionRange(earliest[tp].result().offset, end[tp].result().offset)
+            except KafkaException as e:
+                unreadable[f"{tp.topic}[{tp.partition}]"] = e.args[0].str()
+                continue
+            ranges.setdefault(tp.topic, {})[tp.partition] = found
+        return TopicRanges(ranges, missing, unreadable)
 
     def _drop(self, name: str) -> None:
         client = getattr(self, name)
@@ -131,10 +220,14 @@ def end_offsets(source: SourceSettings, extra_topics: list[str] = ()) -> dict[st
         progress.close()
 
 
-def lag(source: SourceSettings, committed: dict[str, dict[int, int]]) -> dict[str, int]:
-    """Lag, asked once (a command, not a running job)."""
-    progress = KafkaProgress(source)
-    try:
-        return progress.lag(committed)
-    finally:
-        progress.close()
+def _short_cause(cause: str) -> str:
+    """librdkafka's error event without what the message around it says already: the broker's
+    name before it and the connection state after it."""
+    cause = re.sub(r"^\S+/(bootstrap|\d+): ", "", cause)
+    return re.sub(r" \(after \d+ms in state \w+(, \d+ identical error\(s\) suppressed)?\)$", "", cause)
+
+
+def _unknown_topic_code() -> int:
+    from confluent_kafka import KafkaError
+
+    return KafkaError.UNKNOWN_TOPIC_OR_PART
