@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "status":
         return status_command(args)
+    if args.command == "doctor":
+        return doctor_command(args)
     if args.command in ("table", "query"):
         from streamer.describe import run as describe
 
@@ -111,6 +113,14 @@ def add_status_commands(commands) -> None:
     status.add_argument("--json", action="store_true", help="one JSON document: a list of table statuses")
     status.add_argument("--kafka-timeout", type=float, default=5.0, metavar="SECONDS",
                         help="how long the brokers have to answer (default 5)")
+    doctor = commands.add_parser(
+        "doctor", help="check everything a table job needs; one line per check, with the fix",
+        description="Check the configs, Java and Spark, the Kafka connector, the brokers and topics, "
+                    "the schema registry and each table (storage, writer lease, pending instants, "
+                    "timeline, compaction debt, quarantine). Exit status 1 when any check finds a problem.")
+    doctor.add_argument("config", metavar="CONFIG_OR_DIR")
+    doctor.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
+                        help="how long the brokers and the schema registry have to answer (default 5)")
 
 
 def add_table_commands(commands) -> None:
@@ -191,6 +201,14 @@ def status_command(args: argparse.Namespace) -> int:
         for s in found:
             print("\n".join(s.lines()))
     return exit_code(found)
+
+
+def doctor_command(args: argparse.Namespace) -> int:
+    from streamer.doctor import diagnose
+
+    report = diagnose(args.config, args.timeout)
+    print("\n".join(report.lines()))
+    return report.exit_code
 
 
 def _key_value(text: str) -> tuple[str, str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import urllib.request
+from pathlib import Path
 from typing import Iterable
 
 import pyspark
@@ -33,6 +34,19 @@ class ConnectorUnavailable(RuntimeError):
 
 def coordinate(version: str) -> str:
     return f"{ARTIFACT}:{version}"
+
+
+def cached_jar(version: str, home: Path | None = None) -> Path | None:
+    """The connector's jar where Spark finds it without asking a repository (with the default
+    `spark.jars.ivy`): the jars Ivy retrieved for an earlier start, or the local Maven repository,
+    which Spark's resolver asks first."""
+    home = home or Path.home()
+    group, name = ARTIFACT.split(":")
+    for jar in (home / ".ivy2.5.2" / "jars" / f"{group}_{name}-{version}.jar",
+                home / ".m2" / "repository" / group.replace(".", "/") / name / version / f"{name}-{version}.jar"):
+        if jar.is_file():
+            return jar
+    return None
 
 
 def _release(version: str) -> tuple[int, ...] | None:

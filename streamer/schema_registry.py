@@ -78,6 +78,10 @@ class SchemaRegistryClient:
             raise SchemaRegistryError(f"schema registry {self.url} has no subject {subject!r}")
         return answer["id"], _avro_text(answer, f"subject {subject!r}")
 
+    def subjects(self) -> list[str]:
+        """Every subject the registry holds: the cheapest question that proves it answers."""
+        return self._call("GET", "/subjects")
+
     def register(self, subject: str, schema_str: str, schema_type: str = AVRO) -> int:
         """Registers the schema under the subject (a no-op if it is there already); its id."""
         body: dict[str, Any] = {"schema": schema_str}

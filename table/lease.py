@@ -64,6 +64,17 @@ class LeaseHolder:
         return LeaseHolder(**json.loads(data))
 
 
+def read_holder(storage: Storage, path: str = LEASE_PATH) -> LeaseHolder | None:
+    """Who holds the lease at `path` now, without taking it; None when nobody does (a lease torn
+    by a crash counts as none)."""
+    try:
+        return LeaseHolder.from_bytes(storage.read_bytes(path))
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError):
+        return None
+
+
 def process_start_time(pid: int) -> str | None:
     """When the process started, in clock ticks since boot (Linux), to tell a reused pid apart."""
     try:
@@ -98,12 +109,7 @@ class WriterLease:
         )
 
     def current_holder(self) -> LeaseHolder | None:
-        try:
-            return LeaseHolder.from_bytes(self._storage.read_bytes(self._path))
-        except FileNotFoundError:
-            return None
-        except (ValueError, TypeError):
-            return None  # a lease torn by a crash counts as no lease
+        return read_holder(self._storage, self._path)
 
     def acquire(self) -> "WriterLease":
         try:
