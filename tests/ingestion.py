@@ -10,12 +10,14 @@ import time
 from pathlib import Path
 
 import hudi
+import pyarrow as pa
 import yaml
 from confluent_kafka import Consumer, TopicPartition
 
 from oracle import Oracle
 from streamer.demo import as_kafka_records, change_events
-from table.mor_table import MorTable
+from streamer.sink import StreamCheckpoint
+from table.mor_table import CHECKPOINT_KEY, MorTable, TableSpec, WriteOptions
 
 import kafka_broker
 
@@ -23,6 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 VALUE_SCHEMA = ("order_id STRING, customer STRING, region STRING, amount DOUBLE, status STRING, "
                 "note STRING, updated_at BIGINT, deleted BOOLEAN")
 DATA_COLUMNS = ["order_id", "customer", "region", "amount", "status", "note", "updated_at"]
+ORDER_SCHEMA = pa.schema([("order_id", pa.string()), ("customer", pa.string()), ("region", pa.string()),
+                          ("amount", pa.float64()), ("status", pa.string()), ("note", pa.string()),
+                          ("updated_at", pa.int64()), ("deleted", pa.bool_())])
 SUBPROCESS_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
@@ -51,6 +56,18 @@ def write_config(directory: Path, config: dict) -> Path:
     path = directory / f"{config['table']['name']}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+def committed_table(path: str | Path, events: list[dict], offsets: dict[str, dict[int, int]]) -> MorTable:
+    """A table of `events` written by the table engine alone (no Spark), in one deltacommit that
+    records `offsets` as a job's commit does; a table already there gets one more deltacommit."""
+    stored = ORDER_SCHEMA.remove(ORDER_SCHEMA.get_field_index("deleted"))  # the delete marker is not a column
+    table = MorTable.create_or_load(str(path), TableSpec(Path(path).name, stored, ("order_id",), "updated_at",
+                                                         ("region",)))
+    with table.writer(WriteOptions(initial_buckets=2, delete_field="deleted")) as writer:
+        writer.upsert(pa.Table.from_pylist(events, schema=ORDER_SCHEMA),
+                      {CHECKPOINT_KEY: StreamCheckpoint("query", 0, offsets).to_json()})
+    return table
 
 
 def produce_orders(bootstrap: str, topic: str, events: list[dict]) -> list[tuple[int, int]]:

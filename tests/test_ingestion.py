@@ -416,12 +416,13 @@ def test_status_shows_each_tables_lag_and_last_error(spark, kafka_bootstrap, kaf
 
     code, out = run_streamer(["status", str(tmp_path / "configs"), "--json"], timeout=60)
 
-    assert code == 0, out
+    assert code == 3, out  # a table has a problem: the bad one stopped with an error
     bad, good = json.loads(out)  # configs load sorted by file name
     assert good["name"] == "good" and good["lag"] == {good_topic: 300} and good["last_error"] is None
-    assert bad["name"] == "bad" and "BadRecordError" in bad["last_error"]["message"]
+    assert good["problem"] is None
+    assert bad["name"] == "bad" and "BadRecordError" in bad["last_error"]["message"] and bad["problem"]
     code, out = run_streamer(["status", str(tmp_path / "configs")], timeout=60)
-    assert code == 0 and f"{good_topic} 300 behind" in out
+    assert code == 3 and f"{good_topic} 300 behind" in out
 
 
 def test_offsets_reach_the_consumer_group_and_each_batch_line_shows_the_lag(spark, kafka_bootstrap, kafka_topic,
