@@ -136,7 +136,7 @@ def spark_check() -> Check:
     if major != 4:
         return Check("spark", Verdict.PROBLEM, f"pyspark {pyspark.__version__}: the job needs Spark 4",
                      "pip install 'pyspark>=4.2,<5'")
-    return Check("spark", Verdict.OK, f"pyspark {pyspark.__version__} at {Path(pyspark.__file__).parent}")
+    return Check("spark", Verdict.OK, f"pyspark {pyspark.__version__}")
 
 
 def connector_check() -> Check:
@@ -379,7 +379,7 @@ class TableDoctor:
         self.table.last_commit_metadata(timeline)  # the newest commits' metadata parses
         archived = len(read_archived_instants(self.table))
         completed = len(timeline.completed())
-        found = f"{len(timeline.instants)} instants active ({completed} completed), {archived} archived"
+        found = f"instants active: {len(timeline.instants)} ({completed} completed), archived: {archived}"
         archive = self.config.services.archive
         if completed > 2 * archive.max_instants:
             fix = (f"run `streamer archive {self.path}` while the job is stopped" if archive.mode == "off" else
