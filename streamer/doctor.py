@@ -194,28 +194,29 @@ class TableDoctor:
         if not unreadable:
             checks.append(self.storage_access())
         if self.table is not None:
-            for check in (self.lease, self.pending, self.timeline, self.compaction_debt):
-                checks.append(self._guarded(check))
+            checks += [self._guarded("writer lease", self.lease), self._guarded("pending", self.pending),
+                       self._guarded("timeline", self.timeline), self._guarded("compaction", self.compaction_debt)]
         if self.config.decode.on_error == "quarantine":
-            checks.append(self._guarded(self.quarantine))
+            checks.append(self._guarded("quarantine", self.quarantine))
         return checks
 
     def _check(self, subject: str, verdict: Verdict, found: str, fix: str | None = None,
                more: tuple[str, ...] = ()) -> Check:
         return Check(subject, verdict, found, fix, self.config.table.name, more)
 
-    def _guarded(self, check) -> Check:
+    def _guarded(self, subject: str, check) -> Check:
         """A table check whose reading failed is a problem with the table, not a crash."""
         try:
             return check()
         except (OSError, ValueError, KeyError) as e:
-            subject = check.__name__.replace("_", " ")
             return self._check(subject, Verdict.PROBLEM, f"cannot read it: {type(e).__name__}: {e}",
                                "make the table's storage readable; a torn file under .hoodie/ needs a restore")
 
     # -- Kafka -------------------------------------------------------------------------------
 
     def kafka(self) -> list[Check]:
+        from confluent_kafka import KafkaException
+
         source = self.config.source
         servers = source.bootstrap_servers
         progress = KafkaProgress(source, self.timeout)
@@ -224,7 +225,7 @@ class TableDoctor:
         except BrokersUnreachable as e:
             return [self._check("brokers", Verdict.PROBLEM, f"{e}; topics and offsets not checked",
                                 "start the brokers, or correct source.bootstrap_servers (and the network to them)")]
-        except Exception as e:  # answered, but refused: authentication, authorization
+        except KafkaException as e:  # answered, but refused: authentication, authorization
             return [self._check("brokers", Verdict.PROBLEM, f"{servers} refused: {e}",
                                 "correct the security settings under source.options")]
         finally:
