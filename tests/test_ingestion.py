@@ -286,33 +286,6 @@ def test_a_wrong_type_in_a_config_fails_at_start_naming_the_key(tmp_path, kafka_
     assert "source.max_offsets_per_trigger" in out
 
 
-def test_exactly_once_when_the_job_is_killed_at_each_step_of_a_batch(kafka_bootstrap, kafka_topic, tmp_path):
-    topic = kafka_topic(partitions=2, prefix="orders")
-    events = change_events(12_000, seed=51)
-    produce_orders(kafka_bootstrap, topic, events)
-    path = write_config(tmp_path / "configs", order_config(tmp_path, "orders", kafka_bootstrap, topic,
-                                                           source={"max_offsets_per_trigger": 2_000}))
-    table_path = str(tmp_path / "tables" / "orders")
-    crashes = [
-        "deltacommit.files_written:2",  # log files written, commit not completed
-        "sink.batch_committed:2",       # table committed, Spark has not recorded the batch
-        "deltacommit.inflight:2",       # in the middle of the next batch
-    ]
-    for point in crashes:
-        code, out = run_streamer(["run", str(path), "--once"], env={"MOR_STREAMER_FAILPOINT": point})
-        assert code == -signal.SIGKILL, out
-        assert f"failpoint {point.split(':')[0]}" in out
-
-    code, out = run_streamer(["run", str(path), "--once"])
-    assert code == 0, out
-
-    assert_table_matches(table_path, events)
-    assert committed_offsets(table_path, topic) == end_offsets(kafka_bootstrap, topic)
-    timeline = MorTable.load(table_path).timeline()
-    assert timeline.pending("deltacommit") == []
-    assert len(timeline.completed("rollback")) >= 2  # the two crashed inflight deltacommits
-
-
 def test_sigterm_stops_a_continuous_job_cleanly_and_the_next_run_finishes(kafka_bootstrap, kafka_topic, tmp_path):
     topic = kafka_topic(partitions=2, prefix="orders")
     events = change_events(6_000, seed=61)

@@ -1,10 +1,10 @@
 """Table services inside the streaming job: async compaction overlapping micro-batches, inline
-services, a crash during compaction, and the offline commands."""
+services, and the offline commands. A crash at each step of a service is the crash matrix's
+(test_crash_matrix.py)."""
 
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
 
@@ -15,9 +15,7 @@ from ingestion import (
     DATA_COLUMNS,
     assert_table_matches,
     expected_rows,
-    hudi_rs_rows,
     order_config,
-    our_rows,
     produce_orders,
     run_streamer,
     write_config,
@@ -139,31 +137,6 @@ def _a_deltacommit_completed_while_a_compaction_ran(path: str, timeline: Timelin
             if d.timestamp > plan.timestamp and os.path.getmtime(os.path.join(hoodie, f"{d.timestamp}.deltacommit")) < done:
                 return True
     return False
-
-
-def test_a_job_killed_during_compaction_leaves_readers_whole_and_the_restart_completes_the_plan(
-        kafka_bootstrap, kafka_topic, tmp_path):
-    topic = kafka_topic(partitions=2, prefix="orders")
-    events = monotonic_events(6_000, seed=9)
-    offsets = produce_orders(kafka_bootstrap, topic, events)
-    path = write_config(tmp_path / "configs", order_config(
-        tmp_path, "orders", kafka_bootstrap, topic, source={"max_offsets_per_trigger": 1_000},
-        services={"compaction": {"mode": "inline", "every_delta_commits": 2}}))
-    table_path = str(tmp_path / "tables" / "orders")
-
-    code, out = run_streamer(["run", str(path), "--once"], env={"MOR_STREAMER_FAILPOINT": "compaction.files_written"})
-    assert code == -signal.SIGKILL, out
-    table = MorTable.load(table_path)
-    (plan,) = pending_compactions(table)
-    instant, covered = committed_events(table_path, events, offsets)
-    assert our_rows(table_path) == expected_rows(covered) == hudi_rs_rows(table_path)
-
-    code, out = run_streamer(["run", str(path), "--once"])
-    assert code == 0, out
-    timeline = MorTable.load(table_path).timeline()
-    assert plan in [i.timestamp for i in timeline.completed("commit")]
-    assert pending_compactions(MorTable.load(table_path)) == []
-    assert_table_matches(table_path, events)
 
 
 def test_offline_commands_compact_clean_and_archive_a_table(kafka_bootstrap, kafka_topic, tmp_path):
