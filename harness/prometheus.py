@@ -43,10 +43,13 @@ def prometheus_binary() -> str:
 
 
 class PrometheusServer:
-    """One Prometheus scraping `targets` (host:port, path /metrics) as the job `mor-streamer`."""
+    """One Prometheus scraping `targets` (host:port, path /metrics) as the job `mor-streamer`,
+    evaluating the alerting rules of `rule_files`."""
 
-    def __init__(self, targets: list[str], work_dir: str | os.PathLike[str], host: str = "127.0.0.1"):
+    def __init__(self, targets: list[str], work_dir: str | os.PathLike[str], host: str = "127.0.0.1",
+                 rule_files: list[str | os.PathLike[str]] = ()):
         self.targets = targets
+        self.rule_files = [str(Path(f).resolve()) for f in rule_files]
         self.work_dir = Path(work_dir)
         self.host = host
         self.port: int | None = None
@@ -66,6 +69,7 @@ class PrometheusServer:
         config = self.work_dir / "prometheus.yml"
         config.write_text(json.dumps({  # YAML is a superset of JSON
             "global": {"scrape_interval": f"{SCRAPE_SECONDS}s", "evaluation_interval": f"{SCRAPE_SECONDS}s"},
+            "rule_files": self.rule_files,
             "scrape_configs": [{"job_name": "mor-streamer", "static_configs": [{"targets": self.targets}]}],
         }))
         self.port = free_port(self.host)
@@ -105,6 +109,10 @@ class PrometheusServer:
 
     def metric_names(self) -> list[str]:
         return self._api("label/__name__/values")
+
+    def rules(self) -> list[dict]:
+        """Every rule loaded, with its `health` ("ok" once evaluated without error)."""
+        return [rule for group in self._api("rules")["groups"] for rule in group["rules"]]
 
     def _api(self, endpoint: str, **params: str):
         url = f"{self.url}/api/v1/{endpoint}" + (f"?{urllib.parse.urlencode(params)}" if params else "")

@@ -171,9 +171,8 @@ class TableServices:
         """Called on the writer's thread after each deltacommit."""
         timeline = self.table.timeline()
         self._clustering(timeline)
-        compacted = self._compaction(timeline)
-        if not compacted:
-            self._hold_to_bound()
+        self._compaction(timeline)
+        self._hold_to_bound()
         self._clean(timeline)
         self._archive(timeline)
         if self.metrics is not None:
@@ -202,18 +201,22 @@ class TableServices:
         """`compaction.max_log_files_per_group`: when a file group holds that many log files, the
         next batch would give it one more, so it waits (the sink has not returned) until the
         pending plans are executed, the background thread's included, and the groups still at the
-        bound are compacted. The layout is the one the commit's routing listed, plus its writes."""
+        bound are compacted. The layout the commit's routing listed, plus its writes, says when a
+        group may be there; the table is listed to be sure, as a compaction may have completed
+        since."""
         bound = self.settings.compaction.max_log_files_per_group
         layout = self.writer.last_layout
         if bound is None or layout is None or layout.log_files() < bound:
             return
+        most = self._most_log_files()
+        if most < bound:
+            return
         started = time.monotonic()
         log.warning("%s: a file group holds %d log files, services.compaction.max_log_files_per_group is %d: "
-                    "the next batch waits for compaction", self.name, layout.log_files(), bound)
+                    "the next batch waits for compaction", self.name, most, bound)
         self.executor.wait_for(self.name)
         self._run_pending(("clustering", "compaction"))
-        slices = self.table.file_system_view().latest_slices()
-        if max((len(s.log_files) for s in slices), default=0) >= bound:
+        if self._most_log_files() >= bound:
             instant = schedule_compaction(self.writer, CompactionStrategy(min_log_files=bound, max_io_bytes=UNBOUNDED))
             if instant is not None:
                 log.info("%s: compaction %s scheduled", self.name, instant)
@@ -223,6 +226,9 @@ class TableServices:
                  self.name, seconds, bound)
         if self.metrics is not None:
             self.metrics.held_back(seconds)
+
+    def _most_log_files(self) -> int:
+        return max((len(s.log_files) for s in self.table.file_system_view().latest_slices()), default=0)
 
     # ---- each service --------------------------------------------------------------------------
 
@@ -249,28 +255,25 @@ class TableServices:
         log.info("%s: clustering %s scheduled", self.name, instant)
         self._execute("clustering", instant, lambda: execute_clustering(self.table, instant), c.mode)
 
-    def _compaction(self, timeline: Timeline) -> bool:
-        """True when a plan was executed here (inline), after the commit's layout was listed."""
+    def _compaction(self, timeline: Timeline) -> None:
         c = self.settings.compaction
         if c.mode == "off":
-            return False
+            return
         pending = [i.timestamp for i in timeline.pending(COMPACTION)]
         if pending:  # a plan whose execution failed is retried, never two at once
             if c.mode == "async" and not self.executor.busy_with(self.name, "compaction"):
                 instant = pending[0]
                 self._execute("compaction", instant, lambda: execute_compaction(self.table, instant), c.mode)
-            return False
+            return
         last = max((i.timestamp for i in timeline.instants if i.action == "compaction" or
                     (i.action == "commit" and i.state == "completed")), default=None)
         if not self._due("compaction", c, timeline, since=last):
-            return False
+            return
         instant = schedule_compaction(self.writer, self.compaction_strategy())
         self._last_run["compaction"] = time.monotonic()
-        if instant is None:
-            return False
-        log.info("%s: compaction %s scheduled", self.name, instant)
-        self._execute("compaction", instant, lambda: execute_compaction(self.table, instant), c.mode)
-        return c.mode == "inline"
+        if instant is not None:
+            log.info("%s: compaction %s scheduled", self.name, instant)
+            self._execute("compaction", instant, lambda: execute_compaction(self.table, instant), c.mode)
 
     def _clean(self, timeline: Timeline) -> None:
         c = self.settings.clean

@@ -1,6 +1,7 @@
-"""The Grafana dashboard and the compose file that provisions it, against what the job exports:
-every metric a panel queries is one the job exports, every metric the job exports is on the
-dashboard, and every file the compose file mounts is in the repository."""
+"""The Grafana dashboard, the alerting rules and the compose file that provisions them, against
+what the job exports: every metric a panel or an alert queries is one the job exports, every
+metric the job exports is on the dashboard, and every file the compose file mounts is in the
+repository. (tests/test_metrics.py has a real Prometheus load the rules and scrape them all.)"""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.unit
 
 DOCKER = Path(__file__).resolve().parent.parent / "docker"
 DASHBOARD = DOCKER / "grafana" / "dashboards" / "mor-streamer.json"
+ALERTS = DOCKER / "prometheus-alerts.yml"
 _METRIC = re.compile(r"\bmor_streamer_[a-z0-9_]+")
 _SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",), "stateset": ("",)}
 
@@ -39,6 +41,14 @@ def dashboard_metric_names() -> set[str]:
     return {name for expr in _expressions(json.loads(DASHBOARD.read_text())) for name in _METRIC.findall(expr)}
 
 
+def alert_rules() -> list[dict]:
+    return [rule for group in yaml.safe_load(ALERTS.read_text())["groups"] for rule in group["rules"]]
+
+
+def alert_names() -> set[str]:
+    return {rule["alert"] for rule in alert_rules()}
+
+
 def exported_families() -> dict[str, set[str]]:
     """Each metric family of the job -> the names of its samples."""
     metrics = Metrics()
@@ -49,6 +59,12 @@ def exported_families() -> dict[str, set[str]]:
 def test_every_metric_the_dashboard_queries_is_one_the_job_exports():
     exported = set().union(*exported_families().values())
     assert dashboard_metric_names() - exported == set()
+
+
+def test_every_metric_an_alert_queries_is_one_the_job_exports():
+    exported = set().union(*exported_families().values())
+    queried = {name for rule in alert_rules() for name in _METRIC.findall(rule["expr"])}
+    assert queried and queried - exported == set()
 
 
 def test_the_dashboard_shows_every_metric_the_job_exports():

@@ -24,7 +24,7 @@ from table.failpoints import PAUSE_ENV_VAR
 from table.layout_stats import after_each_deltacommit
 from table.mor_table import MorTable
 from table.services.compaction import pending_compactions
-from test_dashboard import dashboard_metric_names
+from test_dashboard import ALERTS, alert_names, dashboard_metric_names
 
 pytestmark = pytest.mark.e2e
 
@@ -95,7 +95,8 @@ def test_prometheus_reads_what_the_job_did_and_health_tells_idle_from_stuck(
         metrics={"port": port, "host": "127.0.0.1", "stuck_after_triggers": 3}))
     path = config.table.path
 
-    with running(spark, config), PrometheusServer([f"127.0.0.1:{port}"], tmp_path / "prometheus") as prometheus:
+    with running(spark, config), PrometheusServer([f"127.0.0.1:{port}"], tmp_path / "prometheus",
+                                                  rule_files=[ALERTS]) as prometheus:
         wait_until(lambda: has_read(path, topic, len(events)), "commit of every record")
         assert wait_until(lambda: table_state(port) == (200, "idle"), "idle health")
 
@@ -112,6 +113,8 @@ def test_prometheus_reads_what_the_job_did_and_health_tells_idle_from_stuck(
         assert value(prometheus, 'mor_streamer_freshness_seconds{table="orders"}') > 0
         assert value(prometheus, 'mor_streamer_batch_phase_seconds_total{table="orders",phase="write"}') > 0
         assert set(dashboard_metric_names()) <= set(prometheus.metric_names())
+        assert wait_until(lambda: {r["name"]: r["health"] for r in prometheus.rules()}.keys() == alert_names()
+                          and all(r["health"] == "ok" for r in prometheus.rules()), "the alerts evaluated")
 
         # Records arrive, and the batch that takes them cannot complete its commit for a while.
         monkeypatch.setenv(PAUSE_ENV_VAR, "deltacommit.files_written=8")
