@@ -10,6 +10,11 @@ through `streamer run --once` as a user runs it (own process, local[2], a genera
 (a) Compaction: off, `async` every 2 deltacommits (the background thread compacts while batches
     go on), and `inline` every 2 (compaction between batches) for reference; the run with
     compaction off is repeated last, so that the drift of a shared machine over the runs shows.
+    A second pair of async runs holds every compaction at `compaction.files_written` for a few
+    batches (`MOR_STREAMER_PAUSE`), so that the stream outruns it: once unbounded, once with
+    `services.compaction.max_log_files_per_group` (BOUND), which holds the stream instead. Every
+    run reports its read amplification: the log files a snapshot as of each of its deltacommits
+    reads (`table.layout_stats.after_each_deltacommit`), in all and in the worst file group.
 (b) Dual writes: clustering `async` with `index.split_threshold_mb` just above the largest
     loaded bucket, so that a batch's logs make every bucket due for a split, and one resize
     planned after the first few batches (`every_delta_commits` counts the load's commits too),
@@ -43,6 +48,7 @@ from bench.report import Section
 from bench.workload import W1, WorkloadFiles, kafka_records
 from streamer.embedded_broker import create_topic, produce
 from table.failpoints import PAUSE_ENV_VAR
+from table.layout_stats import after_each_deltacommit
 from table.mor_table import MorTable
 
 TOPIC = "orders"
@@ -62,6 +68,13 @@ COMPACTION_RUNS = {  # name -> (label, services section of the YAML, over stream
                          {"compaction": {"mode": "async", "every_delta_commits": EVERY}}),
     "compaction-inline": (f"ours: compaction inline, every {EVERY}",
                           {"compaction": {"mode": "inline", "every_delta_commits": EVERY}}),
+}
+BOUND = 3  # services.compaction.max_log_files_per_group of the bounded run
+SLOW_COMPACTION_INTERVALS = 3  # a held compaction lasts about this many batch-to-batch intervals
+SLOW_RUNS = {  # name -> (label, compaction section): async compactions held at compaction.files_written
+    "compaction-async-held": ("ours: compaction async, held {held:.0f}s", {}),
+    "compaction-async-held-bounded": (f"ours: async, held {{held:.0f}}s, bound {BOUND}",
+                                      {"max_log_files_per_group": BOUND}),
 }
 DUAL_CLASSES = {  # class of a batch of run (b) -> label
     "outside": "(b) no resize pending",
@@ -111,6 +124,14 @@ def scenario(w: W1, work: Path) -> Section:
             results.append(_compaction_result(name, label, w, runs[name], details["load_seconds"]))
             details["runs"][name] = runs[name].summary()
         off = runs["compaction-off"]
+        held = max(PAUSE_MIN_SECONDS, SLOW_COMPACTION_INTERVALS * statistics.median(off.intervals()))
+        for name, (label, bound) in SLOW_RUNS.items():
+            print(f"  {name} (compactions held {held:.0f}s)", flush=True)
+            runs[name] = _run(work / name, w, bootstrap, loaded,
+                              {"compaction": {"mode": "async", "every_delta_commits": EVERY, **bound}},
+                              env={PAUSE_ENV_VAR: f"compaction.files_written={held:.1f}"})
+            results.append(_compaction_result(name, label.format(held=held), w, runs[name], details["load_seconds"]))
+            details["runs"][name] = {**runs[name].summary(), "compaction_held_seconds": held}
         # One resize, planned after the warm-up batch and a third of the others (the count is of
         # deltacommits since the table began: the load's are in it), then not again in the run;
         # held for about half of the others (counting its rewrite), so that batches come before,
@@ -145,6 +166,8 @@ def scenario(w: W1, work: Path) -> Section:
                               split.plan_seconds + split.execute_seconds, details=split.to_json()))
 
     notes += _compaction_notes(results, runs)
+    details["read_amplification"] = {name: _read_amplification(run) for name, run in runs.items()}
+    notes += _read_amplification_notes(results, details["read_amplification"], held)
     notes += _dual_notes(classes, resizes, pause, threshold, every)
     notes.append(
         f"(c) bench.resize_bytes split ({split.name}) of its skewed table ({min(w.initial_rows, RESIZE_MAX_ROWS):,} "
@@ -277,6 +300,32 @@ def _compaction_notes(results: list[PathResult], runs: dict[str, Run]) -> list[s
             f"records/s x{throughput:.2f}; batch-to-batch interval p50 "
             f"x{cadence[0]:.2f}, p95 x{cadence[1]:.2f}; {len(during)} compaction(s) finished during the batches "
             f"({sum(s[3] for s in during):.1f}s), {len(run.services) - len(during)} after them{target}")
+    return notes
+
+
+def _read_amplification(run: Run) -> dict:
+    """Log files a snapshot as of each counted batch's deltacommit reads: in all, and in its
+    worst file group."""
+    counted = {b.instant for b in run.counted}
+    snapshots = [layout for instant, layout in after_each_deltacommit(MorTable.load(str(run.work / "table")))
+                 if instant in counted]
+    totals = [sum(s.log_files for sizes in layout.partitions.values() for s in sizes.values()) for layout in snapshots]
+    worst = [layout.log_files() for layout in snapshots]
+    return {"log_files_per_snapshot": totals, "most_per_file_group": worst,
+            "mean_log_files_per_snapshot": statistics.fmean(totals), "max_log_files_per_snapshot": max(totals),
+            "max_log_files_per_file_group": max(worst)}
+
+
+def _read_amplification_notes(results: list[PathResult], amplification: dict[str, dict], held: float) -> list[str]:
+    notes = [f"read amplification: log files a snapshot read as of each counted batch's deltacommit (mean, max), "
+             f"and the most in one file group; the 'held' runs hold each compaction {held:.0f}s "
+             f"(MOR_STREAMER_PAUSE), so that batches outrun it; the bounded one has "
+             f"services.compaction.max_log_files_per_group {BOUND}"]
+    for name, a in amplification.items():
+        r = next(r for r in results if r.name == name)
+        notes.append(f"read amplification, {name}: {a['mean_log_files_per_snapshot']:.1f} log files per snapshot "
+                     f"(max {a['max_log_files_per_snapshot']}), at most {a['max_log_files_per_file_group']} in one "
+                     f"file group; {r.records_per_second:,.0f} records/s")
     return notes
 
 

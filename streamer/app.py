@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
-from streamer.client_logs import LOG_FORMAT, LOG_LEVEL_ENV
+from streamer.log_lines import LOG_FORMAT_ENV, LOG_LEVEL_ENV, formatter
 from streamer.config import JobConfig
-from streamer.job import TableJob
+from streamer.job import StartupError, TableJob
+from streamer.metrics import Metrics, MetricsServer
 from streamer.services import BackgroundExecutor
 from streamer.sink import StopRequested
 from streamer.status import record_error
@@ -77,11 +78,15 @@ JOB_SPARK_SETTINGS = {
 }
 
 
-def configure_logging(level: str = "INFO") -> None:
-    """One line per event on stderr: batches, starts and stops; py4j's chatter stays out. Spark's
-    Python workers, started later, log at the same level (`client_logs.configure_worker_logging`)."""
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+def configure_logging(level: str = "INFO", log_format: str = "text") -> None:
+    """One line per event on stderr, text or JSON (`streamer.log_lines`): batches, starts and
+    stops; py4j's chatter stays out. Spark's Python workers, started later, log at the same level
+    and in the same format (`client_logs.configure_worker_logging`)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter(log_format))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     os.environ[LOG_LEVEL_ENV] = level
+    os.environ[LOG_FORMAT_ENV] = log_format
     for ours in ("streamer", "table"):
         logging.getLogger(ours).setLevel(level)
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -128,10 +133,13 @@ def run(configs: list[JobConfig], spark: SparkSession, once: bool = False) -> Ru
     register_kafka_source(spark)
     quiet_spark_loggers(spark)
     executor = BackgroundExecutor()
+    metrics = Metrics()
+    server: MetricsServer | None = None
     jobs: list[TableJob] = []
     try:
         for config in configs:
-            jobs.append(TableJob.prepare(config, spark, executor))
+            jobs.append(TableJob.prepare(config, spark, executor, metrics))
+        server = _metrics_server(configs, metrics)
         result = _Runner(spark, jobs, once).run()
         if once:
             for job in jobs:
@@ -141,12 +149,26 @@ def run(configs: list[JobConfig], spark: SparkSession, once: bool = False) -> Ru
                         "is executed again at the next start")
         return result
     finally:
+        if server is not None:
+            server.stop()
         executor.shutdown()
         for job in jobs:
             try:
                 job.close()
             except OSError as e:  # a lease left behind is taken over at the next start
                 log.warning("%s: could not release the table's writer lease: %s", job.name, e)
+
+
+def _metrics_server(configs: list[JobConfig], metrics: Metrics) -> MetricsServer | None:
+    """The endpoints, when a config gives their port (the configs agree: `config.load_configs`)."""
+    wanted = next((c for c in configs if c.metrics.port is not None), None)
+    if wanted is None:
+        return None
+    try:
+        return MetricsServer(metrics, wanted.metrics.host, wanted.metrics.port).start()
+    except OSError as e:
+        raise StartupError(f"{wanted.config_path}: metrics.port: cannot listen on "
+                           f"{wanted.metrics.host}:{wanted.metrics.port}: {e}") from e
 
 
 class _Runner:
@@ -192,6 +214,7 @@ class _Runner:
                 del pending[name]
                 failure = self._failure(job)
                 if failure:
+                    job.metrics.query_failed(failure)
                     log.error("%s: stopped with an error: %s", name, failure)
                     if log.isEnabledFor(logging.DEBUG) and job.query.exception() is not None:
                         log.debug("%s: the query's failure in full: %s", name, job.query.exception())

@@ -48,6 +48,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting; repeatable")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="DEBUG adds where each micro-batch's time went (fetch, decode, route, write, commit)")
+    parser.add_argument("--log-format", default="text", choices=["text", "json"],
+                        help="json: one JSON object per line (time, level, logger, message), for log shippers")
 
 
 def add_maintenance_commands(commands) -> None:
@@ -151,7 +153,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     from streamer.app import configure_logging
 
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     try:
         configs = load_configs(args.config)
         conf = dict(_key_value(c) for c in args.conf)

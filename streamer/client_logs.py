@@ -21,12 +21,11 @@ import logging
 import os
 import sys
 
+from streamer.log_lines import LOG_FORMAT_ENV, LOG_LEVEL_ENV, formatter
+
 LIBRDKAFKA = logging.getLogger("streamer.librdkafka")
 log = logging.getLogger(__name__)
 
-#: Set by the job's driver (`app.configure_logging`); Spark's Python workers inherit it.
-LOG_LEVEL_ENV = "MOR_STREAMER_LOG_LEVEL"
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 _worker_logging_configured = False
 
@@ -71,8 +70,8 @@ def client_config(conf: dict, client: str) -> tuple[dict, ClientLog]:
 
 
 def configure_worker_logging() -> None:
-    """In a Spark Python worker, the driver's log format on stderr at the driver's level
-    (`MOR_STREAMER_LOG_LEVEL`, WARNING when unset), once per process. Nothing happens in a
+    """In a Spark Python worker, the driver's log format (`MOR_STREAMER_LOG_FORMAT`) on stderr at
+    the driver's level (`MOR_STREAMER_LOG_LEVEL`, WARNING when unset), once per process. Nothing happens in a
     process whose logging is set up already (the driver's, a test's)."""
     global _worker_logging_configured
     if _worker_logging_configured:
@@ -81,7 +80,7 @@ def configure_worker_logging() -> None:
     if logging.getLogger().handlers or logging.getLogger("streamer").handlers:
         return
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.setFormatter(formatter(os.environ.get(LOG_FORMAT_ENV, "text")))
     ours = logging.getLogger("streamer")
     ours.addHandler(handler)
     ours.setLevel(os.environ.get(LOG_LEVEL_ENV, "WARNING"))

@@ -41,6 +41,7 @@ __all__ = [
     "FormatSettings",
     "IndexSettings",
     "JobConfig",
+    "MetricsSettings",
     "SchemaRegistrySettings",
     "SourceSettings",
     "StreamSettings",
@@ -445,6 +446,7 @@ class IndexSettings(_Section):
 
 
 _INTERVAL = re.compile(r"\d+ +(millisecond|second|minute|hour)s?", re.IGNORECASE)
+_UNIT_SECONDS = {"millisecond": 0.001, "second": 1, "minute": 60, "hour": 3600}
 
 
 class StreamSettings(_Section):
@@ -459,6 +461,11 @@ class StreamSettings(_Section):
     on_failure: Literal["continue", "stop_application"] = Field("continue", description=(
         "When the table's query fails: `continue` lets the other tables run on, `stop_application` "
         "stops them all. The exit status is non-zero either way."))
+
+    @property
+    def trigger_seconds(self) -> float:
+        count, unit = self.trigger_interval.split()
+        return int(count) * _UNIT_SECONDS[unit.lower().rstrip("s")]
 
     @field_validator("trigger_interval")
     @classmethod
@@ -523,6 +530,19 @@ class CompactionSettings(_ServiceSettings):
         "reach this many MiB."))
     recent_partitions: int | None = Field(None, ge=1, description=(
         "`recent_partitions`: how many of the greatest partition paths to compact; 10 when null."))
+    max_log_files_per_group: int | None = Field(None, ge=1, description=(
+        "The most log files a snapshot read merges in any file group (the bound on read "
+        "amplification); unbounded when null. When a file group holds this many after a commit, "
+        "the next batch would cross it, so the job first executes the pending plans (waiting for "
+        "the background thread's) and compacts the file groups still at the bound, logging why; "
+        "the stream waits meanwhile (`mor_streamer_backpressure_seconds_total`). Not with `mode: off`."))
+
+    @model_validator(mode="after")
+    def _bound_needs_compaction(self) -> "CompactionSettings":
+        if self.max_log_files_per_group is not None and self.mode == "off":
+            _raise_problems([(("max_log_files_per_group",),
+                              "not allowed with mode off: the job would have no compaction to hold the bound with")])
+        return self
 
 
 class ClusteringSettings(_ServiceSettings):
@@ -603,6 +623,26 @@ class ServicesSettings(_Section):
         return self
 
 
+def _empty_as_null(value: Any) -> Any:
+    """An empty value (say, `${METRICS_PORT:-}` with the variable unset) is no value."""
+    return None if value == "" else value
+
+
+class MetricsSettings(_Section):
+    """The application's Prometheus endpoint (`/metrics`) and health endpoint (`/health`), off
+    unless a port is given. One endpoint serves every table run together, so the configs that
+    set a port must set the same one; each table's metrics carry its name as the `table` label.
+    See docs/operations.md for each metric."""
+
+    port: Annotated[int | None, BeforeValidator(_empty_as_null)] = Field(None, ge=1, le=65535, description=(
+        "The TCP port of the endpoints; null (or empty) turns them off."))
+    host: Text = Field("0.0.0.0", description="The address the endpoints listen on.")
+    stuck_after_triggers: int = Field(10, ge=1, description=(
+        "`/health` calls a table stuck when Kafka holds records it has not committed and no commit "
+        "came for this many trigger intervals (`stream.trigger_interval`); with no records waiting "
+        "it is idle, which is healthy."))
+
+
 _QUERY_START = re.compile(r"\s*(select|with)\b", re.IGNORECASE)
 _SOURCE_VIEW = re.compile(r"\bsource\b", re.IGNORECASE)
 
@@ -621,6 +661,7 @@ class JobConfig(_Section):
     index: IndexSettings = Field(IndexSettings(), description="The consistent-hashing bucket index.")
     stream: StreamSettings = Field(StreamSettings(), description="The streaming query.")
     services: ServicesSettings = Field(ServicesSettings(), description="Compaction, clustering, cleaning and archival.")
+    metrics: MetricsSettings = Field(MetricsSettings(), description="The Prometheus and health endpoints.")
     _config_path: Path = PrivateAttr(Path("<config>"))
 
     @field_validator("transform")
@@ -677,6 +718,7 @@ def load_configs(path: str | Path) -> list[JobConfig]:
         except ConfigError as e:
             problems.extend(e.problems)
     problems.extend(_shared_values(configs))
+    problems.extend(_one_metrics_endpoint(configs))
     if problems:
         raise ConfigError(problems)
     return configs
@@ -697,6 +739,19 @@ def _shared_values(configs: list[JobConfig]) -> list[str]:
             other = first_file.setdefault(value, config.config_path)
             if other != config.config_path:
                 problems.append(f"{config.config_path}: {key_path}: should be unique, {other} has it too (got {value!r})")
+    return problems
+
+
+def _one_metrics_endpoint(configs: list[JobConfig]) -> list[str]:
+    """Problems for configs that ask for different endpoints: the application serves one."""
+    first: JobConfig | None = None
+    problems = []
+    for config in (c for c in configs if c.metrics.port is not None):
+        first = first or config
+        if (config.metrics.host, config.metrics.port) != (first.metrics.host, first.metrics.port):
+            problems.append(f"{config.config_path}: metrics.port: should be {first.metrics.host}:{first.metrics.port} "
+                            f"as in {first.config_path}: one endpoint serves every table "
+                            f"(got {config.metrics.host}:{config.metrics.port})")
     return problems
 
 

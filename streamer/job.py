@@ -36,6 +36,7 @@ from streamer.decode import (
 from streamer.quarantine import QuarantineTable
 from streamer.schema_evolution import SchemaEvolution, stored_value_schema
 from streamer.schema_registry import SchemaRegistryClient
+from streamer.metrics import Metrics, TableMetrics
 from streamer.services import BackgroundExecutor, TableServices
 from streamer.kafka_offsets import KafkaProgress, end_offsets
 from streamer.sink import OffsetJumpCheck, SinkSettings, StreamCheckpoint, UpsertSink, table_checkpoint
@@ -44,12 +45,15 @@ from streamer.value_schema import compare, evolve_json
 from table.mor_table import MorTable, TableSpec, TableWriter, WriteOptions
 from table.schema import SchemaEvolutionError, arrow_schema_from_avro, evolve
 from table.storage import Storage
+from table.timeline import parse_instant_time
 
 log = logging.getLogger(__name__)
 
 KAFKA_COLUMNS = (KAFKA_KEY, KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET, KAFKA_TIMESTAMP)
 #: The columns of Spark's Kafka records the decoder reads.
 RECORD_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
+#: Seconds the brokers have to tell the endpoints the lag; a scrape must not wait longer.
+LAG_TIMEOUT_SECONDS = 5.0
 
 
 class StartupError(RuntimeError):
@@ -61,8 +65,10 @@ class TableJob:
 
     def __init__(self, config: JobConfig, table: MorTable, writer: TableWriter, decoder: RecordDecoder,
                  sink: UpsertSink, quarantine: QuarantineTable | None, services: TableServices,
-                 starting_offsets: str | None, kafka: KafkaProgress):
+                 starting_offsets: str | None, kafka: KafkaProgress, metrics: TableMetrics, lag_kafka: KafkaProgress):
         self.config = config
+        self.metrics = metrics
+        self.lag_kafka = lag_kafka  # the endpoints' own client: a slow answer never holds up a batch
         self.decoder = decoder
         self.services = services
         self.table = table
@@ -78,7 +84,8 @@ class TableJob:
         return self.config.table.name
 
     @classmethod
-    def prepare(cls, config: JobConfig, spark: SparkSession, executor: BackgroundExecutor) -> "TableJob":
+    def prepare(cls, config: JobConfig, spark: SparkSession, executor: BackgroundExecutor,
+                metrics: Metrics) -> "TableJob":
         """Check the config against schemas and the table on disk, then open the table's writer
         (which rolls back what a crashed run left inflight) and resume pending service plans."""
         value = _format_spec(config, config.decode.value, "value", spark)
@@ -107,10 +114,15 @@ class TableJob:
             raise StartupError(f"{config.config_path}: cannot write to the table at {t.path}: {e}") from e
         quarantine = None
         kafka = KafkaProgress(config.source)
+        lag_kafka = KafkaProgress(config.source, timeout=LAG_TIMEOUT_SECONDS)
         try:
             if config.decode.on_error == "quarantine":
                 quarantine = QuarantineTable(t.quarantine_location, t.name, t.log_block_format).open()
-            services = TableServices(config.services, table, writer, executor, index=config.index)
+            table_metrics = metrics.table(t.name, config.stream.trigger_seconds, config.metrics.stuck_after_triggers,
+                                          config.services.compaction.max_log_files_per_group)
+            table_metrics.last_commit_before(_last_commit_time(table))
+            services = TableServices(config.services, table, writer, executor, index=config.index,
+                                     metrics=table_metrics)
             starting = _resume_offsets(config, table, spark)
             offset_jumps = OffsetJumpCheck(
                 lambda tps: earliest_offsets(SourceOptions.parse(config.source.reader_options()), tps),
@@ -119,15 +131,17 @@ class TableJob:
                                            config.checkpoint_location),
                               table, writer, decoder, quarantine, after_commit=services.after_commit,
                               progress=lambda checkpoint: _kafka_progress(config, kafka, checkpoint),
-                              evolution=evolution, offset_jumps=offset_jumps)
+                              evolution=evolution, offset_jumps=offset_jumps, observe=table_metrics.batch_committed)
+            table_metrics.lag_source = lambda: lag_kafka.partition_lag(sink.checkpoint.offsets)
             services.resume()
         except BaseException:
             writer.close()
             kafka.close()
+            lag_kafka.close()
             if quarantine is not None:
                 quarantine.close()
             raise
-        return cls(config, table, writer, decoder, sink, quarantine, services, starting, kafka)
+        return cls(config, table, writer, decoder, sink, quarantine, services, starting, kafka, table_metrics, lag_kafka)
 
     def start(self, spark: SparkSession, once: bool) -> StreamingQuery:
         source = self.config.source
@@ -176,9 +190,16 @@ class TableJob:
 
     def close(self) -> None:
         self.kafka.close()
+        self.lag_kafka.close()
         self.writer.close()
         if self.quarantine is not None:
             self.quarantine.close()
+
+
+def _last_commit_time(table: MorTable) -> float | None:
+    """When the table's last deltacommit began (its instant time), seconds since the epoch."""
+    done = table.timeline().completed("deltacommit")
+    return parse_instant_time(done[-1].timestamp).timestamp() if done else None
 
 
 def _kafka_progress(config: JobConfig, kafka: KafkaProgress, checkpoint: StreamCheckpoint) -> dict[str, int]:

@@ -74,9 +74,16 @@ class KafkaProgress:
 
     def lag(self, committed: dict[str, dict[int, int]]) -> dict[str, int]:
         """Records per topic between the committed offsets and the end of the topic."""
+        per_topic: dict[str, int] = {}
+        for (topic, _), records in self.partition_lag(committed).items():
+            per_topic[topic] = per_topic.get(topic, 0) + records
+        return per_topic
+
+    def partition_lag(self, committed: dict[str, dict[int, int]]) -> dict[tuple[str, int], int]:
+        """Records per (topic, partition) between the committed offsets and the partition's end."""
         ends = self.end_offsets(list(committed))
-        return {topic: sum(max(0, end - committed.get(topic, {}).get(p, 0)) for p, end in parts.items())
-                for topic, parts in ends.items()}
+        return {(topic, p): max(0, end - committed.get(topic, {}).get(p, 0))
+                for topic, parts in ends.items() for p, end in parts.items()}
 
     def ranges(self, extra_topics: list[str] = ()) -> TopicRanges:
         """The earliest and end offsets of every partition of the source's topics and

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from streamer.config import ClusteringSettings, IndexSettings, ServicesSettings
+from streamer.metrics import TableMetrics
 from table.mor_table import CHECKPOINT_KEY, MorTable, TableWriter
 from table.services.archive import ArchivePolicy, archive
 from table.services.clean import CLEAN, CleanPolicy, execute_clean, pending_cleans, schedule_clean
@@ -30,6 +31,8 @@ from table.timeline import Action, Timeline
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
+#: The io budget of a compaction the bound needs: every file group at the bound, whatever its size.
+UNBOUNDED = 2**62
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class BackgroundExecutor:
         self._queue: queue.Queue[_Task | None] = queue.Queue()
         self._queued: set[tuple[str, str, str | None]] = set()
         self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)
         self._idle = threading.Event()
         self._idle.set()
         self.failures: list[tuple[str, BaseException]] = []
@@ -75,6 +79,11 @@ class BackgroundExecutor:
     def wait_idle(self, timeout: float | None = None) -> bool:
         return self._idle.wait(timeout)
 
+    def wait_for(self, table: str) -> None:
+        """Until no task of `table` is queued or running."""
+        with self._done:
+            self._done.wait_for(lambda: not any(t == table for t, _, _ in self._queued))
+
     def shutdown(self) -> None:
         self._queue.put(None)
 
@@ -93,6 +102,7 @@ class BackgroundExecutor:
                     self._queued.discard((task.table, task.service, task.instant))
                     if not self._queued:
                         self._idle.set()
+                    self._done.notify_all()
 
 
 def clustering_policy(index: IndexSettings, clustering: ClusteringSettings) -> ClusteringPolicy:
@@ -110,8 +120,9 @@ class TableServices:
     """Decides after each commit which services are due, and runs them as configured."""
 
     def __init__(self, settings: ServicesSettings, table: MorTable, writer: TableWriter, executor: BackgroundExecutor,
-                 index: IndexSettings = IndexSettings()):
+                 index: IndexSettings = IndexSettings(), metrics: TableMetrics | None = None):
         self.settings = settings
+        self.metrics = metrics
         self.index = index
         self.table = table
         self.writer = writer
@@ -161,22 +172,63 @@ class TableServices:
         timeline = self.table.timeline()
         self._clustering(timeline)
         self._compaction(timeline)
+        self._hold_to_bound()
         self._clean(timeline)
         self._archive(timeline)
+        if self.metrics is not None:
+            timeline = self.table.timeline()
+            self.metrics.plans_pending(len(timeline.pending(COMPACTION)), len(pending_clustering_plans(timeline)))
 
     def finish(self, timeout: float | None = None) -> bool:
         """For `--once`: wait for background plans, then execute what is still pending."""
         idle = self.executor.wait_idle(timeout)
-        if idle and self.settings.clustering.mode != "off":
-            for instant in pending_clusterings(self.table):
-                self._run_now("clustering", instant, lambda i=instant: execute_clustering(self.table, i))
-        if idle and self.settings.compaction.mode != "off":
-            for instant in pending_compactions(self.table):
-                self._run_now("compaction", instant, lambda i=instant: execute_compaction(self.table, i))
-        if idle and self.settings.clean.mode != "off":
-            for instant in pending_cleans(self.table):
-                self._run_now("clean", instant, lambda i=instant: execute_clean(self.table, i))
+        if idle:
+            self._run_pending(("clustering", "compaction", "clean"))
         return idle
+
+    def _run_pending(self, services: tuple[str, ...]) -> None:
+        """Execute the pending plans of `services` (those not `off`) here and now."""
+        for service, pending, execute in (("clustering", pending_clusterings, execute_clustering),
+                                          ("compaction", pending_compactions, execute_compaction),
+                                          ("clean", pending_cleans, execute_clean)):
+            if service in services and getattr(self.settings, service).mode != "off":
+                for instant in pending(self.table):
+                    self._run_now(service, instant, lambda i=instant, e=execute: e(self.table, i))
+
+    # ---- backpressure --------------------------------------------------------------------------
+
+    def _hold_to_bound(self) -> None:
+        """`compaction.max_log_files_per_group`: when a file group holds that many log files, the
+        next batch would give it one more, so it waits (the sink has not returned) until the
+        pending plans are executed, the background thread's included, and the groups still at the
+        bound are compacted. The layout the commit's routing listed, plus its writes, says when a
+        group may be there; the table is listed to be sure, as a compaction may have completed
+        since."""
+        bound = self.settings.compaction.max_log_files_per_group
+        layout = self.writer.last_layout
+        if bound is None or layout is None or layout.log_files() < bound:
+            return
+        most = self._most_log_files()
+        if most < bound:
+            return
+        started = time.monotonic()
+        log.warning("%s: a file group holds %d log files, services.compaction.max_log_files_per_group is %d: "
+                    "the next batch waits for compaction", self.name, most, bound)
+        self.executor.wait_for(self.name)
+        self._run_pending(("clustering", "compaction"))
+        if self._most_log_files() >= bound:
+            instant = schedule_compaction(self.writer, CompactionStrategy(min_log_files=bound, max_io_bytes=UNBOUNDED))
+            if instant is not None:
+                log.info("%s: compaction %s scheduled", self.name, instant)
+                self._run_now("compaction", instant, lambda: execute_compaction(self.table, instant))
+        seconds = time.monotonic() - started
+        log.info("%s: the stream waited %.1fs for compaction to bring log files per file group under %d",
+                 self.name, seconds, bound)
+        if self.metrics is not None:
+            self.metrics.held_back(seconds)
+
+    def _most_log_files(self) -> int:
+        return max((len(s.log_files) for s in self.table.file_system_view().latest_slices()), default=0)
 
     # ---- each service --------------------------------------------------------------------------
 
@@ -268,13 +320,30 @@ class TableServices:
 
     def _execute(self, service: str, instant: str | None, run: Callable[[], object], mode: str) -> None:
         if mode == "async":
-            self.executor.submit(_Task(self.name, service, instant, run))
+            self.executor.submit(_Task(self.name, service, instant, self._measured(service, run)))
         else:
             self._run_now(service, instant, run)
 
     def _run_now(self, service: str, instant: str | None, run: Callable[[], object]) -> None:
         started = time.monotonic()
-        result = run()
+        result = self._measured(service, run)()
         if result is not None:
             label = f"{service} {instant}" if instant else service
             log.info("%s: %s done in %.1fs: %s", self.name, label, time.monotonic() - started, result)
+
+    def _measured(self, service: str, run: Callable[[], object]) -> Callable[[], object]:
+        """`run`, reporting its duration and whether it failed to the table's metrics."""
+        if self.metrics is None:
+            return run
+
+        def measured() -> object:
+            started = time.monotonic()
+            try:
+                result = run()
+            except BaseException:
+                self.metrics.service_ran(service, time.monotonic() - started, failed=True)
+                raise
+            self.metrics.service_ran(service, time.monotonic() - started, failed=False)
+            return result
+
+        return measured

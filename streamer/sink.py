@@ -28,6 +28,7 @@ from streamer.offset_log import planned_offsets
 from streamer.quarantine import QuarantineTable
 from streamer.schema_evolution import VALUE_SCHEMA_KEY, SchemaEvolution
 from table import failpoints
+from table.layout_stats import LayoutStats
 from table.mor_table import CHECKPOINT_KEY, DeltaCommit, MorTable, TableWriter
 from table.spark_write import DataFrameWriteResult, write_dataframe
 
@@ -161,6 +162,8 @@ class BatchReport:
     freshness: tuple[float, float] | None = None  # seconds from the Kafka timestamps of its newest
                                                   # and oldest record to the commit that shows them
     phases: dict[str, float] = field(default_factory=dict)  # see `_phases`
+    committed_at: float = 0.0  # when its commit completed, seconds since the epoch
+    layout: LayoutStats | None = None  # the buckets' latest slices after its commit
 
     def phase_line(self) -> str:
         phases = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in self.phases.items())
@@ -197,8 +200,10 @@ class UpsertSink:
     def __init__(self, settings: SinkSettings, table: MorTable, writer: TableWriter, decoder: RecordDecoder,
                  quarantine: QuarantineTable | None = None, after_commit: Callable[[], None] | None = None,
                  progress: Callable[[StreamCheckpoint], dict[str, int]] | None = None,
-                 evolution: SchemaEvolution | None = None, offset_jumps: OffsetJumpCheck | None = None):
+                 evolution: SchemaEvolution | None = None, offset_jumps: OffsetJumpCheck | None = None,
+                 observe: Callable[[BatchReport, float], None] | None = None):
         self.settings = settings
+        self.observe = observe  # each committed batch's report and its seconds, services included
         self.offset_jumps = offset_jumps
         self.evolution = evolution
         self.table = table
@@ -214,6 +219,11 @@ class UpsertSink:
         self._busy = threading.Lock()
         self._stopping = threading.Event()
         self._checkpoint = table_checkpoint(table) or EMPTY_CHECKPOINT
+
+    @property
+    def checkpoint(self) -> StreamCheckpoint:
+        """What the table's last commit says about the stream."""
+        return self._checkpoint
 
     def bind(self, query_id: str) -> None:
         """Called once the query has started: its id is part of every commit."""
@@ -237,22 +247,29 @@ class UpsertSink:
                 # replayed by the next run.
                 self.failure = StopRequested(f"{self.settings.table_name}: stopping, batch {batch_id} left for the next run")
                 raise self.failure
+            started = time.monotonic()
             report = self._reported(lambda: self._process(df, self._query_id or "", batch_id, self._planned(batch_id)),
                                     f"batch {batch_id}")
-            if self.after_commit is not None and not report.replayed:
-                started = time.monotonic()
+            if report.replayed:
+                return
+            if self.after_commit is not None:
+                services_started = time.monotonic()
                 self.after_commit()
-                report.phases["services"] = time.monotonic() - started
-            if report.phases:
-                log.debug(report.phase_line())
+                report.phases["services"] = time.monotonic() - services_started
+            log.debug(report.phase_line())
+            if self.observe is not None:
+                self.observe(report, time.monotonic() - started)
 
     def load(self, df: DataFrame, ends: dict[str, dict[int, int]]) -> BatchReport:
         """Write a backlog that one batch query read up to `ends` (the initial load of an empty
         table) as one deltacommit, whose checkpoint says to go on from `ends`."""
         with self._busy:
+            started = time.monotonic()
             report = self._reported(lambda: self._process(df, INITIAL_LOAD_QUERY_ID, -1, ends), "initial load")
             if self.after_commit is not None:
                 self.after_commit()
+            if self.observe is not None:
+                self.observe(report, time.monotonic() - started)
             return report
 
     def _planned(self, batch_id: int) -> dict[str, dict[int, int]] | None:
@@ -318,10 +335,11 @@ class UpsertSink:
         self._checkpoint = checkpoint
         report.instant = instant
         report.offsets = read
+        report.committed_at = time.time()
+        report.layout = self.writer.last_layout
         stamps = tally.timestamps()
         if stamps is not None:
-            now = time.time()
-            report.freshness = (now - stamps[1] / 1e6, now - stamps[0] / 1e6)
+            report.freshness = (report.committed_at - stamps[1] / 1e6, report.committed_at - stamps[0] / 1e6)
         report.seconds = time.monotonic() - started
         if self.progress is not None:
             report.lag = self.progress(self._checkpoint)

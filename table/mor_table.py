@@ -20,6 +20,7 @@ from table import failpoints
 from table.commit_metadata import CommitMetadata, WriteStat
 from table.errors import InvalidBatchError, TableExistsError, TableNotFoundError
 from table.fsview import FileSlice, FileSystemView
+from table.layout_stats import LayoutStats
 from table.index import consistent_hashing as ring
 from table.keys import KeyGenerator
 from table.layout import write_partition_metadata
@@ -234,6 +235,7 @@ class TableWriter:
         self._open = False
         self._rings = _Rings(table.storage)
         self.last_commit: CommitMetadata | None = None  # what the latest `complete` committed
+        self.last_layout: LayoutStats | None = None  # the buckets' latest slices after it
 
     def __enter__(self) -> "TableWriter":
         return self.open()
@@ -312,9 +314,10 @@ class TableWriter:
     def begin_delta_commit(self, data_schema: pa.Schema) -> "DeltaCommit":
         """Start a deltacommit and work out where each of its records goes."""
         instant, timeline = self.begin()
-        return DeltaCommit(self, instant, timeline, data_schema, self._routing(timeline))
+        routing, layout = self._routing(timeline)
+        return DeltaCommit(self, instant, timeline, data_schema, routing, layout)
 
-    def _routing(self, timeline: Timeline) -> Routing:
+    def _routing(self, timeline: Timeline) -> tuple[Routing, LayoutStats]:
         """Each partition's ring and each bucket's file group target, as of `timeline`.
 
         A group in a pending compaction plan gets its logs in a new slice at the compaction's
@@ -360,7 +363,9 @@ class TableWriter:
                     base_file_name=base_file_name,
                     log_version=group.next_log_version(base) if (group and base) else 1,
                 )
-        return Routing(self.batch_spec, self.key_generator, routers, targets, self.options.initial_buckets)
+        buckets = {p: [ring.file_id_for(node) for node in m.nodes] for p, m in rings.items()}
+        return (Routing(self.batch_spec, self.key_generator, routers, targets, self.options.initial_buckets),
+                LayoutStats.of_view(view, buckets))
 
     def complete(self, instant: str, timeline: Timeline, stats: list[WriteStat], data_schema: pa.Schema,
                  extra_metadata: dict[str, str] | None) -> None:
@@ -448,8 +453,9 @@ class DeltaCommit:
     or abandoned. The in-process upsert and the Spark write both go through it."""
 
     def __init__(self, writer: TableWriter, instant: str, timeline: Timeline, data_schema: pa.Schema,
-                 routing: Routing):
+                 routing: Routing, layout: LayoutStats):
         self.writer = writer
+        self.layout = layout  # as the commit began
         self.instant = instant
         self.timeline = timeline
         self.data_schema = data_schema
@@ -460,6 +466,7 @@ class DeltaCommit:
         """Record the rings of the partitions this commit created, then complete it atomically."""
         self._record_new_partitions(stats)
         self.writer.complete(self.instant, self.timeline, stats, self.data_schema, extra_metadata)
+        self.writer.last_layout = self.layout.with_writes(stats)
         return self.instant
 
     def abandon(self) -> None:
