@@ -242,7 +242,7 @@ class _Runner:
         return query_error_line(str(exc)) if exc is not None else None
 
     def _outcome(self, job: TableJob) -> TableOutcome:
-        reports = [r for r in job.sink.reports if not r.replayed]
+        totals = job.sink.totals
         error = self._failure(job)
         if error:
             try:
@@ -251,10 +251,10 @@ class _Runner:
                 log.warning("%s: could not record the error with the table: %s", job.name, e)
         return TableOutcome(
             name=job.name,
-            batches=len(reports),
-            records=sum(r.records for r in reports),
-            bad=sum(r.bad for r in reports),
-            last_instant=reports[-1].instant if reports else None,
+            batches=totals.batches,
+            records=totals.records,
+            bad=totals.bad,
+            last_instant=totals.last_instant,
             error=error,
         )
 

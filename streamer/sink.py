@@ -184,6 +184,25 @@ class BatchReport:
                 f"in {self.seconds:.1f}s{lag}")
 
 
+@dataclass
+class BatchTotals:
+    """The sink's batches summed as they complete: a job runs for weeks, so its reports are
+    logged and dropped, not kept."""
+
+    batches: int = 0
+    records: int = 0
+    bad: int = 0
+    last_instant: str | None = None
+
+    def add(self, report: BatchReport) -> None:
+        if report.replayed:
+            return
+        self.batches += 1
+        self.records += report.records
+        self.bad += report.bad
+        self.last_instant = report.instant
+
+
 @dataclass(frozen=True)
 class SinkSettings:
     table_name: str
@@ -212,7 +231,7 @@ class UpsertSink:
         self.quarantine = quarantine
         self.after_commit = after_commit
         self.progress = progress
-        self.reports: list[BatchReport] = []
+        self.totals = BatchTotals()
         self.failure: BaseException | None = None
         self._query_id: str | None = None
         self._bound = threading.Event()
@@ -289,7 +308,7 @@ class UpsertSink:
                 f"{self.settings.table_name}: {what} could not be written to {self.table.base_uri}: "
                 f"{refused}; nothing of it was committed, and the next run rolls back what it left")
             raise self.failure from e
-        self.reports.append(report)
+        self.totals.add(report)
         log.info(report.line())
         return report
 
