@@ -30,7 +30,7 @@ from streamer.schema_evolution import VALUE_SCHEMA_KEY, SchemaEvolution
 from table import failpoints
 from table.layout_stats import LayoutStats
 from table.mor_table import CHECKPOINT_KEY, DeltaCommit, MorTable, TableWriter
-from table.spark_write import DataFrameWriteResult, write_dataframe
+from table.spark_write import DataFrameWriteResult, released_accumulator, write_dataframe
 
 log = logging.getLogger(__name__)
 
@@ -370,8 +370,8 @@ class UpsertSink:
         schema, when records of a newer writer schema evolve the table's schema."""
         for _ in range(MAX_EVOLUTIONS + 1):
             decoder = self.evolution.decoder if self.evolution is not None else self.decoder
-            tally = df.sparkSession.sparkContext.accumulator(BatchTally(), BatchTallyParam())
-            commit, written = self._write_decoded(df, decoder, tally)
+            with released_accumulator(df.sparkSession.sparkContext, BatchTally(), BatchTallyParam()) as tally:
+                commit, written = self._write_decoded(df, decoder, tally)
             evolving = tally.value.evolving
             if not evolving:
                 return commit, written, tally.value

@@ -20,12 +20,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
 import pyarrow as pa
-from pyspark.accumulators import AccumulatorParam
+from pyspark import accumulators
+from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -68,6 +70,19 @@ class _PassMetricsParam(AccumulatorParam):
         return value1.add(value2)
 
 
+@contextmanager
+def released_accumulator(sc, zero, param: AccumulatorParam) -> Iterator[Accumulator]:
+    """An accumulator for the Spark jobs of one write, dropped from PySpark's registry after
+    them. The registry keeps every accumulator of the application, and their values, for good:
+    one per micro-batch adds up over weeks. An update that comes after (a task cancelled late)
+    finds no accumulator and is ignored; the value read so far stays readable."""
+    acc = sc.accumulator(zero, param)
+    try:
+        yield acc
+    finally:
+        accumulators._accumulatorRegistry.pop(acc.aid, None)
+
+
 @dataclass
 class DataFrameWriteResult:
     stats: list[WriteStat]
@@ -96,18 +111,18 @@ def write_dataframe(commit: DeltaCommit, df: DataFrame, to_rows: ToRows | None =
     started = time.monotonic()
     sc = df.sparkSession.sparkContext
     routing = sc.broadcast(commit.routing)
-    metrics = sc.accumulator(PassMetrics(), _PassMetricsParam())
     try:
-        packed = df.mapInArrow(partial(_key_route_pack, routing, to_rows, metrics), PACKED_SCHEMA)
-        tasks = write_tasks(commit.routing, sc.defaultParallelism)
-        ctx = commit.context
+        with released_accumulator(sc, PassMetrics(), _PassMetricsParam()) as metrics:
+            packed = df.mapInArrow(partial(_key_route_pack, routing, to_rows, metrics), PACKED_SCHEMA)
+            tasks = write_tasks(commit.routing, sc.defaultParallelism)
+            ctx = commit.context
 
-        def write(group: pa.Table) -> pa.Table:  # the type hints tell Spark which Arrow API this is
-            return _write_file_group(ctx, routing, group)
+            def write(group: pa.Table) -> pa.Table:  # the type hints tell Spark which Arrow API this is
+                return _write_file_group(ctx, routing, group)
 
-        rows = packed.repartition(tasks, FILE_ID).groupBy(FILE_ID).applyInArrow(write, STAT_SCHEMA).collect()
+            rows = packed.repartition(tasks, FILE_ID).groupBy(FILE_ID).applyInArrow(write, STAT_SCHEMA).collect()
     finally:
-        routing.unpersist()
+        routing.destroy()  # its blocks in the JVM and its file on the driver's disk, one a batch otherwise
     stats = [WriteStat.from_dict(json.loads(r.stat)) for r in rows if r.stat is not None]
     return DataFrameWriteResult(stats, metrics.value, sum(r.seconds for r in rows), time.monotonic() - started,
                                 tasks)

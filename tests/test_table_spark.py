@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -50,6 +51,28 @@ def test_dataframe_upserts_equal_the_oracle_through_every_reader(spark, tmp_path
     assert rows.rdd.getNumPartitions() < n_slices  # small slices share a task
     one_per_task = spark.read.format("mor").option("max_partition_bytes", 1).option("open_cost_bytes", 1)
     assert one_per_task.load(str(path)).rdd.getNumPartitions() == n_slices
+
+
+def test_writes_leave_no_accumulator_or_broadcast_behind(spark, tmp_path):
+    """A streaming job writes a micro-batch every few seconds for weeks: what a write hands its
+    tasks goes when it is done, or the driver holds every batch's."""
+    from pyspark import accumulators
+
+    table = make_table(tmp_path / "orders")
+    rng = random.Random(19)
+    known: list[str] = []
+    broadcast_files = Path(spark.sparkContext._temp_dir)
+
+    def held() -> tuple[int, int]:
+        return len(accumulators._accumulatorRegistry), len(list(broadcast_files.iterdir()))
+
+    with table.writer(write_options()) as writer:
+        for n in range(4):
+            batch = change_batch(rng, known, 500, n * 500, 100 + 100 * n)
+            assert upsert_dataframe(writer, spark.createDataFrame(pa.Table.from_pylist(batch, schema=SCHEMA).to_pandas()))
+            if n == 0:
+                after_first = held()
+    assert held() == after_first
 
 
 def test_an_empty_dataframe_commits_nothing(spark, tmp_path):
