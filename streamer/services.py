@@ -57,7 +57,7 @@ class BackgroundExecutor:
         self._done = threading.Condition(self._lock)
         self._idle = threading.Event()
         self._idle.set()
-        self.failures: list[tuple[str, BaseException]] = []
+        self.failures = 0  # tasks that raised; each is logged with its error, none is kept
         self._thread = threading.Thread(target=self._work, name="table-services", daemon=True)
         self._thread.start()
 
@@ -96,7 +96,7 @@ class BackgroundExecutor:
                     log.info("%s done in %.1fs (background): %s", task.label, time.monotonic() - started, result)
             except BaseException as e:  # a failed plan stays pending and is retried later
                 log.error("%s failed: %s: %s", task.label, type(e).__name__, e)
-                self.failures.append((task.label, e))
+                self.failures += 1
             finally:
                 with self._lock:
                     self._queued.discard((task.table, task.service, task.instant))

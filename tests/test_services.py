@@ -273,7 +273,7 @@ def test_async_clustering_executes_in_the_background_while_the_writer_keeps_comm
     executor.shutdown()
 
     assert commits_during_a_plan >= 2
-    assert executor.failures == []
+    assert executor.failures == 0
     assert pending_clusterings(table) == []
     assert len(table.timeline().completed("replacecommit")) >= 2
     assert all(n > 2 for n in bucket_counts(table).values())
