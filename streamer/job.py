@@ -40,7 +40,6 @@ from streamer.metrics import Metrics, TableMetrics
 from streamer.services import BackgroundExecutor, TableServices
 from streamer.kafka_offsets import KafkaProgress, end_offsets
 from streamer.sink import OffsetJumpCheck, SinkSettings, StreamCheckpoint, UpsertSink, table_checkpoint
-from streamer.source import SourceOptions, earliest_offsets
 from streamer.value_schema import compare, evolve_json
 from table.mor_table import MorTable, TableSpec, TableWriter, WriteOptions
 from table.schema import SchemaEvolutionError, arrow_schema_from_avro, evolve
@@ -124,9 +123,7 @@ class TableJob:
             services = TableServices(config.services, table, writer, executor, index=config.index,
                                      metrics=table_metrics)
             starting = _resume_offsets(config, table, spark)
-            offset_jumps = OffsetJumpCheck(
-                lambda tps: earliest_offsets(SourceOptions.parse(config.source.reader_options()), tps),
-                started_from_table=starting is not None)
+            offset_jumps = OffsetJumpCheck(kafka.earliest_offsets, started_from_table=starting is not None)
             sink = UpsertSink(SinkSettings(t.name, value_columns, config.decode.on_error, config.transform,
                                            config.checkpoint_location),
                               table, writer, decoder, quarantine, after_commit=services.after_commit,

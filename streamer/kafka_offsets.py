@@ -92,6 +92,20 @@ class KafkaProgress:
         with self._lock:
             return self._using("_admin", lambda a: self._ranges(a, extra_topics))
 
+    def earliest_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The earliest offset Kafka holds of each (topic, partition)."""
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        wanted = [TopicPartition(topic, p) for topic, p in partitions]
+
+        def earliest(admin) -> dict[tuple[str, int], int]:
+            futures = self._list_offsets(admin, wanted, OffsetSpec.earliest())
+            return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
+
+        with self._lock:
+            return self._using("_admin", earliest)
+
     def commit_to_group(self, group_id: str, offsets: dict[str, dict[int, int]]) -> None:
         """Commit the table's offsets to a consumer group, so that standard lag monitors see the
         job. Only a view: the group is never read back."""

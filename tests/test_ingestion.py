@@ -14,6 +14,7 @@ import time
 from datetime import datetime, timezone
 
 import pytest
+from confluent_kafka import Producer
 
 import kafka_broker
 from ingestion import (
@@ -421,6 +422,35 @@ def test_offsets_reach_the_consumer_group_and_each_batch_line_shows_the_lag(spar
     finally:
         consumer.close()
     assert {tp.partition: tp.offset for tp in committed} == end_offsets(kafka_bootstrap, topic)
+
+
+def kafka_clients_made(bootstrap: str) -> int:
+    """How many Kafka clients this process has made, this count's own included: librdkafka names
+    each client with the next number of one counter for the process ("rdkafka#producer-7")."""
+    names: list[str] = []
+    probe = Producer({"bootstrap.servers": bootstrap, "statistics.interval.ms": 10,
+                      "stats_cb": lambda stats: names.append(json.loads(stats)["name"])})
+    deadline = time.monotonic() + 10
+    while not names and time.monotonic() < deadline:
+        probe.poll(0.05)
+    probe.flush(5)
+    return int(names[0].rsplit("-", 1)[1])
+
+
+def test_a_job_makes_its_kafka_clients_once_not_for_each_batch(spark, kafka_bootstrap, kafka_topic, tmp_path):
+    """The lag after each batch and the commits to the consumer group go through the same two
+    clients for the whole run."""
+    topic = kafka_topic(partitions=2, prefix="orders")
+    produce_orders(kafka_bootstrap, topic, change_events(3_000, seed=97))
+    config = JobConfig.from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic, source={
+        "max_offsets_per_trigger": 500, "commit_offsets_to_group": "orders-lag-monitor"}))
+
+    before = kafka_clients_made(kafka_bootstrap)
+    (outcome,) = run_once(spark, [config]).tables
+    made = kafka_clients_made(kafka_bootstrap) - before - 1
+
+    assert outcome.error is None and outcome.batches >= 6
+    assert made == 2  # an admin client for end offsets and lag, a consumer for the group's commits
 
 
 def test_a_streaming_query_listener_sees_each_batchs_record_counts(spark, kafka_bootstrap, kafka_topic, tmp_path):
