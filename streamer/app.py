@@ -75,6 +75,16 @@ JOB_SPARK_SETTINGS = {
     # the FileContext API spawns a process per file to resolve links.
     "spark.sql.streaming.checkpointFileManagerClass":
         "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+    # Spark keeps the plans, jobs, stages and tasks of past queries for its UI, 1,000 queries and
+    # 100,000 tasks by default: a few micro-batches a minute fill that for an hour, and the
+    # driver's JVM grows all that time. The last 100 show what the job does now.
+    "spark.sql.ui.retainedExecutions": "100",
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
+    "spark.ui.retainedTasks": "10000",
+    # Each batch's shuffle and broadcast are removed once the JVM has collected their objects,
+    # which may take no full collection for 30 minutes (the default): their files wait that long.
+    "spark.cleaner.periodicGC.interval": "5min",
 }
 
 
