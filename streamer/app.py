@@ -85,6 +85,8 @@ JOB_SPARK_SETTINGS = {
     # Each batch's shuffle and broadcast are removed once the JVM has collected their objects,
     # which may take no full collection for 30 minutes (the default): their files wait that long.
     "spark.cleaner.periodicGC.interval": "5min",
+    # Workers forked from a daemon that has already imported what they use share those pages.
+    "spark.python.daemon.module": "streamer.worker_daemon",
 }
 
 
