@@ -22,7 +22,7 @@ from pathlib import Path
 
 from streamer.embedded_broker import free_port
 
-SCRAPE_SECONDS = 1
+SCRAPE_SECONDS = 2  # a scrape may take this long: the lag is asked of Kafka when scraped
 BINARY = "prometheus"
 
 

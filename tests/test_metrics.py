@@ -119,10 +119,10 @@ def test_prometheus_reads_what_the_job_did_and_health_tells_idle_from_stuck(
                           and all(r["health"] == "ok" for r in prometheus.rules()), "the alerts evaluated")
 
         # Records arrive, and the batch that takes them cannot complete its commit for a while.
-        monkeypatch.setenv(PAUSE_ENV_VAR, "deltacommit.files_written=8")
+        monkeypatch.setenv(PAUSE_ENV_VAR, "deltacommit.files_written=16")
         produce_orders(kafka_bootstrap, topic, change_events(300, seed=4))
         status, body = wait_until(lambda: (h := health(port))[1]["tables"]["orders"]["state"] == "stuck" and h,
-                                  "stuck health", timeout=8)
+                                  "stuck health", timeout=16)
         assert status == 503 and body["tables"]["orders"]["lag"] > 0, body
         monkeypatch.delenv(PAUSE_ENV_VAR)
         assert wait_until(lambda: table_state(port) == (200, "idle"), "idle again once the commit is made")
