@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -212,3 +213,18 @@ def schema_registry_url(tmp_path_factory) -> str:
         yield registry.url
     finally:
         registry.stop()
+
+
+# -- disks ----------------------------------------------------------------------------------------
+@pytest.fixture
+def table_disk(tmp_path) -> Path:
+    """A 16 MiB tmpfs for the tables and checkpoints of one test, unmounted at its end."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)], check=True)
+    try:
+        yield disk
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=False)
+        if subprocess.run(["umount", str(disk)], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(disk)], check=True)  # a child still had a file open

@@ -56,18 +56,6 @@ def configs_of(tmp_path: Path, bootstrap: str, topic: str = "orders", **override
     return write_config(tmp_path / "configs", order_config(tmp_path, "orders", bootstrap, topic, **overrides)).parent
 
 
-@pytest.fixture
-def table_disk(tmp_path) -> Path:
-    """A 16 MiB tmpfs of the test's own, unmounted at its end."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)], check=True)
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=True)
-
-
 @pytest.mark.unit
 def test_with_the_broker_down_doctor_names_it_in_a_short_output_within_seconds(tmp_path):
     bootstrap = dead_broker()

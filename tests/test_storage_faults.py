@@ -36,20 +36,6 @@ from table.timeline import State
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def table_disk(tmp_path) -> Path:
-    """A 16 MiB tmpfs for the tables and checkpoints of one test, unmounted at its end."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)], check=True)
-    try:
-        yield disk
-    finally:
-        subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=False)
-        if subprocess.run(["umount", str(disk)], check=False).returncode != 0:
-            subprocess.run(["umount", "-l", str(disk)], check=True)  # a child still had a file open
-
-
 def _remount(disk: Path, options: str) -> None:
     subprocess.run(["mount", "-o", f"remount,{options}", str(disk)], check=True)
 
