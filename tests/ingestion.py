@@ -17,7 +17,14 @@ from confluent_kafka import Consumer, TopicPartition
 from oracle import Oracle
 from streamer.demo import as_kafka_records, change_events
 from streamer.sink import StreamCheckpoint
+from table.commit_metadata import CommitMetadata
+from table.fsview import list_partitions
+from table.layout import BaseFileName, LogFileName
+from table.logfile import read_log_file
+from table.markers import marked_files
 from table.mor_table import CHECKPOINT_KEY, MorTable, TableSpec, WriteOptions
+from table.services.archive import read_archived_instants
+from table.timeline import State
 
 import kafka_broker
 
@@ -130,6 +137,49 @@ def _diff(got: dict, want: dict) -> str:
     changed = [k for k in sorted(set(got) & set(want)) if got[k] != want[k]][:3]
     return (f"{len(got)} rows vs {len(want)} expected; missing {missing}, unexpected {extra}, "
             f"different {[(got[k], want[k]) for k in changed]}")
+
+
+def assert_data_files_belong_to_instants(path: str) -> None:
+    """Every base and log file in the partitions belongs to a completed instant (named in its
+    write stats while the instant is on the active timeline, else archived) or is marked by a
+    pending instant; and every file a completed commit wrote into a slice readers still read
+    exists."""
+    table = MorTable.load(path)
+    storage = table.storage
+    timeline = table.timeline()
+    archived = {i.timestamp for i in read_archived_instants(table) if i.state is State.COMPLETED}
+    written: dict[str, str] = {}
+    for instant in timeline.completed_writes():
+        for stat in CommitMetadata.from_json(timeline.read_content(instant)).write_stats():
+            written[stat.path] = instant.timestamp
+    marked_by_pending = {f for i in timeline.pending() for f in marked_files(storage, i.timestamp)}
+    orphans = []
+    for partition in list_partitions(storage):
+        for entry in storage.list_dir(partition):
+            base = BaseFileName.parse(entry.name) if entry.name.endswith(".parquet") else None
+            log = LogFileName.parse(entry.name)
+            if (base is None and log is None) or entry.path in written or entry.path in marked_by_pending:
+                continue
+            if base is not None:
+                writers = {base.instant}
+            else:
+                blocks = read_log_file(storage, entry.path)
+                writers = {b.instant for b in blocks} if blocks else {None}
+            if not writers <= archived:
+                orphans.append(entry.path)
+    assert not orphans, f"data files of no completed or pending instant: {orphans}"
+
+    latest = {(s.partition_path, s.file_id): s.base_instant for s in table.file_system_view(timeline=timeline).latest_slices()}
+    missing = []
+    for file, instant in written.items():
+        if storage.exists(file):
+            continue
+        partition, _, name = file.rpartition("/")
+        parsed = BaseFileName.parse(name) if name.endswith(".parquet") else LogFileName.parse(name)
+        slice_base = parsed.instant if isinstance(parsed, BaseFileName) else parsed.base_instant
+        if latest.get((partition, parsed.file_id)) == slice_base:
+            missing.append(f"{file} (written by {instant})")
+    assert not missing, f"files of the latest slices missing: {missing}"
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:

@@ -28,6 +28,7 @@ import kafka_broker
 from ingestion import (
     DATA_COLUMNS,
     REPO,
+    assert_data_files_belong_to_instants,
     committed_offsets,
     end_offsets,
     expected_rows,
@@ -39,15 +40,11 @@ from ingestion import (
 )
 from streamer.demo import MALFORMED, REGIONS, as_kafka_records, change_events
 from table import failpoints
-from table.commit_metadata import CommitMetadata
-from table.fsview import list_partitions
-from table.layout import BaseFileName, LogFileName
+from table.layout import LogFileName
 from table.logfile import MAGIC, CorruptBlock, read_log_file
 from table.markers import marked_files
 from table.mor_table import MorTable, TableSpec, WriteOptions
-from table.services.archive import read_archived_instants
 from table.spark_source import register
-from table.timeline import State
 
 BATCH = 300  # source.max_offsets_per_trigger: each run's batches are small
 BATCHES = 8  # the first batch, the initial load, takes two batches' worth
@@ -121,49 +118,6 @@ def assert_readers_show(path: str, expected: dict) -> None:
 def pending_instants(path: str) -> dict[str, str]:
     """Instant time -> `action.state` of every pending instant."""
     return {i.timestamp: f"{i.action}.{i.state}" for i in MorTable.load(path).timeline().pending()}
-
-
-def assert_data_files_belong_to_instants(path: str) -> None:
-    """Every base and log file in the partitions belongs to a completed instant (named in its
-    write stats while the instant is on the active timeline, else archived) or is marked by a
-    pending instant; and every file a completed commit wrote into a slice readers still read
-    exists."""
-    table = MorTable.load(path)
-    storage = table.storage
-    timeline = table.timeline()
-    archived = {i.timestamp for i in read_archived_instants(table) if i.state is State.COMPLETED}
-    written: dict[str, str] = {}
-    for instant in timeline.completed_writes():
-        for stat in CommitMetadata.from_json(timeline.read_content(instant)).write_stats():
-            written[stat.path] = instant.timestamp
-    marked_by_pending = {f for i in timeline.pending() for f in marked_files(storage, i.timestamp)}
-    orphans = []
-    for partition in list_partitions(storage):
-        for entry in storage.list_dir(partition):
-            base = BaseFileName.parse(entry.name) if entry.name.endswith(".parquet") else None
-            log = LogFileName.parse(entry.name)
-            if (base is None and log is None) or entry.path in written or entry.path in marked_by_pending:
-                continue
-            if base is not None:
-                writers = {base.instant}
-            else:
-                blocks = read_log_file(storage, entry.path)
-                writers = {b.instant for b in blocks} if blocks else {None}
-            if not writers <= archived:
-                orphans.append(entry.path)
-    assert not orphans, f"data files of no completed or pending instant: {orphans}"
-
-    latest = {(s.partition_path, s.file_id): s.base_instant for s in table.file_system_view(timeline=timeline).latest_slices()}
-    missing = []
-    for file, instant in written.items():
-        if storage.exists(file):
-            continue
-        partition, _, name = file.rpartition("/")
-        parsed = BaseFileName.parse(name) if name.endswith(".parquet") else LogFileName.parse(name)
-        slice_base = parsed.instant if isinstance(parsed, BaseFileName) else parsed.base_instant
-        if latest.get((partition, parsed.file_id)) == slice_base:
-            missing.append(f"{file} (written by {instant})")
-    assert not missing, f"files of the latest slices missing: {missing}"
 
 
 def torn_log_files(path: str) -> list[str]:
