@@ -4,6 +4,7 @@ of the installed PySpark (its package directory is a Spark home).
     with SparkCluster(work_dir, workers=2) as cluster:
         spark-submit --master cluster.master_url ...
         cluster.workers[0].lose()    # the node is gone: the worker and every process it started
+        cluster.workers[0].lose_mid_task()    # the same, if a task runs there now
 
 Each process logs to `<work_dir>/<name>.log`; workers keep their executors' directories (stdout
 and stderr of each executor) under `<work_dir>/<name>-work/`. `start` returns once the master
@@ -112,15 +113,27 @@ class Worker(_Daemon):
             ended.update(int(a or b) for a, b in _TASK_ENDED.findall(text))
         return started - ended
 
-    def lose(self) -> list[int]:
+    def lose(self) -> None:
         """The node is gone: SIGKILL the worker and every process below it (its executors and their
-        Python workers), which an executor would otherwise outlive until it noticed. Returns the
-        pids killed besides the worker's."""
+        Python workers), which an executor would otherwise outlive until it noticed."""
         below = _descendants(self.pid)
         self.proc.kill()
         self.proc.wait(10)
         _kill(below)
-        return [p.pid for p in below]
+
+    def lose_mid_task(self, settle: float = 0.5) -> bool:
+        """Lose the node if one of its executors is in the middle of a task, and say whether it
+        was. The executors and their Python workers are frozen (SIGSTOP) first, so no task can
+        finish between the look at their logs and the kill; `settle` gives the worker time to copy
+        what they had logged. When no task was running they are thawed and go on."""
+        below = _descendants(self.pid)
+        _signal(below, signal.SIGSTOP)
+        time.sleep(settle)
+        if self.running_tasks():
+            self.lose()
+            return True
+        _signal(below, signal.SIGCONT)
+        return False
 
 
 class SparkCluster:
@@ -235,10 +248,14 @@ def _cmdline(process: psutil.Process) -> list[str]:
         return []
 
 
-def _kill(processes: list[psutil.Process]) -> None:
+def _signal(processes: list[psutil.Process], signum: int) -> None:
     for process in processes:
         try:
-            process.send_signal(signal.SIGKILL)
+            process.send_signal(signum)
         except psutil.NoSuchProcess:
             pass
+
+
+def _kill(processes: list[psutil.Process]) -> None:
+    _signal(processes, signal.SIGKILL)
     psutil.wait_procs(processes, timeout=10)

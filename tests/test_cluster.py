@@ -105,15 +105,15 @@ def test_a_job_on_a_standalone_cluster_survives_losing_a_worker(kafka_bootstrap,
             lost, kept = cluster.workers
             in_flight = None
 
-            def writing_on_the_worker_to_lose() -> bool:
+            def lost_mid_write() -> bool:
                 nonlocal in_flight
                 in_flight = batch_writing(table_path, COMMITS_BEFORE_LOSS)
-                return in_flight is not None and bool(kept.executor_pids()) and bool(lost.running_tasks())
+                return (in_flight is not None and bool(kept.executor_pids()) and bool(lost.running_tasks())
+                        and lost.lose_mid_task())
 
-            wait_until(writing_on_the_worker_to_lose,
-                       f"a write task of a batch after {COMMITS_BEFORE_LOSS} deltacommits running on one worker "
-                       "while the other has an executor", job, log_path)
-            lost.lose()
+            wait_until(lost_mid_write, f"a worker lost in the middle of a write task of a batch after "
+                                       f"{COMMITS_BEFORE_LOSS} deltacommits, while the other has an executor",
+                       job, log_path)
             committed_before_loss = len(deltacommits(table_path))
             code = job.wait(300)
         finally:
