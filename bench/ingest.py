@@ -97,8 +97,9 @@ def targets(section: Section, w: W1) -> list[Check]:
         load_rate = w.initial_rows / ours.load_seconds
         checks.append(Check("initial load from Kafka", f"{load_rate:,.0f} records/s", ">= 200,000",
                             load_rate >= 200_000))
-    peak = ours.peak_rss.get("total", 0) / 2**30
-    checks.append(Check("peak RSS of the whole job", f"{peak:.2f} GiB", "<= 2.5 GB (2.33 GiB)", peak <= 2.5e9 / 2**30))
+    peak, pss = ours.peak_rss.get("total", 0) / 2**30, ours.peak_rss.get("pss", 0) / 2**30
+    checks.append(Check("peak RSS of the whole job", f"{peak:.2f} GiB (PSS {pss:.2f} GiB)", "<= 2.5 GB (2.33 GiB)",
+                        peak <= 2.5e9 / 2**30))
     return checks
 
 

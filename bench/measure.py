@@ -38,7 +38,7 @@ class PathResult:
     load_seconds: float | None = None
     table_rows: int | None = None
     expected_rows: int | None = None
-    peak_rss: dict[str, int] = field(default_factory=dict)  # bytes: total, driver, jvm, workers
+    peak_rss: dict[str, int] = field(default_factory=dict)  # bytes: total, driver, jvm, workers; pss
     details: dict = field(default_factory=dict)
 
     @property
@@ -65,11 +65,16 @@ class PathResult:
 
 
 class PeakRss:
-    """Samples the RSS of a process tree every 100 ms and keeps the peak of each role."""
+    """Samples the RSS of a process tree every 100 ms and keeps the peak of each role, and the
+    peak of the tree's summed PSS every `PSS_EVERY` samples. Python workers forked from one
+    daemon share its pages: the RSS sum counts those once per worker, the PSS sum once."""
+
+    PSS_EVERY = 5
 
     def __init__(self, root_pid: int):
         self.root = psutil.Process(root_pid)
-        self.peak = {"total": 0, "driver": 0, "jvm": 0, "workers": 0}
+        self.peak = {"total": 0, "driver": 0, "jvm": 0, "workers": 0, "pss": 0}
+        self._samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -97,6 +102,9 @@ class PeakRss:
             except psutil.NoSuchProcess:
                 continue
         now = dict.fromkeys(self.peak, 0)
+        if self._samples % self.PSS_EVERY == 0:
+            now["pss"] = sum(_pss(pid) for pid in procs)
+        self._samples += 1
         for pid, (parent, is_jvm, rss) in procs.items():
             while parent in procs and not procs[parent][1]:
                 parent = procs[parent][0]
@@ -105,6 +113,18 @@ class PeakRss:
             now["total"] += rss
         for role, rss in now.items():
             self.peak[role] = max(self.peak[role], rss)
+
+
+def _pss(pid: int) -> int:
+    """Proportional set size in bytes (0 for a process gone meanwhile)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def run_measured(argv: list[str], log_path: Path, env: dict[str, str] | None = None,

@@ -56,6 +56,7 @@ COLUMNS = (  # header, width, value of a result given the baseline's records/s
     ("peak RSS MB", 11, lambda r, base: _mb(r.peak_rss.get("total"))),
     ("JVM MB", 7, lambda r, base: _mb(r.peak_rss.get("jvm"))),
     ("py wkr MB", 9, lambda r, base: _mb(r.peak_rss.get("workers"))),
+    ("peak PSS MB", 11, lambda r, base: _mb(r.peak_rss.get("pss"))),
     ("x ours", 7, lambda r, base: f"{r.records_per_second / base:.2f}" if base and r.seconds else "-"),
 )
 
