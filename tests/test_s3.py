@@ -180,7 +180,7 @@ def test_the_job_on_s3_killed_mid_batch_and_cut_off_from_a_frozen_server_ends_wi
                           services={"compaction": {"mode": "inline", "every_delta_commits": 2}})
     config_file = write_config(tmp_path / "configs", config)
 
-    # 1. SIGKILLed after its second log file of a batch: nothing of that batch is visible.
+    # 1. SIGKILLed after the sixth log file, in its second batch: nothing of that batch is visible.
     code, out = run_streamer(["run", str(config_file), "--once"],
                              env={**env, "MOR_STREAMER_FAILPOINT": "deltacommit.log_file_written:6"})
     assert code == -9, out[-3000:]
@@ -225,7 +225,7 @@ def test_the_job_on_s3_killed_mid_batch_and_cut_off_from_a_frozen_server_ends_wi
     assert hudi_rs_rows(path, options) == expected
     assert committed_offsets_on(path, topic, options) == end_offsets(kafka_bootstrap, topic)
     assert pending_deltacommits(path, options) == []
-    code, status = run_streamer(["status", str(config_file)], env=env)
+    _, status = run_streamer(["status", str(config_file)], env=env)
     for text in (out, status, "".join(output)):  # the secret key is never printed
         assert s3_server.secret_access_key not in text
 
