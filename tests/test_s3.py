@@ -35,6 +35,7 @@ from ingestion import (
 from streamer.config import IndexSettings, ServicesSettings
 
 from streamer.services import BackgroundExecutor, TableServices
+from table.lease import WriterConflictError, WriterLease
 from table.mor_table import MorTable, TableSpec, WriteOptions
 from table.services.archive import read_archived_instants
 from table.spark_source import register
@@ -129,6 +130,37 @@ def test_a_table_on_s3_goes_through_every_service_and_every_reader_reads_the_ora
     for name, value in options.items():
         reader = reader.option(name, value)  # the executors reach the server with them
     assert rows_by_key([r.asDict() for r in reader.load(path).collect()]) == expected
+
+
+@pytest.mark.unit
+def test_of_two_writers_starting_together_on_s3_exactly_one_holds_the_table(s3_server):
+    path = f"s3://{new_bucket(s3_server)}/orders"
+    table = new_table(path, s3_server.storage_options)
+    start = threading.Barrier(2)
+    outcomes: dict[str, object] = {}
+
+    def start_writer(name: str) -> None:
+        lease = WriterLease(Storage(path, s3_server.storage_options), f"writer {name}")
+        start.wait()
+        try:
+            outcomes[name] = lease.acquire()
+        except WriterConflictError as e:
+            outcomes[name] = e
+
+    threads = [threading.Thread(target=start_writer, args=(name,)) for name in "ab"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    held = [lease for lease in outcomes.values() if isinstance(lease, WriterLease)]
+    refused = [e for e in outcomes.values() if isinstance(e, WriterConflictError)]
+    assert len(held) == 1 and len(refused) == 1, outcomes
+    with pytest.raises(WriterConflictError, match="being written by another writer: writer"):
+        table.writer(description="a third writer").open()
+    held[0].release()
+    with table.writer(WriteOptions(initial_buckets=2, delete_field="deleted")) as writer:  # free again
+        writer.upsert(batches(settled_change_events(50, seed=97), 50)[0])
 
 
 @pytest.mark.unit
