@@ -98,17 +98,17 @@ def write_without_completing(writer, records: pa.Table) -> None:
 def test_a_table_on_s3_goes_through_every_service_and_every_reader_reads_the_oracles_rows(s3_server, spark):
     path = f"s3://{new_bucket(s3_server)}/warehouse/orders"
     options = s3_server.storage_options
-    events = settled_change_events(2_400, seed=91)
+    events = settled_change_events(1_600, seed=91)
     table = new_table(path, options)
     executor = BackgroundExecutor()
     with table.writer(WriteOptions(initial_buckets=2, delete_field="deleted")) as writer:
         splitting = services(table, writer, executor, SPLIT)
-        for batch in batches(events[:1_200], 200):
+        for batch in batches(events[:1_000], 200):
             writer.upsert(batch)
             splitting.after_commit()
-        write_without_completing(writer, batches(events[1_200:1_400], 200)[0])
+        write_without_completing(writer, batches(events[1_000:1_200], 200)[0])
         merging = services(table, writer, executor, MERGE)
-        for batch in batches(events[1_200:], 200):
+        for batch in batches(events[1_000:], 200):
             writer.upsert(batch)
             merging.after_commit()
         merging.finish()
