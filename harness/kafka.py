@@ -189,7 +189,7 @@ class KafkaBroker:
         if self._finalizer is not None:
             self._finalizer.detach()
             self._finalizer = None
-        return _stop_process(proc, timeout) if proc is not None else None
+        return stop_process(proc, timeout) if proc is not None else None
 
     def restart(self, timeout: float = 30.0) -> KafkaBroker:
         """Stop, then start again on the same ports with the same data."""
@@ -273,10 +273,10 @@ class KafkaBroker:
             self._proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                           close_fds=True)
         # Stop the broker when this object is collected or at interpreter exit, if nobody did.
-        self._finalizer = weakref.finalize(self, _stop_process, self._proc, 10.0)
+        self._finalizer = weakref.finalize(self, stop_process, self._proc, 10.0)
 
 
-def _stop_process(proc: subprocess.Popen, timeout: float) -> int | None:
+def stop_process(proc: subprocess.Popen, timeout: float) -> int | None:
     if proc.poll() is not None:
         return proc.returncode
     try:

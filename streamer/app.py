@@ -258,7 +258,7 @@ class _Runner:
         error = self._failure(job)
         if error:
             try:
-                record_error(job.config.table.path, error)
+                record_error(job.config.table.path, error, job.config.table.storage_options)
             except OSError as e:  # the storage fault that stopped the table, often
                 log.warning("%s: could not record the error with the table: %s", job.name, e)
         return TableOutcome(

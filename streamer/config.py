@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from streamer.source import is_secret_option, redact_options
+from table.storage import STORAGE_OPTION_NAMES
 
 __all__ = [
     "ClusteringSettings",
@@ -146,6 +147,25 @@ class TableSettings(_Section):
         "quarantine table uses it too."))
     quarantine_path: Text | None = Field(None, description=(
         "Where `decode.on_error: quarantine` writes bad records; by default `<table.path>_quarantine`."))
+    storage_options: dict[str, OptionValue] = Field({}, description=(
+        "How to reach an `s3://` table (and its quarantine table): `aws_access_key_id`, "
+        "`aws_secret_access_key`, `aws_session_token`, `aws_region`, `aws_endpoint_url` (an "
+        "S3-compatible server) and `aws_allow_http` (`true` for a plain-HTTP endpoint); the names "
+        "hudi-rs takes. What is not set here comes from the environment as AWS tools read it "
+        "(`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`, "
+        "`AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`); use `${ENV}` for secrets. Values of the key and "
+        "token options never appear in logs or messages."))
+
+    @field_validator("storage_options")
+    @classmethod
+    def _known_storage_options(cls, options: dict[str, str]) -> dict[str, str]:
+        _raise_problems([((name,), f"unknown storage option; known: {', '.join(STORAGE_OPTION_NAMES)}")
+                         for name in options if name not in STORAGE_OPTION_NAMES])
+        return options
+
+    def __repr_args__(self):
+        for name, value in super().__repr_args__():
+            yield name, redact_options(value) if name == "storage_options" else value
 
     @property
     def quarantine_location(self) -> str:
@@ -875,7 +895,7 @@ def _keys_at(key_path: KeyPath) -> list[str]:
 
 
 def _is_secret(key_path: KeyPath) -> bool:
-    if key_path[:2] == ("source", "options"):
+    if key_path[:2] in (("source", "options"), ("table", "storage_options")):
         return len(key_path) == 2 or is_secret_option(str(key_path[2]))
     return key_path[-1:] == ("basic_auth_user_info",)
 

@@ -171,7 +171,7 @@ class TableDoctor:
         self.config = config
         self.timeout = timeout
         self.path = config.table.path
-        self.storage = Storage(self.path)
+        self.storage = Storage(self.path, config.table.storage_options)
         self.table: MorTable | None = None
         self.offsets: dict[str, dict[int, int]] = {}
         self.live_writer = False
@@ -180,8 +180,8 @@ class TableDoctor:
         checks = []
         unreadable = False
         try:
-            if MorTable.exists(self.path):
-                self.table = MorTable.load(self.path)
+            if MorTable.exists(self.path, self.storage.options):
+                self.table = MorTable.load(self.path, self.storage.options)
                 checkpoint = table_checkpoint(self.table)
                 self.offsets = checkpoint.offsets if checkpoint else {}
         except (OSError, ValueError) as e:
@@ -324,7 +324,7 @@ class TableDoctor:
             if not os.path.isdir(where):
                 return self._check("storage", Verdict.PROBLEM, f"no table yet, and none can be created at "
                                    f"{self.path}: {where} is not a directory", fix)
-        probe = Storage(where)
+        probe = self.storage.at(where)
         name = f".mor-streamer-doctor-{uuid.uuid4().hex}.probe"
         try:
             probe.create(name, b"")
@@ -410,9 +410,9 @@ class TableDoctor:
 
     def quarantine(self) -> Check:
         path = self.config.table.quarantine_location
-        if not MorTable.exists(path):
+        if not MorTable.exists(path, self.storage.options):
             return self._check("quarantine", Verdict.OK, f"empty (no table at {path} yet)")
-        rows = MorTable.load(path).snapshot(columns=[COMMIT_TIME, "topic", "partition", "offset", "reason"])
+        rows = MorTable.load(path, self.storage.options).snapshot(columns=[COMMIT_TIME, "topic", "partition", "offset", "reason"])
         if rows.num_rows == 0:
             return self._check("quarantine", Verdict.OK, f"empty ({path})")
         newest = sorted(rows.to_pylist(), key=lambda r: (r[COMMIT_TIME], r["offset"]), reverse=True)

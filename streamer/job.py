@@ -116,7 +116,7 @@ class TableJob:
         lag_kafka = KafkaProgress(config.source, timeout=LAG_TIMEOUT_SECONDS)
         try:
             if config.decode.on_error == "quarantine":
-                quarantine = QuarantineTable(t.quarantine_location, t.name, t.log_block_format).open()
+                quarantine = QuarantineTable(t.quarantine_location, t.name, t.log_block_format, t.storage_options).open()
             table_metrics = metrics.table(t.name, config.stream.trigger_seconds, config.metrics.stuck_after_triggers,
                                           config.services.compaction.max_log_files_per_group)
             table_metrics.last_commit_before(_last_commit_time(table))
@@ -266,7 +266,9 @@ def _value_reader_schema(config: JobConfig, configured: FormatSpec) -> FormatSpe
     for a new table. A schema file that does not fit the recorded one stops the start; a latest
     registered schema that does not fit is the producers' change, whose records the policy of
     `decode.on_error` refuses when they come."""
-    recorded = stored_value_schema(MorTable.load(config.table.path)) if MorTable.exists(config.table.path) else None
+    t = config.table
+    exists = MorTable.exists(t.path, t.storage_options)
+    recorded = stored_value_schema(MorTable.load(t.path, t.storage_options)) if exists else None
     if recorded is None:
         return configured
     change = compare(json.loads(recorded), json.loads(configured.avro_schema), ADDED_COLUMNS)
@@ -348,15 +350,15 @@ def check_sort_columns(config: JobConfig, schema: pa.Schema) -> None:
 
 def _open_table(config: JobConfig, schema: pa.Schema) -> MorTable:
     t = config.table
-    if not MorTable.exists(t.path):
+    if not MorTable.exists(t.path, t.storage_options):
         try:
             return MorTable.create(t.path, TableSpec(
                 name=t.name, schema=schema, record_key_fields=t.record_key, ordering_field=t.ordering_field,
                 partition_fields=t.partition_by, hive_style_partitioning=t.hive_style_partitioning,
-                url_encode_partitions=t.url_encode_partitions, database=t.database))
+                url_encode_partitions=t.url_encode_partitions, database=t.database), t.storage_options)
         except OSError as e:  # full, read-only, no permission
             raise StartupError(f"{config.config_path}: cannot create the table at {t.path}: {e}") from e
-    table = MorTable.load(t.path)
+    table = MorTable.load(t.path, t.storage_options)
     c = table.config
     for key, configured, stored in (
         ("name", t.name, c.name),

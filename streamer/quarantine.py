@@ -7,6 +7,8 @@ adding copies.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -30,14 +32,15 @@ SCHEMA = pa.schema([
 class QuarantineTable:
     """The target table's sibling that takes its bad records."""
 
-    def __init__(self, path: str, target_name: str, log_block_format: str = "parquet"):
+    def __init__(self, path: str, target_name: str, log_block_format: str = "parquet",
+                 storage_options: Mapping[str, str] | None = None):
         self.table = MorTable.create_or_load(path, TableSpec(
             name=f"{target_name}_quarantine",
             schema=SCHEMA,
             record_key_fields=("record_id",),
             partition_fields=("topic",),
             ordering_field="batch_id",
-        ))
+        ), storage_options)
         self._writer: TableWriter = self.table.writer(
             WriteOptions(initial_buckets=1, log_block_format=log_block_format),
             description=f"quarantine of {target_name}")

@@ -221,7 +221,7 @@ class KafkaSourceTimeoutError(KafkaSourceError):
 # Secrets
 # --------------------------------------------------------------------------------------------
 
-_SECRET_NAME = re.compile(r"password|secret|jaas|key", re.IGNORECASE)
+_SECRET_NAME = re.compile(r"password|secret|jaas|key|token", re.IGNORECASE)
 
 
 def is_secret_option(name: str) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
@@ -86,10 +87,10 @@ def exit_code(found: list[TableStatus]) -> int:
     return EXIT_KAFKA_UNREACHABLE if any(s.lag_unknown for s in found) else EXIT_OK
 
 
-def record_error(table_path: str, message: str) -> None:
+def record_error(table_path: str, message: str, storage_options: Mapping[str, str] | None = None) -> None:
     """Keep a job's failure with the table, for `streamer status`."""
     error = {"time": time.strftime(_ERROR_TIME_FORMAT, time.gmtime()), "message": message}
-    Storage(table_path).write_bytes(LAST_ERROR_PATH, json.dumps(error).encode())
+    Storage(table_path, storage_options).write_bytes(LAST_ERROR_PATH, json.dumps(error).encode())
 
 
 def statuses(configs: list[JobConfig], kafka_timeout: float = DEFAULT_KAFKA_TIMEOUT_SECONDS) -> list[TableStatus]:
@@ -105,9 +106,9 @@ def table_status(config: JobConfig, kafka_timeout: float = DEFAULT_KAFKA_TIMEOUT
     path = config.table.path
     status = TableStatus(config.table.name, path, exists=False)
     try:
-        status.exists = MorTable.exists(path)
+        status.exists = MorTable.exists(path, config.table.storage_options)
         if status.exists:
-            _read_table(status, MorTable.load(path))
+            _read_table(status, MorTable.load(path, config.table.storage_options))
     except (OSError, ValueError) as e:  # unreadable storage, a torn or foreign .hoodie
         status.problem = f"cannot read the table at {path}: {e}"
         return status

@@ -4,6 +4,12 @@ A second writer is refused while the lease is fresh, with the holder named in th
 crashed writer stops renewing, so its claim expires after `ttl_seconds` and the next writer
 takes the table over (and rolls back what the crashed one left inflight). The same kind of
 lease, at another path, lets one process at a time execute a table-service plan.
+
+The lease is a file whose content says who holds it and when it was last renewed (never a file
+time, which object stores do not let a writer set). On a local disk creating it is exclusive. On
+an object store a PUT is not (pyarrow cannot send `If-None-Match`), so two writers starting
+together could both create it, the later PUT winning: a writer that took the lease there reads
+it back after `OBJECT_STORE_SETTLE_SECONDS` and gives up if another one's PUT replaced its own.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ log = logging.getLogger(__name__)
 
 LEASE_PATH = ".hoodie/.aux/writer.lease"
 DEFAULT_TTL_SECONDS = 60.0
+# Far longer than the HEAD-then-PUT of a lease creation takes: a rival's PUT lands before it.
+OBJECT_STORE_SETTLE_SECONDS = 1.0
 
 
 class WriterConflictError(RuntimeError):
@@ -124,8 +132,13 @@ class WriterLease:
                     f"expires {holder.ttl_seconds:.0f}s after its last heartbeat"
                 ) from None
             self._storage.write_bytes(self._path, self._holder().to_bytes())
-            if (self.current_holder() or holder).owner_id != self._owner_id:
-                raise WriterConflictError(f"lost the race for the writer lease of {self._storage.base_uri}")
+        if not self._storage.is_local:
+            time.sleep(OBJECT_STORE_SETTLE_SECONDS)
+        holder = self.current_holder()
+        if holder is None or holder.owner_id != self._owner_id:
+            raise WriterConflictError(f"lost the race for the writer lease of {self._storage.base_uri}"
+                                      + (f" to {holder.description} (host {holder.host}, pid {holder.pid})"
+                                         if holder else ""))
         self._thread = threading.Thread(target=self._heartbeat, name="writer-lease", daemon=True)
         self._thread.start()
         return self

@@ -25,18 +25,9 @@ def create_marker(storage: Storage, instant: str, partition_path: str, file_name
 def marked_files(storage: Storage, instant: str) -> list[str]:
     """Table-relative paths of the data files an instant marked, whether or not they exist."""
     root = marker_dir(instant)
-    found: list[str] = []
-
-    def walk(rel: str, partition: str) -> None:
-        for entry in storage.list_dir(rel):
-            if entry.is_dir:
-                walk(entry.path, f"{partition}/{entry.name}" if partition else entry.name)
-            elif MARKER_SUFFIX in entry.name:
-                name = entry.name.split(MARKER_SUFFIX, 1)[0]
-                found.append(f"{partition}/{name}" if partition else name)
-
-    walk(root, "")
-    return sorted(found)
+    return sorted(entry.path[len(root) + 1:].split(MARKER_SUFFIX, 1)[0]
+                  for entry in storage.list_dir(root, recursive=True)
+                  if not entry.is_dir and MARKER_SUFFIX in entry.name)
 
 
 def delete_markers(storage: Storage, instant: str) -> None:

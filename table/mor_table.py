@@ -11,7 +11,7 @@ import contextlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -102,14 +102,17 @@ class MorTable:
 
     # ---- lifecycle -------------------------------------------------------------------------
 
+    # `storage_options` (see `table.storage.S3Options`) say how to reach an object store; the
+    # environment fills in what they leave out.
+
     @staticmethod
-    def exists(path: str) -> bool:
-        return Storage(path).exists(TableConfig.PATH)
+    def exists(path: str, storage_options: Mapping[str, str] | None = None) -> bool:
+        return Storage(path, storage_options).file_exists(TableConfig.PATH)
 
     @classmethod
-    def create(cls, path: str, spec: TableSpec) -> "MorTable":
-        storage = Storage(path)
-        if storage.exists(TableConfig.PATH):
+    def create(cls, path: str, spec: TableSpec, storage_options: Mapping[str, str] | None = None) -> "MorTable":
+        storage = Storage(path, storage_options)
+        if storage.file_exists(TableConfig.PATH):
             raise TableExistsError(f"a table already exists at {path}")
         for f in (*spec.record_key_fields, *spec.partition_fields, spec.ordering_field):
             if f not in spec.schema.names:
@@ -132,15 +135,18 @@ class MorTable:
         return cls(storage, config)
 
     @classmethod
-    def load(cls, path: str) -> "MorTable":
-        storage = Storage(path)
-        if not storage.exists(TableConfig.PATH):
+    def load(cls, path: str, storage_options: Mapping[str, str] | None = None) -> "MorTable":
+        storage = Storage(path, storage_options)
+        if not storage.file_exists(TableConfig.PATH):
             raise TableNotFoundError(f"no Hudi table at {path} (missing {TableConfig.PATH})")
         return cls(storage, TableConfig.load(storage))
 
     @classmethod
-    def create_or_load(cls, path: str, spec: TableSpec) -> "MorTable":
-        return cls.load(path) if cls.exists(path) else cls.create(path, spec)
+    def create_or_load(cls, path: str, spec: TableSpec,
+                       storage_options: Mapping[str, str] | None = None) -> "MorTable":
+        if cls.exists(path, storage_options):
+            return cls.load(path, storage_options)
+        return cls.create(path, spec, storage_options)
 
     # ---- metadata --------------------------------------------------------------------------
 
@@ -303,7 +309,7 @@ class TableWriter:
 
     def commit_context(self, instant: str, data_schema: pa.Schema) -> CommitContext:
         return CommitContext(
-            base_uri=self.table.base_uri,
+            storage=self.table.storage,
             instant=instant,
             table_name=self.table.name,
             data_schema=data_schema,

@@ -12,7 +12,9 @@ the driver only lists the slices and packs them into tasks as Spark packs files:
 pruning is asked for explicitly). With `spark.sql.python.filterPushdown.enabled` set, equality
 and IN filters on partition fields skip whole partitions, and comparisons with constants on any
 top-level column skip Parquet row groups by their statistics and rows before they reach Spark
-(Spark still applies every filter to the rows).
+(Spark still applies every filter to the rows). Options named `aws_*` are the table's storage
+options (`table.storage.S3Options`): they travel with each task, so executors reach the store as
+the driver does.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class SlicesPartition(InputPartition):
     value: int
     file_slices: list[FileSlice]
     spec: SliceReadSpec
-    base_uri: str
+    storage: Storage
     read_optimized: bool
 
 
@@ -69,7 +71,7 @@ class MorTableSource(DataSource):
         path = self.options.get("path")
         if not path:
             raise ValueError("the mor source needs a table path: spark.read.format('mor').load(PATH)")
-        return MorTable.load(path)
+        return MorTable.load(path, storage_options(self.options))
 
     def _columns(self) -> list[str] | None:
         raw = self.options.get("columns")
@@ -90,16 +92,22 @@ class PushdownMorTableSource(MorTableSource):
         return PushdownMorTableReader(self._table().base_uri, dict(self.options), self._columns())
 
 
+def storage_options(options) -> dict[str, str]:
+    """The reader options that say how to reach the table's store."""
+    return {k: v for k, v in dict(options).items() if k.lower().startswith("aws_")}
+
+
 class MorTableReader(DataSourceReader):
     def __init__(self, base_uri: str, options: dict, columns: list[str] | None):
         self.base_uri = base_uri
+        self.storage_options = storage_options(options)
         self.options = options
         self.columns = columns
         self.partition_values: dict[str, set[str]] = {}
         self.predicates: list[Predicate] = []
 
     def partitions(self) -> list[InputPartition]:
-        table = MorTable.load(self.base_uri)
+        table = MorTable.load(self.base_uri, self.storage_options)
         read_optimized = self.options.get("query_type", "snapshot") == "read_optimized"
         slices, spec = table.read_plan(self.options.get("as_of"), self.columns, self.predicates)
         hive = table.config.hive_style_partitioning
@@ -111,7 +119,7 @@ class MorTableReader(DataSourceReader):
             open_cost=int(self.options.get("open_cost_bytes", OPEN_COST_BYTES)),
             min_tasks=int(self.options.get("min_partitions", os.cpu_count() or 1)),
         )
-        return [SlicesPartition(i, task, spec, self.base_uri, read_optimized) for i, task in enumerate(tasks)]
+        return [SlicesPartition(i, task, spec, table.storage, read_optimized) for i, task in enumerate(tasks)]
 
     def _may_match(self, partition_path: str, fields: list[str], hive: bool) -> bool:
         if not self.partition_values:
@@ -120,15 +128,14 @@ class MorTableReader(DataSourceReader):
         return all(values.get(f) in allowed for f, allowed in self.partition_values.items())
 
     def read(self, partition: SlicesPartition) -> Iterator[pa.RecordBatch]:
-        storage = Storage(partition.base_uri)
         read = read_base_file if partition.read_optimized else read_file_slice
         for file_slice in partition.file_slices:
-            yield from read(storage, file_slice, partition.spec).to_batches()
+            yield from read(partition.storage, file_slice, partition.spec).to_batches()
 
 
 class PushdownMorTableReader(MorTableReader):
     def pushFilters(self, filters):
-        table = MorTable.load(self.base_uri)
+        table = MorTable.load(self.base_uri, self.storage_options)
         fields = set(table.config.partition_fields)
         for f in filters:
             if isinstance(f, EqualTo) and len(f.attribute) == 1 and f.attribute[0] in fields:

@@ -71,7 +71,7 @@ class FileGroupTarget:
 class CommitContext:
     """What writing a file group needs to know about the commit (picklable, for executors)."""
 
-    base_uri: str
+    storage: Storage
     instant: str
     table_name: str
     data_schema: pa.Schema  # the table's columns, without meta fields
@@ -240,7 +240,7 @@ def write_file_group(
     ctx: CommitContext, target: FileGroupTarget, rows: pa.Table, task_id: int, attempt: int = 0
 ) -> WriteStat | None:
     """Write one file group's share of the commit; returns its write stat (None if nothing to write)."""
-    storage = Storage(ctx.base_uri)
+    storage = ctx.storage
     upserts = rows.filter(pc.invert(rows[IS_DELETE]))
     deletes = rows.filter(rows[IS_DELETE])
     token = write_token(task_id, 0, attempt)

@@ -147,6 +147,20 @@ def spark(request, tmp_path_factory, spark_jars):
         session.stop()
 
 
+# -- S3 -------------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """An S3-compatible server process (S3Proxy, see harness/s3.py) for the session, fetched on
+    first use, stopped by its pid at the end. Tests make their own buckets."""
+    from harness.s3 import S3Server
+
+    server = S3Server(tmp_path_factory.mktemp("s3")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 # -- Apache Hudi, the judge --------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def hudi_judge(tmp_path_factory):

@@ -1,0 +1,269 @@
+"""An S3-compatible server for tests: S3Proxy, started from its Maven Central jars, one process
+on a free loopback port, its buckets in a directory of its own (jclouds' filesystem backend).
+
+    with S3Server() as s3:
+        s3.create_bucket("tables")
+        ... s3.endpoint_url, s3.storage_options, s3.environment ...
+        mark = s3.requests.mark()
+        ...
+        s3.requests.since(mark, bucket="tables")   # Counter({"PUT": 12, "GET": 30, ...})
+        s3.restart()      # same port, same data: the objects survive
+
+No Docker and no mock: the jars come from `harness.maven` (fetched once into the clone's
+`.cache/`), the server runs as `java -cp <jars> org.gaul.s3proxy.Main --properties ...` and is
+stopped by its pid. It checks AWS signatures (v2 or v4) against its own random key pair. Its
+request handler logs every request it receives; `RequestLog` counts them by kind from that log.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import weakref
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+from harness import maven
+from harness.kafka import stop_process, java_executable
+from streamer.embedded_broker import free_port
+
+S3PROXY_VERSION = "4.1.0"
+ARTIFACTS = (
+    f"org.gaul:s3proxy:{S3PROXY_VERSION}",
+    # Its Jackson 3 needs annotations newer than the 2.18 Maven's nearest-wins picks for it.
+    "com.fasterxml.jackson.core:jackson-annotations:2.22",
+)
+JVM_OPTIONS = ("-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
+REGION = "us-east-1"
+
+_LOGBACK = """\
+<configuration>
+  <appender name="out" class="ch.qos.logback.core.ConsoleAppender">
+    <encoder><pattern>%d %level %logger{20} %msg%n</pattern></encoder>
+  </appender>
+  <!-- one line per request received: what RequestLog counts -->
+  <logger name="org.gaul.s3proxy.S3ProxyHandler" level="DEBUG"/>
+  <root level="WARN"><appender-ref ref="out"/></root>
+</configuration>
+"""
+
+# "request: ...{GET@5ccf1935 http://127.0.0.1:19090/bucket/key?x=y HTTP/1.1}}}"
+_REQUEST_LINE = re.compile(r"S3ProxyHandler request: .*\{([A-Z]+)@[0-9a-f]+ https?://[^/\s]+(/\S*) HTTP/")
+KINDS = ("PUT", "GET", "LIST", "HEAD", "DELETE")
+
+
+class S3ServerError(RuntimeError):
+    """The S3 server did not start or answer."""
+
+
+def s3proxy_jars() -> maven.JarSet:
+    """S3Proxy and its dependencies, fetched on first use."""
+    return maven.fetch("s3proxy", S3PROXY_VERSION, ARTIFACTS)
+
+
+def request_kind(method: str, target: str) -> str:
+    """The kind of an S3 request (`KINDS`) from its method and path: a GET of a bucket lists it,
+    a multipart upload's requests are PUTs, a bulk delete (POST ?delete) a DELETE."""
+    path, _, query = target.partition("?")
+    is_bucket = path.strip("/").count("/") == 0
+    if method == "GET":
+        return "LIST" if is_bucket else "GET"
+    if method == "POST":
+        return "DELETE" if query.split("&")[0] == "delete" else "PUT"
+    return method
+
+
+class RequestLog:
+    """The requests the server logged, counted by kind; `mark()` then `since(mark)` counts those
+    of a stretch of work."""
+
+    def __init__(self, log_path: str):
+        self._path = log_path
+
+    def mark(self) -> int:
+        try:
+            return os.path.getsize(self._path)
+        except OSError:
+            return 0
+
+    def since(self, mark: int = 0, bucket: str | None = None) -> collections.Counter:
+        """Requests logged after `mark`, of one bucket if named: Counter of KINDS."""
+        counts: collections.Counter = collections.Counter()
+        with open(self._path, "rb") as f:
+            f.seek(mark)
+            for line in f.read().decode("utf-8", "replace").splitlines():
+                match = _REQUEST_LINE.search(line)
+                if match is None:
+                    continue
+                method, target = match.groups()
+                if bucket is None or target.lstrip("/").split("?")[0].split("/")[0] == bucket:
+                    counts[request_kind(method, target)] += 1
+        return counts
+
+
+class S3Server:
+    """One S3Proxy process. `start()` waits until it answers HTTP; `stop()` sends SIGTERM, then
+    SIGKILL; `restart()` starts it again on the same port with the same buckets; `hang()` and
+    `wake()` freeze and thaw it (SIGSTOP/SIGCONT). With `die_with_parent` (default from the
+    main thread when `setpriv` exists) the kernel kills it if the starting process dies."""
+
+    def __init__(self, work_dir: str | os.PathLike[str] | None = None, host: str = "127.0.0.1",
+                 startup_timeout: float = 90.0, die_with_parent: bool | None = None):
+        self.host = host
+        self.work_dir = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="s3-"))
+        self._owns_work_dir = work_dir is None
+        self.log_path = str(self.work_dir / "server.log")
+        self.startup_timeout = startup_timeout
+        self.die_with_parent = (threading.current_thread() is threading.main_thread()
+                                if die_with_parent is None else die_with_parent)
+        self.access_key_id = "test-" + secrets.token_hex(6)
+        self.secret_access_key = secrets.token_hex(20)
+        self.port: int | None = None
+        self.requests = RequestLog(self.log_path)
+        self._proc: subprocess.Popen | None = None
+        self._finalizer: weakref.finalize | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("S3 server not started")
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """The table storage options (`table.storage.S3Options`) that reach this server."""
+        return {"aws_endpoint_url": self.endpoint_url, "aws_access_key_id": self.access_key_id,
+                "aws_secret_access_key": self.secret_access_key, "aws_region": REGION, "aws_allow_http": "true"}
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """The same, as the environment variables AWS tools read."""
+        return {"AWS_ENDPOINT_URL": self.endpoint_url, "AWS_ACCESS_KEY_ID": self.access_key_id,
+                "AWS_SECRET_ACCESS_KEY": self.secret_access_key, "AWS_REGION": REGION, "AWS_ALLOW_HTTP": "true"}
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - 32 * 1024))
+                return "\n".join(f.read().decode("utf-8", "replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> S3Server:
+        if self.is_running():
+            return self
+        classpath = s3proxy_jars().classpath
+        if self.port is None:
+            self.port = free_port(self.host)
+            self._write_config()
+        self._spawn(classpath)
+        deadline = time.monotonic() + self.startup_timeout
+        while not self._answers():
+            if not self.is_running() or time.monotonic() > deadline:
+                self.stop(timeout=5.0)
+                raise S3ServerError(f"S3Proxy {S3PROXY_VERSION} did not start on {self.endpoint_url}:\n"
+                                    f"log {self.log_path}:\n{self.log_tail()}")
+            time.sleep(0.2)
+        return self
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        proc, self._proc = self._proc, None
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        return stop_process(proc, timeout) if proc is not None else None
+
+    def restart(self) -> S3Server:
+        self.stop()
+        return self.start()
+
+    def hang(self) -> None:
+        """Freeze the process: connections are accepted by the kernel, nothing is answered."""
+        os.kill(self._running_pid(), signal.SIGSTOP)
+
+    def wake(self) -> None:
+        os.kill(self._running_pid(), signal.SIGCONT)
+
+    def close(self) -> None:
+        self.stop()
+        if self._owns_work_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> S3Server:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = f"pid={self.pid}" if self.is_running() else "stopped"
+        return f"S3Server({self.host}:{self.port}, {state}, log={self.log_path})"
+
+    # -- buckets -----------------------------------------------------------------------------------
+    def filesystem(self) -> pafs.S3FileSystem:
+        return pafs.S3FileSystem(access_key=self.access_key_id, secret_key=self.secret_access_key, region=REGION,
+                                 endpoint_override=f"{self.host}:{self.port}", scheme="http",
+                                 allow_bucket_creation=True)
+
+    def create_bucket(self, name: str) -> str:
+        """Create a bucket (nothing if it exists); returns its name."""
+        self.filesystem().create_dir(name)
+        return name
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _running_pid(self) -> int:
+        if not self.is_running():
+            raise RuntimeError(f"{self!r} is not running")
+        return self._proc.pid
+
+    def _answers(self) -> bool:
+        try:
+            urllib.request.urlopen(self.endpoint_url + "/", timeout=2).close()
+        except urllib.error.HTTPError:
+            return True  # an S3 error document: the server is up
+        except (urllib.error.URLError, socket.timeout, ConnectionError):
+            return False
+        return True
+
+    def _write_config(self) -> None:
+        (self.work_dir / "data").mkdir(parents=True, exist_ok=True)
+        settings = {
+            "s3proxy.endpoint": self.endpoint_url,
+            "s3proxy.authorization": "aws-v2-or-v4",
+            "s3proxy.identity": self.access_key_id,
+            "s3proxy.credential": self.secret_access_key,
+            "jclouds.provider": "filesystem",
+            "jclouds.filesystem.basedir": str(self.work_dir / "data"),
+        }
+        (self.work_dir / "s3proxy.conf").write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        (self.work_dir / "logback.xml").write_text(_LOGBACK)
+
+    def _spawn(self, classpath: str) -> None:
+        command = [java_executable(), *JVM_OPTIONS, f"-Dlogback.configurationFile={self.work_dir / 'logback.xml'}",
+                   "-cp", classpath, "org.gaul.s3proxy.Main", "--properties", str(self.work_dir / "s3proxy.conf")]
+        if self.die_with_parent and shutil.which("setpriv"):
+            command = ["setpriv", "--pdeathsig", "KILL", "--", *command]
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                          close_fds=True)
+        self._finalizer = weakref.finalize(self, stop_process, self._proc, 10.0)
