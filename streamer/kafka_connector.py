@@ -2,8 +2,13 @@
 
 `streamer run` launches Spark itself; when a table asks for `format: kafka`, it adds the
 connector's Maven coordinates to `spark.jars.packages`, and Spark fetches the connector and its
-dependencies when it starts (from Maven Central, or the repositories of
-`spark.jars.repositories` / `spark.jars.ivySettings`).
+dependencies when it starts: from Maven Central and the repositories of
+`spark.jars.repositories`, unless `spark.jars.ivySettings` names settings of the user's own.
+
+Spark's default resolver asks the local Maven repository first and trusts it for any artifact
+whose pom is there; Maven keeps the poms of versions it resolved but did not take, without their
+jars, and then the start fails on a jar that Maven Central has. So the job gives Spark settings
+that fetch from Maven Central into Ivy's cache, and leave the local Maven repository alone.
 
 The connector's version is the installed Spark's. PyPI can serve a PySpark release before
 Spark's jars of that version reach Maven Central; then the newest release of the same major
@@ -36,17 +41,38 @@ def coordinate(version: str) -> str:
     return f"{ARTIFACT}:{version}"
 
 
-def cached_jar(version: str, home: Path | None = None) -> Path | None:
-    """The connector's jar where Spark finds it without asking a repository (with the default
-    `spark.jars.ivy`): the jars Ivy retrieved for an earlier start, or the local Maven repository,
-    which Spark's resolver asks first."""
-    home = home or Path.home()
+#: Ivy's directory under the home directory for Spark 4 (`spark.jars.ivy`'s default): its cache
+#: and the jars it retrieved.
+IVY_DIR_NAME = ".ivy2.5.2"
+#: Spark's resolver settings for the connector (see the module's docstring).
+IVY_SETTINGS = """<ivysettings>
+  <settings defaultResolver="central"/>
+  <resolvers>
+    <ibiblio name="central" m2compatible="true" root="https://repo1.maven.org/maven2/"/>
+  </resolvers>
+</ivysettings>
+"""
+
+
+def default_ivy_dir() -> Path:
+    return Path.home() / IVY_DIR_NAME
+
+
+def cached_jar(version: str, ivy_dir: Path | None = None) -> Path | None:
+    """The connector's jar where Spark finds it without asking a repository: the jars Ivy
+    retrieved for an earlier start."""
     group, name = ARTIFACT.split(":")
-    for jar in (home / ".ivy2.5.2" / "jars" / f"{group}_{name}-{version}.jar",
-                home / ".m2" / "repository" / group.replace(".", "/") / name / version / f"{name}-{version}.jar"):
-        if jar.is_file():
-            return jar
-    return None
+    jar = (ivy_dir or default_ivy_dir()) / "jars" / f"{group}_{name}-{version}.jar"
+    return jar if jar.is_file() else None
+
+
+def ivy_settings_file(ivy_dir: Path) -> Path:
+    """The resolver settings, written beside Ivy's cache."""
+    ivy_dir.mkdir(parents=True, exist_ok=True)
+    path = ivy_dir / "mor-streamer-ivysettings.xml"
+    if not path.is_file() or path.read_text() != IVY_SETTINGS:
+        path.write_text(IVY_SETTINGS)
+    return path
 
 
 def _release(version: str) -> tuple[int, ...] | None:
@@ -92,7 +118,10 @@ def with_connector(conf: dict[str, str], formats: Iterable[str], under_spark_sub
         log.warning("Spark's Kafka connector %s is not on Maven Central; using %s", spark_version, version)
     added = coordinate(version)
     packages = ",".join(p for p in (conf.get("spark.jars.packages", ""), added) if p)
-    return {**conf, "spark.jars.packages": packages}, added
+    ivy_dir = conf.get("spark.jars.ivy", str(default_ivy_dir()))
+    resolver = {} if "spark.jars.ivySettings" in conf else {
+        "spark.jars.ivySettings": str(ivy_settings_file(Path(ivy_dir))), "spark.jars.ivy": ivy_dir}
+    return {**conf, "spark.jars.packages": packages, **resolver}, added
 
 
 def unavailable(added: str, error: BaseException) -> ConnectorUnavailable:

@@ -23,3 +23,13 @@ def test_only_kafka_format_tables_get_the_connector_and_never_over_one_already_n
     assert with_connector(conf, ["kafka"], under_spark_submit=True) == (conf, None)
     named = {"spark.jars": "/jars/spark-sql-kafka-0-10_2.13-4.2.0.jar"}
     assert with_connector(named, ["kafka"], under_spark_submit=False) == (named, None)
+
+
+def test_spark_fetches_the_connector_from_maven_central_not_from_poms_left_in_the_local_maven_repository(tmp_path):
+    conf, added = with_connector({"spark.jars.ivy": str(tmp_path / "ivy")}, ["kafka"], under_spark_submit=False)
+    assert added is not None and added in conf["spark.jars.packages"]
+    settings = open(conf["spark.jars.ivySettings"]).read()
+    assert "https://repo1.maven.org/maven2/" in settings and ".m2" not in settings
+    assert conf["spark.jars.ivySettings"].startswith(str(tmp_path / "ivy"))
+    own = {"spark.jars.ivySettings": "/etc/spark/ivysettings.xml"}
+    assert with_connector(own, ["kafka"], under_spark_submit=False)[0]["spark.jars.ivySettings"] == own["spark.jars.ivySettings"]
