@@ -17,16 +17,13 @@ from __future__ import annotations
 import base64
 import os
 import shutil
-import signal
 import subprocess
-import tempfile
-import threading
 import uuid
-import weakref
 from collections.abc import Mapping
 from pathlib import Path
 
 from harness import maven
+from harness.server_process import ServerProcess
 from streamer.embedded_broker import BrokerStartError, create_topic, free_port, wait_for_broker
 
 KAFKA_VERSION = "4.4.0"
@@ -114,55 +111,27 @@ def random_cluster_id() -> str:
             return cluster_id
 
 
-class KafkaBroker:
+class KafkaBroker(ServerProcess):
     """One Apache Kafka node (`process.roles=broker,controller`) as a child process.
 
     `start()` formats the storage the first time, starts the server and waits until it answers
-    metadata requests; `stop()` sends SIGTERM (a controlled shutdown), then SIGKILL after
-    `timeout`; `restart()` stops it and starts it again on the same ports and data; `hang()` and
-    `wake()` freeze and thaw it. The process output goes to `log_path`. With `die_with_parent`
-    (default when started from the main thread and `setpriv` exists) the kernel kills the broker
-    if the starting process dies, so a crashed test run leaves no broker behind.
+    metadata requests; `stop()` is a controlled shutdown (SIGTERM), `restart()` comes back on the
+    same ports and data, `hang()` and `wake()` freeze and thaw it (`ServerProcess`).
     """
 
     def __init__(self, work_dir: str | os.PathLike[str] | None = None, host: str = "127.0.0.1",
                  log_path: str | os.PathLike[str] | None = None, overrides: Mapping[str, str] | None = None,
                  startup_timeout: float = 90.0, die_with_parent: bool | None = None):
-        self.host = host
-        self.work_dir = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="kafka-"))
-        self._owns_work_dir = work_dir is None
-        self.log_path = str(log_path) if log_path is not None else str(self.work_dir / "server.log")
+        super().__init__(work_dir, host, log_path, startup_timeout, die_with_parent, temp_prefix="kafka-")
         self.overrides = dict(overrides or {})
-        self.startup_timeout = startup_timeout
-        self.die_with_parent = (threading.current_thread() is threading.main_thread()
-                                if die_with_parent is None else die_with_parent)
-        self.port: int | None = None
         self.controller_port: int | None = None
         self.startup_seconds: float | None = None
-        self._proc: subprocess.Popen | None = None
-        self._finalizer: weakref.finalize | None = None
 
     @property
     def bootstrap(self) -> str:
         if self.port is None:
             raise RuntimeError("broker not started")
         return f"{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    def is_running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(max(0, os.fstat(f.fileno()).st_size - 64 * 1024))
-                data = f.read()
-        except OSError:
-            return ""
-        return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> KafkaBroker:
@@ -174,7 +143,7 @@ class KafkaBroker:
             self._write_config()
             self._java(classpath, "kafka.tools.StorageTool", "format", "--cluster-id", random_cluster_id(),
                        "--config", str(self._properties), "--ignore-formatted")
-        self._spawn(classpath)
+        self._spawn(self._command(classpath, "kafka.Kafka", str(self._properties)))
         try:
             self.startup_seconds = wait_for_broker(self.bootstrap, self.startup_timeout, is_alive=self.is_running)
         except BrokerStartError as exc:
@@ -183,53 +152,12 @@ class KafkaBroker:
                 f"Apache Kafka {KAFKA_VERSION}: {exc}\nlog {self.log_path}:\n{self.log_tail()}") from None
         return self
 
-    def stop(self, timeout: float = 30.0) -> int | None:
-        """SIGTERM, then SIGKILL after `timeout` seconds. Returns the exit code."""
-        proc, self._proc = self._proc, None
-        if self._finalizer is not None:
-            self._finalizer.detach()
-            self._finalizer = None
-        return stop_process(proc, timeout) if proc is not None else None
-
-    def restart(self, timeout: float = 30.0) -> KafkaBroker:
-        """Stop, then start again on the same ports with the same data."""
-        self.stop(timeout)
-        return self.start()
-
-    def hang(self) -> None:
-        """Freeze the process (SIGSTOP): connections stay open, nothing is answered."""
-        os.kill(self._running_pid(), signal.SIGSTOP)
-
-    def wake(self) -> None:
-        os.kill(self._running_pid(), signal.SIGCONT)
-
-    def close(self) -> None:
-        """Stop, and remove the data directory if this object made it."""
-        self.stop()
-        if self._owns_work_dir:
-            shutil.rmtree(self.work_dir, ignore_errors=True)
-
-    def __enter__(self) -> KafkaBroker:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        state = f"pid={self.pid}" if self.is_running() else "stopped"
-        return f"KafkaBroker({self.host}:{self.port}, {state}, log={self.log_path})"
-
     # -- topics ------------------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, str] | None = None) -> str:
         """Create a topic with topic-level `config` (e.g. retention.ms) and wait for its leaders."""
         return create_topic(self.bootstrap, name, partitions=partitions, config=config)
 
     # -- internals ---------------------------------------------------------------------------------
-    def _running_pid(self) -> int:
-        if not self.is_running():
-            raise RuntimeError(f"{self!r} is not running")
-        return self._proc.pid
-
     @property
     def _properties(self) -> Path:
         return self.work_dir / "server.properties"
@@ -263,26 +191,5 @@ class KafkaBroker:
             raise BrokerStartError(f"{main} {' '.join(args)} failed (exit {done.returncode}):\n"
                                    f"{(done.stdout + done.stderr)[-4000:]}")
 
-    def _spawn(self, classpath: str) -> None:
-        command = self._command(classpath, "kafka.Kafka", str(self._properties))
-        if self.die_with_parent and shutil.which("setpriv"):
-            command = ["setpriv", "--pdeathsig", "KILL", "--", *command]
-        with open(self.log_path, "ab") as log:
-            log.write(f"$ {' '.join(command)}\n".encode())
-            log.flush()
-            self._proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                          close_fds=True)
-        # Stop the broker when this object is collected or at interpreter exit, if nobody did.
-        self._finalizer = weakref.finalize(self, stop_process, self._proc, 10.0)
-
-
-def stop_process(proc: subprocess.Popen, timeout: float) -> int | None:
-    if proc.poll() is not None:
-        return proc.returncode
-    try:
-        proc.send_signal(signal.SIGCONT)  # a hung broker handles SIGTERM only once woken
-        proc.send_signal(signal.SIGTERM)
-        return proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait(timeout)
+    def _spawn_broker(self, classpath: str) -> None:
+        self._spawn(self._command(classpath, "kafka.Kafka", str(self._properties)))

@@ -21,22 +21,16 @@ import collections
 import os
 import re
 import secrets
-import shutil
-import signal
 import socket
-import subprocess
-import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
-import weakref
-from pathlib import Path
 
 import pyarrow.fs as pafs
 
 from harness import maven
-from harness.kafka import stop_process, java_executable
+from harness.kafka import java_executable
+from harness.server_process import ServerProcess
 from streamer.embedded_broker import free_port
 
 S3PROXY_VERSION = "4.1.0"
@@ -113,27 +107,18 @@ class RequestLog:
         return counts
 
 
-class S3Server:
-    """One S3Proxy process. `start()` waits until it answers HTTP; `stop()` sends SIGTERM, then
-    SIGKILL; `restart()` starts it again on the same port with the same buckets; `hang()` and
-    `wake()` freeze and thaw it (SIGSTOP/SIGCONT). With `die_with_parent` (default from the
-    main thread when `setpriv` exists) the kernel kills it if the starting process dies."""
+class S3Server(ServerProcess):
+    """One S3Proxy process. `start()` waits until it answers HTTP; `restart()` comes back on the
+    same port with the same buckets; `hang()` and `wake()` freeze and thaw it (`ServerProcess`)."""
+
+    STOP_TIMEOUT = 20.0
 
     def __init__(self, work_dir: str | os.PathLike[str] | None = None, host: str = "127.0.0.1",
                  startup_timeout: float = 90.0, die_with_parent: bool | None = None):
-        self.host = host
-        self.work_dir = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="s3-"))
-        self._owns_work_dir = work_dir is None
-        self.log_path = str(self.work_dir / "server.log")
-        self.startup_timeout = startup_timeout
-        self.die_with_parent = (threading.current_thread() is threading.main_thread()
-                                if die_with_parent is None else die_with_parent)
+        super().__init__(work_dir, host, None, startup_timeout, die_with_parent, temp_prefix="s3-")
         self.access_key_id = "test-" + secrets.token_hex(6)
         self.secret_access_key = secrets.token_hex(20)
-        self.port: int | None = None
         self.requests = RequestLog(self.log_path)
-        self._proc: subprocess.Popen | None = None
-        self._finalizer: weakref.finalize | None = None
 
     @property
     def endpoint_url(self) -> str:
@@ -153,21 +138,6 @@ class S3Server:
         return {"AWS_ENDPOINT_URL": self.endpoint_url, "AWS_ACCESS_KEY_ID": self.access_key_id,
                 "AWS_SECRET_ACCESS_KEY": self.secret_access_key, "AWS_REGION": REGION, "AWS_ALLOW_HTTP": "true"}
 
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    def is_running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(max(0, os.fstat(f.fileno()).st_size - 32 * 1024))
-                return "\n".join(f.read().decode("utf-8", "replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> S3Server:
         if self.is_running():
@@ -176,7 +146,7 @@ class S3Server:
         if self.port is None:
             self.port = free_port(self.host)
             self._write_config()
-        self._spawn(classpath)
+        self._spawn(self._command(classpath))
         deadline = time.monotonic() + self.startup_timeout
         while not self._answers():
             if not self.is_running() or time.monotonic() > deadline:
@@ -185,39 +155,6 @@ class S3Server:
                                     f"log {self.log_path}:\n{self.log_tail()}")
             time.sleep(0.2)
         return self
-
-    def stop(self, timeout: float = 20.0) -> int | None:
-        proc, self._proc = self._proc, None
-        if self._finalizer is not None:
-            self._finalizer.detach()
-            self._finalizer = None
-        return stop_process(proc, timeout) if proc is not None else None
-
-    def restart(self) -> S3Server:
-        self.stop()
-        return self.start()
-
-    def hang(self) -> None:
-        """Freeze the process: connections are accepted by the kernel, nothing is answered."""
-        os.kill(self._running_pid(), signal.SIGSTOP)
-
-    def wake(self) -> None:
-        os.kill(self._running_pid(), signal.SIGCONT)
-
-    def close(self) -> None:
-        self.stop()
-        if self._owns_work_dir:
-            shutil.rmtree(self.work_dir, ignore_errors=True)
-
-    def __enter__(self) -> S3Server:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        state = f"pid={self.pid}" if self.is_running() else "stopped"
-        return f"S3Server({self.host}:{self.port}, {state}, log={self.log_path})"
 
     # -- buckets -----------------------------------------------------------------------------------
     def filesystem(self) -> pafs.S3FileSystem:
@@ -231,11 +168,6 @@ class S3Server:
         return name
 
     # -- internals ---------------------------------------------------------------------------------
-    def _running_pid(self) -> int:
-        if not self.is_running():
-            raise RuntimeError(f"{self!r} is not running")
-        return self._proc.pid
-
     def _answers(self) -> bool:
         try:
             urllib.request.urlopen(self.endpoint_url + "/", timeout=2).close()
@@ -258,12 +190,6 @@ class S3Server:
         (self.work_dir / "s3proxy.conf").write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         (self.work_dir / "logback.xml").write_text(_LOGBACK)
 
-    def _spawn(self, classpath: str) -> None:
-        command = [java_executable(), *JVM_OPTIONS, f"-Dlogback.configurationFile={self.work_dir / 'logback.xml'}",
-                   "-cp", classpath, "org.gaul.s3proxy.Main", "--properties", str(self.work_dir / "s3proxy.conf")]
-        if self.die_with_parent and shutil.which("setpriv"):
-            command = ["setpriv", "--pdeathsig", "KILL", "--", *command]
-        with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                          close_fds=True)
-        self._finalizer = weakref.finalize(self, stop_process, self._proc, 10.0)
+    def _command(self, classpath: str) -> list[str]:
+        return [java_executable(), *JVM_OPTIONS, f"-Dlogback.configurationFile={self.work_dir / 'logback.xml'}",
+                "-cp", classpath, "org.gaul.s3proxy.Main", "--properties", str(self.work_dir / "s3proxy.conf")]

@@ -124,10 +124,13 @@ def test_prometheus_reads_what_the_job_did_and_health_tells_idle_from_stuck(
         status, body = wait_until(lambda: (h := health(port))[1]["tables"]["orders"]["state"] == "stuck" and h,
                                   "stuck health", timeout=16)
         assert status == 503 and body["tables"]["orders"]["lag"] > 0, body
+        # The pause stays asked for until a scrape has seen the state: health may say stuck before
+        # the batch reaches the paused step, and a batch that no longer pauses commits at once.
+        stuck = 'mor_streamer_table_state{table="orders",state="stuck"}'
+        assert wait_until(lambda: value(prometheus, f"max_over_time({stuck}[2m])") == 1, "the stuck state scraped",
+                          timeout=30)
         monkeypatch.delenv(PAUSE_ENV_VAR)
         assert wait_until(lambda: table_state(port) == (200, "idle"), "idle again once the commit is made")
-        stuck = 'mor_streamer_table_state{table="orders",state="stuck"}'
-        assert wait_until(lambda: value(prometheus, f"max_over_time({stuck}[2m])") == 1, "the stuck state scraped")
 
 
 def test_the_bound_on_log_files_per_file_group_holds_while_the_stream_outruns_async_compaction(
