@@ -14,13 +14,14 @@ import subprocess
 import tempfile
 import threading
 import weakref
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TypeVar
 
 Server = TypeVar("Server", bound="ServerProcess")
 
 
-class ServerProcess:
+class ServerProcess(ABC):
     """The lifecycle shared by the test servers; subclasses define `start()`."""
 
     #: Seconds `stop()` waits after SIGTERM before SIGKILL.
@@ -39,8 +40,9 @@ class ServerProcess:
         self._proc: subprocess.Popen | None = None
         self._finalizer: weakref.finalize | None = None
 
+    @abstractmethod
     def start(self: Server) -> Server:
-        raise NotImplementedError
+        """Start the server and wait until it answers; nothing when it runs already."""
 
     @property
     def pid(self) -> int | None:
