@@ -64,9 +64,16 @@ class RunResult:
 JOB_SPARK_SETTINGS = {
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
-    # Arrow batches from the JVM to Python of a few MiB: the sink's pass starts on the first
-    # batches of packed records while the source still reads the rest.
+    # Arrow batches from the JVM to Python of a few MiB: a write task starts on the first packed
+    # rows of its file groups while the shuffle still reads the rest.
     "spark.sql.execution.arrow.maxBytesPerBatch": str(8 * 1024 * 1024),
+    # A micro-batch's write has one plan, one shuffle by file group into about a task per core:
+    # adaptive execution would only run it as two jobs and plan the second one again.
+    "spark.sql.adaptive.enabled": "false",
+    # The shuffle's map output is the same rows whenever a task runs again (the same offsets, the
+    # same routing), so the order-independent checksum that detects output that differs between
+    # attempts only costs a hash of every byte shuffled.
+    "spark.sql.shuffle.orderIndependentChecksum.enabled": "false",
     # The JVM only plans, shuffles and hands over packed batches: its optimising compiler would
     # spend more CPU compiling Spark's planner than it saves, on the cores Python needs.
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",

@@ -1,7 +1,9 @@
 """Decoding a micro-batch inside the write's single pass, and the tally of what it held.
 
 The sink hands `table.spark_write.write_dataframe` a `DecodeStep`: each Arrow batch of Kafka
-records is decoded on the executor that routes it, and only its good rows go on. What the
+records is decoded on the executor that routes it, and only its good rows go on. With the
+`kafka-arrow` source the step also reads the records, from the offset ranges the source planned,
+so they never cross into the JVM. What the
 driver needs besides the rows (the offsets read per Kafka partition, the counts, the bad records
 the policy keeps, the schema ids of records that evolve the table's schema) is added to a
 `BatchTally` accumulator in the same pass, so no Spark job reads the batch a second time.
@@ -12,6 +14,7 @@ it describes, so a task Spark runs again adds the same entries, not more.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -31,11 +34,9 @@ from streamer.decode import (
     RAW_VALUE,
     RecordDecoder,
 )
-from streamer.source import unpack_records
+from streamer.source import OFFSET_RANGES_SCHEMA, SourceOptions, read_ranges
 
 TopicPartition = tuple[str, int]
-#: The column of the `kafka-arrow` source's packed rows that holds the records.
-PACKED_COLUMN = "arrow"
 #: Bad records kept for `fail`'s message.
 SAMPLES = 3
 #: The columns of a bad record the quarantine table takes.
@@ -51,6 +52,7 @@ class SliceRead:
     bad: int
     oldest_timestamp: int | None  # Kafka timestamps, microseconds since the epoch
     newest_timestamp: int | None
+    fetch_seconds: float = 0.0  # reading it from Kafka, when the step read it
 
 
 @dataclass
@@ -91,6 +93,11 @@ class BatchTally:
             first[(topic, partition)] = min(first.get((topic, partition), offset), offset)
         return first
 
+    @property
+    def fetch_seconds(self) -> float:
+        """Task-seconds the step spent reading records from Kafka."""
+        return sum(r.fetch_seconds for r in self.reads.values())
+
     def timestamps(self) -> tuple[int, int] | None:
         """The oldest and the newest Kafka timestamp of the batch's records (microseconds)."""
         oldest = [r.oldest_timestamp for r in self.reads.values() if r.oldest_timestamp is not None]
@@ -116,41 +123,50 @@ class BatchTallyParam(AccumulatorParam):
 class DecodeStep:
     """Kafka records to table rows, on executors: `columns` of the good records. Picklable.
 
-    The records come as Spark's Kafka rows, or packed by the `kafka-arrow` source
-    (`streamer.source.PACKED_SCHEMA`)."""
+    The records come as Spark's Kafka rows, or as the offset ranges the `kafka-arrow` source
+    planned (`streamer.source.OFFSET_RANGES_SCHEMA`), which the step reads with `source`."""
 
-    def __init__(self, decoder: RecordDecoder, columns: tuple[str, ...], keep_bad_rows: bool, tally):
+    def __init__(self, decoder: RecordDecoder, columns: tuple[str, ...], keep_bad_rows: bool, tally,
+                 source: SourceOptions | None = None):
         self.decoder = decoder
         self.columns = columns
         self.keep_bad_rows = keep_bad_rows
         self.tally = tally
+        self.source = source
 
-    def __call__(self, batch: pa.RecordBatch) -> pa.Table:
-        if PACKED_COLUMN in batch.schema.names:
-            parts = [self._rows(records) for records in unpack_records(batch)]
-        else:
-            parts = [self._rows(batch)]
-        schema = self.decoder.output_schema
-        return pa.Table.from_batches(parts, schema=pa.schema([schema.field(c) for c in self.columns]))
+    def __call__(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        if batch.schema.names != OFFSET_RANGES_SCHEMA.names:
+            yield self._rows(batch)
+            return
+        if self.source is None:
+            raise ValueError("offset ranges of the kafka-arrow source, but no source options to read them with")
+        records = read_ranges(self.source, batch)
+        while True:
+            started = time.perf_counter()
+            read = next(records, None)
+            if read is None:
+                return
+            yield self._rows(read, time.perf_counter() - started)
 
     def decoded_batches(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """`mapInArrow`'s function, when the rows go through Spark again (a transform)."""
         for batch in batches:
-            yield from self(batch).to_batches()
+            yield from self(batch)
 
-    def _rows(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+    def _rows(self, batch: pa.RecordBatch, fetch_seconds: float = 0.0) -> pa.RecordBatch:
         decoded = self.decoder.decode(batch)
         if decoded.num_rows == 0:
             return decoded.select(list(self.columns))
         error = decoded.column(ERROR)
         bad = error.is_valid()
         deferred = decoded.column(EVOLVING).is_valid() if EVOLVING in decoded.schema.names else None
-        self.tally.add(self._tally(decoded, bad, deferred))
+        self.tally.add(self._tally(decoded, bad, deferred, fetch_seconds))
         good = pc.invert(bad) if deferred is None else pc.invert(pc.or_(bad, deferred))
         rows = decoded.select(list(self.columns))
         return rows if error.null_count == len(error) and deferred is None else rows.filter(good)
 
-    def _tally(self, decoded: pa.RecordBatch, bad: pa.BooleanArray, deferred: pa.BooleanArray | None) -> BatchTally:
+    def _tally(self, decoded: pa.RecordBatch, bad: pa.BooleanArray, deferred: pa.BooleanArray | None,
+               fetch_seconds: float) -> BatchTally:
         tally = BatchTally()
         topics, partitions = decoded.column(KAFKA_TOPIC), decoded.column(KAFKA_PARTITION)
         offsets = np.asarray(decoded.column(KAFKA_OFFSET))
@@ -167,7 +183,8 @@ class DecodeStep:
             first = int(offsets[rows].min())
             span = pc.min_max(stamps.take(pa.array(rows)))
             tally.reads[(topic, partition, first)] = SliceRead(
-                int(offsets[rows].max()), len(rows), int(bad_rows[rows].sum()), span["min"].as_py(), span["max"].as_py())
+                int(offsets[rows].max()), len(rows), int(bad_rows[rows].sum()), span["min"].as_py(), span["max"].as_py(),
+                fetch_seconds * len(rows) / len(offsets))
         if bad_rows.any():
             where = np.flatnonzero(bad_rows)
             errors = decoded.column(ERROR).take(pa.array(where[:SAMPLES])).to_pylist()

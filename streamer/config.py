@@ -298,7 +298,7 @@ class SourceSettings(_Section):
         if self.format == "kafka-arrow":
             reader["maxBrokerOutageMs"] = str(self.max_broker_outage_seconds * 1000)
             reader["includeHeaders"] = "false"  # the decoder does not read them
-            reader["packed"] = "true"  # the sink unpacks and decodes in one Python pass
+            reader["offsetRanges"] = "true"  # the sink reads, decodes and routes them in one Python pass
         return {**reader, **self.options}
 
     def _starting_offsets_text(self) -> str:

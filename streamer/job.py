@@ -39,6 +39,7 @@ from streamer.schema_registry import SchemaRegistryClient
 from streamer.metrics import Metrics, TableMetrics
 from streamer.services import BackgroundExecutor, TableServices
 from streamer.kafka_offsets import KafkaProgress, end_offsets
+from streamer.source import SourceOptions
 from streamer.sink import OffsetJumpCheck, SinkSettings, StreamCheckpoint, UpsertSink, table_checkpoint
 from streamer.value_schema import compare, evolve_json
 from table.mor_table import MorTable, TableSpec, TableWriter, WriteOptions
@@ -124,8 +125,9 @@ class TableJob:
                                      metrics=table_metrics)
             starting = _resume_offsets(config, table, spark)
             offset_jumps = OffsetJumpCheck(kafka.earliest_offsets, started_from_table=starting is not None)
+            source = SourceOptions.parse(config.source.reader_options()) if config.source.format == "kafka-arrow" else None
             sink = UpsertSink(SinkSettings(t.name, value_columns, config.decode.on_error, config.transform,
-                                           config.checkpoint_location),
+                                           config.checkpoint_location, source),
                               table, writer, decoder, quarantine, after_commit=services.after_commit,
                               progress=lambda checkpoint: _kafka_progress(config, kafka, checkpoint),
                               evolution=evolution, offset_jumps=offset_jumps, observe=table_metrics.batch_committed)
@@ -176,12 +178,11 @@ class TableJob:
         self.sink.offset_jumps = dataclasses.replace(self.sink.offset_jumps, started_from_table=True)
 
     def _records(self, stream: DataFrame) -> DataFrame:
-        """The Kafka records the sink decodes (packed by `kafka-arrow`: see `PACKED_SCHEMA`),
-        with per-batch counts a StreamingQueryListener finds in
-        `progress.observedMetrics[<table name>]`."""
-        if "arrow" in stream.columns:
-            return stream.observe(self.name, F.sum("records").alias("records"),
-                                  F.max("latest_timestamp").alias("latest_kafka_timestamp"))
+        """The Kafka records the sink decodes (`kafka-arrow`'s offset ranges, which the sink
+        reads: see `OFFSET_RANGES_SCHEMA`), with per-batch counts a StreamingQueryListener finds
+        in `progress.observedMetrics[<table name>]`."""
+        if "until_offset" in stream.columns:  # the newest timestamp is known after the read only
+            return stream.observe(self.name, F.sum(F.col("until_offset") - F.col("from_offset")).alias("records"))
         return stream.select(*RECORD_COLUMNS).observe(
             self.name, F.count(F.lit(1)).alias("records"), F.max("timestamp").alias("latest_kafka_timestamp"))
 

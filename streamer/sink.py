@@ -27,6 +27,7 @@ from streamer.decode import ERROR, EVOLVING, RAW_KEY, RAW_VALUE, RecordDecoder
 from streamer.offset_log import planned_offsets
 from streamer.quarantine import QuarantineTable
 from streamer.schema_evolution import VALUE_SCHEMA_KEY, SchemaEvolution
+from streamer.source import SourceOptions
 from table import failpoints
 from table.layout_stats import LayoutStats
 from table.mor_table import CHECKPOINT_KEY, DeltaCommit, MorTable, TableWriter
@@ -210,6 +211,7 @@ class SinkSettings:
     on_error: str  # fail | skip | quarantine
     transform: str | None
     checkpoint_location: str | None = None  # the query's: where Spark logs each batch's offsets
+    source: SourceOptions | None = None  # `kafka-arrow`'s: the sink reads the offset ranges it plans
 
 
 class UpsertSink:
@@ -349,7 +351,7 @@ class UpsertSink:
         committing = time.monotonic()
         instant = commit.complete(written.stats, extra)  # a failure here leaves it to the next run's rollback
         failpoints.reach("sink.batch_committed")
-        report.phases = _phases(written, planned - started, time.monotonic() - committing)
+        report.phases = _phases(written, tally, planned - started, time.monotonic() - committing)
         self._count_writes(report)
         self._checkpoint = checkpoint
         report.instant = instant
@@ -389,12 +391,12 @@ class UpsertSink:
         value_columns = self.evolution.value_columns if self.evolution is not None else self.settings.value_columns
         transform = self.settings.transform
         if not transform:
-            step = DecodeStep(decoder, value_columns, keep_bad_rows, tally)
+            step = DecodeStep(decoder, value_columns, keep_bad_rows, tally, self.settings.source)
             schema = pa.schema([decoder.output_schema.field(c) for c in value_columns])
             commit = self.writer.begin_delta_commit(self.writer.check_schema(schema))
             return commit, write_dataframe(commit, df, step)
         decoded_schema = pa.schema([f for f in decoder.output_schema if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING)])
-        step = DecodeStep(decoder, tuple(decoded_schema.names), keep_bad_rows, tally)
+        step = DecodeStep(decoder, tuple(decoded_schema.names), keep_bad_rows, tally, self.settings.source)
         decoded = df.mapInArrow(step.decoded_batches, from_arrow_schema(decoded_schema))
         decoded.createOrReplaceTempView("source")  # the batch's own session: queries never share it
         rows = decoded.sparkSession.sql(transform)
@@ -451,11 +453,13 @@ def _abandon_quietly(commit: DeltaCommit) -> None:
         log.warning("could not roll back deltacommit %s now (the next run will): %s", commit.instant, e)
 
 
-def _phases(written: DataFrameWriteResult, plan_seconds: float, commit_seconds: float) -> dict[str, float]:
+def _phases(written: DataFrameWriteResult, tally: BatchTally, plan_seconds: float, commit_seconds: float) -> dict[str, float]:
     """Where a batch's time went: the driver's planning (deltacommit begun, routing), the
-    task-seconds of each step of the pass (waiting for records, decoding, keying and routing)
-    and of the file writes, the wall time of the Spark jobs that ran them, and the driver's
-    commit; `progress` (Kafka lag) and `services` are added after."""
+    task-seconds of each step of the pass (reading or waiting for records, decoding, keying and
+    routing) and of the file writes, the wall time of the Spark jobs that ran them, and the
+    driver's commit; `progress` (Kafka lag) and `services` are added after."""
     m = written.metrics
-    return {"plan": plan_seconds, "fetch": m.input_seconds, "decode": m.to_rows_seconds, "route": m.route_seconds,
+    fetch = tally.fetch_seconds
+    return {"plan": plan_seconds, "fetch": m.input_seconds + fetch, "decode": m.to_rows_seconds - fetch,
+            "route": m.route_seconds,
             "write": written.write_seconds, "jobs": written.wall_seconds, "commit": commit_seconds}

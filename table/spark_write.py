@@ -3,22 +3,26 @@
 A micro-batch of 100,000 records is cheap to key, route and write in Python and Arrow, and
 expensive to move between the JVM and Python, so the rows cross as few times as possible:
 
-1. One pass (`mapInArrow`) takes each Arrow batch of the input, turns it into table rows (an
-   optional function: the streamer's decoder), keys and routes them through the commit's
+1. One pass (`mapInArrow`) takes each Arrow batch of the input, turns it into batches of table
+   rows (an optional function: the streamer's reader and decoder), keys and routes them through the commit's
    `Routing` (broadcast once), and packs each file group's rows into one Arrow IPC stream, a
    single binary value. The JVM sees a few dozen values per batch, not a row per record.
-2. One shuffle by file group moves those packed values.
-3. One write task per file group unpacks its rows, keeps the latest version of each key and
-   writes its base or log file (`table.write.write_file_group`).
+2. One shuffle moves those packed values to the write tasks, about one per core, among which
+   the file groups are dealt out evenly (`_WriteTasks`).
+3. Each write task groups the packed values it received by file group; for each group it
+   unpacks the rows, keeps the latest version of each key and writes the group's base or log
+   file (`table.write.write_file_group`).
 
 Only the write stats come back to the driver, which completes the commit. Spark runs it as two
-jobs (the shuffle's map stage and the write), whatever the batch holds.
+stages (the shuffle's map stage and the write), whatever the batch holds: one job, or two with
+adaptive query execution on.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +30,7 @@ from functools import partial
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import accumulators
 from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame
@@ -37,14 +42,21 @@ from table.schema import PARTITION_PATH
 from table.write import FILE_ID, POSITION, CommitContext, Routing, dedupe_latest, file_group_slices, write_file_group
 
 PACKED = "rows"
-PACKED_SCHEMA = f"{FILE_ID} string, {PACKED} binary"
+#: The key the shuffle partitions by: one value per write task, so that the file groups are
+#: dealt out evenly (`_WriteTasks`) instead of hashed, which leaves some tasks twice the groups of
+#: others.
+WRITE_TASK = "_mor_write_task"
+PACKED_SCHEMA = f"{FILE_ID} string, {WRITE_TASK} int, {PACKED} binary"
 STAT_SCHEMA = "stat string, seconds double"
+_STAT_ARROW = pa.schema([("stat", pa.string()), ("seconds", pa.float64())])
 #: Position of a row in its task's input: task id in the high bits, as monotonically_increasing_id.
 _TASK_POSITION_SHIFT = 33
 #: Write tasks per core: one wave of tasks, each writing several file groups one after another.
 TASKS_PER_CORE = 1
 
-ToRows = Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table]
+#: An input batch to the batches of table rows it holds (the streamer's: Kafka records, or the
+#: offset ranges to read them from, decoded).
+ToRows = Callable[[pa.RecordBatch], Iterator[pa.RecordBatch | pa.Table]]
 
 
 @dataclass
@@ -113,31 +125,64 @@ def write_dataframe(commit: DeltaCommit, df: DataFrame, to_rows: ToRows | None =
     routing = sc.broadcast(commit.routing)
     try:
         with released_accumulator(sc, PassMetrics(), _PassMetricsParam()) as metrics:
-            packed = df.mapInArrow(partial(_key_route_pack, routing, to_rows, metrics), PACKED_SCHEMA)
-            tasks = write_tasks(commit.routing, sc.defaultParallelism)
-            ctx = commit.context
-
-            def write(group: pa.Table) -> pa.Table:  # the type hints tell Spark which Arrow API this is
-                return _write_file_group(ctx, routing, group)
-
-            rows = packed.repartition(tasks, FILE_ID).groupBy(FILE_ID).applyInArrow(write, STAT_SCHEMA).collect()
+            tasks = _WriteTasks.of(df.sparkSession, commit.routing)
+            packed = df.mapInArrow(partial(_key_route_pack, routing, tasks, to_rows, metrics), PACKED_SCHEMA)
+            write = partial(_write_file_groups, commit.context, routing)
+            rows = packed.repartition(tasks.count, WRITE_TASK).mapInArrow(write, STAT_SCHEMA).collect()
     finally:
         routing.destroy()  # its blocks in the JVM and its file on the driver's disk, one a batch otherwise
     stats = [WriteStat.from_dict(json.loads(r.stat)) for r in rows if r.stat is not None]
     return DataFrameWriteResult(stats, metrics.value, sum(r.seconds for r in rows), time.monotonic() - started,
-                                tasks)
+                                tasks.count)
 
 
-def write_tasks(routing: Routing, cores: int) -> int:
-    """Tasks of the write stage: as many as file groups, up to a few per core."""
-    most = max(1, cores * TASKS_PER_CORE)
-    groups = len(routing.targets)
-    return min(groups, most) if groups else most
+@dataclass(frozen=True)
+class _WriteTasks:
+    """The write stage's tasks and how file groups are dealt to them: the groups the table has,
+    in turn; a group new in this commit (a partition's first write) by a hash of its id.
+
+    Spark places a row by `pmod(hash(key), count)`, so each task gets the key that Spark sends to
+    it; Spark itself says which keys those are (`_partition_keys`)."""
+
+    count: int
+    keys: tuple[int, ...]  # the shuffle key of each task
+    turns: dict[str, int]  # file id -> its task
+
+    @classmethod
+    def of(cls, spark, routing: Routing) -> "_WriteTasks":
+        cores = spark.sparkContext.defaultParallelism
+        most = max(1, cores * TASKS_PER_CORE)
+        groups = sorted(routing.targets)
+        count = min(len(groups), most) if groups else most
+        return cls(count, _partition_keys(spark, count), {file_id: i % count for i, file_id in enumerate(groups)})
+
+    def key(self, file_id: str) -> int:
+        task = self.turns.get(file_id)
+        return self.keys[task if task is not None else zlib.crc32(file_id.encode()) % self.count]
+
+
+_PARTITION_KEYS: dict[int, tuple[int, ...]] = {}
+
+
+def _partition_keys(spark, count: int) -> tuple[int, ...]:
+    """For each of `count` shuffle partitions, an int that `repartition(count, column)` sends to
+    it. Asked of Spark once per count: its hash partitioning is `pmod(hash(value), count)`."""
+    if count not in _PARTITION_KEYS:
+        from pyspark.sql import functions as F
+
+        candidates = spark.range(0, 64 * count).select(F.col("id").cast("int").alias("key"))
+        placed = candidates.select("key", F.expr(f"pmod(hash(key), {count})").alias("task")).collect()
+        first: dict[int, int] = {}
+        for row in placed:
+            first.setdefault(row.task, row.key)
+        _PARTITION_KEYS[count] = tuple(first[task] for task in range(count))
+    return _PARTITION_KEYS[count]
 
 
 # ---- executors ---------------------------------------------------------------------------------
 
-def _key_route_pack(routing_bc, to_rows: ToRows | None, metrics, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _key_route_pack(routing_bc, tasks: _WriteTasks, to_rows: ToRows | None, metrics,
+                    batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The pass: input batches in, one packed row per file group and batch out."""
     from pyspark import TaskContext
 
@@ -148,23 +193,27 @@ def _key_route_pack(routing_bc, to_rows: ToRows | None, metrics, batches: Iterat
     for batch in batches:
         now = time.perf_counter()
         done.input_seconds += now - clock
-        rows = to_rows(batch) if to_rows is not None else batch
-        clock, now = now, time.perf_counter()
+        clock = now
+        for rows in to_rows(batch) if to_rows is not None else (batch,):
+            now = time.perf_counter()
+            done.to_rows_seconds += now - clock
+            if rows.num_rows:
+                prepared = routing.prepare(rows, dedupe=False)
+                prepared = prepared.append_column(POSITION, pa.array(np.arange(position, position + rows.num_rows)))
+                position += rows.num_rows
+                done.rows += rows.num_rows
+                yield pack(file_group_slices(routing.route(prepared)), tasks)
+            clock, now = now, time.perf_counter()
+            done.route_seconds += now - clock
+            clock = now
+        now = time.perf_counter()
         done.to_rows_seconds += now - clock
-        if rows.num_rows:
-            prepared = routing.prepare(rows, dedupe=False)
-            prepared = prepared.append_column(POSITION, pa.array(np.arange(position, position + rows.num_rows)))
-            position += rows.num_rows
-            done.rows += rows.num_rows
-            yield pack(file_group_slices(routing.route(prepared)))
-        clock, now = now, time.perf_counter()
-        done.route_seconds += now - clock
         clock = now
     metrics.add(done)
 
 
-def pack(groups: Iterator[tuple[str, pa.Table]]) -> pa.RecordBatch:
-    """One row per file group: its id and its rows as one Arrow IPC stream."""
+def pack(groups: Iterator[tuple[str, pa.Table]], tasks: _WriteTasks) -> pa.RecordBatch:
+    """One row per file group: its id, its write task's key and its rows as one Arrow IPC stream."""
     file_ids, ends = [], [0]
     sink = pa.BufferOutputStream()
     for file_id, rows in groups:
@@ -176,7 +225,8 @@ def pack(groups: Iterator[tuple[str, pa.Table]]) -> pa.RecordBatch:
     data = sink.getvalue()
     offsets = pa.py_buffer(np.array(ends, dtype=np.int32).tobytes())
     streams = pa.Array.from_buffers(pa.binary(), len(file_ids), [None, offsets, data])
-    return pa.RecordBatch.from_arrays([pa.array(file_ids, pa.string()), streams], names=[FILE_ID, PACKED])
+    keys = pa.array([tasks.key(file_id) for file_id in file_ids], pa.int32())
+    return pa.RecordBatch.from_arrays([pa.array(file_ids, pa.string()), keys, streams], names=[FILE_ID, WRITE_TASK, PACKED])
 
 
 def unpack(streams: pa.Array | pa.ChunkedArray) -> pa.Table:
@@ -184,14 +234,24 @@ def unpack(streams: pa.Array | pa.ChunkedArray) -> pa.Table:
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
-def _write_file_group(ctx: CommitContext, routing_bc, group: pa.Table) -> pa.Table:
+def _write_file_groups(ctx: CommitContext, routing_bc, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A write task: the packed rows of the file groups the shuffle gave it, grouped here rather
+    than by a sort in the JVM, then each group's base or log file written."""
     from pyspark import TaskContext
 
-    started = time.perf_counter()
     task = TaskContext.get()
-    file_id = group[FILE_ID][0].as_py()
-    rows = dedupe_latest(unpack(group[PACKED]), ctx.ordering_field)
-    target = routing_bc.value.target(file_id, rows[PARTITION_PATH][0].as_py())
-    stat = write_file_group(ctx, target, rows, task.partitionId(), task.attemptNumber())
-    return pa.table({"stat": pa.array([json.dumps(stat.to_dict()) if stat else None], pa.string()),
-                     "seconds": pa.array([time.perf_counter() - started], pa.float64())})
+    streams: dict[str, list[pa.Array]] = {}
+    for batch in batches:
+        ids = batch.column(FILE_ID)
+        packed = batch.column(PACKED)
+        for file_id in pc.unique(ids).to_pylist():
+            streams.setdefault(file_id, []).append(packed.filter(pc.equal(ids, file_id)))
+    routing: Routing = routing_bc.value
+    for file_id, parts in streams.items():
+        started = time.perf_counter()
+        rows = dedupe_latest(unpack(pa.chunked_array(parts)), ctx.ordering_field)
+        target = routing.target(file_id, rows[PARTITION_PATH][0].as_py())
+        stat = write_file_group(ctx, target, rows, task.partitionId(), task.attemptNumber())
+        yield pa.RecordBatch.from_pydict(
+            {"stat": [json.dumps(stat.to_dict()) if stat else None], "seconds": [time.perf_counter() - started]},
+            schema=_STAT_ARROW)

@@ -388,7 +388,7 @@ def test_reader_options_for_a_topic_list():
         ("failOnDataLoss", "false"),
         ("maxBrokerOutageMs", "300000"),
         ("includeHeaders", "false"),
-        ("packed", "true"),
+        ("offsetRanges", "true"),
         ("kafka.security.protocol", "SASL_SSL"),
         ("minPartitions", "4"),
     ]
@@ -406,7 +406,7 @@ def test_reader_options_for_a_topic_pattern_and_offsets():
         "failOnDataLoss": "true",
         "maxBrokerOutageMs": "300000",
         "includeHeaders": "false",
-        "packed": "true",
+        "offsetRanges": "true",
     }
     assert json.loads(options["startingOffsets"]) == {"orders-eu": {"0": 5, "1": -2}}
 

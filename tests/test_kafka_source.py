@@ -268,23 +268,25 @@ def test_reads_every_record_exactly_once_with_all_columns(kspark, kafka_bootstra
 
 
 @pytest.mark.e2e
-def test_packed_rows_hold_every_record_once_with_the_same_columns(kspark, kafka_bootstrap, kafka_topic, tmp_path):
-    topic = kafka_topic(partitions=3, prefix="packed")
+def test_offset_ranges_read_back_every_record_once_with_the_same_columns(kspark, kafka_bootstrap, kafka_topic, tmp_path):
+    topic = kafka_topic(partitions=3, prefix="ranges")
     records = _records(3, 3_000)
     acks = kafka_broker.produce(kafka_bootstrap, topic, records)
+    ranges: list[tuple] = []
     batches: list[pa.RecordBatch] = []
-    stated: list[tuple[int, object]] = []  # what each packed row says of its records
+    options = {"subscribe": topic, "startingOffsets": "earliest", "offsetRanges": "true", "arrowBatchSize": "400",
+               "maxOffsetsPerTrigger": "1200"}
 
-    def unpack_all(df, batch_id):
-        for row in df.collect():
-            packed = pa.RecordBatch.from_pydict({"arrow": pa.array([bytes(row.arrow)], pa.binary())})
-            batches.extend(src.unpack_records(packed))
-            stated.append((row.records, row.latest_timestamp))
+    def read_all(df, batch_id):
+        planned = df.toArrow()
+        ranges.extend(zip(*(planned.column(name).to_pylist() for name in src.OFFSET_RANGES_SCHEMA.names)))
+        opts = src.SourceOptions.parse({"kafka.bootstrap.servers": kafka_bootstrap, **options})
+        for part in planned.to_batches():
+            batches.extend(src.read_ranges(opts, part))
 
-    df = _stream(kspark, kafka_bootstrap, subscribe=topic, startingOffsets="earliest", packed="true",
-                 arrowBatchSize=400)
-    assert df.schema == src.PACKED_SCHEMA
-    q = (df.writeStream.foreachBatch(unpack_all).option("checkpointLocation", str(tmp_path / "ck"))
+    df = _stream(kspark, kafka_bootstrap, **options)
+    assert df.schema == src.OFFSET_RANGES_SCHEMA
+    q = (df.writeStream.foreachBatch(read_all).option("checkpointLocation", str(tmp_path / "ck"))
          .trigger(availableNow=True).start())
     assert q.awaitTermination(120)
     rows = pa.Table.from_batches(batches)
@@ -294,10 +296,13 @@ def test_packed_rows_hold_every_record_once_with_the_same_columns(kspark, kafka_
             None if r["headers"] is None else [(h["key"], h["value"]) for h in r["headers"]])
            for r in rows.to_pylist()]
     assert _sort(got) == _sort(_expected(topic, records, acks))
-    assert [n for n, _ in stated] == [b.num_rows for b in batches]
-    assert max(b.num_rows for b in batches) <= 400  # one packed row per Arrow batch the source made
-    newest = [max(b.column("timestamp").to_pylist()) for b in batches]
-    assert [t.replace(tzinfo=None) for _, t in stated] == [t.replace(tzinfo=None) for t in newest]
+    assert max(b.num_rows for b in batches) <= 400
+    # one row per task: the ranges of a partition follow each other, and together cover the topic
+    for partition in range(3):
+        mine = sorted((a, b) for t, p, a, b in ranges if (t, p) == (topic, partition))
+        assert mine[0][0] == 0 and all(b == a2 for (_, b), (a2, _) in zip(mine, mine[1:]))
+        assert mine[-1][1] == sum(1 for r in got if r[3] == partition)
+    assert len(ranges) > 3  # the cap split the topic into several micro-batches
 
 
 @pytest.mark.e2e
