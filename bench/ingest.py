@@ -40,7 +40,7 @@ NOTES = [
     "services off) in a pyspark 3.5 of its own (the judge's), local[2] with the same Spark settings; its "
     "initial load is an upsert too. Each batch is staged as Parquet before its timing and read by Spark "
     "inside it.",
-    "ours reads with the default source, kafka-arrow (confluent-kafka, packed Arrow batches); ours-spark-kafka "
+    "ours reads with the default source, kafka-arrow (confluent-kafka, read by the sink's own pass from the offset ranges the query plans); ours-spark-kafka "
     "runs the same job on Spark's own kafka format (spark-sql-kafka-0-10), whose initial load is a batch "
     "query before the stream. Both read the same topic of the same Apache Kafka broker.",
     "delta-rs merge and Spark copy-on-write rewrite the files a batch touches (Spark: the whole "

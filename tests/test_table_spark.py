@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,10 +13,11 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from oracle import Oracle
 from table import spark_source
+from table.layout import LogFileName
 from table.mor_table import MorTable
 from table.predicate import Predicate
 from table.spark_write import upsert_dataframe
-from test_table_engine import DATA_COLUMNS, SCHEMA, by_key, change_batch, hudi_rs_read, make_table, strip, write_options
+from test_table_engine import DATA_COLUMNS, REGIONS, SCHEMA, by_key, change_batch, hudi_rs_read, make_table, strip, write_options
 
 pytestmark = pytest.mark.spark
 
@@ -73,6 +75,22 @@ def test_writes_leave_no_accumulator_or_broadcast_behind(spark, tmp_path):
             if n == 0:
                 after_first = held()
     assert held() == after_first
+
+
+def test_the_write_stage_deals_the_file_groups_out_evenly_to_its_tasks(spark, tmp_path):
+    """Hashing 16 file groups into two tasks leaves one task a third more than the other as
+    often as not; dealt out, each writes 8, and a batch waits for neither."""
+    table = make_table(tmp_path / "orders")
+    rng = random.Random(23)
+    known: list[str] = []
+    with table.writer(write_options()) as writer:
+        for n in range(2):
+            batch = change_batch(rng, known, 2000, n * 2000, 100 + 100 * n)
+            assert upsert_dataframe(writer, spark.createDataFrame(pa.Table.from_pylist(batch, schema=SCHEMA).to_pandas()))
+        files = [Path(s.path).name for s in writer.last_commit.write_stats()]
+    assert len(files) == len(REGIONS) * 4  # every bucket got a log file
+    tasks = Counter(LogFileName.parse(name).write_token.split("-")[0] for name in files)
+    assert sorted(tasks.values()) == [8, 8]
 
 
 def test_an_empty_dataframe_commits_nothing(spark, tmp_path):
