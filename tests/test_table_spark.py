@@ -78,8 +78,8 @@ def test_writes_leave_no_accumulator_or_broadcast_behind(spark, tmp_path):
 
 
 def test_the_write_stage_deals_the_file_groups_out_evenly_to_its_tasks(spark, tmp_path):
-    """Hashing 16 file groups into two tasks leaves one task a third more than the other as
-    often as not; dealt out, each writes 8, and a batch waits for neither."""
+    """Hashing 16 file groups into a few tasks leaves some tasks far more than others as often as
+    not, and the batch waits for the busiest; dealt out, each task writes as many."""
     table = make_table(tmp_path / "orders")
     rng = random.Random(23)
     known: list[str] = []
@@ -90,7 +90,8 @@ def test_the_write_stage_deals_the_file_groups_out_evenly_to_its_tasks(spark, tm
         files = [Path(s.path).name for s in writer.last_commit.write_stats()]
     assert len(files) == len(REGIONS) * 4  # every bucket got a log file
     tasks = Counter(LogFileName.parse(name).write_token.split("-")[0] for name in files)
-    assert sorted(tasks.values()) == [8, 8]
+    assert len(tasks) == spark.sparkContext.defaultParallelism  # a task per core
+    assert set(tasks.values()) == {len(files) // len(tasks)}
 
 
 def test_an_empty_dataframe_commits_nothing(spark, tmp_path):
