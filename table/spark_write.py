@@ -189,27 +189,32 @@ def _key_route_pack(routing_bc, tasks: _WriteTasks, to_rows: ToRows | None, metr
     routing: Routing = routing_bc.value
     position = TaskContext.get().partitionId() << _TASK_POSITION_SHIFT
     done = PassMetrics()
-    clock = time.perf_counter()
+    lap = _Lap()
     for batch in batches:
-        now = time.perf_counter()
-        done.input_seconds += now - clock
-        clock = now
+        done.input_seconds += lap()
         for rows in to_rows(batch) if to_rows is not None else (batch,):
-            now = time.perf_counter()
-            done.to_rows_seconds += now - clock
+            done.to_rows_seconds += lap()
             if rows.num_rows:
                 prepared = routing.prepare(rows, dedupe=False)
                 prepared = prepared.append_column(POSITION, pa.array(np.arange(position, position + rows.num_rows)))
                 position += rows.num_rows
                 done.rows += rows.num_rows
                 yield pack(file_group_slices(routing.route(prepared)), tasks)
-            clock, now = now, time.perf_counter()
-            done.route_seconds += now - clock
-            clock = now
-        now = time.perf_counter()
-        done.to_rows_seconds += now - clock
-        clock = now
+            done.route_seconds += lap()
+        done.to_rows_seconds += lap()  # the input batch's last, empty turn of `to_rows`
     metrics.add(done)
+
+
+class _Lap:
+    """Seconds since the previous call (since creation, the first time)."""
+
+    def __init__(self):
+        self._last = time.perf_counter()
+
+    def __call__(self) -> float:
+        now = time.perf_counter()
+        elapsed, self._last = now - self._last, now
+        return elapsed
 
 
 def pack(groups: Iterator[tuple[str, pa.Table]], tasks: _WriteTasks) -> pa.RecordBatch:
