@@ -18,6 +18,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from table.schema import COMMIT_SEQNO, COMMIT_TIME, FILE_NAME, PARTITION_PATH, RECORD_KEY
+
 COMPRESSION = "snappy"
 #: A column is dictionary-encoded when it has at most this share of distinct values.
 DICTIONARY_MAX_DISTINCT_SHARE = 0.5
@@ -26,6 +28,10 @@ DICTIONARY_PAGE_LIMIT_BYTES = 256 * 1024 * 1024
 #: Arrow bytes of data per row group; the rows per group follow from the rows' average size.
 ROW_GROUP_BYTES = 4 * 1024 * 1024
 MIN_ROW_GROUP_ROWS = 1024
+#: Meta columns whose cardinality a base file fixes, so their values need no counting (which
+#: costs about as much as writing them): one value per file or per commit, or one per record.
+FEW_VALUED_META = frozenset({COMMIT_TIME, PARTITION_PATH, FILE_NAME})
+UNIQUE_META = frozenset({COMMIT_SEQNO, RECORD_KEY})
 
 
 def parquet_options(rows: pa.Table) -> dict:
@@ -43,5 +49,10 @@ def row_group_rows(rows: pa.Table) -> int:
 def dictionary_columns(rows: pa.Table) -> list[str]:
     """Top-level primitive columns whose distinct values are few enough for a dictionary."""
     limit = max(1, int(rows.num_rows * DICTIONARY_MAX_DISTINCT_SHARE))
-    return [f.name for f in rows.schema
-            if not pa.types.is_nested(f.type) and pc.count_distinct(rows[f.name], mode="all").as_py() <= limit]
+
+    def few_valued(name: str) -> bool:
+        if name in FEW_VALUED_META or name in UNIQUE_META:
+            return name in FEW_VALUED_META
+        return pc.count_distinct(rows[name], mode="all").as_py() <= limit
+
+    return [f.name for f in rows.schema if not pa.types.is_nested(f.type) and few_valued(f.name)]

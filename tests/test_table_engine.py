@@ -12,6 +12,7 @@ from pathlib import Path
 
 import hudi
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from oracle import Oracle
@@ -350,3 +351,19 @@ def test_a_marked_file_no_write_stat_reports_is_deleted_before_the_commit_comple
     assert Timeline.load(table.storage).completed_writes()[-1].timestamp == instant
     assert strip(by_key(table.snapshot()), DATA_COLUMNS) == expected
     assert strip(by_key(hudi_rs_read(path)), DATA_COLUMNS) == expected
+
+
+def test_base_files_dictionary_encode_few_valued_columns_and_keep_unique_ones_plain(tmp_path):
+    table = make_table(tmp_path / "t")
+    rng = random.Random(5)
+    rows = [row(f"o-{i:07d}", 1 + i, deleted=False, rng=rng) for i in range(4000)]
+    with table.writer(write_options(initial_buckets=1)) as writer:
+        writer.upsert(pa.Table.from_pylist(rows, schema=SCHEMA))
+    base_files = sorted((tmp_path / "t").glob("*/*.parquet"))
+    assert len(base_files) == len(REGIONS)
+    for path in base_files:
+        chunks = pq.ParquetFile(path).metadata.row_group(0)
+        encoded = {chunks.column(i).path_in_schema: chunks.column(i).encodings for i in range(chunks.num_columns)}
+        dictionary = {name for name, encodings in encoded.items() if "RLE_DICTIONARY" in encodings}
+        assert dictionary == {"_hoodie_commit_time", "_hoodie_partition_path", "_hoodie_file_name", "region",
+                              "status"}, path.name
