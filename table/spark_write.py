@@ -26,7 +26,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 
 import numpy as np
 import pyarrow as pa
@@ -142,7 +142,7 @@ class _WriteTasks:
     in turn; a group new in this commit (a partition's first write) by a hash of its id.
 
     Spark places a row by `pmod(hash(key), count)`, so each task gets the key that Spark sends to
-    it; Spark itself says which keys those are (`_partition_keys`)."""
+    it (`write_task_keys`)."""
 
     count: int
     keys: tuple[int, ...]  # the shuffle key of each task
@@ -154,29 +154,43 @@ class _WriteTasks:
         most = max(1, cores * TASKS_PER_CORE)
         groups = sorted(routing.targets)
         count = min(len(groups), most) if groups else most
-        return cls(count, _partition_keys(spark, count), {file_id: i % count for i, file_id in enumerate(groups)})
+        return cls(count, write_task_keys(count), {file_id: i % count for i, file_id in enumerate(groups)})
 
     def key(self, file_id: str) -> int:
         task = self.turns.get(file_id)
         return self.keys[task if task is not None else zlib.crc32(file_id.encode()) % self.count]
 
 
-_PARTITION_KEYS: dict[int, tuple[int, ...]] = {}
+@cache
+def write_task_keys(count: int) -> tuple[int, ...]:
+    """For each of `count` shuffle partitions, the smallest int that `repartition(count, column)`
+    sends to it: Spark places a row by `pmod(hash(key), count)`."""
+    first: dict[int, int] = {}
+    key = 0
+    while len(first) < count:
+        first.setdefault(spark_hash_int(key) % count, key)
+        key += 1
+    return tuple(first[task] for task in range(count))
 
 
-def _partition_keys(spark, count: int) -> tuple[int, ...]:
-    """For each of `count` shuffle partitions, an int that `repartition(count, column)` sends to
-    it. Asked of Spark once per count: its hash partitioning is `pmod(hash(value), count)`."""
-    if count not in _PARTITION_KEYS:
-        from pyspark.sql import functions as F
+_MASK32 = 0xFFFFFFFF
 
-        candidates = spark.range(0, 64 * count).select(F.col("id").cast("int").alias("key"))
-        placed = candidates.select("key", F.expr(f"pmod(hash(key), {count})").alias("task")).collect()
-        first: dict[int, int] = {}
-        for row in placed:
-            first.setdefault(row.task, row.key)
-        _PARTITION_KEYS[count] = tuple(first[task] for task in range(count))
-    return _PARTITION_KEYS[count]
+
+def spark_hash_int(value: int) -> int:
+    """Spark SQL's `hash()` of an int column: Murmur3 (x86, 32-bit) of its four bytes, seed 42,
+    as a signed int. Known here, it costs the first batch no Spark job to learn the write tasks'
+    keys; it is the hash Spark's bucketed tables depend on, so it does not change."""
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & _MASK32
+
+    k = rotl(value * 0xCC9E2D51 & _MASK32, 15) * 0x1B873593 & _MASK32
+    h = rotl(42 ^ k, 13) * 5 + 0xE6546B64 & _MASK32
+    h ^= 4  # the input's length in bytes
+    h = (h ^ h >> 16) * 0x85EBCA6B & _MASK32
+    h = (h ^ h >> 13) * 0xC2B2AE35 & _MASK32
+    h ^= h >> 16
+    return h - (1 << 32) if h & 0x80000000 else h
 
 
 # ---- executors ---------------------------------------------------------------------------------

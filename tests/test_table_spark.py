@@ -16,7 +16,7 @@ from table import spark_source
 from table.layout import LogFileName
 from table.mor_table import MorTable
 from table.predicate import Predicate
-from table.spark_write import upsert_dataframe
+from table.spark_write import spark_hash_int, upsert_dataframe, write_task_keys
 from test_table_engine import DATA_COLUMNS, REGIONS, SCHEMA, by_key, change_batch, hudi_rs_read, make_table, strip, write_options
 
 pytestmark = pytest.mark.spark
@@ -92,6 +92,20 @@ def test_the_write_stage_deals_the_file_groups_out_evenly_to_its_tasks(spark, tm
     tasks = Counter(LogFileName.parse(name).write_token.split("-")[0] for name in files)
     assert len(tasks) == spark.sparkContext.defaultParallelism  # a task per core
     assert set(tasks.values()) == {len(files) // len(tasks)}
+
+
+def test_the_write_tasks_keys_are_the_ints_spark_sends_to_each_task(spark):
+    """The shuffle key of each write task comes from Spark's own hash, computed in Python so that
+    no batch runs a Spark job to learn it."""
+    from pyspark.sql import functions as F
+
+    ints = spark.range(-3000, 3000).select(F.col("id").cast("int").alias("k"))
+    assert {r.k: r.h for r in ints.select("k", F.hash("k").alias("h")).collect()} == \
+        {k: spark_hash_int(k) for k in range(-3000, 3000)}
+    for count in range(1, 9):
+        keys = spark.createDataFrame([(k,) for k in write_task_keys(count)], "k int")
+        placed = keys.select(F.expr(f"pmod(hash(k), {count})").alias("task")).collect()
+        assert [r.task for r in placed] == list(range(count))
 
 
 def test_an_empty_dataframe_commits_nothing(spark, tmp_path):
