@@ -197,11 +197,13 @@ def committed_offsets(path: str, topic: str) -> dict[int, int]:
     return {int(p): o for p, o in checkpoint["offsets"][topic].items()} if checkpoint else {}
 
 
-def streamer_process(args: list[str], env: dict | None = None, **popen) -> subprocess.Popen:
-    """`streamer ...` in its own process, as a user runs it."""
+def streamer_process(args: list[str], env: dict | None = None, java_options: str | None = SUBPROCESS_JAVA_OPTIONS,
+                     **popen) -> subprocess.Popen:
+    """`streamer ...` in its own process, as a user runs it; the driver's JVM with `java_options`
+    (None: the job's own)."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable, **(env or {})}
-    conf = ["--conf", f"spark.driver.extraJavaOptions={SUBPROCESS_JAVA_OPTIONS}",
-            "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
+    conf = ["--conf", f"spark.driver.extraJavaOptions={java_options}"] if java_options else []
+    conf += ["--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
             "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1"]
     command = [sys.executable, "-m", "streamer.cli", *args]
     if args and args[0] == "run":

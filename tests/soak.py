@@ -5,7 +5,8 @@ for a bounded time, then checked.
 
 It starts the embedded broker, produces a deterministic change stream (skewed upserts, inserts,
 deletes) at a steady rate while the job runs with a 5 s trigger, async compaction, clustering
-(bucket splits), clean and archive, and samples every few seconds the RSS of the job's process
+(bucket splits), clean and archive, its JVM started with the options the job sets itself (as
+users run it, not the test suite's), and samples every few seconds the RSS of the job's process
 kinds (driver JVM, Python driver, Python workers) and the table's commits and lag. At the end it
 stops producing, waits for the job to catch up, stops it with SIGTERM and checks:
 
@@ -198,7 +199,7 @@ class Job:
     it), its output copied to a log file."""
 
     def __init__(self, args: list[str], log_path: Path):
-        self.proc = streamer_process(args, start_new_session=True)
+        self.proc = streamer_process(args, java_options=None, start_new_session=True)  # the JVM as users run it
         self.log_path = log_path
         self._copier = threading.Thread(target=self._copy, daemon=True)
         self._copier.start()
