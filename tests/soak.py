@@ -4,7 +4,7 @@ for a bounded time, then checked.
     python -m tests.soak [--minutes 10] [--rate 200] [--partitions 3] [--max-slope 0.2] [--out soak-output] [--keep]
 
 It starts the embedded broker, produces a deterministic change stream (skewed upserts, inserts,
-deletes) at a steady rate while the job runs with a 5 s trigger, async compaction, clustering
+deletes; the table grows for its first minutes, then keeps its size) at a steady rate while the job runs with a 5 s trigger, async compaction, clustering
 (bucket splits), clean and archive, its JVM started with the options the job sets itself (as
 users run it, not the test suite's), and samples every few seconds the RSS of the job's process
 kinds (driver JVM, Python driver, Python workers) and the table's commits and lag. At the end it
@@ -67,6 +67,9 @@ MAX_BUCKETS = 16
 SPLIT_THRESHOLD_MB = 0.1
 TRIGGER_SECONDS = 5
 SAMPLE_SECONDS = 3
+#: How long the table grows (by a fifth of the rate: new orders less deletes) before the stream
+#: holds its size steady (`SoakOrders`): well inside the first half of the shortest run.
+GROWTH_SECONDS = 150
 #: The steepest RSS growth a process kind may show over the second half of the run. A leak of a
 #: few KiB a batch shows over 5 minutes; a week at this slope adds 2 GiB.
 MAX_SLOPE_MB_PER_MIN = 0.2
@@ -81,17 +84,21 @@ KINDS = ("jvm", "python_driver", "python_workers")
 
 
 class SoakOrders:
-    """Deterministic order changes: 25% new orders, 70% updates, 5% deletes.
+    """Deterministic order changes: 25% new orders, 70% updates, 5% deletes until `max_live`
+    orders are live, then 15% new orders and 15% deletes, so that the table keeps its size.
 
-    New order ids are rejection-sampled so that 90% hash into the first eighth of the
-    consistent-hashing ring: that bucket grows and splits. Updates pick live orders with a
-    skew (u**3 over the live list: a few orders change often, most rarely). `updated_at` only
-    grows and a deleted order never comes back, so the expected table does not depend on
-    batching, compaction or clustering.
+    A table that grew all run long would grow its file groups past the last split the soak
+    allows (`MAX_BUCKETS`), and with them what compacting one holds in memory: held at a steady
+    size, any memory that still grows is the job's. New order ids are rejection-sampled so that
+    90% hash into the first eighth of the consistent-hashing ring: that bucket grows and splits.
+    Updates pick live orders with a skew (u**3 over the live list: a few orders change often,
+    most rarely). `updated_at` only grows and a deleted order never comes back, so the expected
+    table does not depend on batching, compaction or clustering.
     """
 
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, max_live: int):
         self.rng = random.Random(seed)
+        self.max_live = max_live
         self.next_id = 0
         self.clock = 0
         self.live: list[dict] = []  # the latest event of each order not deleted
@@ -109,7 +116,8 @@ class SoakOrders:
         for _ in range(count):
             self.clock += 1
             roll = self.rng.random()
-            if not self.live or roll < 0.25:
+            new_share, delete_share = (0.15, 0.15) if len(self.live) >= self.max_live else (0.25, 0.05)
+            if not self.live or roll < new_share:
                 event = {"order_id": self._new_key(), "customer": f"cust-{self.rng.randint(1, 5000):05d}",
                          "region": self.rng.choice(REGIONS), "amount": round(self.rng.uniform(5, 900), 2),
                          "status": "created", "note": f"note {self.rng.randint(0, 10**9)}",
@@ -117,7 +125,7 @@ class SoakOrders:
                 self.live.append(event)
             else:
                 i = int(len(self.live) * self.rng.random() ** 3)
-                if roll < 0.95:
+                if roll < 1 - delete_share:
                     event = dict(self.live[i], status=self.rng.choice(STATUSES),
                                  amount=round(self.rng.uniform(5, 900), 2), updated_at=self.clock)
                     self.live[i] = event
@@ -137,7 +145,7 @@ class SteadyProducer(threading.Thread):
     def __init__(self, bootstrap: str, topic: str, rate: int, seed: int):
         super().__init__(name="soak-producer", daemon=True)
         self.bootstrap, self.topic, self.rate = bootstrap, topic, rate
-        self.orders = SoakOrders(seed)
+        self.orders = SoakOrders(seed, max_live=int(rate * GROWTH_SECONDS * 0.2))
         self.oracle = Oracle("order_id", "updated_at", "deleted")
         self.ends: dict[int, int] = {}
         self.produced = 0
