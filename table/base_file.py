@@ -51,8 +51,8 @@ def dictionary_columns(rows: pa.Table) -> list[str]:
     limit = max(1, int(rows.num_rows * DICTIONARY_MAX_DISTINCT_SHARE))
 
     def few_valued(name: str) -> bool:
-        if name in FEW_VALUED_META or name in UNIQUE_META:
-            return name in FEW_VALUED_META
-        return pc.count_distinct(rows[name], mode="all").as_py() <= limit
+        if name in UNIQUE_META:
+            return False
+        return name in FEW_VALUED_META or pc.count_distinct(rows[name], mode="all").as_py() <= limit
 
     return [f.name for f in rows.schema if not pa.types.is_nested(f.type) and few_valued(f.name)]

@@ -4,10 +4,10 @@ for a bounded time, then checked.
     python -m tests.soak [--minutes 10] [--rate 200] [--partitions 3] [--max-slope 0.2] [--out soak-output] [--keep]
 
 It starts the embedded broker, produces a deterministic change stream (skewed upserts, inserts,
-deletes; the table grows for its first minutes, then keeps its size) at a steady rate while the job runs with a 5 s trigger, async compaction, clustering
-(bucket splits), clean and archive, its JVM started with the options the job sets itself (as
-users run it, not the test suite's), and samples every few seconds the RSS of the job's process
-kinds (driver JVM, Python driver, Python workers) and the table's commits and lag. At the end it
+deletes; the table grows for its first minutes, then keeps its size) at a steady rate while
+the job runs with a 5 s trigger, async compaction, clustering (bucket splits), clean and
+archive, its JVM started with the options the job sets itself (as users run it, not the test
+suite's), and samples every few seconds the RSS of the job's process kinds (driver JVM, Python driver, Python workers) and the table's commits and lag. At the end it
 stops producing, waits for the job to catch up, stops it with SIGTERM and checks:
 
 - the job kept up and stopped cleanly, and no pending instant survives a `streamer run --once`;
@@ -67,8 +67,8 @@ MAX_BUCKETS = 16
 SPLIT_THRESHOLD_MB = 0.1
 TRIGGER_SECONDS = 5
 SAMPLE_SECONDS = 3
-#: How long the table grows (by a fifth of the rate: new orders less deletes) before the stream
-#: holds its size steady (`SoakOrders`): well inside the first half of the shortest run.
+#: How long the table grows (by new orders less deletes) before the stream holds its size
+#: steady (`SoakOrders`): well inside the first half of the shortest run.
 GROWTH_SECONDS = 150
 #: The steepest RSS growth a process kind may show over the second half of the run. A leak of a
 #: few KiB a batch shows over 5 minutes; a week at this slope adds 2 GiB.
@@ -96,6 +96,10 @@ class SoakOrders:
     table does not depend on batching, compaction or clustering.
     """
 
+    #: (new orders, deletes): shares of the events while the table grows, then once it is full.
+    GROWING = (0.25, 0.05)
+    STEADY = (0.15, 0.15)
+
     def __init__(self, seed: int, max_live: int):
         self.rng = random.Random(seed)
         self.max_live = max_live
@@ -116,7 +120,7 @@ class SoakOrders:
         for _ in range(count):
             self.clock += 1
             roll = self.rng.random()
-            new_share, delete_share = (0.15, 0.15) if len(self.live) >= self.max_live else (0.25, 0.05)
+            new_share, delete_share = self.STEADY if len(self.live) >= self.max_live else self.GROWING
             if not self.live or roll < new_share:
                 event = {"order_id": self._new_key(), "customer": f"cust-{self.rng.randint(1, 5000):05d}",
                          "region": self.rng.choice(REGIONS), "amount": round(self.rng.uniform(5, 900), 2),
@@ -145,7 +149,8 @@ class SteadyProducer(threading.Thread):
     def __init__(self, bootstrap: str, topic: str, rate: int, seed: int):
         super().__init__(name="soak-producer", daemon=True)
         self.bootstrap, self.topic, self.rate = bootstrap, topic, rate
-        self.orders = SoakOrders(seed, max_live=int(rate * GROWTH_SECONDS * 0.2))
+        new_share, delete_share = SoakOrders.GROWING
+        self.orders = SoakOrders(seed, max_live=int(rate * GROWTH_SECONDS * (new_share - delete_share)))
         self.oracle = Oracle("order_id", "updated_at", "deleted")
         self.ends: dict[int, int] = {}
         self.produced = 0
