@@ -12,7 +12,7 @@ in the same process, warmed up alike, within seconds of each other: on a shared 
 that drifts over minutes does not land on one size only. A table loaded once is copied, not
 loaded again, for a later path that can start from it.
 
-Paths: ours through `table.spark_write.upsert_dataframe` in local[2] (what the streaming sink
+Paths: ours through `table.spark.write.upsert_dataframe` in local[2] (what the streaming sink
 calls), ours through the in-process writer with the same bucket count at both sizes, and with
 buckets proportional to N (as a user sizing `index.initial_buckets` for the bigger table would),
 Apache Hudi's own Spark upsert (merge-on-read, consistent-hashing bucket index, as many buckets
@@ -191,7 +191,8 @@ def _short(n: int) -> str:
 def load_ours(path: Path, initial: pa.Table, buckets: int) -> None:
     """W1's initial load into a new table of ours (the streaming job's table spec) by the
     in-process writer, one commit per region: each bucket's first write makes its base file."""
-    from table.mor_table import MorTable, TableSpec, WriteOptions
+    from table.mor_table import MorTable, TableSpec
+    from table.write.writer import WriteOptions
 
     table = MorTable.create(str(path), TableSpec("orders", TABLE_SCHEMA, ("order_id",), "updated_at", ("region",)))
     with table.writer(WriteOptions(initial_buckets=buckets, delete_field="is_deleted")) as writer:
@@ -201,7 +202,7 @@ def load_ours(path: Path, initial: pa.Table, buckets: int) -> None:
 
 class _Ours:
     def __init__(self, table: Path, buckets: int, spark_session=None):
-        from table.mor_table import WriteOptions
+        from table.write.writer import WriteOptions
 
         self.table, self.buckets, self.spark = table, buckets, spark_session
         self.options = WriteOptions(initial_buckets=buckets, delete_field="is_deleted")
@@ -218,7 +219,7 @@ class _Ours:
         if self.spark is None:
             self.writer.upsert(batch)
         else:
-            from table.spark_write import upsert_dataframe
+            from table.spark.write import upsert_dataframe
 
             upsert_dataframe(self.writer, self.spark.createDataFrame(batch))
 

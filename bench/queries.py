@@ -48,8 +48,9 @@ from bench import spark
 from bench.measure import PathResult, run_measured
 from bench.report import Section
 from bench.workload import TABLE_SCHEMA, W1
-from table.mor_table import MorTable, TableSpec, WriteOptions
-from table.predicate import Predicate
+from table.mor_table import MorTable, TableSpec
+from table.read.predicate import Predicate
+from table.write.writer import WriteOptions
 
 REPETITIONS = 3  # timed runs of each query, after one untimed run; the median is reported
 SELECTIVE_SHARE = 0.05  # of the live rows, in the selective query's updated_at window
@@ -173,7 +174,7 @@ def _compact(table: MorTable) -> float:
 
 def _sort(table: MorTable) -> float:
     """Sort clustering only: no bucket is large enough to split, none may merge."""
-    from table.services.clustering import ClusteringPolicy, execute_clustering, schedule_clustering
+    from table.services.clustering.execute import ClusteringPolicy, execute_clustering, schedule_clustering
 
     buckets = max(_layout(table)["buckets_per_partition"].values())
     policy = ClusteringPolicy(split_threshold_bytes=HUGE, merge_threshold_bytes=0, min_buckets=buckets,
@@ -225,7 +226,7 @@ def pushdown_check(path: Path, window: dict) -> dict:
     (Spark filters them again) against the rows of the slices."""
     from pyspark.sql.datasource import GreaterThanOrEqual, LessThanOrEqual
 
-    from table.spark_source import PushdownMorTableReader
+    from table.spark.datasource import PushdownMorTableReader
 
     table = MorTable.load(str(path))
     reader = PushdownMorTableReader(table.base_uri, {"path": str(path)}, list(SELECTIVE_COLUMNS))
@@ -357,7 +358,7 @@ def _selective_sql(window: dict) -> str:
 
 def _spark(spec: dict) -> list[str]:
     """Every layout's queries in one session, each layout when the scenario says it is ready."""
-    from table import spark_source
+    from table.spark import datasource as spark_source
 
     session = spark.session()
     session.conf.set(spark_source.PUSHDOWN_CONF, "true")  # partition and range filters reach the source

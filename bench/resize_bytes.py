@@ -33,14 +33,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from table.commit_metadata import WriteStat  # noqa: E402
 from table.index import consistent_hashing as ring  # noqa: E402
-from table.layout import BaseFileName, LogFileName, partition_file_path  # noqa: E402
-from table.mor_table import MorTable, TableSpec, WriteOptions  # noqa: E402
-from table.services.clustering import ClusteringPolicy, execute_clustering, schedule_clustering  # noqa: E402
-from table.services.clustering_plan import ClusteringGroup, PlannedSlice, read_clustering_plan  # noqa: E402
+from table.mor_table import MorTable, TableSpec  # noqa: E402
+from table.services.clustering.execute import ClusteringPolicy, execute_clustering, schedule_clustering  # noqa: E402
+from table.services.clustering.plan import ClusteringGroup, PlannedSlice, read_clustering_plan  # noqa: E402
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction  # noqa: E402
-from table.storage import Storage  # noqa: E402
+from table.storage.file_io import Storage  # noqa: E402
+from table.storage.layout import BaseFileName, LogFileName, partition_file_path  # noqa: E402
+from table.timeline.commit_metadata import WriteStat  # noqa: E402
+from table.write.writer import WriteOptions
 
 BOUND = 1.1
 HASH_SPACE = ring.HASH_VALUE_MASK + 1

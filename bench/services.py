@@ -14,7 +14,7 @@ through `streamer run --once` as a user runs it (own process, local[2], a genera
     batches (`MOR_STREAMER_PAUSE`), so that the stream outruns it: once unbounded, once with
     `services.compaction.max_log_files_per_group` (BOUND), which holds the stream instead. Every
     run reports its read amplification: the log files a snapshot as of each of its deltacommits
-    reads (`table.layout_stats.after_each_deltacommit`), in all and in the worst file group.
+    reads (`table.file_group.layout_stats.after_each_deltacommit`), in all and in the worst file group.
 (b) Dual writes: clustering `async` with `index.split_threshold_mb` just above the largest
     loaded bucket, so that a batch's logs make every bucket due for a split, and one resize
     planned after the first few batches (`every_delta_commits` counts the load's commits too),
@@ -43,12 +43,12 @@ import yaml
 from bench import broker, spark, streaming
 from bench.growth import load_ours
 from bench.measure import PathResult, run_measured
-from bench.resize_bytes import latest_sizes
 from bench.report import Section
+from bench.resize_bytes import latest_sizes
 from bench.workload import W1, WorkloadFiles, kafka_records
-from streamer.embedded_broker import create_topic, produce
+from streamer.kafka.embedded_broker import create_topic, produce
 from table.failpoints import PAUSE_ENV_VAR
-from table.layout_stats import after_each_deltacommit
+from table.file_group.layout_stats import after_each_deltacommit
 from table.mor_table import MorTable
 
 TOPIC = "orders"
@@ -373,9 +373,9 @@ def _mtime(path: Path) -> float | None:
 def _dual_writes(run: Run) -> tuple[dict[str, list[Batch]], list[dict]]:
     """Counted batches by class, and each replacecommit's window and bytes."""
     from bench.resize_bytes import slice_bytes
-    from table.commit_metadata import ReplaceCommitMetadata
-    from table.services.clustering_plan import read_clustering_plan
-    from table.timeline import Instant
+    from table.services.clustering.plan import read_clustering_plan
+    from table.timeline.commit_metadata import ReplaceCommitMetadata
+    from table.timeline.timeline import Instant
 
     table_path = run.work / "table"
     hoodie = table_path / ".hoodie"

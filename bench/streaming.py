@@ -22,7 +22,7 @@ import yaml
 from bench import spark
 from bench.measure import PathResult, run_measured
 from bench.workload import VALUE_DDL, W1
-from streamer.config import SourceSettings
+from streamer.config.model import SourceSettings
 from table.mor_table import MorTable
 
 # A micro-batch's line, or the initial load's when a batch query makes it (`source.format: kafka`).

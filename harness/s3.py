@@ -31,7 +31,7 @@ import pyarrow.fs as pafs
 from harness import maven
 from harness.kafka import java_executable
 from harness.server_process import ServerProcess
-from streamer.embedded_broker import free_port
+from streamer.kafka.embedded_broker import free_port
 
 S3PROXY_VERSION = "4.1.0"
 ARTIFACTS = (
@@ -128,7 +128,7 @@ class S3Server(ServerProcess):
 
     @property
     def storage_options(self) -> dict[str, str]:
-        """The table storage options (`table.storage.S3Options`) that reach this server."""
+        """The table storage options (`table.storage.file_io.S3Options`) that reach this server."""
         return {"aws_endpoint_url": self.endpoint_url, "aws_access_key_id": self.access_key_id,
                 "aws_secret_access_key": self.secret_access_key, "aws_region": REGION, "aws_allow_http": "true"}
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pyspark
 
 from harness import maven
-from streamer.kafka_connector import connector_version, published_versions
+from streamer.kafka.connector import connector_version, published_versions
 
 FALLBACK_VERSION = "4.2.0"
 
@@ -34,7 +34,7 @@ class KafkaConnector:
 
 
 def kafka_connector(spark_version: str = pyspark.__version__) -> KafkaConnector:
-    """The connector `streamer run` would have Spark fetch (`streamer.kafka_connector`): the
+    """The connector `streamer run` would have Spark fetch (`streamer.kafka.connector`): the
     installed Spark's, else the newest of its major version on Maven Central."""
     version = connector_version(spark_version, published_versions())
     try:

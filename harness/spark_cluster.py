@@ -29,7 +29,7 @@ import psutil
 import pyspark
 
 from harness.kafka import java_executable
-from streamer.embedded_broker import free_port
+from streamer.kafka.embedded_broker import free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
 #: The master and worker daemons only schedule: a small heap and the quick compiler start them fast.

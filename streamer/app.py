@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
-from streamer.log_lines import LOG_FORMAT_ENV, LOG_LEVEL_ENV, formatter
-from streamer.config import JobConfig
+from streamer.config.model import JobConfig
 from streamer.job import StartupError, TableJob
+from streamer.kafka.source import register_kafka_source
+from streamer.log_lines import LOG_FORMAT_ENV, LOG_LEVEL_ENV, formatter
 from streamer.metrics import Metrics, MetricsServer
 from streamer.services import BackgroundExecutor
 from streamer.sink import StopRequested
 from streamer.status import record_error
-from streamer.source import register_kafka_source
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Decoding a micro-batch inside the write's single pass, and the tally of what it held.
 
-The sink hands `table.spark_write.write_dataframe` a `DecodeStep`: each Arrow batch of Kafka
+The sink hands `table.spark.write.write_dataframe` a `DecodeStep`: each Arrow batch of Kafka
 records is decoded on the executor that routes it, and only its good rows go on. With the
 `kafka-arrow` source the step also reads the records, from the offset ranges the source planned,
 so they never cross into the JVM. What the
@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.accumulators import AccumulatorParam
 
-from streamer.decode import (
+from streamer.decode.decoders import (
     ERROR,
     EVOLVING,
     KAFKA_OFFSET,
@@ -34,7 +34,7 @@ from streamer.decode import (
     RAW_VALUE,
     RecordDecoder,
 )
-from streamer.source import OFFSET_RANGES_SCHEMA, SourceOptions, read_ranges
+from streamer.kafka.source import OFFSET_RANGES_SCHEMA, SourceOptions, read_ranges
 
 TopicPartition = tuple[str, int]
 #: Bad records kept for `fail`'s message.
@@ -124,7 +124,7 @@ class DecodeStep:
     """Kafka records to table rows, on executors: `columns` of the good records. Picklable.
 
     The records come as Spark's Kafka rows, or as the offset ranges the `kafka-arrow` source
-    planned (`streamer.source.OFFSET_RANGES_SCHEMA`), which the step reads with `source`."""
+    planned (`streamer.kafka.source.OFFSET_RANGES_SCHEMA`), which the step reads with `source`."""
 
     def __init__(self, decoder: RecordDecoder, columns: tuple[str, ...], keep_bad_rows: bool, tally,
                  source: SourceOptions | None = None):

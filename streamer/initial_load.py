@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from streamer.config import JobConfig
-from streamer.kafka_offsets import KafkaProgress
+from streamer.config.model import JobConfig
+from streamer.kafka.offsets import KafkaProgress
+from streamer.kafka.source import EARLIEST, LATEST, SourceOptions, earliest_offsets, offsets_from_json, rate_limit
 from streamer.sink import BatchReport, UpsertSink
-from streamer.source import EARLIEST, LATEST, SourceOptions, earliest_offsets, offsets_from_json, rate_limit
 from table.mor_table import MorTable
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,9 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
 
 from streamer import initial_load
-from streamer.config import FormatSettings, JobConfig
-from streamer.decode import (
+from streamer.checkpoint import StreamCheckpoint, table_checkpoint
+from streamer.config.model import FormatSettings, JobConfig
+from streamer.decode.decoders import (
     ADDED_COLUMNS,
     ERROR,
     EVOLVING,
@@ -33,19 +34,20 @@ from streamer.decode import (
     FormatSpec,
     RecordDecoder,
 )
-from streamer.quarantine import QuarantineTable
-from streamer.schema_evolution import SchemaEvolution, stored_value_schema
-from streamer.schema_registry import SchemaRegistryClient
+from streamer.decode.evolution import SchemaEvolution, stored_value_schema
+from streamer.decode.registry import SchemaRegistryClient
+from streamer.decode.value_schema import compare, evolve_json
+from streamer.kafka.offsets import KafkaProgress, end_offsets
+from streamer.kafka.source import SourceOptions
 from streamer.metrics import Metrics, TableMetrics
+from streamer.quarantine import QuarantineTable
 from streamer.services import BackgroundExecutor, TableServices
-from streamer.kafka_offsets import KafkaProgress, end_offsets
-from streamer.source import SourceOptions
-from streamer.sink import OffsetJumpCheck, SinkSettings, StreamCheckpoint, UpsertSink, table_checkpoint
-from streamer.value_schema import compare, evolve_json
-from table.mor_table import MorTable, TableSpec, TableWriter, WriteOptions
+from streamer.sink import OffsetJumpCheck, SinkSettings, UpsertSink
+from table.mor_table import MorTable, TableSpec
 from table.schema import SchemaEvolutionError, arrow_schema_from_avro, evolve
-from table.storage import Storage
-from table.timeline import parse_instant_time
+from table.storage.file_io import Storage
+from table.timeline.timeline import parse_instant_time
+from table.write.writer import TableWriter, WriteOptions
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 One `Metrics` per application holds every metric family in a registry of its own; each table
 gets a `TableMetrics`, whose children carry the table's name as the `table` label. The sink and
 the table services report to it as they go, from what they know already: the batch's report,
-the layout the writer's routing listed (`table.layout_stats`), the services' timeline. Kafka's
+the layout the writer's routing listed (`table.file_group.layout_stats`), the services' timeline. Kafka's
 lag is the one value asked for at scrape time, so that a job whose batches stopped still shows
 it growing. `MetricsServer` serves `/metrics` (Prometheus' text format) and `/health` (JSON).
 

@@ -12,8 +12,17 @@ from collections.abc import Mapping
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streamer.decode import ERROR, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TIMESTAMP, KAFKA_TOPIC, RAW_KEY, RAW_VALUE
-from table.mor_table import MorTable, TableSpec, TableWriter, WriteOptions
+from streamer.decode.decoders import (
+    ERROR,
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    KAFKA_TIMESTAMP,
+    KAFKA_TOPIC,
+    RAW_KEY,
+    RAW_VALUE,
+)
+from table.mor_table import MorTable, TableSpec
+from table.write.writer import TableWriter, WriteOptions
 
 SCHEMA = pa.schema([
     pa.field("record_id", pa.string(), nullable=False),

@@ -23,20 +23,27 @@ from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from streamer.batch_tally import BatchTally, BatchTallyParam, DecodeStep
-from streamer.decode import ERROR, EVOLVING, RAW_KEY, RAW_VALUE, RecordDecoder
-from streamer.offset_log import planned_offsets
+from streamer.checkpoint import (
+    CHECKPOINT_KEY,
+    EMPTY_CHECKPOINT,
+    HUDI_STREAMER_CHECKPOINT_KEY,
+    StreamCheckpoint,
+    planned_offsets,
+    table_checkpoint,
+)
+from streamer.decode.decoders import ERROR, EVOLVING, RAW_KEY, RAW_VALUE, RecordDecoder
+from streamer.decode.evolution import VALUE_SCHEMA_KEY, SchemaEvolution
+from streamer.kafka.source import SourceOptions
 from streamer.quarantine import QuarantineTable
-from streamer.schema_evolution import VALUE_SCHEMA_KEY, SchemaEvolution
-from streamer.source import SourceOptions
 from table import failpoints
-from table.layout_stats import LayoutStats
-from table.mor_table import CHECKPOINT_KEY, DeltaCommit, MorTable, TableWriter
-from table.spark_write import DataFrameWriteResult, released_accumulator, write_dataframe
+from table.file_group.layout_stats import LayoutStats
+from table.mor_table import MorTable
+from table.spark.write import DataFrameWriteResult, released_accumulator, write_dataframe
+from table.write.delta_commit import DeltaCommit
+from table.write.writer import TableWriter
 
 log = logging.getLogger(__name__)
 
-#: extraMetadata key of Hudi's own streamer checkpoint ("topic,partition:offset,...").
-HUDI_STREAMER_CHECKPOINT_KEY = "deltastreamer.checkpoint.key"
 BATCH_STATS_KEY = "mor.streamer.batch"
 #: extraMetadata key of a commit that did not go on from the table's offsets because Kafka no
 #: longer held them (`source.fail_on_data_loss: false`): [{topic, partition, from, to}].
@@ -88,59 +95,6 @@ class OffsetJumpCheck:
 
     earliest_offsets: Callable[[list[tuple[str, int]]], dict[tuple[str, int], int]]
     started_from_table: bool  # this run's query began at the table's offsets (no Spark checkpoint)
-
-
-@dataclass(frozen=True)
-class StreamCheckpoint:
-    """What the table's last commit says about the stream: who wrote it and how far it read."""
-
-    query_id: str
-    batch_id: int
-    offsets: dict[str, dict[int, int]]  # topic -> partition -> next offset to read
-
-    def to_json(self) -> str:
-        return json.dumps({
-            "queryId": self.query_id,
-            "batchId": self.batch_id,
-            "offsets": self.offsets_json_object(),
-        }, sort_keys=True)
-
-    @staticmethod
-    def from_json(obj: dict) -> "StreamCheckpoint":
-        offsets = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in obj.get("offsets", {}).items()}
-        return StreamCheckpoint(obj.get("queryId", ""), int(obj.get("batchId", -1)), offsets)
-
-    def offsets_json_object(self) -> dict[str, dict[str, int]]:
-        return {t: {str(p): o for p, o in sorted(parts.items())} for t, parts in sorted(self.offsets.items())}
-
-    def starting_offsets_json(self) -> str:
-        """The source's `startingOffsets` that resumes where this checkpoint ends."""
-        return json.dumps(self.offsets_json_object(), sort_keys=True)
-
-    def hudi_streamer_checkpoint(self) -> str | None:
-        """Hudi's streamer checkpoint string, which only has room for one topic."""
-        if len(self.offsets) != 1:
-            return None
-        (topic, parts), = self.offsets.items()
-        return ",".join([topic] + [f"{p}:{o}" for p, o in sorted(parts.items())])
-
-    def advanced(self, query_id: str, batch_id: int, read: dict[str, dict[int, int]]) -> "StreamCheckpoint":
-        offsets = {t: dict(parts) for t, parts in self.offsets.items()}
-        for topic, parts in read.items():
-            offsets.setdefault(topic, {}).update(parts)
-        return StreamCheckpoint(query_id, batch_id, offsets)
-
-    def covers(self, query_id: str, batch_id: int) -> bool:
-        """True when the batch was already committed by this same streaming query."""
-        return self.query_id == query_id and self.batch_id >= batch_id
-
-
-EMPTY_CHECKPOINT = StreamCheckpoint("", -1, {})
-
-
-def table_checkpoint(table: MorTable) -> StreamCheckpoint | None:
-    raw = table.checkpoint()
-    return StreamCheckpoint.from_json(raw) if raw is not None else None
 
 
 @dataclass

@@ -18,12 +18,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
-from streamer.config import JobConfig
-from streamer.kafka_offsets import BrokersUnreachable, KafkaProgress
-from streamer.sink import table_checkpoint
+from streamer.checkpoint import table_checkpoint
+from streamer.config.model import JobConfig
+from streamer.kafka.offsets import BrokersUnreachable, KafkaProgress
 from table.mor_table import MorTable
-from table.storage import Storage
-from table.timeline import parse_instant_time
+from table.storage.file_io import Storage
+from table.timeline.timeline import parse_instant_time
 
 LAST_ERROR_PATH = ".hoodie/.aux/streamer-last-error.json"
 _ERROR_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"

@@ -10,23 +10,23 @@ import time
 from pathlib import Path
 
 import hudi
+import kafka_broker
 import pyarrow as pa
 import yaml
 from confluent_kafka import Consumer, TopicPartition
-
 from oracle import Oracle
-from streamer.demo import as_kafka_records, change_events
-from streamer.sink import StreamCheckpoint
-from table.commit_metadata import CommitMetadata
-from table.fsview import list_partitions
-from table.layout import BaseFileName, LogFileName
-from table.logfile import read_log_file
-from table.markers import marked_files
-from table.mor_table import CHECKPOINT_KEY, MorTable, TableSpec, WriteOptions
-from table.services.archive import read_archived_instants
-from table.timeline import State
 
-import kafka_broker
+from streamer.checkpoint import CHECKPOINT_KEY, StreamCheckpoint, table_checkpoint
+from streamer.demo import as_kafka_records, change_events
+from table.file_group.fs_view import list_partitions
+from table.file_group.log_file.format import read_log_file
+from table.mor_table import MorTable, TableSpec
+from table.services.archive import read_archived_instants
+from table.storage.layout import BaseFileName, LogFileName
+from table.storage.markers import marked_files
+from table.timeline.commit_metadata import CommitMetadata
+from table.timeline.timeline import State
+from table.write.writer import WriteOptions
 
 REPO = Path(__file__).resolve().parents[1]
 VALUE_SCHEMA = ("order_id STRING, customer STRING, region STRING, amount DOUBLE, status STRING, "
@@ -193,8 +193,8 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 
 def committed_offsets(path: str, topic: str) -> dict[int, int]:
     """The offsets of the table's last commit: nothing before the first one."""
-    checkpoint = MorTable.load(path).checkpoint() if MorTable.exists(path) else None
-    return {int(p): o for p, o in checkpoint["offsets"][topic].items()} if checkpoint else {}
+    checkpoint = table_checkpoint(MorTable.load(path)) if MorTable.exists(path) else None
+    return dict(checkpoint.offsets[topic]) if checkpoint else {}
 
 
 def streamer_process(args: list[str], env: dict | None = None, java_options: str | None = SUBPROCESS_JAVA_OPTIONS,
@@ -246,5 +246,5 @@ class JobOutput:
 
 def has_read(table_path: str, topic: str, records: int) -> bool:
     """True once the table's commits account for `records` offsets of `topic`."""
-    return (MorTable.exists(table_path) and MorTable.load(table_path).checkpoint() is not None
+    return (MorTable.exists(table_path) and table_checkpoint(MorTable.load(table_path)) is not None
             and sum(committed_offsets(table_path, topic).values()) >= records)

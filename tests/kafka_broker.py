@@ -10,7 +10,7 @@ Order of choice (see DESIGN.md, "Testing and measuring"):
 instead, the demo's zero-setup broker.
 
 The broker-independent helpers (`create_topic`, `produce`, ...) live in
-`streamer.embedded_broker` because the demo and the benchmarks use them too; they are re-exported
+`streamer.kafka.embedded_broker` because the demo and the benchmarks use them too; they are re-exported
 here so tests import everything Kafka from one place.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness.kafka import KAFKA_VERSION, KafkaBroker  # noqa: F401  (KafkaBroker: re-export)
-from streamer.embedded_broker import (  # noqa: F401  (re-exports)
+from streamer.kafka.embedded_broker import (  # noqa: F401  (re-exports)
     BrokerStartError,
     EmbeddedBroker,
     create_topic,
@@ -32,6 +32,7 @@ from streamer.embedded_broker import (  # noqa: F401  (re-exports)
     produce,
     wait_for_broker,
 )
+
 
 @dataclass
 class TestBroker:

@@ -38,9 +38,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the test helpers import each other by name
 
-import psutil  # noqa: E402
-
 import kafka_broker  # noqa: E402
+import psutil  # noqa: E402
 from ingestion import (  # noqa: E402
     DATA_COLUMNS,
     end_offsets,
@@ -51,11 +50,13 @@ from ingestion import (  # noqa: E402
     write_config,
 )
 from oracle import Oracle  # noqa: E402
+
+from streamer.checkpoint import table_checkpoint  # noqa: E402
 from streamer.demo import as_kafka_records  # noqa: E402
 from table.index import consistent_hashing as ring  # noqa: E402
 from table.mor_table import MorTable  # noqa: E402
 from table.services.archive import read_archived_instants  # noqa: E402
-from table.timeline import State  # noqa: E402
+from table.timeline.timeline import State  # noqa: E402
 
 TOPIC = "soak-orders"
 REGIONS = ("emea", "apac", "amer")
@@ -327,8 +328,8 @@ class TableProgress:
 
 def committed_records(path: str) -> dict[int, int]:
     """The next offset of each partition as of the table's last commit."""
-    checkpoint = MorTable.load(path).checkpoint() if MorTable.exists(path) else None
-    return {int(p): o for p, o in checkpoint["offsets"][TOPIC].items()} if checkpoint else {}
+    checkpoint = table_checkpoint(MorTable.load(path)) if MorTable.exists(path) else None
+    return dict(checkpoint.offsets[TOPIC]) if checkpoint else {}
 
 
 def take_sample(started: float, job: Job, producer: SteadyProducer, progress: TableProgress) -> Sample:

@@ -14,9 +14,8 @@ import signal
 import threading
 import time
 
-import pytest
-
 import kafka_broker
+import pytest
 from ingestion import (
     JobOutput,
     assert_table_matches,
@@ -30,8 +29,9 @@ from ingestion import (
     streamer_process,
     write_config,
 )
+
 from streamer import app
-from streamer.config import JobConfig
+from streamer.config.model import JobConfig
 from streamer.sink import DATA_LOSS_KEY
 from table.mor_table import MorTable
 

@@ -14,21 +14,23 @@ from pathlib import Path
 import fastavro
 import pyarrow as pa
 import pytest
-
 from oracle import Oracle
 from test_logfile import avro_records_in
 from test_table_engine import DATA_COLUMNS, SCHEMA, by_key, change_batch, hudi_rs_read, make_table, strip, write_options
-from table.commit_metadata import ReplaceCommitMetadata
+
+from streamer.checkpoint import CHECKPOINT_KEY
 from table.failpoints import FAIL_ENV_VAR
+from table.file_group.log_file.format import HeaderKey, read_log_file
 from table.index import consistent_hashing as ring
-from table.layout import BaseFileName, LogFileName
-from table.logfile import HeaderKey, read_log_file
-from table.mor_table import CHECKPOINT_KEY, MorTable, TableWriter
+from table.mor_table import MorTable
 from table.services.archive import ArchivePolicy, archive, read_archived_instants
 from table.services.clean import CleanPolicy, clean, execute_clean, pending_cleans, schedule_clean
 from table.services.compaction import CompactionStrategy, execute_compaction, read_compaction_plan, schedule_compaction
-from table.timeline import CompletedInstants, Instant
-from table.timeline_plans import deserialize_plan
+from table.storage.layout import BaseFileName, LogFileName
+from table.timeline.commit_metadata import ReplaceCommitMetadata
+from table.timeline.plans import deserialize_plan
+from table.timeline.timeline import CompletedInstants, Instant
+from table.write.writer import TableWriter
 
 pytestmark = pytest.mark.unit
 
@@ -299,7 +301,7 @@ def test_archival_keeps_the_active_timeline_between_its_bounds_over_hundreds_of_
     retained = [t for t in history.expected_as_of if t >= last_clean["earliestCommitToRetain"]]
     assert active.completed_writes()[0].timestamp <= retained[0]
     history.assert_reads_match(as_of=retained)
-    assert history.table.checkpoint() == {"offsets": [1]}
+    assert json.loads(history.table.latest_extra_metadata(CHECKPOINT_KEY)) == {"offsets": [1]}
 
 
 def test_archival_stops_at_the_last_commit_before_a_pending_instant(tmp_path):
@@ -336,7 +338,7 @@ def test_archival_keeps_the_latest_commit_with_the_checkpoint_and_what_the_last_
         history.write(writer, 8, compact_every=2)
     archived = archive(history.table, ArchivePolicy(1, 2), keep_latest_with_metadata_key=CHECKPOINT_KEY).archived
     assert [i.timestamp for i in archived] == early
-    assert history.table.checkpoint() == {"batch": 4}
+    assert json.loads(history.table.latest_extra_metadata(CHECKPOINT_KEY)) == {"batch": 4}
 
     result = clean(history.table, CleanPolicy(retained=6))
     archive(history.table, ArchivePolicy(1, 2))

@@ -14,9 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
-import streamer.spark_app
-from harness.spark_cluster import SPARK_HOME, SparkCluster, node_environment
 from ingestion import (
     SUBPROCESS_JAVA_OPTIONS,
     assert_data_files_belong_to_instants,
@@ -28,9 +25,12 @@ from ingestion import (
     settled_change_events,
     write_config,
 )
-from table.markers import marker_dir
+
+import streamer.spark_app
+from harness.spark_cluster import SPARK_HOME, SparkCluster, node_environment
 from table.mor_table import MorTable
 from table.services.archive import read_archived_instants
+from table.storage.markers import marker_dir
 
 pytestmark = pytest.mark.e2e
 

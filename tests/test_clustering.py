@@ -18,13 +18,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from oracle import Oracle
-from table.commit_metadata import ReplaceCommitMetadata
+from test_table_engine import DATA_COLUMNS, SCHEMA, by_key, hudi_rs_read, make_table, row, strip, write_options
+
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable, TableSpec
 from table.services.clean import CleanPolicy, clean
-from table.services.clustering import (
+from table.services.clustering.execute import (
     ClusteringConflictError,
     ClusteringPolicy,
     execute_clustering,
@@ -33,13 +33,15 @@ from table.services.clustering import (
     rollback_clustering,
     schedule_clustering,
 )
-from table.services.clustering_plan import CHILD_NODES_KEY, PARTITION_KEY, SEQUENCE_NUMBER_KEY, read_clustering_plan
+from table.services.clustering.plan import CHILD_NODES_KEY, PARTITION_KEY, SEQUENCE_NUMBER_KEY, read_clustering_plan
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
-from table.lease import WriterLease
-from table.timeline import Instant
-from table.timeline_plans import deserialize_plan
-from table.write import file_group_slices, prepare_batch, write_file_group
-from test_table_engine import DATA_COLUMNS, SCHEMA, by_key, hudi_rs_read, make_table, row, strip, write_options
+from table.storage.lease import WriterLease
+from table.timeline.commit_metadata import ReplaceCommitMetadata
+from table.timeline.plans import deserialize_plan
+from table.timeline.timeline import Instant
+from table.write.file_group_writer import write_file_group
+from table.write.prepare import prepare_batch
+from table.write.routing import file_group_slices
 
 pytestmark = pytest.mark.unit
 
@@ -387,7 +389,7 @@ EXECUTOR = textwrap.dedent(
     """
     import sys
     from table.mor_table import MorTable
-    from table.services.clustering import execute_clustering
+    from table.services.clustering.execute import execute_clustering
 
     execute_clustering(MorTable.load(sys.argv[1]), sys.argv[2])
     """

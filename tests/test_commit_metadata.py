@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from table.commit_metadata import (
+from table.timeline.commit_metadata import (
     CommitMetadata,
     ReplaceCommitMetadata,
     RuntimeStats,

@@ -19,23 +19,7 @@ from pathlib import Path
 import hudi
 import pyarrow as pa
 import pytest
-
 from oracle import Oracle
-from table import failpoints
-from table.commit_metadata import CommitMetadata
-from table.lease import WriterLease
-from table.mor_table import MorTable
-from table.services.compaction import (
-    CompactionConflictError,
-    CompactionStrategy,
-    execute_compaction,
-    executor_lease_path,
-    pending_compactions,
-    read_compaction_plan,
-    schedule_compaction,
-)
-from table.timeline import Instant, Timeline
-from table.timeline_plans import deserialize_plan
 from test_table_engine import (
     DATA_COLUMNS,
     REGIONS,
@@ -48,6 +32,22 @@ from test_table_engine import (
     strip,
     write_options,
 )
+
+from table import failpoints
+from table.mor_table import MorTable
+from table.services.compaction import (
+    CompactionConflictError,
+    CompactionStrategy,
+    execute_compaction,
+    executor_lease_path,
+    pending_compactions,
+    read_compaction_plan,
+    schedule_compaction,
+)
+from table.storage.lease import WriterLease
+from table.timeline.commit_metadata import CommitMetadata
+from table.timeline.plans import deserialize_plan
+from table.timeline.timeline import Instant, Timeline
 
 pytestmark = pytest.mark.unit
 

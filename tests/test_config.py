@@ -9,7 +9,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from streamer.config import ConfigError, FormatSettings, JobConfig, load_config, load_configs
+from streamer.config.model import ConfigError, FormatSettings, JobConfig, load_config, load_configs
 
 pytestmark = pytest.mark.unit
 

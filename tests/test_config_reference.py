@@ -1,5 +1,5 @@
 """docs/configuration.md against the config model: every key with its default, choices and
-bounds, every field described, and the page exactly what `streamer.config_reference` renders.
+bounds, every field described, and the page exactly what `streamer.config.reference` renders.
 
 The model is walked here independently of the renderer, so a renderer that skips a key fails.
 """
@@ -16,8 +16,8 @@ import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from streamer import config_reference
-from streamer.config import JobConfig
+from streamer.config import reference as config_reference
+from streamer.config.model import JobConfig
 
 pytestmark = pytest.mark.unit
 
@@ -73,7 +73,7 @@ def plain(value: Any) -> Any:
 
 def test_the_page_is_a_fresh_render():
     assert PAGE.read_text(encoding="utf-8") == config_reference.render(), (
-        "docs/configuration.md is stale: python -m streamer.config_reference > docs/configuration.md")
+        "docs/configuration.md is stale: python -m streamer.config.reference > docs/configuration.md")
 
 
 def test_the_page_documents_exactly_the_leaf_keys():
@@ -112,7 +112,7 @@ def test_a_key_shows_its_choices_and_bounds(path):
 @pytest.mark.parametrize("path", [path for path, _, _ in all_fields()])
 def test_every_field_has_a_description(path):
     info = dict((p, i) for p, i, _ in all_fields())[path]
-    assert info.description and info.description.strip(), f"{path} has no description in streamer/config.py"
+    assert info.description and info.description.strip(), f"{path} has no description in streamer/config/model.py"
 
 
 def test_secrets_and_unions_are_named():

@@ -13,7 +13,7 @@ import pytest
 
 from table.index import consistent_hashing as ch
 from table.index.consistent_hashing import HashingMetadata, HashingNode, NodeTag, Router
-from table.storage import Storage
+from table.storage.file_io import Storage
 
 pytestmark = pytest.mark.unit
 

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import hudi
+import kafka_broker
 import pyarrow as pa
 import pytest
-
-import kafka_broker
 from ingestion import (
     DATA_COLUMNS,
     REPO,
@@ -38,13 +37,15 @@ from ingestion import (
     run_streamer,
     write_config,
 )
+
 from streamer.demo import MALFORMED, REGIONS, as_kafka_records, change_events
 from table import failpoints
-from table.layout import LogFileName
-from table.logfile import MAGIC, CorruptBlock, read_log_file
-from table.markers import marked_files
-from table.mor_table import MorTable, TableSpec, WriteOptions
-from table.spark_source import register
+from table.file_group.log_file.format import MAGIC, CorruptBlock, read_log_file
+from table.mor_table import MorTable, TableSpec
+from table.spark.datasource import register
+from table.storage.layout import LogFileName
+from table.storage.markers import marked_files
+from table.write.writer import WriteOptions
 
 BATCH = 300  # source.max_offsets_per_trigger: each run's batches are small
 BATCHES = 8  # the first batch, the initial load, takes two batches' worth

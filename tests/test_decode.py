@@ -1,4 +1,4 @@
-"""Record decoding (streamer/decode.py) and the schema registry client, against batches shaped
+"""Record decoding (streamer/decode/decoders.py) and the schema registry client, against batches shaped
 exactly like Spark's Kafka source and a real schema registry process (tests/schema_registry_server.py,
 or SCHEMA_REGISTRY_URL)."""
 
@@ -16,11 +16,11 @@ from decimal import Decimal
 import fastavro
 import pyarrow as pa
 import pytest
-
 import schema_registry_server
-from streamer.decode import FormatSpec, RecordDecoder
-from streamer.schema_registry import SchemaRegistryClient, SchemaRegistryError, confluent_frame
-from streamer.source import ARROW_SCHEMA_WITHOUT_HEADERS
+
+from streamer.decode.decoders import FormatSpec, RecordDecoder
+from streamer.decode.registry import SchemaRegistryClient, SchemaRegistryError, confluent_frame
+from streamer.kafka.source import ARROW_SCHEMA_WITHOUT_HEADERS
 
 pytestmark = pytest.mark.unit
 

@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
 from ingestion import REPO, assert_table_matches, committed_offsets
+
 from streamer.demo import MALFORMED, TOPIC, change_events
 from table.mor_table import MorTable
 

@@ -11,18 +11,19 @@ import subprocess
 import sys
 import uuid
 
+import kafka_broker
 import matplotlib.image
 import pytest
-
-import kafka_broker
 from ingestion import REPO, order_config, produce_orders, run_streamer, write_config
+
 from streamer.demo import change_events
 from table.index import consistent_hashing as ring
-from table.mor_table import MorTable, WriteOptions
+from table.mor_table import MorTable
 from table.services.archive import ArchivePolicy, archive, read_archived_instants
-from table.services.clustering import ClusteringPolicy, schedule_clustering
-from table.timeline import Instant
-from table.timeline_plans import serialize_plan
+from table.services.clustering.execute import ClusteringPolicy, schedule_clustering
+from table.timeline.plans import serialize_plan
+from table.timeline.timeline import Instant
+from table.write.writer import WriteOptions
 
 pytestmark = pytest.mark.e2e
 

@@ -17,23 +17,24 @@ import sys
 import time
 from pathlib import Path
 
+import kafka_broker
 import pyarrow as pa
 import pytest
-
-import kafka_broker
 import schema_registry_server
 from ingestion import REPO, committed_table, order_config, produce_orders, run_streamer, write_config
-from streamer import cli
+
+from streamer.cli import main as cli
 from streamer.demo import change_events
-from streamer.quarantine import SCHEMA as QUARANTINE_SCHEMA, QuarantineTable
-from table.mor_table import WriteOptions
+from streamer.quarantine import SCHEMA as QUARANTINE_SCHEMA
+from streamer.quarantine import QuarantineTable
 from table.services.compaction import CompactionStrategy, schedule_compaction
+from table.write.writer import WriteOptions
 
 LINE = re.compile(r"^(?P<verdict>ok|warning|problem) +orders +(?P<subject>[a-z ]+?)  +(?P<text>.*)$")
 LEASE_HOLDER = """
 import sys, time
-from table.lease import WriterLease
-from table.storage import Storage
+from table.storage.lease import WriterLease
+from table.storage.file_io import Storage
 WriterLease(Storage(sys.argv[1]), "a writer of the test").acquire()
 print("held", flush=True)
 time.sleep(300)
@@ -260,7 +261,7 @@ def test_quarantined_records_are_counted_and_the_newest_shown(tmp_path, capsys):
 def test_a_kafka_connector_in_sparks_ivy_cache_is_found_without_asking_a_repository(tmp_path, monkeypatch, capsys):
     import pyspark
 
-    from streamer import kafka_connector
+    from streamer.kafka import connector as kafka_connector
 
     version = kafka_connector.connector_version(pyspark.__version__, kafka_connector.published_versions())
     jars = tmp_path / "home" / ".ivy2.5.2" / "jars"  # where Spark's Ivy retrieves `spark.jars.packages`

@@ -10,10 +10,9 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import kafka_broker
 import pandas as pd
 import pytest
-
-import kafka_broker
 
 
 def _consume_all(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 30.0):

@@ -21,15 +21,15 @@ from pathlib import Path
 import hudi
 import pyarrow as pa
 import pytest
-
 from conformance_matrix import QUERIES
 from oracle import Oracle
+from test_table_engine import DATA_COLUMNS, SCHEMA, change_batch, make_table, row, write_options
+
 from table.mor_table import MorTable, TableSpec
 from table.services.archive import ArchivePolicy, archive
 from table.services.clean import CleanPolicy, clean
-from table.services.clustering import ClusteringPolicy, execute_clustering, schedule_clustering
+from table.services.clustering.execute import ClusteringPolicy, execute_clustering, schedule_clustering
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
-from test_table_engine import DATA_COLUMNS, SCHEMA, change_batch, make_table, row, write_options
 
 pytestmark = pytest.mark.hudi
 

@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from oracle import Oracle
+from test_hudi_conformance import META, by_key, difference, hudi_rs, project
+from test_table_engine import DATA_COLUMNS, SCHEMA, change_batch, make_table, row, write_options
 
 from harness.hudi_judge import HudiJudgeError
-from oracle import Oracle
 from table.errors import InvalidBatchError
-from table import spark_source
-from table.layout import BaseFileName, LogFileName
 from table.mor_table import MorTable
 from table.services.clean import CleanPolicy, clean
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
-from test_hudi_conformance import META, by_key, difference, hudi_rs, project
-from test_table_engine import DATA_COLUMNS, SCHEMA, change_batch, make_table, row, write_options
+from table.spark import datasource as spark_source
+from table.storage.layout import BaseFileName, LogFileName
 
 pytestmark = pytest.mark.hudi
 

@@ -12,10 +12,9 @@ import shutil
 import signal
 import time
 
+import kafka_broker
 import pytest
 from confluent_kafka import Producer
-
-import kafka_broker
 from ingestion import (
     assert_table_matches,
     committed_offsets,
@@ -27,11 +26,12 @@ from ingestion import (
     streamer_process,
     write_config,
 )
+
 from streamer import app
-from streamer.config import JobConfig, load_configs
+from streamer.config.model import JobConfig, load_configs
 from streamer.demo import change_events
-from table.commit_metadata import CommitMetadata
 from table.mor_table import MorTable
+from table.timeline.commit_metadata import CommitMetadata
 
 pytestmark = pytest.mark.e2e
 
@@ -198,7 +198,7 @@ def test_confluent_avro_records_with_an_unknown_schema_id_go_to_quarantine(spark
 
     import fastavro
 
-    from streamer.schema_registry import SchemaRegistryClient, confluent_frame
+    from streamer.decode.registry import SchemaRegistryClient, confluent_frame
 
     topic = kafka_topic(partitions=2, prefix="avro-orders")
     schema_id = SchemaRegistryClient(schema_registry_url).register(f"{topic}-value", ORDER_AVRO_SCHEMA)
@@ -321,9 +321,9 @@ def test_spark_submit_runs_the_application_file_with_the_same_arguments(kafka_bo
     from pathlib import Path
 
     import pyspark
+    from ingestion import REPO, SUBPROCESS_JAVA_OPTIONS
 
     import streamer.spark_app
-    from ingestion import REPO, SUBPROCESS_JAVA_OPTIONS
 
     topic = kafka_topic(partitions=2, prefix="orders")
     events = change_events(3_000, seed=71)

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from ingestion import (
     assert_table_matches,
     committed_offsets,
@@ -31,13 +30,14 @@ from ingestion import (
     streamer_process,
     write_config,
 )
-from table.commit_metadata import CommitMetadata
+
 from table.index import consistent_hashing as ring
-from table.layout import LogFileName
-from table.markers import marked_files
 from table.mor_table import MorTable
-from table.services.clustering_plan import ClusteringPlan, read_clustering_plan
-from table.timeline import Instant, Timeline
+from table.services.clustering.plan import ClusteringPlan, read_clustering_plan
+from table.storage.layout import LogFileName
+from table.storage.markers import marked_files
+from table.timeline.commit_metadata import CommitMetadata
+from table.timeline.timeline import Instant, Timeline
 
 pytestmark = pytest.mark.e2e
 

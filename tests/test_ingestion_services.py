@@ -10,7 +10,6 @@ import time
 
 import hudi
 import pytest
-
 from ingestion import (
     DATA_COLUMNS,
     assert_table_matches,
@@ -20,12 +19,14 @@ from ingestion import (
     run_streamer,
     write_config,
 )
+
 from streamer import app
-from streamer.config import JobConfig
+from streamer.checkpoint import table_checkpoint
+from streamer.config.model import JobConfig
 from streamer.demo import change_events
 from table.mor_table import MorTable
 from table.services.compaction import pending_compactions
-from table.timeline import Timeline
+from table.timeline.timeline import Timeline
 
 pytestmark = pytest.mark.e2e
 
@@ -45,9 +46,9 @@ def committed_events(table_path: str, events: list[dict], offsets_of: dict) -> t
     """The latest completed deltacommit and the events it covers, by the offsets it recorded."""
     table = MorTable.load(table_path)
     timeline = table.timeline()
-    checkpoint = table.checkpoint(timeline)
+    checkpoint = table_checkpoint(table, timeline)
     instant = timeline.completed("deltacommit")[-1].timestamp
-    (topic, parts), = checkpoint["offsets"].items()
+    (topic, parts), = checkpoint.offsets.items()
     ends = {int(p): o for p, o in parts.items()}
     return instant, [e for e, (p, o) in zip(events, offsets_of) if o < ends.get(p, 0)]
 

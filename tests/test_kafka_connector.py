@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamer.kafka_connector import connector_version, with_connector
+from streamer.kafka.connector import connector_version, with_connector
 
 pytestmark = pytest.mark.unit
 

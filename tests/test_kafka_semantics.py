@@ -15,6 +15,7 @@ import signal
 import time
 from dataclasses import dataclass
 
+import kafka_broker
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import (
@@ -25,8 +26,6 @@ from confluent_kafka.admin import (
     ConfigSource,
     NewPartitions,
 )
-
-import kafka_broker
 from ingestion import (
     JobOutput,
     assert_table_matches,
@@ -43,13 +42,14 @@ from ingestion import (
     streamer_process,
     write_config,
 )
+
 from streamer import app
 from streamer.app import TableOutcome
-from streamer.config import JobConfig
+from streamer.config.model import JobConfig
 from streamer.demo import as_kafka_records, change_events
 from streamer.sink import DATA_LOSS_KEY
-from table.commit_metadata import CommitMetadata
 from table.mor_table import MorTable
+from table.timeline.commit_metadata import CommitMetadata
 
 pytestmark = pytest.mark.e2e
 

@@ -1,4 +1,4 @@
-"""The Kafka stream source (`streamer.source`, format "kafka-arrow").
+"""The Kafka stream source (`streamer.kafka.source`, format "kafka-arrow").
 
 Unit tests check the pure parts (rate limiting, range splitting, options, redaction); the e2e
 tests run a real broker process (shared `kafka_bootstrap` fixture) and a real local[2] Spark
@@ -11,12 +11,12 @@ import json
 import time
 import uuid
 
+import kafka_broker
 import pyarrow as pa
 import pytest
 
-import kafka_broker
-from streamer import source as src
-from streamer.source import (
+from streamer.kafka import source as src
+from streamer.kafka.source import (
     KAFKA_SCHEMA,
     KafkaDataLossError,
     KafkaSourceError,

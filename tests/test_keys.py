@@ -10,8 +10,8 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from hudi_samples import SAMPLES as HUDI_SAMPLES
+
 from table.errors import InvalidBatchError
 from table.keys import (
     COMPLEX_KEY_GENERATOR,

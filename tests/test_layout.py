@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from table.layout import (
+from table.storage.file_io import Storage
+from table.storage.layout import (
     PARTITION_METADATA_FILE,
     BaseFileName,
     LogFileName,
@@ -17,7 +18,6 @@ from table.layout import (
     write_partition_metadata,
     write_token,
 )
-from table.storage import Storage
 
 pytestmark = pytest.mark.unit
 

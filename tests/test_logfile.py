@@ -15,7 +15,7 @@ import fastavro
 import pyarrow as pa
 import pytest
 
-from table.logfile import (
+from table.file_group.log_file.format import (
     DATA_BLOCK_TYPES,
     BlockType,
     CommandBlock,
@@ -30,11 +30,12 @@ from table.logfile import (
     write_log_file,
 )
 from table.schema import META_FIELDS, avro_schema_json
-from table.storage import Storage
+from table.storage.file_io import Storage
 
 pytestmark = pytest.mark.unit
 
 from hudi_samples import SAMPLES
+
 PARTITION = "city=san_francisco"
 UPDATE_LOG = f"{PARTITION}/.d0304c53-6fd2-4b7a-a9d6-5ff632f79224-0_20250331030642808.log.1_0-26-85"
 DELETE_LOG = f"{PARTITION}/.6d3d1d6e-2298-4080-a0c1-494877d6f40a-0_20250618054711154.log.1_0-26-85"

@@ -12,19 +12,19 @@ import urllib.request
 from contextlib import contextmanager
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
-from harness.prometheus import PrometheusServer
 from ingestion import assert_table_matches, has_read, order_config, produce_orders, settled_change_events
 from kafka_broker import free_port
+from prometheus_client.parser import text_string_to_metric_families
+from test_dashboard import ALERTS, alert_names, dashboard_metric_names
+
+from harness.prometheus import PrometheusServer
 from streamer import app
-from streamer.config import JobConfig
+from streamer.config.model import JobConfig
 from streamer.demo import change_events
 from table.failpoints import PAUSE_ENV_VAR
-from table.layout_stats import after_each_deltacommit
+from table.file_group.layout_stats import after_each_deltacommit
 from table.mor_table import MorTable
 from table.services.compaction import pending_compactions
-from test_dashboard import ALERTS, alert_names, dashboard_metric_names
 
 pytestmark = pytest.mark.e2e
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamer.offset_log import planned_offsets
+from streamer.checkpoint import planned_offsets
 
 pytestmark = pytest.mark.unit
 

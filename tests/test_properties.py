@@ -9,14 +9,14 @@ from datetime import UTC, datetime
 import hudi
 import pytest
 
-from table.properties import (
+from table.config.properties import (
     CHECKSUM_KEY,
     TableConfig,
     dumps_properties,
     loads_properties,
     table_checksum,
 )
-from table.storage import Storage
+from table.storage.file_io import Storage
 
 pytestmark = pytest.mark.unit
 

@@ -19,7 +19,6 @@ import uuid
 import hudi
 import pyarrow as pa
 import pytest
-
 from ingestion import (
     DATA_COLUMNS,
     ORDER_SCHEMA,
@@ -27,21 +26,25 @@ from ingestion import (
     expected_rows,
     order_config,
     produce_orders,
-    settled_change_events,
     run_streamer,
+    settled_change_events,
     streamer_process,
     write_config,
 )
-from streamer.config import IndexSettings, ServicesSettings
 
+from streamer.checkpoint import table_checkpoint
+from streamer.config.model import IndexSettings, ServicesSettings
 from streamer.services import BackgroundExecutor, TableServices
-from table.lease import WriterConflictError, WriterLease
-from table.mor_table import MorTable, TableSpec, WriteOptions
+from table.mor_table import MorTable, TableSpec
 from table.services.archive import read_archived_instants
-from table.spark_source import register
-from table.storage import Storage
-from table.timeline import State
-from table.write import file_group_slices, prepare_batch, write_file_group
+from table.spark.datasource import register
+from table.storage.file_io import Storage
+from table.storage.lease import WriterConflictError, WriterLease
+from table.timeline.timeline import State
+from table.write.file_group_writer import write_file_group
+from table.write.prepare import prepare_batch
+from table.write.routing import file_group_slices
+from table.write.writer import WriteOptions
 
 STORED_SCHEMA = ORDER_SCHEMA.remove(ORDER_SCHEMA.get_field_index("deleted"))
 SERVICES = {"clustering": {"mode": "inline", "every_delta_commits": 1},
@@ -263,8 +266,8 @@ def test_the_job_on_s3_killed_mid_batch_and_cut_off_from_a_frozen_server_ends_wi
 
 
 def committed_offsets_on(path: str, topic: str, options: dict) -> dict[int, int]:
-    checkpoint = MorTable.load(path, options).checkpoint() if MorTable.exists(path, options) else None
-    return {int(p): o for p, o in checkpoint["offsets"][topic].items()} if checkpoint else {}
+    checkpoint = table_checkpoint(MorTable.load(path, options)) if MorTable.exists(path, options) else None
+    return dict(checkpoint.offsets[topic]) if checkpoint else {}
 
 
 def events_below(events: list[dict], offsets: list[tuple[int, int]], committed: dict[int, int]) -> list[dict]:

@@ -8,8 +8,8 @@ import struct
 import fastavro
 import pyarrow as pa
 import pytest
-
 from hudi_samples import SAMPLES
+
 from table.schema import (
     COMMIT_SEQNO,
     COMMIT_TIME,

@@ -22,23 +22,23 @@ from dataclasses import dataclass, field
 
 import fastavro
 import hudi
+import kafka_broker
 import pyarrow as pa
 import pytest
-
-import kafka_broker
 from ingestion import committed_offsets, order_config
 from oracle import Oracle
+
 from streamer import app
 from streamer.app import TableOutcome
-from streamer.config import JobConfig
-from streamer.decode import EVOLVING, RAW_VALUE, FormatSpec, RecordDecoder
-from streamer.schema_evolution import VALUE_SCHEMA_KEY
+from streamer.config.model import JobConfig
+from streamer.decode.decoders import EVOLVING, RAW_VALUE, FormatSpec, RecordDecoder
+from streamer.decode.evolution import VALUE_SCHEMA_KEY
+from streamer.decode.registry import SchemaRegistryClient, confluent_frame
+from streamer.decode.value_schema import compare, evolve
 from streamer.job import StartupError
-from streamer.schema_registry import SchemaRegistryClient, confluent_frame
-from streamer.value_schema import compare, evolve
-from table.commit_metadata import CommitMetadata
 from table.mor_table import MorTable, TableSpec
 from table.schema import arrow_schema_from_avro
+from table.timeline.commit_metadata import CommitMetadata
 
 pytestmark = pytest.mark.e2e
 

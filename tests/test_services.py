@@ -10,16 +10,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-
 from oracle import Oracle
-from streamer import cli
-from streamer.config import IndexSettings, JobConfig, ServicesSettings
+from test_table_engine import DATA_COLUMNS, SCHEMA, by_key, hudi_rs_read, make_table, row, strip, write_options
+
+from streamer.cli import main as cli
+from streamer.config.model import IndexSettings, JobConfig, ServicesSettings
 from streamer.services import BackgroundExecutor, TableServices
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable
-from table.services.clustering import ClusteringPolicy, pending_clusterings, schedule_clustering
+from table.services.clustering.execute import ClusteringPolicy, pending_clusterings, schedule_clustering
 from table.services.compaction import pending_compactions
-from test_table_engine import DATA_COLUMNS, SCHEMA, by_key, hudi_rs_read, make_table, row, strip, write_options
 
 pytestmark = pytest.mark.unit
 
@@ -444,7 +444,7 @@ def test_streamer_cluster_rollback_removes_a_pending_plan_and_its_dual_writes(tm
 
 
 def test_status_and_the_timeline_list_a_pending_clustering(tmp_path):
-    from streamer.describe import timeline_entries
+    from streamer.cli.describe import timeline_entries
     from streamer.status import table_status
 
     path = tmp_path / "orders"

@@ -9,10 +9,8 @@ from __future__ import annotations
 import re
 import shutil
 
-import pytest
-
 import kafka_broker
-from harness.spark import kafka_connector
+import pytest
 from ingestion import (
     assert_table_matches,
     committed_offsets,
@@ -23,8 +21,10 @@ from ingestion import (
     settled_change_events,
     write_config,
 )
+
+from harness.spark import kafka_connector
 from streamer import app
-from streamer.config import JobConfig
+from streamer.config.model import JobConfig
 from streamer.demo import MALFORMED, as_kafka_records, change_events
 from table.mor_table import MorTable
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
-
 import kafka_broker
+import pytest
 from ingestion import committed_table, order_config, produce_orders, run_streamer, write_config
-from streamer import cli
+
+from streamer.cli import main as cli
 from streamer.demo import change_events
 from streamer.status import record_error
 

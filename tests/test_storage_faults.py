@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from ingestion import (
     assert_table_matches,
     committed_offsets,
@@ -26,12 +25,13 @@ from ingestion import (
     streamer_process,
     write_config,
 )
+
 from streamer import app
-from streamer.config import JobConfig
+from streamer.config.model import JobConfig
 from streamer.demo import change_events
 from streamer.job import StartupError
 from table.mor_table import MorTable
-from table.timeline import State
+from table.timeline.timeline import State
 
 pytestmark = pytest.mark.e2e
 

@@ -14,15 +14,16 @@ import hudi
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from oracle import Oracle
+
 from table.errors import InvalidBatchError
-from table.lease import WriterConflictError
-from table.markers import create_marker
-from table.mor_table import MorTable, TableSpec, WriteOptions
-from table.storage import _temp_name
-from table.timeline import Timeline
-from table.timeline_plans import deserialize_plan
+from table.mor_table import MorTable, TableSpec
+from table.storage.file_io import _temp_name
+from table.storage.lease import WriterConflictError
+from table.storage.markers import create_marker
+from table.timeline.plans import deserialize_plan
+from table.timeline.timeline import Timeline
+from table.write.writer import WriteOptions
 
 pytestmark = pytest.mark.unit
 
@@ -214,7 +215,8 @@ def test_lease_of_a_writer_process_that_died_on_this_host_is_taken_over_at_once(
     table = make_table(tmp_path / "orders")
     code = (
         "import os, signal, sys\n"
-        "from table.mor_table import MorTable, WriteOptions\n"
+        "from table.mor_table import MorTable\n"
+        "from table.write.writer import WriteOptions\n"
         f"MorTable.load({str(tmp_path / 'orders')!r}).writer(WriteOptions(lease_ttl_seconds=3600), 'killed job').open()\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
@@ -230,7 +232,7 @@ def test_lease_whose_pid_now_belongs_to_another_process_is_taken_over_at_once(tm
     import socket
     import time
 
-    from table.lease import LEASE_PATH, LeaseHolder
+    from table.storage.lease import LEASE_PATH, LeaseHolder
 
     table = make_table(tmp_path / "orders")
     # as after a container restart: same host name, the pid reused by a process started later
@@ -248,9 +250,12 @@ CRASHING_WRITER = textwrap.dedent(
     """
     import os, signal, sys
     import pyarrow as pa
-    from table.mor_table import MorTable, WriteOptions
+    from table.mor_table import MorTable
     from table.schema import PARTITION_PATH
-    from table.write import file_group_slices, prepare_batch, write_file_group
+    from table.write.file_group_writer import write_file_group
+    from table.write.prepare import prepare_batch
+    from table.write.routing import file_group_slices
+    from table.write.writer import WriteOptions
 
     table = MorTable.load(sys.argv[1])
     batch = pa.ipc.open_file(sys.argv[2]).read_all()

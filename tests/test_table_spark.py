@@ -8,16 +8,26 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from oracle import Oracle
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, IsNotNull, LessThan, StringStartsWith
 from pyspark.sql.pandas.types import from_arrow_schema
+from test_table_engine import (
+    DATA_COLUMNS,
+    REGIONS,
+    SCHEMA,
+    by_key,
+    change_batch,
+    hudi_rs_read,
+    make_table,
+    strip,
+    write_options,
+)
 
-from oracle import Oracle
-from table import spark_source
-from table.layout import LogFileName
 from table.mor_table import MorTable
-from table.predicate import Predicate
-from table.spark_write import spark_hash_int, upsert_dataframe, write_task_keys
-from test_table_engine import DATA_COLUMNS, REGIONS, SCHEMA, by_key, change_batch, hudi_rs_read, make_table, strip, write_options
+from table.read.predicate import Predicate
+from table.spark import datasource as spark_source
+from table.spark.write import spark_hash_int, upsert_dataframe, write_task_keys
+from table.storage.layout import LogFileName
 
 pytestmark = pytest.mark.spark
 

@@ -11,11 +11,11 @@ import hudi
 import pyarrow as pa
 import pytest
 
-from table.commit_metadata import CommitMetadata
-from table.layout import PARTITION_METADATA_FILE, write_partition_metadata
-from table.properties import TableConfig
-from table.storage import Storage
-from table.timeline import (
+from table.config.properties import TableConfig
+from table.storage.file_io import Storage
+from table.storage.layout import PARTITION_METADATA_FILE, write_partition_metadata
+from table.timeline.commit_metadata import CommitMetadata
+from table.timeline.timeline import (
     Action,
     Instant,
     InstantTimeGenerator,

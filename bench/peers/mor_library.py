@@ -2,7 +2,7 @@
 
 Two writers over the same table format: the pure-Python writer (`TableWriter.upsert`, one
 process, Arrow in and files out) and the distributed one the streaming sink calls
-(`table.spark_write.upsert_dataframe` in local[2]), fed from an Arrow table in the driver.
+(`table.spark.write.upsert_dataframe` in local[2]), fed from an Arrow table in the driver.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 from bench.measure import PathResult
 from bench.peers import PeerInput, run_batches
 from bench.workload import TABLE_SCHEMA, WorkloadFiles
-from table.mor_table import MorTable, TableSpec, WriteOptions
+from table.mor_table import MorTable, TableSpec
+from table.write.writer import WriteOptions
 
 INITIAL_BUCKETS = 4  # as the streaming path's index.initial_buckets
 
@@ -32,7 +33,7 @@ def python_writer(peer: PeerInput) -> PathResult:
 
 def spark_writer(peer: PeerInput) -> PathResult:
     from bench.spark import session
-    from table.spark_write import upsert_dataframe
+    from table.spark.write import upsert_dataframe
 
     spark = session()
     table = _table(peer.table)

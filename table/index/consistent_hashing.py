@@ -37,7 +37,7 @@ import xxhash
 
 from table.index.xxh32 import xxh32
 from table.jackson import jackson_dumps
-from table.storage import Storage
+from table.storage.file_io import Storage
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ one archival run writes them as one Avro data block of a new archive log file
 
 Archival stops before the first of these, so that what it archives is always the oldest part
 of the timeline and readers may take any instant older than the active timeline as completed
-(`table.timeline.CompletedInstants`):
+(`table.timeline.timeline.CompletedInstants`):
 
 - the latest completed write: readers take the table's schema and the snapshot's time from it;
 - the earliest pending instant, and the last completed write before it (Hudi keeps that one so
@@ -38,14 +38,14 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from table import failpoints
-from table.commit_metadata import CommitMetadata, ReplaceCommitMetadata
-from table.layout import METADATA_DIR, BaseFileName, LogFileName, instant_file_path
-from table.logfile import BlockType, DataBlock, HeaderKey, read_log_file, write_log_file
-from table.markers import delete_markers
+from table.file_group.log_file.format import BlockType, DataBlock, HeaderKey, read_log_file, write_log_file
 from table.schema import arrow_schema_from_avro
-from table.storage import Storage
-from table.timeline import Action, Instant, State, Timeline, instant_files
-from table.timeline_plans import deserialize_plan, schema
+from table.storage.file_io import Storage
+from table.storage.layout import METADATA_DIR, BaseFileName, LogFileName, instant_file_path
+from table.storage.markers import delete_markers
+from table.timeline.commit_metadata import CommitMetadata, ReplaceCommitMetadata
+from table.timeline.plans import deserialize_plan, schema
+from table.timeline.timeline import Action, Instant, State, Timeline, instant_files
 
 if TYPE_CHECKING:
     from table.mor_table import MorTable

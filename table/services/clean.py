@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from table import failpoints
-from table.fsview import FileGroup, FileSlice, replaced_file_groups
+from table.file_group.fs_view import FileGroup, FileSlice, replaced_file_groups
 from table.index import consistent_hashing as ring
-from table.services.clustering_plan import pending_clustering_file_groups
+from table.services.clustering.plan import pending_clustering_file_groups
 from table.services.compaction import read_compaction_plan
-from table.storage import Storage
-from table.timeline import WRITE_ACTIONS, Action, CompletedInstants, Instant, State, Timeline
-from table.timeline_plans import deserialize_plan, serialize_plan
+from table.storage.file_io import Storage
+from table.timeline.plans import deserialize_plan, serialize_plan
+from table.timeline.timeline import WRITE_ACTIONS, Action, CompletedInstants, Instant, State, Timeline
 
 if TYPE_CHECKING:
     from table.mor_table import MorTable

@@ -29,21 +29,22 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from table import failpoints
-from table.base_file import parquet_options
-from table.commit_metadata import SCHEMA_KEY, CommitMetadata, RuntimeStats, WriteStat
-from table.fsview import FileSlice
-from table.layout import METADATA_DIR, BaseFileName, partition_file_path, write_token
-from table.lease import WriterLease, acquire_executor_lease
-from table.markers import create_marker, delete_markers, marked_files
-from table.read import SliceReadSpec, read_file_slice, table_schema_with_meta
+from table.file_group.base_file import parquet_options
+from table.file_group.fs_view import FileSlice
+from table.read.reader import SliceReadSpec, read_file_slice, table_schema_with_meta
 from table.schema import COMMIT_TIME, FILE_NAME, RECORD_KEY, avro_schema_json
-from table.services.clustering_plan import pending_clustering_file_groups
-from table.storage import Storage
-from table.timeline import Instant, Timeline
-from table.timeline_plans import deserialize_plan, serialize_plan
+from table.services.clustering.plan import pending_clustering_file_groups
+from table.storage.file_io import Storage
+from table.storage.layout import METADATA_DIR, BaseFileName, partition_file_path, write_token
+from table.storage.lease import WriterLease, acquire_executor_lease
+from table.storage.markers import create_marker, delete_markers, marked_files
+from table.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, RuntimeStats, WriteStat
+from table.timeline.plans import deserialize_plan, serialize_plan
+from table.timeline.timeline import Instant, Timeline
 
 if TYPE_CHECKING:
-    from table.mor_table import MorTable, TableWriter
+    from table.mor_table import MorTable
+    from table.write.writer import TableWriter
 
 MIB = 1024 * 1024
 PROGRESS_INTERVAL_SECONDS = 10.0

@@ -9,7 +9,7 @@ finished from its plan on the next start.
 
 Only deltacommits are rolled back here. A requested or inflight compaction or clustering is a
 plan to finish, not a failed write: its executor runs it again. A clustering plan is rolled
-back only on request (`table.services.clustering.rollback_clustering`), with the files of its
+back only on request (`table.services.clustering.execute.rollback_clustering`), with the files of its
 children named in the rollback plan as well.
 """
 
@@ -18,10 +18,10 @@ from __future__ import annotations
 import logging
 
 from table import failpoints
-from table.markers import delete_markers, marked_files
-from table.storage import Storage
-from table.timeline import Instant, Timeline
-from table.timeline_plans import deserialize_plan, serialize_plan
+from table.storage.file_io import Storage
+from table.storage.markers import delete_markers, marked_files
+from table.timeline.plans import deserialize_plan, serialize_plan
+from table.timeline.timeline import Instant, Timeline
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,7 @@
+"""`python -m streamer.cli`: the same command line as the `streamer` script."""
+
+import sys
+
+from streamer.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,423 @@
+"""`streamer doctor`: everything a table job needs, checked one by one, each with its fix.
+
+It is what an operator runs when a pipeline stopped, so no single fault may stop it: each check
+catches its own failure and reports it as a problem; a check that depends on a failed one is left
+out (no brokers answering: no topics to look at). The checks follow the order a job meets them:
+the configs, Java and Spark, Spark's Kafka connector (`format: kafka`); then, per table, the
+brokers, topics, partitions and the retention of the table's offsets, the schema registry, the
+table's storage, its writer lease, pending instants, the timeline and archival, compaction debt
+and the quarantine table.
+
+Nothing is changed: no lease is taken, no Spark session started; the only write is a probe file
+in the table's `.hoodie/.aux/` (or the directory that would hold a new table), removed at once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from streamer.checkpoint import table_checkpoint
+from streamer.cli.describe import file_groups, human_bytes
+from streamer.config.model import ConfigError, JobConfig, load_configs
+from streamer.decode.registry import SchemaRegistryClient, SchemaRegistryError
+from streamer.kafka.offsets import BrokersUnreachable, KafkaProgress, TopicRanges
+from table.mor_table import MorTable
+from table.schema import COMMIT_TIME
+from table.services.archive import read_archived_instants
+from table.storage.file_io import Storage
+from table.storage.lease import read_holder
+from table.timeline.timeline import Action, Instant, Timeline
+
+DEFAULT_TIMEOUT_SECONDS = 5.0
+#: Java releases Spark 4 runs on.
+SUPPORTED_JAVA = (17, 21)
+QUARANTINE_ENTRIES_SHOWN = 3
+PENDING_SHOWN = 4
+
+
+class Verdict(StrEnum):
+    OK = "ok"
+    WARNING = "warning"
+    PROBLEM = "problem"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report: what was checked (of which table), what was found, what to do."""
+
+    subject: str
+    verdict: Verdict
+    found: str
+    fix: str | None = None
+    table: str = ""
+    more: tuple[str, ...] = ()  # lines under it (the quarantine's newest entries)
+
+
+@dataclass
+class Report:
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(c.verdict is Verdict.PROBLEM for c in self.checks) else 0
+
+    def lines(self) -> list[str]:
+        table_width = max((len(c.table) for c in self.checks), default=0)
+        subject_width = max((len(c.subject) for c in self.checks), default=0)
+        out = []
+        for c in self.checks:
+            head = f"{c.verdict.value:<7}  " + (f"{c.table:<{table_width}}  " if table_width else "")
+            text = f"{head}{c.subject:<{subject_width}}  {c.found}" + (f"; fix: {c.fix}" if c.fix else "")
+            out.append(text)
+            out += [" " * (len(head) + subject_width + 2) + line for line in c.more]
+        counts = {v: sum(c.verdict is v for c in self.checks) for v in Verdict}
+        out.append(f"{counts[Verdict.PROBLEM]} problem(s), {counts[Verdict.WARNING]} warning(s), "
+                   f"{counts[Verdict.OK]} ok")
+        return out
+
+
+def diagnose(config_or_dir: str | Path, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> Report:
+    """Every check for the tables of a config file or directory; `timeout` bounds each wait for
+    the brokers and for the schema registry."""
+    try:
+        configs = load_configs(config_or_dir)
+    except ConfigError as e:
+        return Report([Check("config", Verdict.PROBLEM, problem, "correct the config") for problem in e.problems])
+    names = ", ".join(f"{c.table.name} ({c.config_path})" for c in configs)
+    report = Report([Check("config", Verdict.OK, f"valid: {names}"), java_check(), spark_check()])
+    if any(c.source.format == "kafka" for c in configs):
+        report.checks.append(connector_check())
+    for config in configs:
+        report.checks += TableDoctor(config, timeout).checks()
+    return report
+
+
+# -- the environment -----------------------------------------------------------------------------
+
+
+def java_check() -> Check:
+    """The Java that Spark launches: `$JAVA_HOME/bin/java`, else the one on the PATH."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    fix = f"install Java {' or '.join(map(str, SUPPORTED_JAVA))} and set JAVA_HOME"
+    if not java or not os.path.exists(java):
+        return Check("java", Verdict.PROBLEM, f"no java found ({'JAVA_HOME=' + home if home else 'none on the PATH'})", fix)
+    try:
+        answer = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return Check("java", Verdict.PROBLEM, f"{java} -version failed: {e}", fix)
+    match = re.search(r'version "(\d+)(?:\.(\d+))?[^"]*"', answer)
+    if match is None:
+        return Check("java", Verdict.PROBLEM, f"{java} -version said {answer.strip()[:80]!r}", fix)
+    version = match.group(0).split('"')[1]
+    major = int(match.group(1)) if match.group(1) != "1" else int(match.group(2))
+    if major < SUPPORTED_JAVA[0]:
+        return Check("java", Verdict.PROBLEM, f"{version} at {java}: Spark 4 needs Java {SUPPORTED_JAVA[0]} or later", fix)
+    if major not in SUPPORTED_JAVA:
+        return Check("java", Verdict.WARNING, f"{version} at {java}: Spark 4 is tested on Java "
+                                              f"{' and '.join(map(str, SUPPORTED_JAVA))}", fix)
+    return Check("java", Verdict.OK, f"{version} at {java}")
+
+
+def spark_check() -> Check:
+    try:
+        import pyspark
+    except ImportError as e:
+        return Check("spark", Verdict.PROBLEM, f"pyspark cannot be imported: {e}", "pip install mor-streamer again")
+    major = int(pyspark.__version__.split(".")[0])
+    if major != 4:
+        return Check("spark", Verdict.PROBLEM, f"pyspark {pyspark.__version__}: the job needs Spark 4",
+                     "pip install 'pyspark>=4.2,<5'")
+    return Check("spark", Verdict.OK, f"pyspark {pyspark.__version__}")
+
+
+def connector_check() -> Check:
+    """Spark's Kafka connector, which `streamer run` has Spark fetch (`streamer.kafka.connector`):
+    cached, or on Maven Central for Spark to fetch at start."""
+    import pyspark
+
+    from streamer.kafka import connector as kc
+
+    published = kc.published_versions()
+    version = kc.connector_version(pyspark.__version__, published)
+    coordinate = kc.coordinate(version)
+    cached = kc.cached_jar(version)
+    if cached is not None:
+        return Check("kafka connector", Verdict.OK, f"{coordinate} cached at {cached}")
+    if published is not None and version in published:
+        return Check("kafka connector", Verdict.OK, f"{coordinate} not cached yet; Spark fetches it from "
+                                                    "Maven Central at the first start")
+    why = "Maven Central did not answer" if published is None else "Maven Central does not have it"
+    return Check("kafka connector", Verdict.PROBLEM, f"{coordinate} is not cached and {why}",
+                 "give a repository that has it (--conf spark.jars.repositories=<url>) or its jars "
+                 "(--conf spark.jars=<paths>), or read with source.format: kafka-arrow")
+
+
+# -- one table -------------------------------------------------------------------------------------
+
+
+class TableDoctor:
+    """The checks of one table config, in order; each catches its own failure."""
+
+    def __init__(self, config: JobConfig, timeout: float):
+        self.config = config
+        self.timeout = timeout
+        self.path = config.table.path
+        self.storage = Storage(self.path, config.table.storage_options)
+        self.table: MorTable | None = None
+        self.offsets: dict[str, dict[int, int]] = {}
+        self.live_writer = False
+
+    def checks(self) -> list[Check]:
+        checks = []
+        unreadable = False
+        try:
+            if MorTable.exists(self.path, self.storage.options):
+                self.table = MorTable.load(self.path, self.storage.options)
+                checkpoint = table_checkpoint(self.table)
+                self.offsets = checkpoint.offsets if checkpoint else {}
+        except (OSError, ValueError) as e:
+            unreadable = True
+            checks.append(self._check("table", Verdict.PROBLEM, f"cannot read the table at {self.path}: {e}",
+                                      "make the storage readable by this user, or correct table.path"))
+        checks += self.kafka()
+        if self.config.decode.schema_registry is not None:
+            checks.append(self.registry())
+        if not unreadable:
+            checks.append(self.storage_access())
+        if self.table is not None:
+            checks += [self._guarded("writer lease", self.lease), self._guarded("pending", self.pending),
+                       self._guarded("timeline", self.timeline), self._guarded("compaction", self.compaction_debt)]
+        if self.config.decode.on_error == "quarantine":
+            checks.append(self._guarded("quarantine", self.quarantine))
+        return checks
+
+    def _check(self, subject: str, verdict: Verdict, found: str, fix: str | None = None,
+               more: tuple[str, ...] = ()) -> Check:
+        return Check(subject, verdict, found, fix, self.config.table.name, more)
+
+    def _guarded(self, subject: str, check) -> Check:
+        """A table check whose reading failed is a problem with the table, not a crash."""
+        try:
+            return check()
+        except (OSError, ValueError, KeyError) as e:
+            return self._check(subject, Verdict.PROBLEM, f"cannot read it: {type(e).__name__}: {e}",
+                               "make the table's storage readable; a torn file under .hoodie/ needs a restore")
+
+    # -- Kafka -------------------------------------------------------------------------------
+
+    def kafka(self) -> list[Check]:
+        from confluent_kafka import KafkaException
+
+        source = self.config.source
+        servers = source.bootstrap_servers
+        progress = KafkaProgress(source, self.timeout)
+        try:
+            found = progress.ranges(list(self.offsets))
+        except BrokersUnreachable as e:
+            return [self._check("brokers", Verdict.PROBLEM, f"{e}; topics and offsets not checked",
+                                "start the brokers, or correct source.bootstrap_servers (and the network to them)")]
+        except KafkaException as e:  # answered, but refused: authentication, authorization
+            return [self._check("brokers", Verdict.PROBLEM, f"{servers} refused: {e}",
+                                "correct the security settings under source.options")]
+        finally:
+            progress.close()
+        return [self._check("brokers", Verdict.OK, f"{servers} answered"), self._topics(found),
+                self._partitions(found), self._retention(found)]
+
+    def _topics(self, found: TopicRanges) -> Check:
+        source = self.config.source
+        wanted = list(source.topics) if source.topics else None
+        missing = [t for t in found.missing if wanted is None or t in wanted]
+        if missing:
+            names = ", ".join(missing)
+            return self._check("topics", Verdict.PROBLEM, f"{names} not on {source.bootstrap_servers}",
+                               f"create {'it' if len(missing) == 1 else 'them'} (kafka-topics.sh --create "
+                               f"--topic {missing[0]}), or correct source.topics")
+        present = [t for t in found.ranges if wanted is None or t in wanted]
+        if not present:
+            return self._check("topics", Verdict.WARNING, f"no topic matches {source.topic_pattern!r}",
+                               "create one, or correct source.topic_pattern")
+        return self._check("topics", Verdict.OK, ", ".join(f"{t} ({len(found.ranges[t])} partitions)" for t in present))
+
+    def _partitions(self, found: TopicRanges) -> Check:
+        if found.unreadable:
+            where = "; ".join(f"{p}: {why}" for p, why in sorted(found.unreadable.items()))
+            return self._check("partitions", Verdict.PROBLEM, f"offsets cannot be listed: {where}",
+                               "bring the partitions' leaders back (kafka-topics.sh --describe shows them)")
+        count = sum(len(parts) for parts in found.ranges.values())
+        return self._check("partitions", Verdict.OK, f"{count} readable")
+
+    def _retention(self, found: TopicRanges) -> Check:
+        """Whether Kafka still holds the offsets the table goes on from."""
+        if not self.offsets:
+            start = self.config.source.starting_offsets
+            return self._check("offsets held", Verdict.OK, f"no offsets committed yet; the first run starts at "
+                                                           f"{start if isinstance(start, str) else 'the configured offsets'}")
+        lost, behind = [], 0
+        for topic, parts in sorted(self.offsets.items()):
+            for partition, offset in sorted(parts.items()):
+                held = found.ranges.get(topic, {}).get(partition)
+                if held is None:
+                    if topic not in found.missing:
+                        lost.append(f"{topic}[{partition}] no longer exists")
+                elif offset < held.earliest:
+                    lost.append(f"{topic}[{partition}] goes on from {offset} but the broker holds {held.earliest} "
+                                f"to {held.end - 1} ({held.earliest - offset:,} records deleted by retention)")
+                elif offset > held.end:
+                    lost.append(f"{topic}[{partition}] goes on from {offset} but the broker holds offsets up to "
+                                f"{held.end - 1} (the topic was recreated or truncated)")
+                else:
+                    behind += held.end - offset
+        if not lost:
+            return self._check("offsets held", Verdict.OK, f"yes; the table is {behind:,} records behind")
+        if not self.config.source.fail_on_data_loss:
+            return self._check("offsets held", Verdict.WARNING, "; ".join(lost) + "; the next run goes on from "
+                               "the earliest offset held (fail_on_data_loss: false)")
+        return self._check("offsets held", Verdict.PROBLEM, "; ".join(lost),
+                           "to accept the loss, set source.fail_on_data_loss: false and restart")
+
+    def registry(self) -> Check:
+        settings = self.config.decode.schema_registry
+        client = SchemaRegistryClient(settings.url, settings.auth, timeout=self.timeout)
+        try:
+            subjects = client.subjects()
+        except SchemaRegistryError as e:
+            return self._check("schema registry", Verdict.PROBLEM, str(e),
+                               "start the registry, or correct decode.schema_registry")
+        return self._check("schema registry", Verdict.OK, f"{client.url} answered ({len(subjects)} subjects)")
+
+    # -- the table's storage and state -------------------------------------------------------------
+
+    def storage_access(self) -> Check:
+        """Readable and writable, proven by writing a probe file (and removing it)."""
+        fix = "make it writable (free space, a read-write mount, this user's permissions), or correct table.path"
+        if self.table is None:
+            return self._new_table_access(fix)
+        probe = f".hoodie/.aux/doctor-{uuid.uuid4().hex}.probe"
+        try:
+            self.storage.list_dir(".hoodie")
+        except OSError as e:
+            return self._check("storage", Verdict.PROBLEM, f"cannot list {self.path}/.hoodie: {e}", fix)
+        try:
+            self.storage.create(probe, b"")
+            self.storage.delete(probe)
+        except OSError as e:
+            return self._check("storage", Verdict.PROBLEM, f"{self.path} is readable but not writable: {e}", fix)
+        return self._check("storage", Verdict.OK, f"{self.path} readable and writable")
+
+    def _new_table_access(self, fix: str) -> Check:
+        """No table yet: the first run creates it, so the nearest existing directory must take files."""
+        where = self.storage.base_uri
+        if self.storage.is_local:
+            where = os.path.abspath(where)
+            while not os.path.exists(where):
+                where = os.path.dirname(where)
+            if not os.path.isdir(where):
+                return self._check("storage", Verdict.PROBLEM, f"no table yet, and none can be created at "
+                                   f"{self.path}: {where} is not a directory", fix)
+        probe = self.storage.at(where)
+        name = f".mor-streamer-doctor-{uuid.uuid4().hex}.probe"
+        try:
+            probe.create(name, b"")
+            probe.delete(name)
+        except OSError as e:
+            return self._check("storage", Verdict.PROBLEM, f"no table yet, and {where} is not writable: {e}", fix)
+        return self._check("storage", Verdict.OK, f"no table yet at {self.path}; the first run creates it")
+
+    def lease(self) -> Check:
+        holder = read_holder(self.storage)
+        if holder is None:
+            return self._check("writer lease", Verdict.OK, "free")
+        who = f"{holder.description} (host {holder.host}, pid {holder.pid})"
+        age = time.time() - holder.renewed_at
+        if holder.process_gone():
+            return self._check("writer lease", Verdict.WARNING, f"stale: held by {who}, a process that is gone; "
+                               "the next start takes it over at once")
+        if holder.expired(time.time()):
+            return self._check("writer lease", Verdict.WARNING, f"stale: held by {who}, last renewed {age:.0f}s ago "
+                               f"(TTL {holder.ttl_seconds:.0f}s); the next start takes it over")
+        self.live_writer = True
+        return self._check("writer lease", Verdict.WARNING, f"held by a live writer: {who}, renewed {age:.0f}s ago; "
+                           "another start is refused while it runs",
+                           f"nothing if that is the job; else stop it (kill {holder.pid} on {holder.host})")
+
+    def pending(self) -> Check:
+        pending = self.table.timeline().pending()
+        if not pending:
+            return self._check("pending", Verdict.OK, "no pending instant")
+        fates = [f"{i.timestamp} {i.action} {i.state}: {self._fate(i)}" for i in pending[:PENDING_SHOWN]]
+        more = f"; +{len(pending) - PENDING_SHOWN} more" if len(pending) > PENDING_SHOWN else ""
+        verdict = Verdict.OK if self.live_writer else Verdict.WARNING
+        return self._check("pending", verdict, f"{len(pending)}: " + "; ".join(fates) + more)
+
+    def _fate(self, instant: Instant) -> str:
+        """What the next start (or the live writer) does with a pending instant."""
+        services = self.config.services
+        if instant.action == Action.DELTA_COMMIT:
+            return "the live writer's batch in progress" if self.live_writer else "rolled back at the next start"
+        if instant.action == Action.ROLLBACK:
+            return "finished at the next start"
+        service, command = {Action.COMPACTION: (services.compaction, "compact"),
+                            Action.REPLACE_COMMIT: (services.clustering, "cluster"),
+                            Action.CLEAN: (services.clean, "clean")}.get(instant.action, (None, None))
+        if service is None:
+            return "left as it is"
+        if service.mode == "off":
+            return f"left for `streamer {command} {self.path}` (the service is off)"
+        return "executed by the live writer" if self.live_writer else "executed at the next start"
+
+    def timeline(self) -> Check:
+        timeline = Timeline.load(self.storage)
+        self.table.last_commit_metadata(timeline)  # the newest commits' metadata parses
+        archived = len(read_archived_instants(self.table))
+        completed = len(timeline.completed())
+        found = f"instants active: {len(timeline.instants)} ({completed} completed), archived: {archived}"
+        archive = self.config.services.archive
+        if completed > 2 * archive.max_instants:
+            fix = (f"run `streamer archive {self.path}` while the job is stopped" if archive.mode == "off" else
+                   "look for archive failures in the job's log; `streamer archive` runs it while the job is stopped")
+            return self._check("timeline", Verdict.WARNING, f"{found}: archival is behind "
+                               f"(services.archive.max_instants {archive.max_instants}, mode {archive.mode})", fix)
+        return self._check("timeline", Verdict.OK, found)
+
+    def compaction_debt(self) -> Check:
+        """Log files per file group: what every snapshot read merges."""
+        groups = file_groups(self.table).file_groups
+        if not groups:
+            return self._check("compaction", Verdict.OK, "no file group yet")
+        worst = max(groups, key=lambda g: g.log_files)
+        logs = sum(g.log_files for g in groups)
+        compaction = self.config.services.compaction
+        limit = 2 * (compaction.every_delta_commits or 5)
+        found = (f"at most {worst.log_files} log files per file group ({len(groups)} groups, {logs} log files, "
+                 f"{human_bytes(sum(g.log_bytes for g in groups))})")
+        if worst.log_files <= limit:
+            return self._check("compaction", Verdict.OK, found)
+        fix = f"`streamer compact {self.path} --schedule` compacts now"
+        if compaction.mode != "off":
+            fix += "; see the job's log for why compaction does not keep up"
+        return self._check("compaction", Verdict.WARNING, f"{found}; {worst.partition}/{worst.file_id} has "
+                           f"more than {limit}: reads slow down", fix)
+
+    def quarantine(self) -> Check:
+        path = self.config.table.quarantine_location
+        if not MorTable.exists(path, self.storage.options):
+            return self._check("quarantine", Verdict.OK, f"empty (no table at {path} yet)")
+        rows = MorTable.load(path, self.storage.options).snapshot(columns=[COMMIT_TIME, "topic", "partition", "offset", "reason"])
+        if rows.num_rows == 0:
+            return self._check("quarantine", Verdict.OK, f"empty ({path})")
+        newest = sorted(rows.to_pylist(), key=lambda r: (r[COMMIT_TIME], r["offset"]), reverse=True)
+        entries = tuple(f"{r['topic']}[{r['partition']}]@{r['offset']}: {(r['reason'] or '').splitlines()[0][:100]}"
+                        for r in newest[:QUARANTINE_ENTRIES_SHOWN])
+        return self._check("quarantine", Verdict.WARNING, f"{rows.num_rows:,} records at {path}",
+                           f"correct the producer; read them with `streamer query {path} --sql 'SELECT * FROM t'`",
+                           more=entries)

@@ -1,0 +1,132 @@
+"""The offline service commands: `streamer compact|cluster|clean|archive TABLE_PATH`, as separate jobs.
+
+Executing a pending compaction or clustering plan needs no lease (the plan fixes what it reads
+and writes). Scheduling, rolling a clustering back, cleaning and archiving do: they decide from
+the timeline, which only the writer may change, so they refuse to run while a streaming job
+holds the table and say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from streamer.checkpoint import CHECKPOINT_KEY
+from streamer.config.model import ClusteringSettings, ConfigError, IndexSettings, load_config
+from streamer.services import clustering_policy
+from table.errors import TableNotFoundError
+from table.mor_table import MorTable
+from table.services.archive import ArchivePolicy, archive
+from table.services.clean import CleanPolicy, clean, finish_pending_cleans
+from table.services.clustering.execute import (
+    ClusteringConflictError,
+    ClusteringPolicy,
+    execute_clustering,
+    pending_clusterings,
+    rollback_clustering,
+    schedule_clustering,
+)
+from table.services.compaction import (
+    CompactionConflictError,
+    CompactionStrategy,
+    execute_compaction,
+    pending_compactions,
+    schedule_compaction,
+)
+from table.storage.lease import WriterConflictError
+from table.write.writer import WriteOptions
+
+MIB = 1024 * 1024
+
+
+def run_offline(args: argparse.Namespace) -> int:
+    try:
+        table = MorTable.load(args.table_path)
+        if args.command == "compact":
+            compact(table, args)
+        elif args.command == "cluster":
+            cluster(table, args)
+        elif args.command == "clean":
+            with table.writer(WriteOptions(), description="streamer clean"):
+                finish_pending_cleans(table)
+                print(f"clean: {clean(table, CleanPolicy(kind=args.policy, retained=args.retained)) or 'nothing to clean'}")
+        else:
+            with table.writer(WriteOptions(), description="streamer archive"):
+                result = archive(table, ArchivePolicy(min_instants=args.min_instants, max_instants=args.max_instants),
+                                 keep_latest_with_metadata_key=CHECKPOINT_KEY)
+                print(f"archive: {result}")
+    except (TableNotFoundError, WriterConflictError, CompactionConflictError, ClusteringConflictError,
+            ConfigError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def compact(table: MorTable, args: argparse.Namespace) -> None:
+    if args.schedule:
+        strategy = CompactionStrategy(kind=args.strategy, min_log_files=args.min_log_files,
+                                      max_io_bytes=args.max_io_mb * MIB)
+        with table.writer(WriteOptions(), description="streamer compact --schedule") as writer:
+            instant = schedule_compaction(writer, strategy)
+        print(f"compaction: {'scheduled ' + instant if instant else 'nothing to compact'}")
+    pending = pending_compactions(table)
+    if not pending:
+        print("compaction: no pending plan")
+    for instant in pending:
+        print(f"compaction {instant}: {execute_compaction(table, instant)}")
+
+
+def cluster(table: MorTable, args: argparse.Namespace) -> None:
+    """Roll back the pending plan at --rollback; else execute the pending plans, or plan one with
+    the policy (the config's, flags overriding) and execute it."""
+    if args.rollback:
+        with table.writer(WriteOptions(), description="streamer cluster --rollback") as writer:
+            rolled_back_by = rollback_clustering(writer, args.rollback)
+        print(f"clustering {args.rollback}: rolled back by {rolled_back_by}")
+        return
+    pending = pending_clusterings(table)
+    if not pending:
+        policy = cluster_policy(table, args)
+        with table.writer(WriteOptions(), description="streamer cluster") as writer:
+            instant = schedule_clustering(writer, policy)
+        if instant is None:
+            print("clustering: nothing to cluster")
+            return
+        print(f"clustering: scheduled {instant}")
+        pending = [instant]
+    for instant in pending:
+        print(f"clustering {instant}: {execute_clustering(table, instant)}")
+
+
+_INDEX_FLAGS = ("split_threshold_mb", "merge_threshold_mb", "min_buckets", "max_buckets", "split_point")
+_CLUSTERING_FLAGS = ("max_partitions", "max_plan_mb")
+
+
+def cluster_policy(table: MorTable, args: argparse.Namespace) -> ClusteringPolicy:
+    """The policy of `--config` (the job's `index` and `services.clustering`), else the defaults,
+    with the flags given on top."""
+    index, clustering, sort_key = IndexSettings(), ClusteringSettings(), "--sort-columns"
+    if args.config:
+        config = load_config(args.config)
+        if _same_path(config.table.path) != _same_path(table.base_uri):
+            raise ValueError(f"--config {args.config} is the config of the table at {config.table.path}, "
+                             f"not of {args.table_path}")
+        index, clustering = config.index, config.services.clustering
+        sort_key = f"{args.config}: services.clustering.sort_columns"
+    index = index.model_copy(update={k: getattr(args, k) for k in _INDEX_FLAGS if getattr(args, k) is not None})
+    updates = {k: getattr(args, k) for k in _CLUSTERING_FLAGS if getattr(args, k) is not None}
+    if args.sort_columns is not None:
+        updates["sort_columns"] = [c.strip() for c in args.sort_columns.split(",") if c.strip()]
+        sort_key = "--sort-columns"
+    clustering = clustering.model_copy(update=updates)
+    columns = table.schema().names
+    unknown = [c for c in clustering.sort_columns if c not in columns]
+    if unknown:
+        raise ValueError(f"{sort_key}: no column(s) {unknown} in the table's columns {columns}")
+    return clustering_policy(index, clustering)
+
+
+def _same_path(path: str) -> str:
+    path = path.rstrip("/")
+    return path if "://" in path else os.path.abspath(path)

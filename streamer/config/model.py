@@ -1,0 +1,913 @@
+"""The YAML config of one table job, checked in full before any Spark or Kafka work starts.
+
+A streaming job that fails an hour in on a typo is expensive, so every problem of a file is
+reported at once, each with the file, the dotted key path and what was expected. Secrets (Kafka
+options named like passwords or keys, the schema registry credentials) never appear in a repr
+or an error message.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from streamer.kafka.source import is_secret_option, redact_options
+from table.storage.file_io import STORAGE_OPTION_NAMES
+
+__all__ = [
+    "ClusteringSettings",
+    "ConfigError",
+    "DecodeSettings",
+    "FormatSettings",
+    "IndexSettings",
+    "JobConfig",
+    "MetricsSettings",
+    "SchemaRegistrySettings",
+    "SourceSettings",
+    "StreamSettings",
+    "TableSettings",
+    "ValueFormatSettings",
+    "load_config",
+    "load_configs",
+]
+
+KeyPath = tuple[Any, ...]
+Problem = tuple[KeyPath, str]
+
+_CONFIG_DIR = "config_dir"  # validation context: the directory relative schema files live in
+
+
+class ConfigError(ValueError):
+    """Every problem found in one or more config files, one ``<file>: <key.path>: ...`` a line."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = tuple(problems)
+
+
+class _Problems(ValueError):
+    """Raised by validators to report several problems at key paths below the validated value."""
+
+    def __init__(self, problems: list[Problem]):
+        super().__init__("; ".join(text for _, text in problems))
+        self.problems = problems
+
+
+def _raise_problems(problems: list[Problem]) -> None:
+    if problems:
+        raise _Problems(problems)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# -- Field types ---------------------------------------------------------------------------------
+
+Text = Annotated[str, Field(min_length=1)]
+
+
+def _one_or_many(value: Any) -> Any:
+    return (value,) if isinstance(value, str) else value
+
+
+# A string or a list of strings, kept as a tuple.
+Names = Annotated[tuple[Text, ...], BeforeValidator(_one_or_many)]
+
+
+def _option_text(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return value
+
+
+# A Spark reader option: YAML booleans and numbers become the strings Spark expects.
+OptionValue = Annotated[str, BeforeValidator(_option_text)]
+
+OffsetsByTopic = dict[Text, dict[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=-2)]]]
+_OFFSETS_BY_TOPIC = TypeAdapter(OffsetsByTopic)
+
+
+def _resolve(config_dir: Path, file: Path) -> Path:
+    return file if file.is_absolute() else config_dir / file
+
+
+# -- Sections ------------------------------------------------------------------------------------
+
+
+class TableSettings(_Section):
+    """The Hudi table written to."""
+
+    name: Text = Field(description=(
+        "The table's name in `hoodie.properties`, also the name of its streaming query and the label "
+        "of its log lines. Unique among the configs run together; cannot change once the table exists."))
+    path: Text = Field(description=(
+        "The table's base path: a local directory or any URI pyarrow's file systems understand "
+        "(`s3://...`, `gs://...`, `hdfs://...`). Unique among the configs run together."))
+    database: Text = Field("default", description="The database name written to `hoodie.properties` when the table is created.")
+    record_key: Names = Field(min_length=1, description=(
+        "The column, or list of columns, whose values identify a record. Cannot change once the table exists."))
+    partition_by: Names = Field((), description=(
+        "The column, or list of columns, whose values make a record's partition path; empty for an "
+        "unpartitioned table. Cannot change once the table exists."))
+    ordering_field: Text = Field(description=(
+        "The column that orders the versions of a record: the greater value wins, ties go to the later "
+        "commit. Cannot change once the table exists."))
+    delete_field: Text | None = Field(None, description=(
+        "A boolean column: `true` deletes the record's key. The column itself is not stored in the table."))
+    hive_style_partitioning: bool = Field(True, description=(
+        "Partition directories named `field=value` instead of `value`. Only read when the table is created."))
+    url_encode_partitions: bool = Field(False, description=(
+        "Escape partition values in paths as Hive does. Only read when the table is created."))
+    log_block_format: Literal["parquet", "avro"] = Field("parquet", description=(
+        "The format of data blocks in log files: `parquet`, or `avro` (Hudi's own default). The "
+        "quarantine table uses it too."))
+    quarantine_path: Text | None = Field(None, description=(
+        "Where `decode.on_error: quarantine` writes bad records; by default `<table.path>_quarantine`."))
+    storage_options: dict[str, OptionValue] = Field({}, description=(
+        "How to reach an `s3://` table (and its quarantine table): `aws_access_key_id`, "
+        "`aws_secret_access_key`, `aws_session_token`, `aws_region`, `aws_endpoint_url` (an "
+        "S3-compatible server) and `aws_allow_http` (`true` for a plain-HTTP endpoint); the names "
+        "hudi-rs takes. What is not set here comes from the environment as AWS tools read it "
+        "(`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`, "
+        "`AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`); use `${ENV}` for secrets. Values of the key and "
+        "token options never appear in logs or messages."))
+
+    @field_validator("storage_options")
+    @classmethod
+    def _known_storage_options(cls, options: dict[str, str]) -> dict[str, str]:
+        _raise_problems([((name,), f"unknown storage option; known: {', '.join(STORAGE_OPTION_NAMES)}")
+                         for name in options if name not in STORAGE_OPTION_NAMES])
+        return options
+
+    def __repr_args__(self):
+        for name, value in super().__repr_args__():
+            yield name, redact_options(value) if name == "storage_options" else value
+
+    @property
+    def quarantine_location(self) -> str:
+        """Where rows that fail to decode go: a sibling table unless ``quarantine_path`` is set."""
+        return self.quarantine_path or self.path.rstrip("/") + "_quarantine"
+
+
+_OPTIONS_OWNED_BY_KEYS = {
+    "kafka.bootstrap.servers": "source.bootstrap_servers",
+    "subscribe": "source.topics",
+    "subscribepattern": "source.topic_pattern",
+    "assign": "source.topics or source.topic_pattern",
+    "startingoffsets": "source.starting_offsets",
+    "endingoffsets": "source.initial_load_max_records (streaming queries have no end)",
+    "maxoffsetspertrigger": "source.max_offsets_per_trigger",
+    "failondataloss": "source.fail_on_data_loss",
+    "maxbrokeroutagems": "source.max_broker_outage_seconds",
+}
+
+
+class SourceSettings(_Section):
+    """The Kafka topics read and how."""
+
+    format: Literal["kafka-arrow", "kafka"] = Field("kafka-arrow", description=(
+        "The Spark stream source: `kafka-arrow`, this project's Kafka source (confluent-kafka, no jar "
+        "needed), or `kafka`, Spark's own, which needs `spark-sql-kafka-0-10`: `streamer run` has Spark fetch "
+        "it (`spark.jars.packages`) unless the Spark settings name it already or spark-submit runs the job."))
+    bootstrap_servers: Text = Field(description="The Kafka brokers, `host:port[,host:port...]`.")
+    topics: Names | None = Field(None, min_length=1, description=(
+        "The topic, or list of topics, to read. Exactly one of `topics` and `topic_pattern` is required."))
+    topic_pattern: Text | None = Field(None, description=(
+        "A regular expression matched against whole topic names, instead of `topics`."))
+    starting_offsets: Literal["earliest", "latest"] | OffsetsByTopic = Field("earliest", description=(
+        "Where a query without a Spark checkpoint starts: `earliest`, `latest`, or "
+        "`{topic: {partition: offset}}` (-2 is earliest, -1 latest; with `topics`, only those topics). "
+        "With `resume_from_table`, a table that has commits says where instead."))
+    resume_from_table: bool = Field(True, description=(
+        "When the Spark checkpoint is missing, start from the Kafka offsets recorded in the table's "
+        "last commit rather than from `starting_offsets`."))
+    max_offsets_per_trigger: int | None = Field(None, gt=0, description=(
+        "The most records one micro-batch reads, over all partitions; unbounded when null."))
+    initial_load_max_records: int = Field(1_000_000, ge=0, description=(
+        "A table without commits, whose query has no Spark checkpoint yet, takes its backlog (up to "
+        "this many records) in one commit written as base files, instead of `max_offsets_per_trigger` "
+        "at a time: its first micro-batch with `kafka-arrow`, one batch query before the stream with "
+        "`kafka`. The job's memory grows with it (about 3 GB at 1,000,000 records of 200 bytes); "
+        "0 turns this off."))
+    fail_on_data_loss: bool = Field(True, description=(
+        "Fail when offsets to read are no longer in Kafka (expired by retention, a topic recreated); "
+        "`false` logs a warning, goes on from the earliest offset Kafka holds, and records the jump in "
+        "the commit's metadata (`mor.streamer.data_loss`)."))
+    max_broker_outage_seconds: int = Field(300, gt=0, description=(
+        "How long the job rides out Kafka brokers that do not answer (down, unreachable, hung): it "
+        "retries with a growing pause, logging each retry, and carries on when they are back. After "
+        "this long the table's query fails, naming the brokers. `kafka-arrow` only; with `kafka`, "
+        "Spark's own `kafkaConsumer.pollTimeoutMs` and `fetchOffset.*` options apply."))
+    commit_offsets_to_group: Text | None = Field(None, description=(
+        "A consumer group to commit the table's offsets to after each commit, so that standard "
+        "Kafka lag monitors see the job. Only a view: the job resumes from the table, never from it."))
+    options: dict[str, OptionValue] = Field({}, description=(
+        "More source options, passed through; `kafka.*` go to the Kafka client (e.g. "
+        "`kafka.security.protocol`, `kafka.sasl.password`). YAML booleans and numbers become strings. "
+        "Options that the keys above set are refused. Values of options whose names contain password, "
+        "secret, jaas or key never appear in logs or messages."))
+
+    @field_validator("topic_pattern")
+    @classmethod
+    def _compiles(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"should be a valid regular expression ({e})") from None
+        return pattern
+
+    @field_validator("starting_offsets", mode="plain")
+    @classmethod
+    def _name_or_offsets(cls, value: Any) -> str | OffsetsByTopic:
+        if value in ("earliest", "latest"):
+            return value
+        if isinstance(value, Mapping):
+            return _OFFSETS_BY_TOPIC.validate_python(value)
+        raise ValueError("should be 'earliest', 'latest' or a mapping {topic: {partition: offset}}")
+
+    @field_validator("options")
+    @classmethod
+    def _no_option_set_by_a_key(cls, options: dict[str, str]) -> dict[str, str]:
+        _raise_problems([
+            ((name,), f"not allowed in options; use {_OPTIONS_OWNED_BY_KEYS[name.lower()]} instead")
+            for name in options if name.lower() in _OPTIONS_OWNED_BY_KEYS
+        ])
+        return options
+
+    @model_validator(mode="after")
+    def _subscription_rules(self) -> SourceSettings:
+        problems: list[Problem] = []
+        if self.topics is None and self.topic_pattern is None:
+            problems.append((("topics",), "one of topics or topic_pattern is required"))
+        if self.topics is not None and self.topic_pattern is not None:
+            problems.append((("topic_pattern",), "not allowed together with topics; keep one of them"))
+        if self.topics is not None and isinstance(self.starting_offsets, dict):
+            problems.extend(
+                (("starting_offsets", topic), f"topic {topic!r} is not in source.topics")
+                for topic in self.starting_offsets if topic not in self.topics
+            )
+        _raise_problems(problems)
+        return self
+
+    def __repr_args__(self):
+        for name, value in super().__repr_args__():
+            yield name, redact_options(value) if name == "options" else value
+
+    def reader_options(self, starting_offsets_json: str | None = None) -> dict[str, str]:
+        """Spark reader options for the ``kafka-arrow`` / ``kafka`` formats.
+
+        ``starting_offsets_json`` replaces the configured starting offsets (e.g. the offsets of
+        the table's last commit).
+        """
+        reader = {"kafka.bootstrap.servers": self.bootstrap_servers}
+        if self.topics is not None:
+            reader["subscribe"] = ",".join(self.topics)
+        else:
+            reader["subscribePattern"] = self.topic_pattern
+        reader["startingOffsets"] = (
+            self._starting_offsets_text() if starting_offsets_json is None else starting_offsets_json
+        )
+        if self.max_offsets_per_trigger is not None:
+            reader["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
+        reader["failOnDataLoss"] = "true" if self.fail_on_data_loss else "false"
+        if self.format == "kafka-arrow":
+            reader["maxBrokerOutageMs"] = str(self.max_broker_outage_seconds * 1000)
+            reader["includeHeaders"] = "false"  # the decoder does not read them
+            reader["offsetRanges"] = "true"  # the sink reads, decodes and routes them in one Python pass
+        return {**reader, **self.options}
+
+    def _starting_offsets_text(self) -> str:
+        if isinstance(self.starting_offsets, str):
+            return self.starting_offsets
+        return json.dumps({
+            topic: {str(partition): offset for partition, offset in offsets.items()}
+            for topic, offsets in self.starting_offsets.items()
+        })
+
+
+with warnings.catch_warnings():
+    # The YAML key is `schema`; the field hides BaseModel's deprecated schema() classmethod, unused here.
+    warnings.filterwarnings("ignore", message='Field name "schema" in "FormatSettings" shadows', category=UserWarning)
+
+    class FormatSettings(_Section):
+        """How the Kafka key (or value) bytes are decoded."""
+
+        format: Literal["none", "string", "binary", "json", "avro", "confluent-avro"] = Field("string", description=(
+            "`none` (no `kafka_key` column), `string`, `binary`, or a structured format (`json`, "
+            "`avro`, `confluent-avro`) whose record becomes a struct column `kafka_key`."))
+        schema: Text | None = Field(None, description=(
+            "The fields of `json` records as Spark DDL, e.g. `id STRING, amount DOUBLE`. Only with "
+            "`json`, which needs exactly one of `schema` and `schema_file`."))
+        schema_file: Path | None = Field(None, description=(
+            "An Avro schema file (`.avsc`), relative to the YAML file's directory. Required with "
+            "`avro` (the writer schema); with `json`, the fields instead of `schema`; with "
+            "`confluent-avro`, an optional reader schema (default: the latest schema registered for "
+            "the subject `<first topic>-key` or `<first topic>-value`, which needs `source.topics`). "
+            "Once a table exists, a value's reader schema is the one its last commit recorded, "
+            "evolved by this one or the latest registered one."))
+
+        @model_validator(mode="after")
+        def _schema_fits_format(self, info: ValidationInfo) -> FormatSettings:
+            has_ddl, has_file = self.schema is not None, self.schema_file is not None
+            problems: list[Problem] = []
+            if self.format == "json" and has_ddl == has_file:
+                problems.append(((), "format json needs exactly one of schema (Spark DDL) or schema_file (.avsc)"))
+            if self.format == "avro" and has_ddl:
+                problems.append((("schema",), "not allowed with format avro; give the Avro schema in schema_file"))
+            if self.format == "avro" and not has_file:
+                problems.append((("schema_file",), "required with format avro"))
+            if self.format == "confluent-avro" and has_ddl:
+                problems.append((("schema",), "not allowed with format confluent-avro; schema_file may give a reader schema"))
+            if self.format in ("none", "string", "binary"):
+                problems.extend(
+                    ((key,), f"not allowed with format {self.format}")
+                    for key, present in (("schema", has_ddl), ("schema_file", has_file)) if present
+                )
+            config_dir = (info.context or {}).get(_CONFIG_DIR)
+            if not problems and has_file and config_dir is not None:
+                resolved = _resolve(config_dir, self.schema_file)
+                if not resolved.is_file():
+                    problems.append((("schema_file",), f"no such file: {resolved} (got {str(self.schema_file)!r})"))
+            _raise_problems(problems)
+            return self
+
+
+class ValueFormatSettings(FormatSettings):
+    """The value's format: required, and only the structured formats."""
+
+    format: Literal["json", "avro", "confluent-avro"] = Field(description=(
+        "`json`, `avro` or `confluent-avro`; the record's fields become columns."))
+
+
+class SchemaRegistrySettings(_Section):
+    """The Confluent schema registry the ``confluent-avro`` formats fetch writer schemas from."""
+
+    url: Text = Field(description="The registry's base URL, `http://` or `https://`.")
+    basic_auth_user_info: SecretStr | None = Field(None, description=(
+        "`user:password` for HTTP basic authentication; never shown in messages or reprs."))
+
+    @property
+    def auth(self) -> str | None:
+        """The credentials in clear, for the registry client only."""
+        return self.basic_auth_user_info.get_secret_value() if self.basic_auth_user_info else None
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError("should be an http:// or https:// URL")
+        return url
+
+    @field_validator("basic_auth_user_info")
+    @classmethod
+    def _user_and_password(cls, user_info: SecretStr | None) -> SecretStr | None:
+        if user_info is not None and ":" not in user_info.get_secret_value():
+            raise ValueError("should be 'user:password'")
+        return user_info
+
+
+class DecodeSettings(_Section):
+    """Decoding of Kafka keys and values into columns, and what to do with undecodable rows."""
+
+    key: FormatSettings = Field(FormatSettings(), description="How the Kafka key is decoded.")
+    value: ValueFormatSettings = Field(description=(
+        "How the Kafka value is decoded; its fields are the table's columns unless `transform` makes others."))
+    schema_registry: SchemaRegistrySettings | None = Field(None, description=(
+        "The schema registry: required when the key or the value format is `confluent-avro`, not allowed otherwise."))
+    on_error: Literal["fail", "skip", "quarantine"] = Field("fail", description=(
+        "What happens to a record that cannot be decoded (malformed, wrong types, a null or missing "
+        "record key or ordering value, an unknown schema id, a writer schema that drops a required "
+        "field or changes a field's type other than by widening): `fail` stops the table's query and "
+        "writes nothing of the batch; `skip` drops and counts it; `quarantine` writes it, with the "
+        "reason, to the quarantine table."))
+
+    @model_validator(mode="after")
+    def _registry_iff_confluent_avro(self) -> DecodeSettings:
+        needed = "confluent-avro" in (self.key.format, self.value.format)
+        if needed != (self.schema_registry is not None):
+            rule = "required" if needed else "only allowed"
+            _raise_problems([(("schema_registry",), f"{rule} when key or value format is confluent-avro")])
+        return self
+
+
+class IndexSettings(_Section):
+    """The consistent-hashing bucket index, and how its buckets are resized.
+
+    Every bucket of a partition is one file group. Clustering (`services.clustering`) splits a
+    bucket that grew past `split_threshold_mb` into two, and merges adjacent buckets whose
+    sizes together stay within `merge_threshold_mb`, keeping each partition between
+    `min_buckets` and `max_buckets`. A bucket's size is that of its latest file slice: its base
+    file plus the log files written since."""
+
+    initial_buckets: int = Field(4, ge=1, le=65536, description=(
+        "Buckets (file groups) of a partition when it is first written; existing partitions keep theirs."))
+    min_buckets: int | None = Field(None, ge=1, description=(
+        "Merges never leave a partition with fewer buckets than this; null means `initial_buckets`. "
+        "At most `initial_buckets`."))
+    max_buckets: int = Field(1024, ge=1, le=65536, description=(
+        "Splits never give a partition more buckets than this. At least `initial_buckets`."))
+    split_threshold_mb: float = Field(240, gt=0, description=(
+        "A bucket whose latest file slice (base and log files) is larger than this many MiB is split "
+        "in two (Hudi's default: twice its 120 MB maximum file size)."))
+    merge_threshold_mb: float = Field(24, ge=0, description=(
+        "Adjacent buckets whose latest file slices together stay within this many MiB are merged into "
+        "one (Hudi's default: 0.2 of its 120 MB maximum file size); 0 never merges. Less than "
+        "`split_threshold_mb`, or merges would undo splits."))
+    split_point: Literal["middle", "distribution"] = Field("middle", description=(
+        "Where a split cuts a bucket's hash range: `middle`, at its middle; `distribution`, at the "
+        "median hash of the bucket's records, so that each child gets about half of them (this reads "
+        "the bucket when planning)."))
+
+    @model_validator(mode="after")
+    def _bounds(self) -> IndexSettings:
+        problems: list[Problem] = []
+        if self.merge_threshold_mb >= self.split_threshold_mb:
+            problems.append((("merge_threshold_mb",), f"should be less than split_threshold_mb "
+                             f"({self.split_threshold_mb:g}), or merges would undo splits "
+                             f"(got {self.merge_threshold_mb:g})"))
+        if self.min_buckets is not None and self.min_buckets > self.initial_buckets:
+            problems.append((("min_buckets",), f"should be at most initial_buckets ({self.initial_buckets}) "
+                             f"(got {self.min_buckets})"))
+        if self.max_buckets < self.initial_buckets:
+            problems.append((("max_buckets",), f"should be at least initial_buckets ({self.initial_buckets}) "
+                             f"(got {self.max_buckets})"))
+        _raise_problems(problems)
+        return self
+
+    @property
+    def bucket_floor(self) -> int:
+        """The fewest buckets merges leave a partition with."""
+        return self.initial_buckets if self.min_buckets is None else self.min_buckets
+
+
+_INTERVAL = re.compile(r"\d+ +(millisecond|second|minute|hour)s?", re.IGNORECASE)
+_UNIT_SECONDS = {"millisecond": 0.001, "second": 1, "minute": 60, "hour": 3600}
+
+
+class StreamSettings(_Section):
+    """The streaming query: trigger, checkpoint and failure policy."""
+
+    trigger_interval: str = Field("10 seconds", description=(
+        "How often a micro-batch starts: a whole number and a unit, millisecond(s), second(s), "
+        "minute(s) or hour(s). Not used by `streamer run --once`."))
+    checkpoint_location: Text | None = Field(None, description=(
+        "The Spark checkpoint of the table's query; by default "
+        "`<table.path>/.hoodie/.aux/streaming-checkpoint`. Unique among the configs run together."))
+    on_failure: Literal["continue", "stop_application"] = Field("continue", description=(
+        "When the table's query fails: `continue` lets the other tables run on, `stop_application` "
+        "stops them all. The exit status is non-zero either way."))
+
+    @property
+    def trigger_seconds(self) -> float:
+        count, unit = self.trigger_interval.split()
+        return int(count) * _UNIT_SECONDS[unit.lower().rstrip("s")]
+
+    @field_validator("trigger_interval")
+    @classmethod
+    def _spark_interval(cls, interval: str) -> str:
+        if not _INTERVAL.fullmatch(interval.strip()):
+            raise ValueError(
+                "should be a whole number and a unit: millisecond(s), second(s), minute(s) or hour(s), "
+                "e.g. '10 seconds'"
+            )
+        return interval.strip()
+
+
+ServiceMode = Literal["off", "inline", "async"]
+
+
+class _ServiceSettings(_Section):
+    """When a service runs: `inline` in the sink after a commit, `async` scheduled there and
+    executed by the application's background executor, `off` only by the offline command."""
+
+    mode: ServiceMode = Field("inline", description=(
+        "`inline`: scheduled and executed after a deltacommit, before the next micro-batch; `async`: "
+        "scheduled there, executed by the application's background thread; `off`: left to the "
+        "offline `streamer` command."))
+    every_delta_commits: int | None = Field(None, ge=1, description=(
+        "Due after this many deltacommits since the service's last instant (archival counts those on "
+        "the active timeline). With neither trigger set, due after every deltacommit."))
+    every_seconds: float | None = Field(None, gt=0, description=(
+        "Due once this many seconds have passed since the job last scheduled the service (or started). "
+        "Either trigger makes it due."))
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_off(cls, mode: Any) -> Any:
+        """YAML 1.1 reads a bare `off` as false; it means the mode `off`."""
+        return "off" if mode is False else mode
+
+
+class CompactionSettings(_ServiceSettings):
+    """Folding log files into base files. Due after `every_delta_commits` deltacommits since
+    the last compaction plan, or `every_seconds`, whichever comes first.
+
+    `inline` is the default because it keeps every reader exact: hudi-rs (0.5) does not read
+    log files written to a file group while its compaction is pending (`async`) until the
+    compaction completes; Hudi's own readers and ours do."""
+
+    mode: ServiceMode = Field("inline", description=(
+        "`inline`, `async` or `off`, as for every service. `inline` keeps every reader exact; with "
+        "`async`, hudi-rs 0.5 reads what is written to a file group under a pending compaction only "
+        "once the compaction completes."))
+    every_delta_commits: int | None = Field(5, ge=1, description=(
+        "Due after this many deltacommits since the last compaction instant; null leaves only `every_seconds`."))
+    strategy: Literal["log_file_count", "log_file_size", "bounded_io", "recent_partitions"] = Field(
+        "log_file_count", description=(
+            "Which file slices a plan takes: `log_file_count`, those with at least `min_log_files` log "
+            "files, most first; `log_file_size`, at least `min_log_bytes` of logs, largest first; "
+            "`bounded_io`, largest logs first; `recent_partitions`, every slice of the "
+            "`recent_partitions` greatest partition paths."))
+    min_log_files: int = Field(1, ge=1, description="`log_file_count`: the fewest log files a slice needs to be compacted.")
+    min_log_bytes: int = Field(0, ge=0, description="`log_file_size`: the fewest bytes of log files a slice needs to be compacted.")
+    max_io_mb: int = Field(500, ge=1, description=(
+        "All strategies but `recent_partitions` stop adding slices once their base and log files "
+        "reach this many MiB."))
+    recent_partitions: int | None = Field(None, ge=1, description=(
+        "`recent_partitions`: how many of the greatest partition paths to compact; 10 when null."))
+    max_log_files_per_group: int | None = Field(None, ge=1, description=(
+        "The most log files a snapshot read merges in any file group (the bound on read "
+        "amplification); unbounded when null. When a file group holds this many after a commit, "
+        "the next batch would cross it, so the job first executes the pending plans (waiting for "
+        "the background thread's) and compacts the file groups still at the bound, logging why; "
+        "the stream waits meanwhile (`mor_streamer_backpressure_seconds_total`). Not with `mode: off`."))
+
+    @model_validator(mode="after")
+    def _bound_needs_compaction(self) -> "CompactionSettings":
+        if self.max_log_files_per_group is not None and self.mode == "off":
+            _raise_problems([(("max_log_files_per_group",),
+                              "not allowed with mode off: the job would have no compaction to hold the bound with")])
+        return self
+
+
+class ClusteringSettings(_ServiceSettings):
+    """Bucket resizing and sorting (Hudi's clustering of a consistent-hashing table), each plan a
+    replacecommit. A plan splits the buckets grown past `index.split_threshold_mb`, merges
+    adjacent small ones (`index.merge_threshold_mb`) and, with `sort_columns`, rewrites buckets
+    sorted. Due after `every_delta_commits` deltacommits since the last clustering instant, or
+    `every_seconds`, whichever comes first.
+
+    While a plan is pending, writes to a planned bucket go to the old file group and to its new
+    one (dual writes), and readers see only the old groups until the plan completes; so every
+    reader, hudi-rs included, is exact in every state, and `async` is safe."""
+
+    mode: ServiceMode = Field("inline", description=(
+        "`inline`, `async` or `off`, as for every service. With `async`, batches go on while the "
+        "background thread rewrites the planned buckets; what they write reaches the new buckets too."))
+    every_delta_commits: int | None = Field(10, ge=1, description=(
+        "Due after this many deltacommits since the last clustering instant (or since the job last "
+        "found nothing to plan); null leaves only `every_seconds`."))
+    sort_columns: list[Text] = Field([], description=(
+        "Table columns each bucket's base file is sorted by (then by record key). A bucket not sorted "
+        "by them yet is rewritten sorted; empty: buckets are only split and merged. Checked against "
+        "the table's columns when the job starts."))
+    max_partitions: int | None = Field(None, ge=1, description=(
+        "The most partitions one plan takes buckets from; unbounded when null."))
+    max_plan_mb: float | None = Field(2048, gt=0, description=(
+        "One plan stops taking buckets once their latest file slices reach this many MiB (the first "
+        "bucket is always taken, however large); unbounded when null."))
+
+    @field_validator("sort_columns")
+    @classmethod
+    def _distinct(cls, columns: list[str]) -> list[str]:
+        _raise_problems([((i,), f"column {c!r} is named twice") for i, c in enumerate(columns) if c in columns[:i]])
+        return columns
+
+
+class CleanSettings(_ServiceSettings):
+    """Removing file slices no reader of the retained commits needs. Due after every commit
+    unless a trigger says otherwise."""
+
+    policy: Literal["keep_latest_commits", "keep_latest_file_versions"] = Field("keep_latest_commits", description=(
+        "`keep_latest_commits`: keep the file slices that reads as of the last `retained` commits "
+        "need; `keep_latest_file_versions`: keep the newest `retained` slices of each file group."))
+    retained: int = Field(10, ge=1, description="Commits, or file slices per file group, that `policy` keeps.")
+
+
+class ArchiveSettings(_ServiceSettings):
+    """Keeping the active timeline between bounds by archiving its oldest instants."""
+
+    min_instants: int = Field(20, ge=1, description=(
+        "Completed instants left active after archiving. Greater than `services.clean.retained` "
+        "unless cleaning or archival is off."))
+    max_instants: int = Field(30, ge=2, description=(
+        "Archival starts when more completed instants than this are active; greater than `min_instants`."))
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "ArchiveSettings":
+        if self.max_instants <= self.min_instants:
+            _raise_problems([(("max_instants",), f"should be greater than min_instants ({self.min_instants})")])
+        return self
+
+
+class ServicesSettings(_Section):
+    """The table services and the mode each runs in."""
+
+    compaction: CompactionSettings = Field(CompactionSettings(), description="Compaction of log files into base files.")
+    clustering: ClusteringSettings = Field(ClusteringSettings(), description=(
+        "Bucket resizing (split, merge) and sorting of buckets, as replacecommits."))
+    clean: CleanSettings = Field(CleanSettings(), description="Removal of file slices no retained commit needs.")
+    archive: ArchiveSettings = Field(ArchiveSettings(), description="Archival of the oldest instants of the active timeline.")
+
+    @model_validator(mode="after")
+    def _archive_keeps_what_clean_retains(self) -> "ServicesSettings":
+        if "off" not in (self.clean.mode, self.archive.mode) and self.archive.min_instants <= self.clean.retained:
+            _raise_problems([(("archive", "min_instants"),
+                              f"should be greater than services.clean.retained ({self.clean.retained}), "
+                              "so the active timeline holds every commit the cleaner retains")])
+        return self
+
+
+def _empty_as_null(value: Any) -> Any:
+    """An empty value (say, `${METRICS_PORT:-}` with the variable unset) is no value."""
+    return None if value == "" else value
+
+
+class MetricsSettings(_Section):
+    """The application's Prometheus endpoint (`/metrics`) and health endpoint (`/health`), off
+    unless a port is given. One endpoint serves every table run together, so the configs that
+    set a port must set the same one; each table's metrics carry its name as the `table` label.
+    See docs/operations.md for each metric."""
+
+    port: Annotated[int | None, BeforeValidator(_empty_as_null)] = Field(None, ge=1, le=65535, description=(
+        "The TCP port of the endpoints; null (or empty) turns them off."))
+    host: Text = Field("0.0.0.0", description="The address the endpoints listen on.")
+    stuck_after_triggers: int = Field(10, ge=1, description=(
+        "`/health` calls a table stuck when Kafka holds records it has not committed and no commit "
+        "came for this many trigger intervals (`stream.trigger_interval`); with no records waiting "
+        "it is idle, which is healthy."))
+
+
+_QUERY_START = re.compile(r"\s*(select|with)\b", re.IGNORECASE)
+_SOURCE_VIEW = re.compile(r"\bsource\b", re.IGNORECASE)
+
+
+class JobConfig(_Section):
+    """One table job: a Kafka source streamed into one Hudi table."""
+
+    table: TableSettings = Field(description="The Hudi table written to.")
+    source: SourceSettings = Field(description="The Kafka topics read.")
+    decode: DecodeSettings = Field(description="How Kafka keys and values become columns.")
+    transform: str | None = Field(None, description=(
+        "A Spark SQL query of the view `source` (`SELECT ... FROM source`) whose result is upserted. "
+        "`source` holds the value's fields, `kafka_key` (unless the key format is `none`), "
+        "`kafka_topic`, `kafka_partition`, `kafka_offset` and `kafka_timestamp`. Without it, the "
+        "value's fields are upserted."))
+    index: IndexSettings = Field(IndexSettings(), description="The consistent-hashing bucket index.")
+    stream: StreamSettings = Field(StreamSettings(), description="The streaming query.")
+    services: ServicesSettings = Field(ServicesSettings(), description="Compaction, clustering, cleaning and archival.")
+    metrics: MetricsSettings = Field(MetricsSettings(), description="The Prometheus and health endpoints.")
+    _config_path: Path = PrivateAttr(Path("<config>"))
+
+    @field_validator("transform")
+    @classmethod
+    def _query_of_source(cls, sql: str | None) -> str | None:
+        if sql is not None and not (_QUERY_START.match(sql) and _SOURCE_VIEW.search(sql)):
+            raise ValueError("should be a SQL query of the view source: SELECT ... FROM source")
+        return sql
+
+    @classmethod
+    def from_mapping(
+        cls, data: Mapping[str, Any], source_name: str = "<config>", base_dir: Path | None = None
+    ) -> JobConfig:
+        """A config from parsed YAML; ``source_name`` labels errors, ``base_dir`` (default: the
+        working directory) is where relative schema files are looked up."""
+        return _build(data, source_name, (Path.cwd() if base_dir is None else Path(base_dir)) / source_name)
+
+    @property
+    def config_path(self) -> Path:
+        """The YAML file this config came from."""
+        return self._config_path
+
+    @property
+    def checkpoint_location(self) -> str:
+        """The streaming query's checkpoint: inside the table's .hoodie unless configured."""
+        return self.stream.checkpoint_location or f"{self.table.path.rstrip('/')}/.hoodie/.aux/streaming-checkpoint"
+
+    def schema_file(self, fmt: FormatSettings) -> Path | None:
+        """``fmt.schema_file`` resolved against the YAML file's directory."""
+        return None if fmt.schema_file is None else _resolve(self.config_path.parent, fmt.schema_file)
+
+
+# -- Loading -------------------------------------------------------------------------------------
+
+
+def load_config(path: str | Path) -> JobConfig:
+    """The job config in one YAML file."""
+    path = Path(path)
+    return _build(_read_yaml(path), str(path), path)
+
+
+def load_configs(path: str | Path) -> list[JobConfig]:
+    """The config of a YAML file, or those of every *.yaml / *.yml file of a directory by name."""
+    path = Path(path)
+    if not path.is_dir():
+        return [load_config(path)]
+    files = sorted((f for f in path.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file()), key=lambda f: f.name)
+    if not files:
+        raise ConfigError([f"{path}: no *.yaml or *.yml file in this directory"])
+    configs, problems = [], []
+    for file in files:
+        try:
+            configs.append(load_config(file))
+        except ConfigError as e:
+            problems.extend(e.problems)
+    problems.extend(_shared_values(configs))
+    problems.extend(_one_metrics_endpoint(configs))
+    if problems:
+        raise ConfigError(problems)
+    return configs
+
+
+def _shared_values(configs: list[JobConfig]) -> list[str]:
+    """Problems for table names, table paths and checkpoints that two configs share."""
+    unique_values = {
+        "table.name": lambda c: c.table.name,
+        "table.path": lambda c: c.table.path.rstrip("/"),
+        "stream.checkpoint_location": lambda c: c.checkpoint_location.rstrip("/"),
+    }
+    problems = []
+    for key_path, value_of in unique_values.items():
+        first_file: dict[str, Path] = {}
+        for config in configs:
+            value = value_of(config)
+            other = first_file.setdefault(value, config.config_path)
+            if other != config.config_path:
+                problems.append(f"{config.config_path}: {key_path}: should be unique, {other} has it too (got {value!r})")
+    return problems
+
+
+def _one_metrics_endpoint(configs: list[JobConfig]) -> list[str]:
+    """Problems for configs that ask for different endpoints: the application serves one."""
+    first: JobConfig | None = None
+    problems = []
+    for config in (c for c in configs if c.metrics.port is not None):
+        first = first or config
+        if (config.metrics.host, config.metrics.port) != (first.metrics.host, first.metrics.port):
+            problems.append(f"{config.config_path}: metrics.port: should be {first.metrics.host}:{first.metrics.port} "
+                            f"as in {first.config_path}: one endpoint serves every table "
+                            f"(got {config.metrics.host}:{config.metrics.port})")
+    return problems
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: no such file or directory"]) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError([f"{path}: cannot be read: {e}"]) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ConfigError([f"{path}: {where}invalid YAML: {getattr(e, 'problem', None) or e}"]) from None
+
+
+def _build(data: Any, source_name: str, config_path: Path) -> JobConfig:
+    if not isinstance(data, Mapping):
+        raise ConfigError([f"{source_name}: should be a mapping of the sections table, source, decode, "
+                           f"transform, index and stream (got {_show(data)})"])
+    env_problems: list[Problem] = []
+    data = _substitute(data, (), env_problems)
+    try:
+        config = JobConfig.model_validate(data, context={_CONFIG_DIR: config_path.parent})
+        problems = env_problems
+    except ValidationError as e:
+        unresolved = [key_path for key_path, _ in env_problems]
+        problems = env_problems + [
+            (key_path, text) for key_path, text in _validation_problems(e)
+            if not any(key_path[:len(u)] == u for u in unresolved)
+        ]
+    if problems:
+        raise ConfigError([
+            f"{source_name}: {'.'.join(map(str, key_path))}: {text}" if key_path else f"{source_name}: {text}"
+            for key_path, text in problems
+        ])
+    config._config_path = config_path
+    return config
+
+
+# -- Environment variables -----------------------------------------------------------------------
+
+_VARIABLE = re.compile(r"\$\$\{|\$\{(?:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\})?")
+
+
+def _substitute(value: Any, key_path: KeyPath, problems: list[Problem]) -> Any:
+    """``value`` with ``${NAME}`` / ``${NAME:-default}`` replaced in every string, keys excepted."""
+    if isinstance(value, str):
+        return _VARIABLE.sub(lambda match: _variable_value(match, key_path, problems), value)
+    if isinstance(value, list):
+        return [_substitute(item, (*key_path, i), problems) for i, item in enumerate(value)]
+    if isinstance(value, Mapping):
+        return {key: _substitute(item, (*key_path, key), problems) for key, item in value.items()}
+    return value
+
+
+def _variable_value(match: re.Match[str], key_path: KeyPath, problems: list[Problem]) -> str:
+    if match.group(0) == "$${":
+        return "${"
+    name, default = match.groups()
+    if name is None:
+        problems.append((key_path, "'${' should start ${NAME} or ${NAME:-default}; write '$${' for a literal '${'"))
+        return match.group(0)
+    value = os.environ.get(name)
+    if default is not None and not value:
+        return default
+    if value is None:
+        problems.append((key_path, f"environment variable {name} is not set"))
+        return match.group(0)
+    return value
+
+
+# -- Validation errors ---------------------------------------------------------------------------
+
+_EXPECTATIONS = {
+    "model_type": "should be a mapping",
+    "dict_type": "should be a mapping",
+    "tuple_type": "should be a string or a list of strings",
+    "list_type": "should be a list",
+    "too_short": "should not be empty",
+    "string_too_short": "should not be empty",
+}
+
+
+def _validation_problems(error: ValidationError) -> list[Problem]:
+    problems: list[Problem] = []
+    for detail in error.errors():
+        key_path = tuple(part for part in detail["loc"] if part != "[key]")
+        cause = detail.get("ctx", {}).get("error")
+        if isinstance(cause, _Problems):
+            problems.extend(((*key_path, *below), text) for below, text in cause.problems)
+        elif detail["type"] == "extra_forbidden":
+            problems.append((key_path, _unknown_key(key_path)))
+        elif detail["type"] == "missing":
+            problems.append((key_path, "required key is missing"))
+        else:
+            expected = _EXPECTATIONS.get(detail["type"]) or detail["msg"].removeprefix("Value error, ")
+            got = "***" if _is_secret(key_path) else _show(detail["input"])
+            problems.append((key_path, f"{expected.removeprefix('Input ')} (got {got})"))
+    return problems
+
+
+def _unknown_key(key_path: KeyPath) -> str:
+    allowed = _keys_at(key_path[:-1])
+    close = difflib.get_close_matches(str(key_path[-1]), allowed, n=1)
+    if close:
+        return f"unknown key; did you mean {close[0]!r}?"
+    return f"unknown key; allowed keys: {', '.join(allowed)}"
+
+
+def _keys_at(key_path: KeyPath) -> list[str]:
+    """The YAML keys of the section at ``key_path``."""
+    model: type[BaseModel] = JobConfig
+    for key in key_path:
+        annotation = model.model_fields[key].annotation
+        model = next(t for t in (annotation, *getattr(annotation, "__args__", ()))
+                     if isinstance(t, type) and issubclass(t, BaseModel))
+    return list(model.model_fields)
+
+
+def _is_secret(key_path: KeyPath) -> bool:
+    if key_path[:2] in (("source", "options"), ("table", "storage_options")):
+        return len(key_path) == 2 or is_secret_option(str(key_path[2]))
+    return key_path[-1:] == ("basic_auth_user_info",)
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _show(value: Any) -> str:
+    """A short view of a bad value; mappings and nested lists are not shown, they may hold secrets."""
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple)) and not all(isinstance(item, _SCALARS) for item in value):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,117 @@
+"""Reading file slices: base file plus the log blocks of visible instants, merged by record key.
+
+One function reads one slice, so the pure-Python reader and the Spark data source share it.
+Blocks of instants that are not visible (inflight, rolled back, after the time-travel instant)
+are skipped, so a half-written commit never shows.
+
+A slice without log files is its base file (one row per key), read without merging: only the
+columns asked for, and with predicates only the row groups whose statistics may match. With log
+files, the base file is read whole, since a base row that fails a predicate can still outrank a
+log row that passes it; predicates then filter the merged rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from table.file_group.fs_view import FileSlice
+from table.file_group.log_file.format import CommandBlock, DataBlock, DeleteBlock, read_log_file
+from table.read.merge import DELETE_COMMIT_TIME, DELETE_KEY, DELETE_ORDERING, merge_latest
+from table.read.predicate import Predicate, columns_of, filter_rows, row_groups_to_read
+from table.schema import META_FIELDS
+from table.storage.file_io import Storage
+from table.timeline.timeline import CompletedInstants
+
+
+@dataclass(frozen=True)
+class SliceReadSpec:
+    """What reading a slice needs besides its files (picklable, for Spark executors)."""
+
+    visible_instants: CompletedInstants
+    ordering_field: str
+    schema: pa.Schema  # meta fields + table columns
+    columns: tuple[str, ...] | None = None
+    predicates: tuple[Predicate, ...] = ()  # rows failing them may be left out; others are kept
+
+    def columns_to_read(self) -> list[str] | None:
+        """The projection plus the columns the predicates test (None: every column)."""
+        if self.columns is None:
+            return None
+        return list(dict.fromkeys(list(self.columns) + columns_of(self.predicates)))
+
+
+def read_file_slice(storage: Storage, file_slice: FileSlice, spec: SliceReadSpec) -> pa.Table:
+    """The merged rows of one file slice, projected to `spec.columns`."""
+    if not file_slice.log_files:
+        return read_base_file(storage, file_slice, spec)
+    parts: list[pa.Table] = []
+    if file_slice.base_file is not None:
+        parts.append(_conform(pq.read_table(storage.open_input(file_slice.base_file.path)), spec.schema))
+    deletes: list[pa.Table] = []
+    rolled_back: set[str] = set()
+    blocks = [b for log in file_slice.sorted_log_files() for b in read_log_file(storage, log.path)]
+    for block in blocks:
+        if isinstance(block, CommandBlock):
+            rolled_back.add(block.target_instant)
+    for block in blocks:
+        instant = getattr(block, "instant", None)
+        if instant not in spec.visible_instants or instant in rolled_back:
+            continue
+        if isinstance(block, DataBlock):
+            parts.append(_conform(block.records, spec.schema))
+        elif isinstance(block, DeleteBlock):
+            deletes.append(_delete_rows(block, spec.schema.field(spec.ordering_field).type))
+    if not parts:
+        return _project(spec.schema.empty_table(), spec.columns)
+    records = pa.concat_tables(parts)
+    merged = merge_latest(records, pa.concat_tables(deletes) if deletes else None, spec.ordering_field)
+    return _project(filter_rows(merged, spec.predicates), spec.columns)
+
+
+def read_base_file(storage: Storage, file_slice: FileSlice, spec: SliceReadSpec) -> pa.Table:
+    """Read-optimized: the slice's base file alone, the row groups the predicates may match."""
+    wanted = spec.columns_to_read()
+    schema = pa.schema([spec.schema.field(c) for c in wanted]) if wanted else spec.schema
+    if file_slice.base_file is None:
+        return _project(schema.empty_table(), spec.columns)
+    parquet = pq.ParquetFile(storage.open_input(file_slice.base_file.path))
+    present = [c for c in schema.names if c in parquet.schema_arrow.names]
+    if spec.predicates:
+        rows = parquet.read_row_groups(row_groups_to_read(parquet.metadata, spec.predicates), columns=present)
+    else:
+        rows = parquet.read(columns=present)
+    return _project(filter_rows(_conform(rows, schema), spec.predicates), spec.columns)
+
+
+def _delete_rows(block: DeleteBlock, ordering_type: pa.DataType) -> pa.Table:
+    keys = block.records
+    n = keys.num_rows
+    return pa.table(
+        {
+            DELETE_KEY: keys["record_key"],
+            DELETE_ORDERING: keys["ordering_value"].cast(ordering_type),
+            DELETE_COMMIT_TIME: pa.array([block.instant] * n, pa.string()),
+        }
+    )
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Same columns and types as the table schema; columns a file lacks read as null."""
+    columns = []
+    for field in schema:
+        if field.name in table.column_names:
+            columns.append(table[field.name].cast(field.type))
+        else:
+            columns.append(pa.nulls(table.num_rows, field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _project(table: pa.Table, columns: tuple[str, ...] | None) -> pa.Table:
+    return table.select(list(columns)) if columns else table
+
+
+def table_schema_with_meta(data_schema: pa.Schema) -> pa.Schema:
+    return pa.schema([pa.field(m, pa.string()) for m in META_FIELDS] + list(data_schema))

@@ -1,0 +1,58 @@
+"""One deltacommit in progress, shared by the in-process upsert and the Spark write."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from table.file_group.layout_stats import LayoutStats
+from table.index import consistent_hashing as ring
+from table.services.rollback import rollback
+from table.storage.layout import write_partition_metadata
+from table.timeline.commit_metadata import WriteStat
+from table.timeline.timeline import Instant, Timeline
+from table.write.routing import Routing
+
+if TYPE_CHECKING:
+    from table.write.writer import TableWriter
+
+
+class DeltaCommit:
+    """One deltacommit in progress: begun on the timeline (requested, then inflight) with the
+    routing of its records, then completed with the write stats of the files its tasks wrote,
+    or abandoned. The in-process upsert and the Spark write both go through it."""
+
+    def __init__(self, writer: TableWriter, instant: str, timeline: Timeline, data_schema: pa.Schema,
+                 routing: Routing, layout: LayoutStats):
+        self.writer = writer
+        self.layout = layout  # as the commit began
+        self.instant = instant
+        self.timeline = timeline
+        self.data_schema = data_schema
+        self.routing = routing
+        self.context = writer.commit_context(instant, data_schema)
+
+    def complete(self, stats: list[WriteStat], extra_metadata: dict[str, str] | None = None) -> str:
+        """Record the rings of the partitions this commit created, then complete it atomically."""
+        self._record_new_partitions(stats)
+        self.writer.complete(self.instant, self.timeline, stats, self.data_schema, extra_metadata)
+        self.writer.last_layout = self.layout.with_writes(stats)
+        return self.instant
+
+    def abandon(self) -> None:
+        """Roll the commit back: delete what its tasks wrote; nothing of it ever became visible."""
+        storage = self.writer.table.storage
+        rollback(storage, Timeline.load(storage), Instant(self.instant, "deltacommit", "inflight"))
+
+    def _record_new_partitions(self, stats: list[WriteStat]) -> None:
+        storage = self.writer.table.storage
+        for partition in sorted({s.partition_path for s in stats if self.routing.is_new(s.partition_path)}):
+            write_partition_metadata(storage, partition, self.instant)
+            used = self.routing.router(partition).metadata
+            stored = ring.create_initial(storage, partition, self.routing.initial_buckets)
+            if stored.nodes != used.nodes:
+                raise ring.HashingMetadataError(
+                    f"partition '{partition}' was created with other buckets than this commit routed to "
+                    f"({len(stored.nodes)} against {len(used.nodes)}); the commit is not completed")
+            self.writer.remember_ring(stored)

@@ -1,0 +1,101 @@
+"""Preparing a batch for a deltacommit: validated, keyed, and deduplicated (the greatest ordering
+value per record key, the later row on ties)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from table.errors import InvalidBatchError
+from table.schema import (
+    PARTITION_PATH,
+    RECORD_KEY,
+)
+
+#: Column marking the rows of a prepared batch that are deletes.
+IS_DELETE = "_mor_is_delete"
+
+
+#: Column holding each row's position in the input, so ties still go to the later row after a shuffle.
+POSITION = "_mor_position"
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """What preparing a batch needs to know about the table (picklable, for executors)."""
+
+    record_key_fields: tuple[str, ...]
+    partition_fields: tuple[str, ...]
+    ordering_field: str
+    hive_style_partitioning: bool
+    url_encode_partitions: bool
+    delete_field: str | None
+
+
+def prepare_batch(records: pa.Table, spec: BatchSpec, key_generator, dedupe: bool = True) -> pa.Table:
+    """Validate, add record key and partition path, keep the latest version of each key.
+
+    `dedupe=False` leaves duplicates for a later per-file-group pass (the Spark path).
+
+    Returns the batch with `_hoodie_record_key`, `_hoodie_partition_path` and `IS_DELETE` added
+    and the delete marker column removed. Raises InvalidBatchError naming the field at fault.
+    """
+    names = set(records.column_names)
+    for f in (*spec.record_key_fields, *spec.partition_fields, spec.ordering_field):
+        if f not in names:
+            raise InvalidBatchError(f"field '{f}' is missing from the batch (columns: {sorted(names)})")
+    ordering = records[spec.ordering_field]
+    if not _orderable(ordering.type):
+        raise InvalidBatchError(
+            f"ordering field '{spec.ordering_field}' has type {ordering.type}; "
+            "it must be a number, string, date or timestamp"
+        )
+    if ordering.null_count:
+        raise InvalidBatchError(
+            f"ordering field '{spec.ordering_field}' is null in {ordering.null_count} record(s)"
+        )
+    keys = key_generator.record_keys(records)
+    partitions = key_generator.partition_paths(records)
+    if spec.delete_field:
+        if spec.delete_field not in names:
+            is_delete = pa.repeat(pa.scalar(False), records.num_rows)
+        else:
+            is_delete = pc.fill_null(records[spec.delete_field].cast(pa.bool_()), False)
+        records = records.drop_columns([spec.delete_field]) if spec.delete_field in names else records
+    else:
+        is_delete = pa.repeat(pa.scalar(False), records.num_rows)
+    prepared = records.append_column(RECORD_KEY, keys).append_column(PARTITION_PATH, partitions)
+    prepared = prepared.append_column(IS_DELETE, is_delete)
+    return dedupe_latest(prepared, spec.ordering_field) if dedupe else prepared
+
+
+def dedupe_latest(prepared: pa.Table, ordering_field: str) -> pa.Table:
+    """One row per record key: the greatest ordering value, the later row on ties."""
+    if prepared.num_rows <= 1 or pc.count_distinct(prepared[RECORD_KEY]).as_py() == prepared.num_rows:
+        return prepared
+    if POSITION in prepared.column_names:
+        position = prepared[POSITION]
+    else:
+        position = pa.array(range(prepared.num_rows), pa.int64())
+    order = pc.sort_indices(
+        pa.table({"k": prepared[RECORD_KEY], "o": prepared[ordering_field], "p": position}),
+        sort_keys=[("k", "ascending"), ("o", "descending"), ("p", "descending")],
+    )
+    keys = pc.take(prepared[RECORD_KEY], order).combine_chunks()
+    n = len(keys)
+    first = pa.concat_arrays([pa.array([True]), pc.not_equal(keys.slice(1), keys.slice(0, n - 1))])
+    return prepared.take(pc.filter(order, first))
+
+
+def _orderable(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_date(t)
+        or pa.types.is_decimal(t)
+    )

@@ -1,0 +1,134 @@
+"""Routing a commit's records to file groups: each partition's consistent-hashing ring applied to
+the record keys, and the file group target each bucket writes to in this commit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from table.index import consistent_hashing as ring
+from table.schema import (
+    PARTITION_PATH,
+    RECORD_KEY,
+)
+from table.write.prepare import BatchSpec, prepare_batch
+
+#: Column of a prepared batch holding its file group's id, for the shuffle.
+FILE_ID = "_mor_file_id"
+
+
+@dataclass(frozen=True)
+class FileGroupTarget:
+    """Where one file group's records go in this commit."""
+
+    partition_path: str
+    file_id: str
+    base_instant: str | None  # None: the group is new and gets a base file
+    base_file_name: str | None  # '': the slice's base file is a pending compaction's output
+    log_version: int
+
+
+class Routing:
+    """Where each record of one commit goes: the rings of the partitions the table has and the
+    file group target of each of their buckets.
+
+    A partition the table does not have yet gets Hudi's initial ring, which is a function of
+    the partition path and the bucket count (see `ring.initial_metadata`), so executors route
+    its records without asking the driver; the commit records that ring when it completes.
+    Picklable: Spark broadcasts it to the tasks that key and route a batch.
+    """
+
+    def __init__(self, spec: BatchSpec, key_generator, routers: dict[str, ring.Router],
+                 targets: dict[str, FileGroupTarget], initial_buckets: int):
+        self.spec = spec
+        self.key_generator = key_generator
+        self.routers = routers
+        self.targets = targets
+        self.initial_buckets = initial_buckets
+        self._new_partitions: dict[str, ring.Router] = {}
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_new_partitions"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _new_partitions={})
+
+    def prepare(self, records: pa.Table | pa.RecordBatch, dedupe: bool = True) -> pa.Table:
+        table = records if isinstance(records, pa.Table) else pa.Table.from_batches([records])
+        return prepare_batch(table, self.spec, self.key_generator, dedupe=dedupe)
+
+    def router(self, partition_path: str) -> ring.Router:
+        found = self.routers.get(partition_path) or self._new_partitions.get(partition_path)
+        if found is None:
+            found = self._new_partitions[partition_path] = ring.Router(
+                ring.initial_metadata(partition_path, self.initial_buckets),
+                index_key_fields=self.spec.record_key_fields)
+        return found
+
+    def is_new(self, partition_path: str) -> bool:
+        return partition_path not in self.routers
+
+    def target(self, file_id: str, partition_path: str) -> FileGroupTarget:
+        """The target of a file group; a group of a new partition is new and gets a base file."""
+        found = self.targets.get(file_id)
+        if found is not None:
+            return found
+        if not self.is_new(partition_path):
+            raise KeyError(f"file group {file_id} is not a bucket of partition '{partition_path}'")
+        return FileGroupTarget(partition_path=partition_path, file_id=file_id, base_instant=None,
+                               base_file_name=None, log_version=1)
+
+    def route(self, rows: pa.Table | pa.RecordBatch) -> pa.Table:
+        """The rows with the FILE_ID of their partition's bucket (its consistent-hashing ring
+        applied to the record key). A row whose bucket a pending resize replaces comes twice:
+        once for the old file group, once for the child's (the dual write that keeps both sides
+        current)."""
+        table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
+        if table.num_rows == 0:
+            return table.append_column(FILE_ID, pa.array([], pa.string()))
+        partitions = table[PARTITION_PATH].combine_chunks()
+        keys = table[RECORD_KEY].combine_chunks()
+        distinct = pc.unique(partitions).to_pylist()
+        if len(distinct) == 1:
+            file_ids, child_ids = self.router(distinct[0]).file_ids_with_children(keys)
+            primary = table.append_column(FILE_ID, file_ids)
+            if child_ids is None or child_ids.null_count == len(child_ids):
+                return primary
+        else:
+            positions, routed, children = [], [], []
+            for partition in distinct:
+                idx = pc.indices_nonzero(pc.equal(partitions, partition))
+                file_ids, child_ids = self.router(partition).file_ids_with_children(pc.take(keys, idx))
+                positions.append(idx)
+                routed.append(file_ids)
+                children.append(child_ids if child_ids is not None else pa.nulls(len(idx), pa.string()))
+            # Rows were gathered partition by partition; put each file id back at its row's position.
+            order = pc.sort_indices(pa.concat_arrays(positions))
+            primary = table.append_column(FILE_ID, pc.take(pa.concat_arrays(routed), order))
+            child_ids = pc.take(pa.concat_arrays(children), order)
+            if child_ids.null_count == len(child_ids):
+                return primary
+        dual = pc.is_valid(child_ids)
+        duplicates = table.filter(dual).append_column(FILE_ID, pc.filter(child_ids, dual))
+        return pa.concat_tables([primary, duplicates])
+
+
+def file_group_slices(routed: pa.Table) -> Iterator[tuple[str, pa.Table]]:
+    """The routed rows of each file group, as (file id, rows)."""
+    if routed.num_rows == 0:
+        return
+    groups = pc.dictionary_encode(routed[FILE_ID].combine_chunks())
+    if len(groups.dictionary) == 1:
+        yield groups.dictionary[0].as_py(), routed
+        return
+    codes = np.asarray(groups.indices)
+    ordered = routed.take(pa.array(np.argsort(codes, kind="stable")))
+    ends = np.cumsum(np.bincount(codes, minlength=len(groups.dictionary)))
+    start = 0
+    for file_id, end in zip(groups.dictionary.to_pylist(), ends.tolist()):
+        yield file_id, ordered.slice(start, end - start)
+        start = end
