@@ -25,7 +25,8 @@ from enum import StrEnum
 from pathlib import Path
 
 from streamer.checkpoint import table_checkpoint
-from streamer.cli.describe import file_groups, human_bytes
+from streamer.cli.describe import file_groups
+from streamer.cli.output import human_bytes
 from streamer.config.model import ConfigError, JobConfig, load_configs
 from streamer.decode.registry import SchemaRegistryClient, SchemaRegistryError
 from streamer.kafka.offsets import BrokersUnreachable, KafkaProgress, TopicRanges

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,9 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "doctor":
         return doctor_command(args)
     if args.command in ("table", "query"):
-        from streamer.cli.describe import run as describe
-
-        return describe(args)
+        return table_command(args)
     if args.command == "run":
         return run_command(args)
     if args.command in ("compact", "cluster", "clean", "archive"):
@@ -218,6 +218,42 @@ def _key_value(text: str) -> tuple[str, str]:
     if not sep or not key:
         raise ValueError(f"--conf expects KEY=VALUE, got {text!r}")
     return key, value
+
+
+def table_command(args: argparse.Namespace) -> int:
+    """`streamer table ...` and `streamer query`: print one document; 2 for a bad path or query."""
+    from streamer.cli import describe, output
+    from table.errors import TableNotFoundError
+    from table.mor_table import MorTable
+
+    try:
+        table = MorTable.load(args.table_path)
+        document, text = _table_document(table, args, describe, output)
+    except (TableNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(document.to_dict(), indent=2, default=str) if args.json else text(document))
+    return 0
+
+
+def _table_document(table, args: argparse.Namespace, describe, output):
+    if args.command == "query":
+        rows = describe.read_rows(table, args.as_of, args.read_optimized, args.incremental_from)
+        return describe.query(rows, args.sql, args.limit), output.render_query
+    kind = args.table_command
+    if kind == "info":
+        return describe.table_info(table), output.render_info
+    if kind == "timeline":
+        return describe.timeline_entries(table, args.limit, args.archived), output.render_timeline
+    if kind == "files":
+        return describe.file_groups(table, args.partition), output.render_files
+    if kind == "buckets":
+        return describe.buckets(table), output.render_buckets
+    if kind == "stats":
+        return describe.table_stats(table), output.render_stats
+    from streamer.cli.report import write_report
+
+    return describe.ReportFiles([str(p) for p in write_report(table, Path(args.out))]), output.render_report
 
 
 if __name__ == "__main__":

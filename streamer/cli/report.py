@@ -17,14 +17,8 @@ matplotlib.use("Agg")  # files only: no display, whatever the environment says
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from streamer.cli.describe import (  # noqa: E402
-    Buckets,
-    TimelineSummary,
-    buckets,
-    human_bytes,
-    show_partition,
-    timeline_entries,
-)
+from streamer.cli.describe import Buckets, TimelineSummary, buckets, timeline_entries
+from streamer.cli.output import human_bytes, show_partition
 from table.mor_table import MorTable  # noqa: E402
 
 BASE_COLOR = "#4C72B0"
