@@ -43,8 +43,9 @@ from streamer.metrics import Metrics, TableMetrics
 from streamer.quarantine import QuarantineTable
 from streamer.services import BackgroundExecutor, TableServices
 from streamer.sink import OffsetJumpCheck, SinkSettings, UpsertSink
+from table.errors import SchemaEvolutionError
 from table.mor_table import MorTable, TableSpec
-from table.schema import SchemaEvolutionError, arrow_schema_from_avro, evolve
+from table.schema import arrow_schema_from_avro, evolve
 from table.storage.file_io import Storage
 from table.timeline.timeline import parse_instant_time
 from table.write.writer import TableWriter, WriteOptions

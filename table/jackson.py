@@ -10,6 +10,8 @@ import enum
 import json
 from typing import Any
 
+from table.errors import UnsupportedTypeError
+
 _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
 
 
@@ -46,4 +48,4 @@ def _pretty(value: Any, level: int) -> str:
         return _quote(value)
     if value is None or isinstance(value, (bool, int, float)):
         return json.dumps(value)
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+    raise UnsupportedTypeError(f"cannot write {type(value).__name__} as JSON")

@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from table.errors import InvalidBatchError
+from table.errors import KeyGenerationError
 
 SIMPLE_KEY_GENERATOR = "org.apache.hudi.keygen.SimpleKeyGenerator"
 COMPLEX_KEY_GENERATOR = "org.apache.hudi.keygen.ComplexKeyGenerator"
@@ -64,10 +64,6 @@ VALUE_ONLY = "value_only"
 # Characters Hive (and so Hudi) percent-escapes in a partition path value: ASCII controls and
 # "#%'*/:=?\{[]^ and DEL. Characters outside ASCII are left as they are.
 _ESCAPED_CHARS = frozenset([chr(c) for c in range(0x20)] + list("\"#%'*/:=?\\{[]^") + ["\x7f"])
-
-
-class KeyGenerationError(InvalidBatchError):
-    """A batch cannot be keyed: a missing key field, a null or empty key, a type Hudi cannot key."""
 
 
 def split_fields(fields: str | Iterable[str] | None) -> tuple[str, ...]:

@@ -15,16 +15,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from table.config.properties import TableConfig
-from table.errors import InvalidBatchError, TableExistsError, TableNotFoundError
+from table.errors import InvalidBatchError, InvalidRequestError, TableExistsError, TableNotFoundError
 from table.file_group.fs_view import FileSlice, FileSystemView
 from table.keys import KeyGenerator
 from table.read.predicate import Predicate
 from table.read.reader import SliceReadSpec, read_base_file, read_file_slice, table_schema_with_meta
-from table.schema import (
-    COMMIT_TIME,
-    arrow_schema_from_avro,
-    avro_schema_json,
-)
+from table.schema import COMMIT_TIME, arrow_schema_from_avro, avro_schema_json
 from table.storage.file_io import Storage
 from table.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata
 from table.timeline.timeline import CompletedInstants, Timeline
@@ -160,7 +156,7 @@ class MorTable:
         schema = table_schema_with_meta(self.schema(timeline))
         missing = [c for c in list(columns or ()) + [p.column for p in predicates] if c not in schema.names]
         if missing:
-            raise ValueError(f"unknown column(s) {missing}; the table has {schema.names}")
+            raise InvalidRequestError(f"unknown column(s) {missing}; the table has {schema.names}")
         return SliceReadSpec(visible, self.config.precombine_field, schema, tuple(columns) if columns else None,
                              predicates)
 

@@ -24,6 +24,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from table.errors import FormatError, SchemaEvolutionError, UnsupportedTypeError
+
 COMMIT_TIME = "_hoodie_commit_time"
 COMMIT_SEQNO = "_hoodie_commit_seqno"
 RECORD_KEY = "_hoodie_record_key"
@@ -70,10 +72,6 @@ def avro_schema_json(schema: pa.Schema, table_name: str, *, with_meta_fields: bo
     return json.dumps(avro, separators=(",", ":"), ensure_ascii=False)
 
 
-class SchemaEvolutionError(ValueError):
-    """Data whose schema would drop a column of the table or change its type other than by widening."""
-
-
 def widens(old: pa.DataType, new: pa.DataType) -> bool:
     """True when every value of `old` is a value of `new`, exactly: the type changes a column may
     take (signed integers to wider ones or to double, float to double). Avro also promotes long
@@ -115,7 +113,7 @@ def arrow_schema_from_avro(schema: AvroSchema | str) -> pa.Schema:
     if isinstance(schema, str):
         schema = json.loads(schema)
     if not isinstance(schema, dict) or schema.get("type") != "record":
-        raise ValueError("a table's Avro schema must be a record")
+        raise FormatError("a table's Avro schema must be a record")
     names: dict[str, Any] = {}
     struct = _arrow_type(schema, "", names)
     return pa.schema(list(struct))
@@ -180,10 +178,10 @@ def _avro_type(t: pa.DataType, name: str, namespace: str) -> Any:
         return {"type": "array", "items": _maybe_null(_avro_type(item.type, name, namespace), item.nullable)}
     if pa.types.is_map(t):
         if not (pa.types.is_string(t.key_type) or pa.types.is_large_string(t.key_type)):
-            raise TypeError(f"Avro map keys are strings; {name!r} has {t.key_type} keys")
+            raise UnsupportedTypeError(f"Avro map keys are strings; {name!r} has {t.key_type} keys")
         item = t.item_field
         return {"type": "map", "values": _maybe_null(_avro_type(item.type, name, namespace), item.nullable)}
-    raise TypeError(f"no Avro type for Arrow type {t} (field {name!r})")
+    raise UnsupportedTypeError(f"no Avro type for Arrow type {t} (field {name!r})")
 
 
 def _decimal_fixed_size(precision: int) -> int:
@@ -211,11 +209,11 @@ def _arrow_type(schema: Any, namespace: str, names: dict[str, Any]) -> pa.DataTy
         for key in (full, schema):
             if key in names:
                 return _arrow_type(names[key], namespace, names)
-        raise ValueError(f"unknown Avro type {schema!r}")
+        raise FormatError(f"unknown Avro type {schema!r}")
     if isinstance(schema, list):
         branches = [s for s in schema if s != "null"]
         if len(branches) != 1:
-            raise ValueError(f"only [null, T] unions map to Arrow, not {schema}")
+            raise FormatError(f"only [null, T] unions map to Arrow, not {schema}")
         return _arrow_type(branches[0], namespace, names)
 
     kind = schema["type"]
@@ -254,7 +252,7 @@ def _arrow_type(schema: Any, namespace: str, names: dict[str, Any]) -> pa.DataTy
         values = schema["values"]
         value_field = pa.field("value", _arrow_type(values, namespace, names), _is_nullable(values))
         return pa.map_(pa.string(), value_field)
-    raise ValueError(f"unsupported Avro type {schema!r}")
+    raise FormatError(f"unsupported Avro type {schema!r}")
 
 
 def _arrow_field(field: AvroSchema, namespace: str, names: dict[str, Any]) -> pa.Field:

@@ -21,11 +21,11 @@ import pytest
 from oracle import Oracle
 from test_table_engine import DATA_COLUMNS, SCHEMA, by_key, hudi_rs_read, make_table, row, strip, write_options
 
+from table.errors import ClusteringConflictError
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable, TableSpec
 from table.services.clean import CleanPolicy, clean
 from table.services.clustering.execute import (
-    ClusteringConflictError,
     ClusteringPolicy,
     execute_clustering,
     executor_lease_path,

@@ -34,9 +34,9 @@ from test_table_engine import (
 )
 
 from table import failpoints
+from table.errors import CompactionConflictError
 from table.mor_table import MorTable
 from table.services.compaction import (
-    CompactionConflictError,
     CompactionStrategy,
     execute_compaction,
     executor_lease_path,

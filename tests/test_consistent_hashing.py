@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from table.errors import HashingMetadataError
 from table.index import consistent_hashing as ch
 from table.index.consistent_hashing import HashingMetadata, HashingNode, NodeTag, Router
 from table.storage.file_io import Storage
@@ -193,7 +194,7 @@ def test_complex_key_routes_by_its_index_key_fields_only():
 
 
 def test_null_record_keys_are_refused_by_the_router():
-    with pytest.raises(ch.HashingMetadataError, match="null"):
+    with pytest.raises(HashingMetadataError, match="null"):
         Router(ring(RING4)).file_ids(pa.array(["a", None]))
 
 
@@ -312,7 +313,7 @@ def test_json_strings_are_escaped_as_jackson_does():
 
 
 def test_unreadable_metadata_raises_a_clear_error():
-    with pytest.raises(ch.HashingMetadataError, match="unable to read hashing metadata"):
+    with pytest.raises(HashingMetadataError, match="unable to read hashing metadata"):
         HashingMetadata.from_bytes(b"{not json")
 
 
@@ -344,7 +345,7 @@ def test_split_at_an_explicit_value_and_refusal_outside_the_range():
     low, high = ch.split_node(m, "00000002-0000-0000-0000-000000000000-0", split_value=RING4[1] + 1)
     assert (low.value, high.value) == (RING4[1] + 1, RING4[2])
     for bad in (RING4[1], RING4[2], RING4[3]):
-        with pytest.raises(ch.HashingMetadataError):
+        with pytest.raises(HashingMetadataError):
             ch.split_node(m, m.nodes[2], split_value=bad)
 
 
@@ -361,9 +362,9 @@ def test_merge_deletes_all_but_the_last_node_and_replaces_it():
 
 def test_merge_of_non_adjacent_buckets_is_refused():
     m = ring(RING4)
-    with pytest.raises(ch.HashingMetadataError, match="discontinuous"):
+    with pytest.raises(HashingMetadataError, match="discontinuous"):
         ch.merge_nodes(m, [m.nodes[0], m.nodes[2]])
-    with pytest.raises(ch.HashingMetadataError):
+    with pytest.raises(HashingMetadataError):
         ch.merge_nodes(m, [m.nodes[0]])
 
 

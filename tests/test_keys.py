@@ -12,14 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 from hudi_samples import SAMPLES as HUDI_SAMPLES
 
-from table.errors import InvalidBatchError
+from table.errors import InvalidBatchError, KeyGenerationError
 from table.keys import (
     COMPLEX_KEY_GENERATOR,
     DEFAULT_PARTITION_PATH,
     NONPARTITIONED_KEY_GENERATOR,
     SIMPLE_KEY_GENERATOR,
     VALUE_ONLY,
-    KeyGenerationError,
     KeyGenerator,
     escape_path_name,
     java_float_to_string,

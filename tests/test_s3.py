@@ -35,11 +35,12 @@ from ingestion import (
 from streamer.checkpoint import table_checkpoint
 from streamer.config.model import IndexSettings, ServicesSettings
 from streamer.services import BackgroundExecutor, TableServices
+from table.errors import WriterConflictError
 from table.mor_table import MorTable, TableSpec
 from table.services.archive import read_archived_instants
 from table.spark.datasource import register
 from table.storage.file_io import Storage
-from table.storage.lease import WriterConflictError, WriterLease
+from table.storage.lease import WriterLease
 from table.timeline.timeline import State
 from table.write.file_group_writer import write_file_group
 from table.write.prepare import prepare_batch

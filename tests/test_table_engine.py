@@ -16,10 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 from oracle import Oracle
 
-from table.errors import InvalidBatchError
+from table.errors import InvalidBatchError, WriterConflictError
 from table.mor_table import MorTable, TableSpec
 from table.storage.file_io import _temp_name
-from table.storage.lease import WriterConflictError
 from table.storage.markers import create_marker
 from table.timeline.plans import deserialize_plan
 from table.timeline.timeline import Timeline
@@ -210,7 +209,6 @@ def test_second_writer_is_refused_and_a_crashed_writers_claim_expires(tmp_path):
     assert sorted(by_key(table.snapshot())) == ["z"]
 
 
-
 def test_lease_of_a_writer_process_that_died_on_this_host_is_taken_over_at_once(tmp_path):
     table = make_table(tmp_path / "orders")
     code = (
@@ -245,6 +243,7 @@ def test_lease_whose_pid_now_belongs_to_another_process_is_taken_over_at_once(tm
     table.storage.write_bytes(LEASE_PATH, live.to_bytes())
     with pytest.raises(WriterConflictError, match="job before the restart"):
         table.writer(write_options(), description="second job").open()
+
 
 CRASHING_WRITER = textwrap.dedent(
     """

@@ -163,7 +163,7 @@ def run_command(args: argparse.Namespace) -> int:
     from streamer import app
     from streamer.job import StartupError
     from streamer.kafka import connector as kafka_connector
-    from table.storage.lease import WriterConflictError
+    from table.errors import WriterConflictError
 
     conf, connector = kafka_connector.with_connector(conf, [c.source.format for c in configs],
                                                      under_spark_submit="PYSPARK_GATEWAY_PORT" in os.environ)

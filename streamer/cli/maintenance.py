@@ -15,12 +15,11 @@ import sys
 from streamer.checkpoint import CHECKPOINT_KEY
 from streamer.config.model import ClusteringSettings, ConfigError, IndexSettings, load_config
 from streamer.services import clustering_policy
-from table.errors import TableNotFoundError
+from table.errors import ClusteringConflictError, CompactionConflictError, TableNotFoundError, WriterConflictError
 from table.mor_table import MorTable
 from table.services.archive import ArchivePolicy, archive
 from table.services.clean import CleanPolicy, clean, finish_pending_cleans
 from table.services.clustering.execute import (
-    ClusteringConflictError,
     ClusteringPolicy,
     execute_clustering,
     pending_clusterings,
@@ -28,13 +27,11 @@ from table.services.clustering.execute import (
     schedule_clustering,
 )
 from table.services.compaction import (
-    CompactionConflictError,
     CompactionStrategy,
     execute_compaction,
     pending_compactions,
     schedule_compaction,
 )
-from table.storage.lease import WriterConflictError
 from table.write.writer import WriteOptions
 
 MIB = 1024 * 1024

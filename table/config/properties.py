@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import ClassVar
 
+from table.errors import FormatError, InvalidRequestError
 from table.storage.file_io import Storage
 from table.storage.layout import METADATA_DIR, java_date
 
@@ -100,7 +101,7 @@ def _java_instant(moment: datetime) -> str:
 def dumps_properties(props: Mapping[str, str], comment: str, now: datetime | None = None) -> str:
     """The text Properties.store(out, comment) writes: comment, date comment, escaped entries."""
     if not comment.isascii() or "\n" in comment or "\r" in comment:
-        raise ValueError("the comment must be one line of ASCII")
+        raise InvalidRequestError("the comment must be one line of ASCII")
     now = now or datetime.now(UTC)
     lines = [f"#{comment}", f"#{java_date(now)}"]
     lines += [f"{_escape(k, True)}={_escape(v, False)}" for k, v in props.items()]
@@ -149,7 +150,7 @@ def _unescape_match(m: re.Match) -> str:
     if m[1] is not None:
         return chr(int(m[1], 16))
     if m[2] == "u":
-        raise ValueError("malformed \\uXXXX escape in properties text")
+        raise FormatError("malformed \\uXXXX escape in properties text")
     return {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(m[2], m[2])
 
 
@@ -238,7 +239,7 @@ class TableConfig:
         """A MERGE_ON_READ table, version 6, timeline layout 1, UTC instants, no metadata table,
         merged by greatest ordering value (DefaultHoodieRecordPayload)."""
         if not record_key_fields:
-            raise ValueError("a table needs at least one record key field")
+            raise InvalidRequestError("a table needs at least one record key field")
         keys, parts = tuple(record_key_fields), tuple(partition_fields)
         return cls(
             name=name,
@@ -294,7 +295,7 @@ class TableConfig:
     def from_properties(cls, props: Mapping[str, str]) -> TableConfig:
         """Typed config from stored entries; a present checksum must match the name."""
         if _KEYS["name"] not in props:
-            raise ValueError(f"{_KEYS['name']} is missing")
+            raise FormatError(f"{_KEYS['name']} is missing")
         known = {attr: props[key] for attr, key in _KEYS.items() if key in props}
         converters = {
             "version": int,
@@ -311,7 +312,7 @@ class TableConfig:
         config = cls(**typed, extra=extra)
         stored = props.get(CHECKSUM_KEY)
         if stored is not None and int(stored) != config.checksum:
-            raise ValueError(
+            raise FormatError(
                 f"{CHECKSUM_KEY}={stored} does not match {config.checksum} "
                 f"(CRC32 of '{config.database or ''}.{config.name}')"
             )

@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from table.errors import HashingMetadataError
 from table.index.xxh32 import xxh32
 from table.jackson import jackson_dumps
 from table.storage.file_io import Storage
@@ -52,10 +53,6 @@ NULL_RECORDKEY_PLACEHOLDER = "__null__"
 EMPTY_RECORDKEY_PLACEHOLDER = "__empty__"
 COLUMN_SEP = ":"
 PARTS_SEP = ","
-
-
-class HashingMetadataError(ValueError):
-    """Hashing metadata that cannot be read, or an operation on a ring that would break it."""
 
 
 class NodeTag(str, enum.Enum):

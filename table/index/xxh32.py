@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from table.errors import InvalidRequestError, UnsupportedTypeError
+
 _P1 = np.uint32(2654435761)
 _P2 = np.uint32(2246822519)
 _P3 = np.uint32(3266489917)
@@ -25,13 +27,13 @@ def xxh32(values: pa.Array, seed: int = 0) -> np.ndarray:
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     if values.null_count:
-        raise ValueError(f"{values.null_count} value(s) are null; they cannot be hashed")
+        raise InvalidRequestError(f"{values.null_count} value(s) are null; they cannot be hashed")
     if pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type):
         offsets_type = np.int64
     elif pa.types.is_string(values.type) or pa.types.is_binary(values.type):
         offsets_type = np.int32
     else:
-        raise TypeError(f"cannot hash values of type {values.type}")
+        raise UnsupportedTypeError(f"cannot hash values of type {values.type}")
     n = len(values)
     out = np.empty(n, dtype=np.uint32)
     if n == 0:

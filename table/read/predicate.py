@@ -16,6 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from table.errors import InvalidRequestError
+
 #: op -> (does a [min, max] range possibly hold a match, the row-wise Arrow comparison)
 _OPS: dict[str, tuple[Callable[[Any, Any, Any], bool], Callable[[Any, Any], Any]]] = {
     "=": (lambda lo, hi, v: lo <= v <= hi, pc.equal),
@@ -39,7 +41,7 @@ class Predicate:
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
-            raise ValueError(f"predicate on {self.column!r}: unknown op {self.op!r}; one of {OPS}")
+            raise InvalidRequestError(f"predicate on {self.column!r}: unknown op {self.op!r}; one of {OPS}")
 
     def may_match(self, lo: Any, hi: Any, null_count: int | None, num_values: int) -> bool:
         """Whether values within [lo, hi] (statistics of a row group) may satisfy it."""

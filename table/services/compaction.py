@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from table import failpoints
+from table.errors import CompactionConflictError
 from table.file_group.base_file import parquet_options
 from table.file_group.fs_view import FileSlice
 from table.read.reader import SliceReadSpec, read_file_slice, table_schema_with_meta
@@ -57,10 +58,6 @@ COMPACTION = "compaction"
 STRATEGY_KINDS = ("log_file_count", "log_file_size", "bounded_io", "recent_partitions")
 #: hoodie.compaction.daybased.target.partitions
 DEFAULT_RECENT_PARTITIONS = 10
-
-
-class CompactionConflictError(RuntimeError):
-    """Another live executor is running the same compaction plan."""
 
 
 @dataclass(frozen=True)

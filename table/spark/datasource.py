@@ -40,6 +40,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from table.errors import InvalidRequestError
 from table.file_group.fs_view import FileSlice
 from table.mor_table import MorTable
 from table.read.predicate import NOT_NULL, Predicate
@@ -70,7 +71,7 @@ class MorTableSource(DataSource):
     def _table(self) -> MorTable:
         path = self.options.get("path")
         if not path:
-            raise ValueError("the mor source needs a table path: spark.read.format('mor').load(PATH)")
+            raise InvalidRequestError("the mor source needs a table path: spark.read.format('mor').load(PATH)")
         return MorTable.load(path, storage_options(self.options))
 
     def _columns(self) -> list[str] | None:

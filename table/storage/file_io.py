@@ -19,6 +19,8 @@ from dataclasses import dataclass, fields
 
 import pyarrow.fs as pafs
 
+from table.errors import StorageOptionsError
+
 
 @dataclass(frozen=True)
 class FileStatus:
@@ -27,10 +29,6 @@ class FileStatus:
     size: int
     is_dir: bool
     mtime_ns: int
-
-
-class StorageOptionsError(ValueError):
-    """Storage options that name no known setting or cannot work together."""
 
 
 # Each setting: the storage option (hudi-rs / object_store names, so one mapping serves both

@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from table.errors import FormatError, InvalidRequestError
 from table.storage.file_io import Storage
 
 METADATA_DIR = ".hoodie"
@@ -46,7 +47,7 @@ _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
 
 def _check(pattern: str, value: str, what: str) -> None:
     if not re.fullmatch(pattern, value):
-        raise ValueError(f"invalid {what}: {value!r}")
+        raise FormatError(f"invalid {what}: {value!r}")
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class LogFileName:
         _check(_INSTANT, self.base_instant, "base instant time")
         _check(_WRITE_TOKEN, self.write_token, "write token")
         if self.version < 1:  # Hudi's first log version is 1 (HoodieLogFile.LOGFILE_BASE_VERSION)
-            raise ValueError(f"invalid log version: {self.version}")
+            raise FormatError(f"invalid log version: {self.version}")
 
     def format(self) -> str:
         return f".{self.file_id}_{self.base_instant}{LOG_FILE_EXTENSION}.{self.version}_{self.write_token}"
@@ -103,7 +104,7 @@ class LogFileName:
 def write_token(partition_id: int, stage_id: int, attempt_id: int) -> str:
     """The token that tells apart attempts at writing the same file (Spark task identity)."""
     if min(partition_id, stage_id, attempt_id) < 0:
-        raise ValueError("write token parts must not be negative")
+        raise InvalidRequestError("write token parts must not be negative")
     return f"{partition_id}-{stage_id}-{attempt_id}"
 
 

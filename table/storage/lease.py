@@ -23,6 +23,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 
+from table.errors import WriterConflictError
 from table.storage.file_io import Storage
 
 log = logging.getLogger(__name__)
@@ -31,10 +32,6 @@ LEASE_PATH = ".hoodie/.aux/writer.lease"
 DEFAULT_TTL_SECONDS = 60.0
 # Far longer than the HEAD-then-PUT of a lease creation takes: a rival's PUT lands before it.
 OBJECT_STORE_SETTLE_SECONDS = 1.0
-
-
-class WriterConflictError(RuntimeError):
-    """Another live writer holds the table."""
 
 
 @dataclass(frozen=True)

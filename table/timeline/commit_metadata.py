@@ -19,10 +19,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from table.errors import UnsupportedTypeError
 from table.jackson import jackson_dumps
 
 SCHEMA_KEY = "schema"
-
 
 
 # -- models --------------------------------------------------------------------------------------
@@ -195,7 +195,7 @@ class CommitMetadata:
     def to_dict(self) -> dict[str, Any]:
         bad = [k for k, v in self.extra_metadata.items() if not isinstance(v, str)]
         if bad:
-            raise TypeError(f"extraMetadata values must be strings: {bad}")
+            raise UnsupportedTypeError(f"extraMetadata values must be strings: {bad}")
         return {
             "partitionToWriteStats": {
                 p: [s.to_dict() for s in stats] for p, stats in self.partition_to_write_stats.items()

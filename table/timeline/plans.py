@@ -28,6 +28,8 @@ from typing import Any
 import fastavro
 from fastavro.validation import ValidationError
 
+from table.errors import FormatError
+
 SCHEMA_DIR = Path(__file__).with_name("avro")
 _NAMESPACE = "org.apache.hudi.avro.model"
 
@@ -77,15 +79,15 @@ def serialize_plan(schema_name: str, record: dict) -> bytes:
     try:
         fastavro.writer(out, _parsed(schema_name), [record], validator=True)
     except ValidationError as e:
-        raise ValueError(f"not a valid {schema_name}: {e}") from e
+        raise FormatError(f"not a valid {schema_name}: {e}") from e
     return out.getvalue()
 
 
 def deserialize_plan(schema_name: str, data: bytes) -> dict:
     """The record of an Avro container file written by us or by Hudi."""
     if not data:
-        raise ValueError(f"empty content where a {schema_name} was expected")
+        raise FormatError(f"empty content where a {schema_name} was expected")
     records = list(fastavro.reader(io.BytesIO(data), reader_schema=_parsed(schema_name)))
     if len(records) != 1:
-        raise ValueError(f"expected one {schema_name} record, found {len(records)}")
+        raise FormatError(f"expected one {schema_name} record, found {len(records)}")
     return records[0]

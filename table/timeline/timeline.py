@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
+from table.errors import FormatError, TimelineStateError
 from table.storage.file_io import Storage
 from table.storage.layout import METADATA_DIR, instant_file_path
 
@@ -65,9 +66,9 @@ class Instant:
         object.__setattr__(self, "action", Action(self.action))
         object.__setattr__(self, "state", State(self.state))
         if not _TIMESTAMP.fullmatch(self.timestamp):
-            raise ValueError(f"invalid instant time: {self.timestamp!r}")
+            raise FormatError(f"invalid instant time: {self.timestamp!r}")
         if self.action is Action.COMPACTION and self.state is State.COMPLETED:
-            raise ValueError("a completed compaction is a commit instant")
+            raise FormatError("a completed compaction is a commit instant")
 
     @property
     def file_name(self) -> str:
@@ -281,13 +282,13 @@ class Timeline:
     def create_requested(self, instant: Instant, content: bytes = b"") -> Instant:
         """Put a new instant on the timeline (a plan for table services, empty for writes)."""
         if any(t == instant.timestamp for t, _ in self._latest):
-            raise ValueError(f"instant time {instant.timestamp} is already on the timeline")
+            raise TimelineStateError(f"instant time {instant.timestamp} is already on the timeline")
         return self._create(instant.requested(), content)
 
     def transition_to_inflight(self, instant: Instant, content: bytes = b"") -> Instant:
         state = self._state_of(instant)
         if state is not State.REQUESTED:
-            raise ValueError(f"{instant.timestamp} {instant.action} is {state or 'absent'}, not requested")
+            raise TimelineStateError(f"{instant.timestamp} {instant.action} is {state or 'absent'}, not requested")
         return self._create(instant.inflight(), content)
 
     def complete(self, instant: Instant, content: bytes) -> Instant:
@@ -297,7 +298,7 @@ class Timeline:
         if state is State.COMPLETED:
             raise FileExistsError(instant_file_path(instant.completed().file_name))
         if state is not State.INFLIGHT:
-            raise ValueError(f"{instant.timestamp} {instant.action} is {state or 'absent'}, not inflight")
+            raise TimelineStateError(f"{instant.timestamp} {instant.action} is {state or 'absent'}, not inflight")
         return self._create(instant.completed(), content)
 
     def delete_pending(self, instant: Instant, *, keep_requested: bool = False) -> None:
@@ -307,7 +308,7 @@ class Timeline:
         stays on the timeline to be executed again.
         """
         if self._state_of(instant) is State.COMPLETED:
-            raise ValueError(f"{instant.timestamp} {instant.action} is completed; it is never deleted")
+            raise TimelineStateError(f"{instant.timestamp} {instant.action} is completed; it is never deleted")
         self.storage.delete(instant_file_path(instant.inflight().file_name))
         if keep_requested:
             if instant.key in self._latest:

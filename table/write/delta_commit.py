@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from table.errors import HashingMetadataError
 from table.file_group.layout_stats import LayoutStats
 from table.index import consistent_hashing as ring
 from table.services.rollback import rollback
@@ -52,7 +53,7 @@ class DeltaCommit:
             used = self.routing.router(partition).metadata
             stored = ring.create_initial(storage, partition, self.routing.initial_buckets)
             if stored.nodes != used.nodes:
-                raise ring.HashingMetadataError(
+                raise HashingMetadataError(
                     f"partition '{partition}' was created with other buckets than this commit routed to "
                     f"({len(stored.nodes)} against {len(used.nodes)}); the commit is not completed")
             self.writer.remember_ring(stored)

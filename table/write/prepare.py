@@ -9,10 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from table.errors import InvalidBatchError
-from table.schema import (
-    PARTITION_PATH,
-    RECORD_KEY,
-)
+from table.schema import PARTITION_PATH, RECORD_KEY
 
 #: Column marking the rows of a prepared batch that are deletes.
 IS_DELETE = "_mor_is_delete"

@@ -10,11 +10,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from table.errors import HashingMetadataError
 from table.index import consistent_hashing as ring
-from table.schema import (
-    PARTITION_PATH,
-    RECORD_KEY,
-)
+from table.schema import PARTITION_PATH, RECORD_KEY
 from table.write.prepare import BatchSpec, prepare_batch
 
 #: Column of a prepared batch holding its file group's id, for the shuffle.
@@ -78,7 +76,7 @@ class Routing:
         if found is not None:
             return found
         if not self.is_new(partition_path):
-            raise KeyError(f"file group {file_id} is not a bucket of partition '{partition_path}'")
+            raise HashingMetadataError(f"file group {file_id} is not a bucket of partition '{partition_path}'")
         return FileGroupTarget(partition_path=partition_path, file_id=file_id, base_instant=None,
                                base_file_name=None, log_version=1)
 

@@ -11,16 +11,11 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from table import failpoints
-from table.errors import InvalidBatchError
+from table.errors import InvalidBatchError, SchemaEvolutionError, WriterNotOpenError
 from table.file_group.layout_stats import LayoutStats
 from table.index import consistent_hashing as ring
 from table.keys import KeyGenerator
-from table.schema import (
-    PARTITION_PATH,
-    SchemaEvolutionError,
-    avro_schema_json,
-    evolve,
-)
+from table.schema import PARTITION_PATH, avro_schema_json, evolve
 from table.services.clustering.plan import pending_clustering_plans
 from table.services.compaction import pending_compaction_file_groups
 from table.services.rollback import rollback_pending_writes
@@ -248,7 +243,7 @@ class TableWriter:
 
     def _require_open(self) -> None:
         if not self._open:
-            raise RuntimeError("the writer is not open: use it as a context manager or call open()")
+            raise WriterNotOpenError("the writer is not open: use it as a context manager or call open()")
 
 
 class _Rings:

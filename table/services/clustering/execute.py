@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from table import failpoints
+from table.errors import ClusteringConflictError
 from table.file_group.base_file import parquet_options
 from table.file_group.fs_view import FileSlice
 from table.index import consistent_hashing as ring
@@ -75,10 +76,6 @@ SPLIT_POINTS = ("middle", "distribution")
 MIB = 1024 * 1024
 PROGRESS_INTERVAL_SECONDS = 10.0
 HASH_SPACE = ring.HASH_VALUE_MASK + 1
-
-
-class ClusteringConflictError(RuntimeError):
-    """Another live executor is running the same clustering plan."""
 
 
 @dataclass(frozen=True)
