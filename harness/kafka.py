@@ -24,7 +24,8 @@ from pathlib import Path
 
 from harness import maven
 from harness.server_process import ServerProcess
-from streamer.kafka.embedded_broker import BrokerStartError, create_topic, free_port, wait_for_broker
+from streamer.errors import BrokerStartError
+from streamer.kafka.embedded_broker import create_topic, free_port, wait_for_broker
 
 KAFKA_VERSION = "4.4.0"
 LOG4J_VERSION = "2.25.5"  # the log4j-api Kafka depends on; its slf4j binding must match

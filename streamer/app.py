@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from streamer.config.model import JobConfig
-from streamer.job import StartupError, TableJob
+from streamer.errors import StartupError, StopRequested
+from streamer.job import TableJob
 from streamer.kafka.source import register_kafka_source
 from streamer.log_lines import LOG_FORMAT_ENV, LOG_LEVEL_ENV, formatter
 from streamer.metrics import Metrics, MetricsServer
 from streamer.services import BackgroundExecutor
-from streamer.sink import StopRequested
 from streamer.status import record_error
 
 log = logging.getLogger(__name__)

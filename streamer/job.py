@@ -37,6 +37,7 @@ from streamer.decode.decoders import (
 from streamer.decode.evolution import SchemaEvolution, stored_value_schema
 from streamer.decode.registry import SchemaRegistryClient
 from streamer.decode.value_schema import compare, evolve_json
+from streamer.errors import StartupError
 from streamer.kafka.offsets import KafkaProgress, end_offsets
 from streamer.kafka.source import SourceOptions
 from streamer.metrics import Metrics, TableMetrics
@@ -57,10 +58,6 @@ KAFKA_COLUMNS = (KAFKA_KEY, KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET, KAFKA_TI
 RECORD_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 #: Seconds the brokers have to tell the endpoints the lag; a scrape must not wait longer.
 LAG_TIMEOUT_SECONDS = 5.0
-
-
-class StartupError(RuntimeError):
-    """A table job cannot start; the message names the config file and what to change."""
 
 
 class TableJob:

@@ -33,6 +33,7 @@ from streamer.checkpoint import (
 )
 from streamer.decode.decoders import ERROR, EVOLVING, RAW_KEY, RAW_VALUE, RecordDecoder
 from streamer.decode.evolution import VALUE_SCHEMA_KEY, SchemaEvolution
+from streamer.errors import BadRecordError, SchemaEvolutionFailed, StopRequested, TableWriteError
 from streamer.kafka.source import SourceOptions
 from streamer.quarantine import QuarantineTable
 from table import failpoints
@@ -54,23 +55,6 @@ DATA_LOSS_KEY = "mor.streamer.data_loss"
 MAX_EVOLUTIONS = 3
 #: The query id an initial load's commit records: no streaming query wrote it.
 INITIAL_LOAD_QUERY_ID = "initial-load"
-
-
-class BadRecordError(RuntimeError):
-    """A record could not be decoded and the table's policy is `fail`."""
-
-
-class SchemaEvolutionFailed(RuntimeError):
-    """Records of a writer schema that evolves the table's schema, which could not be applied."""
-
-
-class StopRequested(RuntimeError):
-    """The application is stopping; the batch is abandoned before anything is written."""
-
-
-class TableWriteError(RuntimeError):
-    """The table's storage refused a write (full, read-only, no permission); the batch was not
-    committed."""
 
 
 #: OS errors of storage that refuses writes, as opposed to any other failure of a batch.

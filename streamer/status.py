@@ -20,7 +20,8 @@ from datetime import UTC, datetime
 
 from streamer.checkpoint import table_checkpoint
 from streamer.config.model import JobConfig
-from streamer.kafka.offsets import BrokersUnreachable, KafkaProgress
+from streamer.errors import BrokersUnreachable
+from streamer.kafka.offsets import KafkaProgress
 from table.mor_table import MorTable
 from table.storage.file_io import Storage
 from table.timeline.timeline import parse_instant_time

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Callable
 
 from harness.kafka import KAFKA_VERSION, KafkaBroker  # noqa: F401  (KafkaBroker: re-export)
+from streamer.errors import BrokerStartError  # noqa: F401  (re-export)
 from streamer.kafka.embedded_broker import (  # noqa: F401  (re-exports)
-    BrokerStartError,
     EmbeddedBroker,
     create_topic,
     free_port,

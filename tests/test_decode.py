@@ -19,7 +19,8 @@ import pytest
 import schema_registry_server
 
 from streamer.decode.decoders import FormatSpec, RecordDecoder
-from streamer.decode.registry import SchemaRegistryClient, SchemaRegistryError, confluent_frame
+from streamer.decode.registry import SchemaRegistryClient, confluent_frame
+from streamer.errors import SchemaRegistryError
 from streamer.kafka.source import ARROW_SCHEMA_WITHOUT_HEADERS
 
 pytestmark = pytest.mark.unit

@@ -255,7 +255,7 @@ def test_a_malformed_record_stops_the_job_under_fail_and_names_where_it_is(spark
 
 
 def test_spark_kafka_format_without_its_connector_fails_at_start_with_what_to_add(spark, kafka_bootstrap, tmp_path):
-    from streamer.job import StartupError
+    from streamer.errors import StartupError
 
     config = JobConfig.from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, "orders",
                                                  source={"format": "kafka"}))

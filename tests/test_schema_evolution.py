@@ -35,7 +35,7 @@ from streamer.decode.decoders import EVOLVING, RAW_VALUE, FormatSpec, RecordDeco
 from streamer.decode.evolution import VALUE_SCHEMA_KEY
 from streamer.decode.registry import SchemaRegistryClient, confluent_frame
 from streamer.decode.value_schema import compare, evolve
-from streamer.job import StartupError
+from streamer.errors import StartupError
 from table.mor_table import MorTable, TableSpec
 from table.schema import arrow_schema_from_avro
 from table.timeline.commit_metadata import CommitMetadata

@@ -315,7 +315,8 @@ def test_finish_executes_a_clustering_still_pending(tmp_path):
 
 
 def test_sort_columns_that_are_not_table_columns_fail_the_job_at_start():
-    from streamer.job import StartupError, check_sort_columns
+    from streamer.errors import StartupError
+    from streamer.job import check_sort_columns
 
     config = JobConfig.from_mapping({
         "table": {"name": "orders", "path": "/data/orders", "record_key": "order_id", "ordering_field": "updated_at"},

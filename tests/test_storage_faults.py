@@ -29,7 +29,7 @@ from ingestion import (
 from streamer import app
 from streamer.config.model import JobConfig
 from streamer.demo import change_events
-from streamer.job import StartupError
+from streamer.errors import StartupError
 from table.mor_table import MorTable
 from table.timeline.timeline import State
 

@@ -28,8 +28,9 @@ from streamer.checkpoint import table_checkpoint
 from streamer.cli.describe import file_groups
 from streamer.cli.output import human_bytes
 from streamer.config.model import ConfigError, JobConfig, load_configs
-from streamer.decode.registry import SchemaRegistryClient, SchemaRegistryError
-from streamer.kafka.offsets import BrokersUnreachable, KafkaProgress, TopicRanges
+from streamer.decode.registry import SchemaRegistryClient
+from streamer.errors import BrokersUnreachable, SchemaRegistryError
+from streamer.kafka.offsets import KafkaProgress, TopicRanges
 from table.mor_table import MorTable
 from table.schema import COMMIT_TIME
 from table.services.archive import read_archived_instants

@@ -161,7 +161,7 @@ def run_command(args: argparse.Namespace) -> int:
         return 2
 
     from streamer import app
-    from streamer.job import StartupError
+    from streamer.errors import StartupError
     from streamer.kafka import connector as kafka_connector
     from table.errors import WriterConflictError
 

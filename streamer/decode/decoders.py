@@ -40,13 +40,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from streamer.decode.registry import (
-    CONFLUENT_HEADER_SIZE,
-    SchemaRegistryClient,
-    UnsupportedSchemaTypeError,
-    confluent_schema_id,
-)
+from streamer.decode.registry import CONFLUENT_HEADER_SIZE, SchemaRegistryClient, confluent_schema_id
 from streamer.decode.value_schema import WriterSchemaChange, compare
+from streamer.errors import UnsupportedSchemaTypeError
 from table.schema import arrow_schema_from_avro
 
 FORMATS = ("none", "string", "binary", "json", "avro", "confluent-avro")

@@ -19,6 +19,8 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from streamer.errors import SchemaRegistryError, UnsupportedSchemaTypeError
+
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 AVRO = "AVRO"
 
@@ -30,18 +32,6 @@ _MAGIC_BYTE = 0
 _HEADER = struct.Struct(">BI")
 CONFLUENT_HEADER_SIZE = _HEADER.size
 """Magic byte 0 and the big-endian 4-byte schema id before the Avro payload."""
-
-
-class SchemaRegistryError(RuntimeError):
-    """The registry could not answer the question; retrying later may succeed."""
-
-
-class UnsupportedSchemaTypeError(ValueError):
-    """The registry holds the schema, but it is not Avro (PROTOBUF, JSON): it cannot be read here."""
-
-    def __init__(self, message: str, schema_type: str):
-        super().__init__(message)
-        self.schema_type = schema_type
 
 
 class SchemaRegistryClient:

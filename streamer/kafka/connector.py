@@ -26,15 +26,13 @@ from typing import Iterable
 
 import pyspark
 
+from streamer.errors import ConnectorUnavailable
+
 log = logging.getLogger(__name__)
 
 ARTIFACT = "org.apache.spark:spark-sql-kafka-0-10_2.13"
 METADATA_URL = "https://repo1.maven.org/maven2/org/apache/spark/spark-sql-kafka-0-10_2.13/maven-metadata.xml"
 METADATA_TIMEOUT_SECONDS = 10.0
-
-
-class ConnectorUnavailable(RuntimeError):
-    """Spark could not start with the connector it was asked to fetch; says what to do."""
 
 
 def coordinate(version: str) -> str:

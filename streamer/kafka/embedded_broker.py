@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from streamer.client_logs import client_config
+from streamer.errors import BrokerStartError
 
 __all__ = [
     "EmbeddedBroker",
@@ -59,10 +60,6 @@ _TANSU_ENV_VARS = (
 # bootstrap addresses of the tansu brokers this process runs: `produce` ends their partitions
 # with a single-record batch (see the module doc).
 _RUNNING_TANSU: set[str] = set()
-
-
-class BrokerStartError(RuntimeError):
-    """The embedded broker did not come up (the message ends with the tail of its log)."""
 
 
 def resolve_tansu_binary() -> str:

@@ -16,22 +16,13 @@ from dataclasses import dataclass
 
 from streamer.client_logs import ClientLog, client_config, connectivity_codes
 from streamer.config.model import SourceSettings
+from streamer.errors import BrokersUnreachable
 from streamer.kafka.source import SourceOptions
 
 log = logging.getLogger(__name__)
 
 #: Seconds a metadata or offsets request may take before the answer is given up on.
 REQUEST_TIMEOUT_SECONDS = 30.0
-
-
-class BrokersUnreachable(RuntimeError):
-    """The brokers gave no answer in time: `brokers` names them, `cause` is librdkafka's last word
-    on why (e.g. "Connect to ipv4#10.0.0.5:9092 failed: Connection refused")."""
-
-    def __init__(self, brokers: str, cause: str):
-        super().__init__(f"{brokers} unreachable ({cause})")
-        self.brokers = brokers
-        self.cause = cause
 
 
 @dataclass(frozen=True)

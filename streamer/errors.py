@@ -1,0 +1,72 @@
+"""Errors the streamer raises, each naming what was wrong and, where it can, what to change.
+
+Every one is a `StreamerError`; each also keeps the built-in kind it is (a `ValueError` for a
+bad setting, a `RuntimeError` for a failure to run), so callers that catch those still do.
+"""
+
+
+class StreamerError(Exception):
+    """Base of the streamer's errors."""
+
+
+# -- starting ------------------------------------------------------------------------------------
+
+
+class StartupError(StreamerError, RuntimeError):
+    """A table job cannot start; the message names the config file and what to change."""
+
+
+class ConnectorUnavailable(StreamerError, RuntimeError):
+    """Spark could not start with the connector it was asked to fetch; says what to do."""
+
+
+class BrokerStartError(StreamerError, RuntimeError):
+    """The embedded broker did not come up (the message ends with the tail of its log)."""
+
+
+# -- Kafka ---------------------------------------------------------------------------------------
+
+
+class BrokersUnreachable(StreamerError, RuntimeError):
+    """The brokers gave no answer in time: `brokers` names them, `cause` is librdkafka's last word
+    on why (e.g. "Connect to ipv4#10.0.0.5:9092 failed: Connection refused")."""
+
+    def __init__(self, brokers: str, cause: str):
+        super().__init__(f"{brokers} unreachable ({cause})")
+        self.brokers = brokers
+        self.cause = cause
+
+
+# -- records and schemas -------------------------------------------------------------------------
+
+
+class BadRecordError(StreamerError, RuntimeError):
+    """A record could not be decoded and the table's policy is `fail`."""
+
+
+class SchemaRegistryError(StreamerError, RuntimeError):
+    """The registry could not answer the question; retrying later may succeed."""
+
+
+class UnsupportedSchemaTypeError(StreamerError, ValueError):
+    """The registry holds the schema, but it is not Avro (PROTOBUF, JSON): it cannot be read here."""
+
+    def __init__(self, message: str, schema_type: str):
+        super().__init__(message)
+        self.schema_type = schema_type
+
+
+class SchemaEvolutionFailed(StreamerError, RuntimeError):
+    """Records of a writer schema that evolves the table's schema, which could not be applied."""
+
+
+# -- writing -------------------------------------------------------------------------------------
+
+
+class TableWriteError(StreamerError, RuntimeError):
+    """The table's storage refused a write (full, read-only, no permission); the batch was not
+    committed."""
+
+
+class StopRequested(StreamerError, RuntimeError):
+    """The application is stopping; the batch is abandoned before anything is written."""
