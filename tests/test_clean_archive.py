@@ -20,7 +20,8 @@ from test_table_engine import DATA_COLUMNS, SCHEMA, by_key, change_batch, hudi_r
 
 from streamer.checkpoint import CHECKPOINT_KEY
 from table.failpoints import FAIL_ENV_VAR
-from table.file_group.log_file.format import HeaderKey, read_log_file
+from table.file_group.log_file.block import HeaderKey
+from table.file_group.log_file.reader import read_log_file
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable
 from table.services.archive import ArchivePolicy, archive, read_archived_instants

@@ -40,7 +40,8 @@ from ingestion import (
 
 from streamer.demo import MALFORMED, REGIONS, as_kafka_records, change_events
 from table import failpoints
-from table.file_group.log_file.format import MAGIC, CorruptBlock, read_log_file
+from table.file_group.log_file.block import MAGIC, CorruptBlock
+from table.file_group.log_file.reader import read_log_file
 from table.mor_table import MorTable, TableSpec
 from table.spark.datasource import register
 from table.storage.layout import LogFileName

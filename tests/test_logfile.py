@@ -15,7 +15,7 @@ import fastavro
 import pyarrow as pa
 import pytest
 
-from table.file_group.log_file.format import (
+from table.file_group.log_file.block import (
     DATA_BLOCK_TYPES,
     BlockType,
     CommandBlock,
@@ -24,11 +24,9 @@ from table.file_group.log_file.format import (
     DataBlock,
     DeleteBlock,
     HeaderKey,
-    encode_block,
-    parse_log_bytes,
-    read_log_file,
-    write_log_file,
 )
+from table.file_group.log_file.reader import parse_log_bytes, read_log_file
+from table.file_group.log_file.writer import encode_block, write_log_file
 from table.schema import META_FIELDS, avro_schema_json
 from table.storage.file_io import Storage
 

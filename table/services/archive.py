@@ -38,7 +38,9 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from table import failpoints
-from table.file_group.log_file.format import BlockType, DataBlock, HeaderKey, read_log_file, write_log_file
+from table.file_group.log_file.block import BlockType, DataBlock, HeaderKey
+from table.file_group.log_file.reader import read_log_file
+from table.file_group.log_file.writer import write_log_file
 from table.schema import arrow_schema_from_avro
 from table.storage.file_io import Storage
 from table.storage.layout import METADATA_DIR, BaseFileName, LogFileName, instant_file_path

@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 
 from table import failpoints
 from table.file_group.base_file import parquet_options
-from table.file_group.log_file.format import DataBlock, DeleteBlock, write_log_file
+from table.file_group.log_file.block import DataBlock, DeleteBlock
+from table.file_group.log_file.writer import write_log_file
 from table.schema import (
     COMMIT_SEQNO,
     COMMIT_TIME,

@@ -1,0 +1,416 @@
+"""Avro binary, a column at a time: log block records to bytes and back, and the block schema both follow.
+
+fastavro costs tens of microseconds per record and a block holds up to a million records, so
+records are encoded and decoded column-wise with numpy and Arrow. Encoding turns each Avro
+value of n rows into n byte strings ("pieces", a binary array); a record is its fields' pieces
+joined. Decoding walks the schema with one read position per row.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from decimal import Context, Decimal
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from table.schema import AvroSchema, arrow_schema_from_avro
+
+
+@dataclass(frozen=True)
+class LogSchema:
+    """A block's SCHEMA, parsed once: the Avro record, its named types and its Arrow schema."""
+
+    avro: AvroSchema
+    names: dict[str, Any]
+    arrow: pa.Schema
+
+
+@lru_cache(maxsize=64)
+def log_schema(schema_json: str) -> LogSchema:
+    avro = json.loads(schema_json)
+    names: dict[str, Any] = {}
+    _collect_names(avro, names)
+    return LogSchema(avro, names, arrow_schema_from_avro(avro))
+
+
+def _collect_names(avro: Any, names: dict[str, Any]) -> None:
+    """Named types (record, enum, fixed) by full and short name, to resolve references."""
+    if isinstance(avro, list):
+        for branch in avro:
+            _collect_names(branch, names)
+    elif isinstance(avro, dict):
+        if avro.get("type") in ("record", "enum", "fixed"):
+            names[avro["name"]] = avro
+            names[avro["name"].rsplit(".", 1)[-1]] = avro
+            if "namespace" in avro and "." not in avro["name"]:
+                names[f"{avro['namespace']}.{avro['name']}"] = avro
+        for f in avro.get("fields", ()):
+            _collect_names(f["type"], names)
+        for key in ("items", "values"):
+            if key in avro:
+                _collect_names(avro[key], names)
+
+
+def _resolve(avro: Any, names: dict[str, Any]) -> Any:
+    if isinstance(avro, str) and avro not in _AVRO_PRIMITIVES:
+        return names.get(avro) or names[avro.rsplit(".", 1)[-1]]
+    return avro
+
+
+_AVRO_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+EMPTY_PIECE = pa.scalar(b"", pa.binary())
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The columns of `schema`, in its order and types (extra columns are dropped)."""
+    missing = [name for name in schema.names if name not in table.column_names]
+    if missing:
+        raise ValueError(f"records lack columns of the block schema: {missing}")
+    columns = [table.column(f.name).cast(f.type) for f in schema]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def piece_offsets(pieces: pa.Array) -> np.ndarray:
+    return np.frombuffer(pieces.buffers()[1], dtype=np.int32)[pieces.offset : pieces.offset + len(pieces) + 1]
+
+
+def pieces_bytes(pieces: pa.Array) -> bytes | pa.Buffer:
+    """All pieces back to back (no copy)."""
+    if len(pieces) == 0:
+        return b""
+    offsets = piece_offsets(pieces)
+    return pieces.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+
+
+def _pieces(data: np.ndarray | pa.Buffer, offsets: np.ndarray) -> pa.Array:
+    data_buffer = data if isinstance(data, pa.Buffer) else pa.py_buffer(np.ascontiguousarray(data))
+    offsets_buffer = pa.py_buffer(offsets.astype(np.int32))
+    return pa.Array.from_buffers(pa.binary(), len(offsets) - 1, [None, offsets_buffer, data_buffer])
+
+
+def fixed_pieces(matrix: np.ndarray) -> pa.Array:
+    n, width = matrix.shape
+    return _pieces(matrix, np.arange(n + 1, dtype=np.int64) * width)
+
+
+def _masked_pieces(matrix: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """Row i is the first lengths[i] bytes of matrix row i."""
+    keep = np.arange(matrix.shape[1]) < lengths[:, None]
+    return _pieces(matrix[keep], np.concatenate([[0], np.cumsum(lengths)]))
+
+
+def join_pieces(pieces: list[pa.Array], n: int) -> pa.Array:
+    if not pieces:
+        return _pieces(np.empty(0, np.uint8), np.zeros(n + 1, np.int64))
+    if len(pieces) == 1:
+        return pieces[0]
+    return pc.binary_join_element_wise(*pieces, EMPTY_PIECE)
+
+
+_SEVEN_BITS = np.arange(10, dtype=np.uint64) * np.uint64(7)
+
+
+def varint_pieces(values: np.ndarray) -> pa.Array:
+    """Avro's zig-zag varints of int64 values."""
+    v = values.astype(np.int64)
+    zigzag = ((v << 1) ^ (v >> 63)).view(np.uint64)
+    if len(v) == 0 or zigzag.max() < 0x80:  # one byte each: union branches, small counts
+        return fixed_pieces(zigzag.astype(np.uint8)[:, None])
+    lengths = np.ones(len(v), np.int64)
+    for k in range(1, 10):
+        lengths += zigzag >= np.uint64(1) << np.uint64(7 * k)
+    width = int(lengths.max())
+    groups = ((zigzag[:, None] >> _SEVEN_BITS[:width]) & np.uint64(0x7F)).astype(np.uint8)
+    groups |= (np.arange(width) < (lengths - 1)[:, None]).astype(np.uint8) << 7
+    return _masked_pieces(groups, lengths)
+
+
+def valid_mask(arr: pa.Array) -> np.ndarray:
+    if arr.null_count == 0:
+        return np.ones(len(arr), bool)
+    return np.asarray(arr.is_valid().to_numpy(zero_copy_only=False))
+
+
+def encode_value(arr: pa.Array, avro: Any, names: dict[str, Any]) -> list[pa.Array]:
+    """Pieces that, joined, are the Avro encoding of each row of `arr` (nulls only in unions)."""
+    avro = _resolve(avro, names)
+    n = len(arr)
+    if isinstance(avro, list):
+        return _encode_union(arr, avro, names)
+    kind = avro if isinstance(avro, str) else avro["type"]
+    logical = None if isinstance(avro, str) else avro.get("logicalType")
+    if kind == "null":
+        return []
+    if kind == "boolean":
+        return [fixed_pieces(arr.fill_null(False).to_numpy(zero_copy_only=False).astype(np.uint8)[:, None])]
+    if kind in ("int", "long"):
+        if pa.types.is_date32(arr.type) or pa.types.is_time32(arr.type):
+            arr = arr.cast(pa.int32())  # Arrow casts these only to their own storage width
+        return [varint_pieces(arr.cast(pa.int64()).fill_null(0).to_numpy())]
+    if kind in ("float", "double"):
+        width = 4 if kind == "float" else 8
+        values = arr.cast(pa.float32() if kind == "float" else pa.float64()).fill_null(0)
+        return [fixed_pieces(values.to_numpy().astype(f"<f{width}").view(np.uint8).reshape(n, width))]
+    if kind in ("string", "bytes"):
+        if logical == "decimal":
+            arr = decimal_to_bytes(arr)
+        values = arr.cast(pa.binary()).fill_null(b"")
+        return [varint_pieces(np.diff(piece_offsets(values))), values]
+    if kind == "fixed":
+        if logical == "decimal":
+            arr = _decimal_to_fixed(arr, avro["size"])
+        width = avro["size"]
+        data = arr.buffers()[1].slice(arr.offset * width, n * width)
+        return [_pieces(data, np.arange(n + 1, dtype=np.int64) * width)]
+    if kind == "enum":
+        index = pc.index_in(arr, value_set=pa.array(avro["symbols"]))
+        if index.null_count > arr.null_count:
+            raise ValueError(f"values outside enum {avro['name']}")
+        return [varint_pieces(index.fill_null(0).to_numpy())]
+    if kind == "record":
+        pieces = []
+        for i, f in enumerate(avro["fields"]):
+            pieces += encode_value(arr.field(i), f["type"], names)
+        return pieces
+    if kind == "array":
+        return _encode_blocks(arr, encode_value(arr.values, avro["items"], names))
+    if kind == "map":
+        entries = arr.values
+        keys = encode_value(entries.field(0), "string", names)
+        return _encode_blocks(arr, keys + encode_value(entries.field(1), avro["values"], names))
+    raise ValueError(f"unsupported Avro type {avro!r}")
+
+
+def _encode_union(arr: pa.Array, branches: list[Any], names: dict[str, Any]) -> list[pa.Array]:
+    """Branch index, then the value; only [null, T] unions, the kind Hudi table schemas use."""
+    values = [i for i, b in enumerate(branches) if b != "null"]
+    if len(values) != 1:
+        raise ValueError(f"only unions of null and one type are supported, not {branches}")
+    value = join_pieces(encode_value(arr, branches[values[0]], names), len(arr))
+    if arr.null_count == 0:
+        return [varint_pieces(np.full(len(arr), values[0])), value]
+    if "null" not in branches:
+        raise ValueError(f"null values for non-nullable {branches}")
+    index = np.where(valid_mask(arr), values[0], branches.index("null"))
+    return [varint_pieces(index), pc.if_else(arr.is_valid(), value, EMPTY_PIECE)]
+
+
+def _encode_blocks(arr: pa.Array, item_pieces: list[pa.Array]) -> list[pa.Array]:
+    """An array or map value: one block of all items (count, items), then the 0 end marker."""
+    items = join_pieces(item_pieces, len(arr.values))
+    list_offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    counts = np.diff(list_offsets)
+    rows = _pieces(items.buffers()[2] or pa.py_buffer(b""), piece_offsets(items)[list_offsets])
+    end_marker = _masked_pieces(np.zeros((len(arr), 1), np.uint8), (counts > 0).astype(np.int64))
+    return [varint_pieces(counts), rows, end_marker]
+
+
+class AvroColumnReader:
+    """Reads Avro values for many rows at once from one block's content, one position per row."""
+
+    def __init__(self, content: memoryview, names: dict[str, Any]):
+        self.content = pa.py_buffer(content)
+        self.buf = np.frombuffer(content, dtype=np.uint8)
+        self.names = names
+
+    def varints(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Zig-zag varints at `pos`: (values, positions after them). Byte k is read only for the
+        rows whose varint goes on that far, so short varints (the usual case) cost one pass."""
+        current = self.buf[pos]
+        zigzag = (current & 0x7F).astype(np.uint64)
+        lengths = np.ones(len(pos), np.int64)
+        rows = np.flatnonzero(current & 0x80)
+        for k in range(1, 10):
+            if not len(rows):
+                break
+            current = self.buf[pos[rows] + k]
+            zigzag[rows] |= (current & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+            lengths[rows] += 1
+            rows = rows[(current & 0x80) != 0]
+        if len(rows):
+            raise ValueError("varint longer than 10 bytes")
+        values = (zigzag >> np.uint64(1)).astype(np.int64) ^ -(zigzag & np.uint64(1)).astype(np.int64)
+        return values, pos + lengths
+
+    def fixed(self, pos: np.ndarray, width: int) -> np.ndarray:
+        """`width` bytes at each position, one row each."""
+        return self.buf[pos[:, None] + np.arange(width)]
+
+    def byte_strings(self, pos: np.ndarray, lengths: np.ndarray) -> pa.Array:
+        """Byte strings at `pos` as a binary view array over the content (no copy): each 16-byte
+        view holds the length and either the bytes (up to 12) or a prefix and an offset."""
+        if (lengths < 0).any() or (pos + lengths > len(self.buf)).any():
+            raise ValueError("byte string runs past the block")
+        n = len(pos)
+        views = np.zeros((n, 4), np.int32)
+        views[:, 0] = lengths
+        raw = views.view(np.uint8)
+        short = np.flatnonzero(lengths <= 12)
+        inline = np.arange(12) < lengths[short, None]
+        raw[short, 4:] = self.buf[np.where(inline, pos[short, None] + np.arange(12), 0)] * inline
+        long = np.flatnonzero(lengths > 12)
+        raw[long, 4:8] = self.fixed(pos[long], 4)
+        views[long, 3] = pos[long]
+        return pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), self.content])
+
+    def value(self, pos: np.ndarray, avro: Any, arrow_type: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+        """Values of Avro type `avro` at `pos` as `arrow_type`, and the positions after them."""
+        avro = _resolve(avro, self.names)
+        n = len(pos)
+        if isinstance(avro, list):
+            return self.union(pos, avro, arrow_type)
+        kind = avro if isinstance(avro, str) else avro["type"]
+        logical = None if isinstance(avro, str) else avro.get("logicalType")
+        if kind == "null":
+            return pa.nulls(n, arrow_type), pos
+        if kind == "boolean":
+            raw = self.buf[pos]
+            if (raw > 1).any():
+                raise ValueError("boolean byte is neither 0 nor 1")
+            return pa.array(raw.astype(bool)), pos + 1
+        if kind in ("int", "long"):
+            values, pos = self.varints(pos)
+            return pa.array(values).cast(pa.int32() if kind == "int" else pa.int64()).cast(arrow_type), pos
+        if kind in ("float", "double"):
+            width = 4 if kind == "float" else 8
+            values = self.fixed(pos, width).view("<f4" if width == 4 else "<f8")[:, 0]
+            return pa.array(values).cast(arrow_type), pos + width
+        if kind in ("string", "bytes"):
+            lengths, pos = self.varints(pos)
+            values = self.byte_strings(pos, lengths)
+            if logical == "decimal":
+                return bytes_to_decimal(values.cast(pa.binary()), arrow_type), pos + lengths
+            return values.cast(arrow_type), pos + lengths
+        if kind == "fixed":
+            width = avro["size"]
+            data = pa.py_buffer(self.fixed(pos, width).tobytes())
+            values = pa.Array.from_buffers(pa.binary(width), n, [None, data])
+            return (_fixed_to_decimal(values, arrow_type) if logical == "decimal" else values), pos + width
+        if kind == "enum":
+            index, pos = self.varints(pos)
+            if ((index < 0) | (index >= len(avro["symbols"]))).any():
+                raise ValueError(f"enum index outside {avro['name']}")
+            return pa.array(avro["symbols"]).take(pa.array(index)), pos
+        if kind == "record":
+            children = []
+            for f, arrow_field in zip(avro["fields"], arrow_type):
+                child, pos = self.value(pos, f["type"], arrow_field.type)
+                children.append(child)
+            return pa.StructArray.from_arrays(children, fields=list(arrow_type)), pos
+        if kind == "array":
+            item_type = arrow_type.value_type
+            offsets, items, pos = self.blocks(pos, lambda p: self.value(p, avro["items"], item_type), item_type)
+            return pa.ListArray.from_arrays(offsets, items, type=arrow_type), pos
+        if kind == "map":
+            entry_type = pa.struct([pa.field("key", pa.string(), False), arrow_type.item_field])
+
+            def entry(p: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+                key, p = self.value(p, "string", pa.string())
+                value, p = self.value(p, avro["values"], arrow_type.item_type)
+                return pa.StructArray.from_arrays([key, value], fields=list(entry_type)), p
+
+            offsets, entries, pos = self.blocks(pos, entry, entry_type)
+            return pa.MapArray.from_arrays(offsets, entries.field(0), entries.field(1), type=arrow_type), pos
+        raise ValueError(f"unsupported Avro type {avro!r}")
+
+    def union(self, pos: np.ndarray, branches: list[Any], arrow_type: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+        values = [i for i, b in enumerate(branches) if b != "null"]
+        if len(values) != 1:
+            raise ValueError(f"only unions of null and one type are supported, not {branches}")
+        index, pos = self.varints(pos)
+        is_value = index == values[0]
+        null_index = branches.index("null") if "null" in branches else -1
+        if not (is_value | (index == null_index)).all():
+            raise ValueError(f"union index outside {branches}")
+        rows = np.flatnonzero(is_value)
+        decoded, pos[rows] = self.value(pos[rows], branches[values[0]], arrow_type)
+        if len(rows) == len(pos):
+            return decoded, pos
+        return decoded.take(pa.array(np.cumsum(is_value) - 1, mask=~is_value)), pos
+
+    def blocks(
+        self, pos: np.ndarray, read_item: Any, item_type: pa.DataType
+    ) -> tuple[pa.Array, pa.Array, np.ndarray]:
+        """Array or map items: blocks of (count, items) up to a 0 count; a negative count is
+        followed by the block's byte size. Item k of every row is read at once."""
+        pos = pos.copy()
+        chunks: list[pa.Array] = []
+        owners: list[np.ndarray] = []
+        active = np.arange(len(pos))
+        while len(active):
+            counts, pos[active] = self.varints(pos[active])
+            sized = counts < 0
+            if sized.any():
+                _, pos[active[sized]] = self.varints(pos[active[sized]])
+                counts = np.abs(counts)
+            if (counts > len(self.buf)).any():
+                raise ValueError("item count larger than the block")
+            active, left = active[counts > 0], counts[counts > 0]
+            rows = active
+            while len(rows):
+                item, pos[rows] = read_item(pos[rows])
+                chunks.append(item)
+                owners.append(rows)
+                left = left - 1
+                rows, left = rows[left > 0], left[left > 0]
+        if not chunks:
+            return pa.array(np.zeros(len(pos) + 1, np.int32)), pa.array([], item_type), pos
+        owner = np.concatenate(owners)
+        items = pa.concat_arrays(chunks).take(pa.array(np.argsort(owner, kind="stable")))
+        offsets = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(pos)))]).astype(np.int32)
+        return pa.array(offsets), items, pos
+
+
+# Decimals: Avro stores the unscaled value big-endian in two's complement; Arrow little-endian.
+
+
+def _decimal_to_fixed(arr: pa.Array, size: int) -> pa.Array:
+    """The unscaled values in `size` bytes, column-wise."""
+    width = arr.type.byte_width
+    raw = np.frombuffer(arr.buffers()[1], dtype=np.uint8)[arr.offset * width : (arr.offset + len(arr)) * width]
+    big_endian = raw.reshape(len(arr), width)[:, ::-1]
+    data = pa.py_buffer(_resize_signed(big_endian, size).tobytes())
+    return pa.Array.from_buffers(pa.binary(size), len(arr), [None, data])
+
+
+def _fixed_to_decimal(arr: pa.Array, decimal_type: pa.DataType) -> pa.Array:
+    size = arr.type.byte_width
+    raw = np.frombuffer(arr.buffers()[1], dtype=np.uint8)[arr.offset * size : (arr.offset + len(arr)) * size]
+    padded = _resize_signed(raw.reshape(len(arr), size), decimal_type.byte_width)
+    data = pa.py_buffer(np.ascontiguousarray(padded[:, ::-1]).tobytes())
+    return pa.Array.from_buffers(decimal_type, len(arr), [None, data])
+
+
+def _resize_signed(big_endian: np.ndarray, size: int) -> np.ndarray:
+    """Big-endian two's complement rows cut or sign-extended to `size` bytes."""
+    width = big_endian.shape[1]
+    if size <= width:
+        return np.ascontiguousarray(big_endian[:, width - size :])
+    sign = np.where(big_endian[:, :1] >= 0x80, 0xFF, 0).astype(np.uint8)
+    return np.hstack([np.repeat(sign, size - width, axis=1), big_endian])
+
+
+_EXACT = Context(prec=80)  # more digits than decimal256 has, so scaling never rounds
+
+
+def decimal_to_bytes(arr: pa.Array) -> pa.Array:
+    """Minimal two's complement of the unscaled values, as Java's BigInteger#toByteArray."""
+    scale = arr.type.scale
+    out = []
+    for d in arr.to_pylist():
+        unscaled = None if d is None else int(d.scaleb(scale, _EXACT))
+        out.append(None if unscaled is None else unscaled.to_bytes(unscaled.bit_length() // 8 + 1, "big", signed=True))
+    return pa.array(out, pa.binary())
+
+
+def bytes_to_decimal(arr: pa.Array, decimal_type: pa.DataType) -> pa.Array:
+    values = [
+        None if b is None else Decimal(int.from_bytes(b, "big", signed=True)).scaleb(-decimal_type.scale, _EXACT)
+        for b in arr.to_pylist()
+    ]
+    return pa.array(values, decimal_type)
