@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.accumulators import AccumulatorParam
 
-from streamer.decode.decoders import (
+from streamer.decode.columns import (
     ERROR,
     EVOLVING,
     KAFKA_OFFSET,
@@ -32,8 +32,8 @@ from streamer.decode.decoders import (
     KAFKA_TOPIC,
     RAW_KEY,
     RAW_VALUE,
-    RecordDecoder,
 )
+from streamer.decode.record_decoder import RecordDecoder
 from streamer.kafka.source import OFFSET_RANGES_SCHEMA, SourceOptions, read_ranges
 
 TopicPartition = tuple[str, int]

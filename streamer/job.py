@@ -20,7 +20,7 @@ from pyspark.sql.streaming import StreamingQuery
 from streamer import initial_load
 from streamer.checkpoint import StreamCheckpoint, table_checkpoint
 from streamer.config.model import FormatSettings, JobConfig
-from streamer.decode.decoders import (
+from streamer.decode.columns import (
     ADDED_COLUMNS,
     ERROR,
     EVOLVING,
@@ -31,10 +31,10 @@ from streamer.decode.decoders import (
     KAFKA_TOPIC,
     RAW_KEY,
     RAW_VALUE,
-    FormatSpec,
-    RecordDecoder,
 )
 from streamer.decode.evolution import SchemaEvolution, stored_value_schema
+from streamer.decode.formats import FormatSpec
+from streamer.decode.record_decoder import RecordDecoder
 from streamer.decode.registry import SchemaRegistryClient
 from streamer.decode.value_schema import compare, evolve_json
 from streamer.errors import StartupError

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streamer.decode.decoders import (
+from streamer.decode.columns import (
     ERROR,
     KAFKA_OFFSET,
     KAFKA_PARTITION,

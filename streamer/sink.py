@@ -31,8 +31,9 @@ from streamer.checkpoint import (
     planned_offsets,
     table_checkpoint,
 )
-from streamer.decode.decoders import ERROR, EVOLVING, RAW_KEY, RAW_VALUE, RecordDecoder
+from streamer.decode.columns import ERROR, EVOLVING, RAW_KEY, RAW_VALUE
 from streamer.decode.evolution import VALUE_SCHEMA_KEY, SchemaEvolution
+from streamer.decode.record_decoder import RecordDecoder
 from streamer.errors import BadRecordError, SchemaEvolutionFailed, StopRequested, TableWriteError
 from streamer.kafka.source import SourceOptions
 from streamer.quarantine import QuarantineTable

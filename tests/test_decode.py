@@ -1,6 +1,6 @@
-"""Record decoding (streamer/decode/decoders.py) and the schema registry client, against batches shaped
-exactly like Spark's Kafka source and a real schema registry process (tests/schema_registry_server.py,
-or SCHEMA_REGISTRY_URL)."""
+"""Record decoding (streamer/decode/record_decoder.py and the formats' modules beside it) and the schema
+registry client, against batches shaped exactly like Spark's Kafka source and a real schema registry
+process (tests/schema_registry_server.py, or SCHEMA_REGISTRY_URL)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ import pyarrow as pa
 import pytest
 import schema_registry_server
 
-from streamer.decode.decoders import FormatSpec, RecordDecoder
+from streamer.decode.formats import FormatSpec
+from streamer.decode.record_decoder import RecordDecoder
 from streamer.decode.registry import SchemaRegistryClient, confluent_frame
 from streamer.errors import SchemaRegistryError
 from streamer.kafka.source import ARROW_SCHEMA_WITHOUT_HEADERS

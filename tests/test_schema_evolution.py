@@ -31,8 +31,10 @@ from oracle import Oracle
 from streamer import app
 from streamer.app import TableOutcome
 from streamer.config.model import JobConfig
-from streamer.decode.decoders import EVOLVING, RAW_VALUE, FormatSpec, RecordDecoder
+from streamer.decode.columns import EVOLVING, RAW_VALUE
 from streamer.decode.evolution import VALUE_SCHEMA_KEY
+from streamer.decode.formats import FormatSpec
+from streamer.decode.record_decoder import RecordDecoder
 from streamer.decode.registry import SchemaRegistryClient, confluent_frame
 from streamer.decode.value_schema import compare, evolve
 from streamer.errors import StartupError

@@ -1,8 +1,8 @@
 """A table's schema evolving with the writer schemas of a `confluent-avro` stream.
 
 The sink decodes each batch with the current reader schema. Records whose writer schema adds
-fields or widens types come out of the decoder undecoded (`decode.EVOLVING` holds their schema
-id), and the batch's tally names those ids. The sink then abandons the batch's commit,
+fields or widens types come out of the decoder undecoded (`streamer.decode.columns.EVOLVING` holds
+their schema id), and the batch's tally names those ids. The sink then abandons the batch's commit,
 `SchemaEvolution.evolve` evolves the reader schema with those writer schemas
 (`streamer.decode.value_schema`), and the batch is decoded and written again with it: the rows written
 before the change read the new columns as null, and wider types. The commit's metadata carries
@@ -16,7 +16,8 @@ import json
 import logging
 from collections.abc import Callable
 
-from streamer.decode.decoders import ADDED_COLUMNS, RecordDecoder
+from streamer.decode.columns import ADDED_COLUMNS
+from streamer.decode.record_decoder import RecordDecoder
 from streamer.decode.registry import SchemaRegistryClient
 from streamer.decode.value_schema import compare, evolve_json
 from table.mor_table import MorTable
