@@ -24,9 +24,10 @@ from streamer.errors import BrokersUnreachable
 from streamer.kafka.offsets import KafkaProgress
 from table.mor_table import MorTable
 from table.storage.file_io import Storage
+from table.storage.layout import AUX_DIR
 from table.timeline.timeline import parse_instant_time
 
-LAST_ERROR_PATH = ".hoodie/.aux/streamer-last-error.json"
+LAST_ERROR_PATH = f"{AUX_DIR}/streamer-last-error.json"
 _ERROR_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 #: Seconds the brokers have to answer before the lag is reported unknown.

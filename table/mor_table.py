@@ -22,6 +22,7 @@ from table.read.predicate import Predicate
 from table.read.reader import SliceReadSpec, read_base_file, read_file_slice, table_schema_with_meta
 from table.schema import COMMIT_TIME, arrow_schema_from_avro, avro_schema_json
 from table.storage.file_io import Storage
+from table.storage.layout import METADATA_DIR
 from table.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata
 from table.timeline.timeline import CompletedInstants, Timeline
 from table.write.writer import TableWriter, WriteOptions
@@ -86,7 +87,7 @@ class MorTable:
             url_encode_partitioning=spec.url_encode_partitions,
             create_schema=avro_schema_json(spec.schema, spec.name, with_meta_fields=False),
         )
-        storage.makedirs(".hoodie")
+        storage.makedirs(METADATA_DIR)
         config.save(storage)
         return cls(storage, config)
 

@@ -35,6 +35,7 @@ from table.services.clustering.execute import (
 )
 from table.services.clustering.plan import CHILD_NODES_KEY, PARTITION_KEY, SEQUENCE_NUMBER_KEY, read_clustering_plan
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
+from table.storage.layout import HASHING_METADATA_DIR
 from table.storage.lease import WriterLease
 from table.timeline.commit_metadata import ReplaceCommitMetadata
 from table.timeline.plans import deserialize_plan
@@ -375,7 +376,7 @@ def test_the_plan_and_the_hashing_metadata_are_written_as_hudi_writes_them(tmp_p
     assert group["slices"][0]["dataFilePath"].startswith(str(path))
 
     execute_clustering(table, instant)
-    meta_dir = path / ring.HASHING_METADATA_DIR
+    meta_dir = path / HASHING_METADATA_DIR
     assert (meta_dir / f"{instant}.commit").exists()
     metadata = ring.HashingMetadata.from_bytes((meta_dir / f"{instant}.hashing_meta").read_bytes())
     assert metadata.seq_no == 1 and metadata.instant == instant and len(metadata.nodes) == 3
@@ -460,7 +461,7 @@ def test_a_rolled_back_plan_leaves_the_old_buckets_and_no_child_files(tmp_path):
         rollback_clustering(writer, instant)
         assert not files_of(path, children)
         assert pending_clusterings(table) == [] and table.timeline().completed("rollback")
-        assert not (path / ring.HASHING_METADATA_DIR / f"{instant}.hashing_meta").exists()
+        assert not (path / HASHING_METADATA_DIR / f"{instant}.hashing_meta").exists()
         stream.commit()
         assert_readers_exact(path, stream, "after the rollback")
         assert len(bucket_sizes(table)) == 2

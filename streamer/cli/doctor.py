@@ -35,6 +35,7 @@ from table.mor_table import MorTable
 from table.schema import COMMIT_TIME
 from table.services.archive import read_archived_instants
 from table.storage.file_io import Storage
+from table.storage.layout import AUX_DIR, METADATA_DIR
 from table.storage.lease import read_holder
 from table.timeline.timeline import Action, Instant, Timeline
 
@@ -304,11 +305,11 @@ class TableDoctor:
         fix = "make it writable (free space, a read-write mount, this user's permissions), or correct table.path"
         if self.table is None:
             return self._new_table_access(fix)
-        probe = f".hoodie/.aux/doctor-{uuid.uuid4().hex}.probe"
+        probe = f"{AUX_DIR}/doctor-{uuid.uuid4().hex}.probe"
         try:
-            self.storage.list_dir(".hoodie")
+            self.storage.list_dir(METADATA_DIR)
         except OSError as e:
-            return self._check("storage", Verdict.PROBLEM, f"cannot list {self.path}/.hoodie: {e}", fix)
+            return self._check("storage", Verdict.PROBLEM, f"cannot list {self.path}/{METADATA_DIR}: {e}", fix)
         try:
             self.storage.create(probe, b"")
             self.storage.delete(probe)

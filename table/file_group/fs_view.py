@@ -20,11 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from table.storage.file_io import Storage
-from table.storage.layout import PARTITION_METADATA_FILE, BaseFileName, LogFileName, partition_file_path
+from table.storage.layout import METADATA_DIR, PARTITION_METADATA_FILE, BaseFileName, LogFileName, partition_file_path
 from table.timeline.commit_metadata import ReplaceCommitMetadata
 from table.timeline.timeline import Action, CompletedInstants, Timeline
-
-METADATA_DIR = ".hoodie"
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from table.errors import HashingMetadataError
 from table.index.xxh32 import xxh32
 from table.jackson import jackson_dumps
 from table.storage.file_io import Storage
+from table.storage.layout import HASHING_METADATA_DIR
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,6 @@ HASH_VALUE_MASK = 0x7FFFFFFF
 HASH_SEED = 0
 INIT_INSTANT_TS = "00000000000000"
 METADATA_VERSION = 0
-HASHING_METADATA_DIR = ".hoodie/.bucket_index/consistent_hashing_metadata"
 HASHING_METADATA_FILE_SUFFIX = ".hashing_meta"
 HASHING_METADATA_COMMIT_FILE_SUFFIX = ".commit"
 NULL_RECORDKEY_PLACEHOLDER = "__null__"

@@ -21,6 +21,10 @@ from table.errors import FormatError, InvalidRequestError
 from table.storage.file_io import Storage
 
 METADATA_DIR = ".hoodie"
+#: Files of the table that are not Hudi's: leases, the streaming checkpoint, the last error.
+AUX_DIR = f"{METADATA_DIR}/.aux"
+#: Marker files of the instants in flight (`table.storage.markers`).
+TEMP_DIR = f"{METADATA_DIR}/.temp"
 PARTITION_METADATA_FILE = ".hoodie_partition_metadata"
 BASE_FILE_EXTENSION = ".parquet"
 LOG_FILE_EXTENSION = ".log"

@@ -25,10 +25,11 @@ from dataclasses import asdict, dataclass
 
 from table.errors import WriterConflictError
 from table.storage.file_io import Storage
+from table.storage.layout import AUX_DIR
 
 log = logging.getLogger(__name__)
 
-LEASE_PATH = ".hoodie/.aux/writer.lease"
+LEASE_PATH = f"{AUX_DIR}/writer.lease"
 DEFAULT_TTL_SECONDS = 60.0
 # Far longer than the HEAD-then-PUT of a lease creation takes: a rival's PUT lands before it.
 OBJECT_STORE_SETTLE_SECONDS = 1.0

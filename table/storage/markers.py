@@ -8,8 +8,8 @@ name; a completed instant's markers are removed with it.
 from __future__ import annotations
 
 from table.storage.file_io import Storage
+from table.storage.layout import TEMP_DIR
 
-TEMP_DIR = ".hoodie/.temp"
 MARKER_SUFFIX = ".marker."
 
 
