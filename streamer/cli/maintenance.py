@@ -21,12 +21,11 @@ from table.services.archive import ArchivePolicy, archive
 from table.services.clean import CleanPolicy, clean, finish_pending_cleans
 from table.services.clustering.execute import (
     ClusteringConflictError,
-    ClusteringPolicy,
     execute_clustering,
     pending_clusterings,
     rollback_clustering,
-    schedule_clustering,
 )
+from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
 from table.services.compaction import (
     CompactionConflictError,
     CompactionStrategy,
