@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import io
 import logging
-import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -41,13 +41,13 @@ from table.services.clustering.plan import (
     pending_clustering_plans,
     read_clustering_plan,
 )
+from table.services.execution import PlanExecution
 from table.services.rollback import rollback
 from table.storage.file_io import Storage
-from table.storage.layout import METADATA_DIR, BaseFileName, LogFileName, partition_file_path, write_token
-from table.storage.lease import WriterLease, acquire_executor_lease
-from table.storage.markers import create_marker, delete_markers, marked_files
-from table.timeline.commit_metadata import SCHEMA_KEY, ReplaceCommitMetadata, WriteStat
-from table.timeline.timeline import Action, Instant
+from table.storage.layout import BaseFileName, LogFileName, partition_file_path, write_token
+from table.storage.markers import create_marker
+from table.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, ReplaceCommitMetadata, WriteStat
+from table.timeline.timeline import Action, Timeline
 
 if TYPE_CHECKING:
     from table.mor_table import MorTable
@@ -56,7 +56,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REPLACE_COMMIT = Action.REPLACE_COMMIT
-PROGRESS_INTERVAL_SECONDS = 10.0
 
 
 class ClusteringConflictError(RuntimeError):
@@ -96,7 +95,7 @@ def pending_clusterings(table: MorTable) -> list[str]:
 
 
 def executor_lease_path(instant: str) -> str:
-    return f"{METADATA_DIR}/.aux/{instant}.replacecommit.lease"
+    return ClusteringExecution.lease_path(instant)
 
 
 def execute_clustering(table: MorTable, instant: str) -> ClusteringResult:
@@ -105,80 +104,71 @@ def execute_clustering(table: MorTable, instant: str) -> ClusteringResult:
     Raises ClusteringConflictError when another live executor runs it, ValueError when no
     clustering is pending at `instant`.
     """
-    lease = _executor_lease(table, instant)
-    try:
-        return _execute(table, instant, lease)
-    finally:
-        lease.release()
+    execution = ClusteringExecution(table, instant)
+    stats = execution.run()
+    return ClusteringResult(instant, execution.plan, stats)
 
 
-def _executor_lease(table: MorTable, instant: str) -> WriterLease:
-    return acquire_executor_lease(table.storage, f"clustering {instant}", executor_lease_path(instant),
-                                  ClusteringConflictError)
+class ClusteringExecution(PlanExecution):
+    """Each planned group's slices rewritten into its children's base files at the instant, each
+    partition's new ring saved; `<r>.replacecommit` completes naming the replaced groups, then the
+    rings' commit markers are written."""
 
+    service = "clustering"
+    action = REPLACE_COMMIT
+    conflict = ClusteringConflictError
 
-def _execute(table: MorTable, instant: str, lease: WriterLease) -> ClusteringResult:
-    storage = table.storage
-    timeline = table.timeline()
-    requested = Instant(instant, REPLACE_COMMIT, "requested")
-    if timeline.contains(requested):
-        timeline.transition_to_inflight(requested)
-    elif timeline.contains(requested.inflight()):
-        _remove_previous_attempt(storage, instant)
-    else:
-        raise ValueError(f"no pending clustering at {instant} in {table.base_uri}")
-    plan = read_clustering_plan(timeline, instant)
-    if plan is None:
-        raise ValueError(f"replacecommit {instant} of {table.base_uri} has no clustering plan")
-    schema = table.schema(timeline)
-    completed = timeline.completed_timestamps()
-    spec = SliceReadSpec(completed.up_to(instant), table.config.precombine_field, table_schema_with_meta(schema))
-    key_fields = tuple(table.config.record_key_fields)
-    log.info("clustering %s of %s: %d group(s)", instant, table.name, len(plan.groups))
-    stats: list[WriteStat] = []
-    rings: list[ring.HashingMetadata] = []
-    task_id = 0
-    reported = time.monotonic()
-    for partition, children in plan.children_by_partition().items():
-        current = ring.load_latest(storage, partition, completed.active)
-        groups = [g for g in plan.groups if g.partition_path == partition]
-        stale = [g for g in groups if current is None or g.seq_no != current.seq_no]
-        if stale:
-            raise ValueError(f"clustering {instant} was planned on hashing metadata seqNo {stale[0].seq_no} of "
-                             f"partition '{partition}', which is now at "
-                             f"{current.seq_no if current else 'none'}; roll the plan back")
-        new_ring = ring.apply_children(current, children, instant)
-        router = ring.Router(new_ring, key_fields)
-        for group in groups:
-            for stat in _rewrite(storage, group, router, instant, spec, plan.sort_columns, task_id):
-                stats.append(stat)
-                task_id += 1
-            if time.monotonic() - reported >= PROGRESS_INTERVAL_SECONDS:
-                log.info("clustering %s of %s: %d file group(s) written", instant, table.name, len(stats))
-                reported = time.monotonic()
-        ring.save(storage, new_ring)
-        rings.append(new_ring)
-    replaced = {}
-    for group in plan.groups:
-        replaced.setdefault(group.partition_path, []).extend(group.file_ids)
-    extra = {SCHEMA_KEY: avro_schema_json(schema, table.name, with_meta_fields=False)}
-    metadata = replace(ReplaceCommitMetadata.for_write(stats, extra, operation_type=CLUSTER_OPERATION),
+    def read_plan(self, timeline: Timeline) -> None:
+        plan = read_clustering_plan(timeline, self.instant)
+        if plan is None:
+            raise ValueError(f"replacecommit {self.instant} of {self.table.base_uri} has no clustering plan")
+        self.plan = plan
+        self.schema = self.table.schema(timeline)
+        self.completed = timeline.completed_timestamps()
+        self.spec = SliceReadSpec(self.completed.up_to(self.instant), self.table.config.precombine_field,
+                                  table_schema_with_meta(self.schema))
+        self.rings: list[ring.HashingMetadata] = []
+
+    def write_groups(self) -> Iterator[list[WriteStat]]:
+        storage, instant, plan = self.table.storage, self.instant, self.plan
+        key_fields = tuple(self.table.config.record_key_fields)
+        log.info("clustering %s of %s: %d group(s)", instant, self.table.name, len(plan.groups))
+        task_id = 0
+        for partition, children in plan.children_by_partition().items():
+            current = ring.load_latest(storage, partition, self.completed.active)
+            groups = [g for g in plan.groups if g.partition_path == partition]
+            stale = [g for g in groups if current is None or g.seq_no != current.seq_no]
+            if stale:
+                raise ValueError(f"clustering {instant} was planned on hashing metadata seqNo {stale[0].seq_no} of "
+                                 f"partition '{partition}', which is now at "
+                                 f"{current.seq_no if current else 'none'}; roll the plan back")
+            new_ring = ring.apply_children(current, children, instant)
+            router = ring.Router(new_ring, key_fields)
+            for group in groups:
+                stats = _rewrite(storage, group, router, instant, self.spec, plan.sort_columns, task_id)
+                task_id += len(stats)
+                yield stats
+            ring.save(storage, new_ring)
+            self.rings.append(new_ring)
+
+    def log_progress(self, groups_done: int, stats: list[WriteStat]) -> None:
+        log.info("clustering %s of %s: %d file group(s) written", self.instant, self.table.name, len(stats))
+
+    def completed_metadata(self, stats: list[WriteStat]) -> CommitMetadata:
+        replaced = {}
+        for group in self.plan.groups:
+            replaced.setdefault(group.partition_path, []).extend(group.file_ids)
+        extra = {SCHEMA_KEY: avro_schema_json(self.schema, self.table.name, with_meta_fields=False)}
+        return replace(ReplaceCommitMetadata.for_write(stats, extra, operation_type=CLUSTER_OPERATION),
                        partition_to_replace_file_ids=replaced)
-    failpoints.reach("clustering.files_written")
-    lease.check_held()
-    timeline.complete(requested.inflight(), metadata.to_json().encode())
-    failpoints.reach("clustering.completed")
-    for new_ring in rings:
-        ring.write_commit_marker(storage, new_ring.partition_path, instant)
-    delete_markers(storage, instant)
-    return ClusteringResult(instant, plan, stats)
 
+    def on_files_written(self) -> None:
+        failpoints.reach("clustering.files_written")
 
-def _remove_previous_attempt(storage: Storage, instant: str) -> None:
-    """Delete what a crashed execution wrote, before writing it again."""
-    for path in marked_files(storage, instant):
-        storage.delete(path)
-    delete_markers(storage, instant)
+    def on_completed(self) -> None:
+        failpoints.reach("clustering.completed")
+        for new_ring in self.rings:
+            ring.write_commit_marker(self.table.storage, new_ring.partition_path, self.instant)
 
 
 def _planned_slice(storage: Storage, planned: PlannedSlice) -> FileSlice:
@@ -232,7 +222,7 @@ def rollback_clustering(writer: TableWriter, instant: str) -> str:
     writer.check_held()
     table = writer.table
     storage = table.storage
-    lease = _executor_lease(table, instant)
+    lease = ClusteringExecution(table, instant).acquire_lease()
     try:
         timeline = table.timeline()
         pending = {i.timestamp: i for i in timeline.pending(REPLACE_COMMIT)}
