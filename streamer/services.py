@@ -35,11 +35,11 @@ from table.services.compaction import (
     schedule_compaction,
 )
 from table.timeline.timeline import Action, Timeline
+from table.units import MIB
 from table.write.writer import TableWriter
 
 log = logging.getLogger(__name__)
 
-MIB = 1024 * 1024
 #: The io budget of a compaction the bound needs: every file group at the bound, whatever its size.
 UNBOUNDED = 2**62
 

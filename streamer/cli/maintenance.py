@@ -34,9 +34,8 @@ from table.services.compaction import (
     schedule_compaction,
 )
 from table.storage.lease import WriterConflictError
+from table.units import MIB
 from table.write.writer import WriteOptions
-
-MIB = 1024 * 1024
 
 
 def run_offline(args: argparse.Namespace) -> int:

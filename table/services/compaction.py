@@ -42,12 +42,11 @@ from table.storage.markers import create_marker
 from table.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, RuntimeStats, WriteStat
 from table.timeline.plans import deserialize_plan, serialize_plan
 from table.timeline.timeline import Instant, Timeline
+from table.units import MIB
 
 if TYPE_CHECKING:
     from table.mor_table import MorTable
     from table.write.writer import TableWriter
-
-MIB = 1024 * 1024
 
 log = logging.getLogger(__name__)
 
