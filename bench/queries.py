@@ -174,7 +174,8 @@ def _compact(table: MorTable) -> float:
 
 def _sort(table: MorTable) -> float:
     """Sort clustering only: no bucket is large enough to split, none may merge."""
-    from table.services.clustering.execute import ClusteringPolicy, execute_clustering, schedule_clustering
+    from table.services.clustering.execute import execute_clustering
+    from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
 
     buckets = max(_layout(table)["buckets_per_partition"].values())
     policy = ClusteringPolicy(split_threshold_bytes=HUGE, merge_threshold_bytes=0, min_buckets=buckets,

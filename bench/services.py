@@ -50,6 +50,7 @@ from streamer.kafka.embedded_broker import create_topic, produce
 from table.failpoints import PAUSE_ENV_VAR
 from table.file_group.layout_stats import after_each_deltacommit
 from table.mor_table import MorTable
+from table.units import MIB
 
 TOPIC = "orders"
 TOPIC_PARTITIONS = 2
@@ -60,7 +61,6 @@ WARMUP_BATCHES = 1  # each run's first micro-batch (the JVM's warm-up) is left o
 SPLIT_MARGIN = 1.05  # split threshold: this times the largest bucket after the load
 PAUSE_MIN_SECONDS = 5.0
 RESIZE_MAX_ROWS = 400_000  # bench.resize_bytes' default table size
-MIB = 2**20
 
 COMPACTION_RUNS = {  # name -> (label, services section of the YAML, over streaming.SERVICES_OFF)
     "compaction-off": ("ours: compaction off", {}),

@@ -1,7 +1,7 @@
 """A table's services between micro-batches: clustering, compaction, cleaning and archival.
 
 Only the writer schedules (after a commit, on the sink's thread, holding the table's lease), in
-that order: clustering (bucket splits, merges and sorts, `table.services.clustering.execute`) first, so
+that order: clustering (bucket splits, merges and sorts, `table.services.clustering.planner`) first, so
 that compaction plans the file groups clustering leaves alone. `inline` executes right there,
 before the next batch; `async` hands the plan to the application's background executor, which
 runs one plan at a time and never holds up a batch. While a clustering plan is pending, batches
@@ -24,13 +24,9 @@ from streamer.metrics import TableMetrics
 from table.mor_table import MorTable
 from table.services.archive import ArchivePolicy, archive
 from table.services.clean import CLEAN, CleanPolicy, execute_clean, pending_cleans, schedule_clean
-from table.services.clustering.execute import (
-    ClusteringPolicy,
-    execute_clustering,
-    pending_clusterings,
-    schedule_clustering,
-)
+from table.services.clustering.execute import execute_clustering, pending_clusterings
 from table.services.clustering.plan import pending_clustering_plans
+from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
 from table.services.compaction import (
     COMPACTION,
     CompactionStrategy,
@@ -39,11 +35,11 @@ from table.services.compaction import (
     schedule_compaction,
 )
 from table.timeline.timeline import Action, Timeline
+from table.units import MIB
 from table.write.writer import TableWriter
 
 log = logging.getLogger(__name__)
 
-MIB = 1024 * 1024
 #: The io budget of a compaction the bound needs: every file group at the bound, whatever its size.
 UNBOUNDED = 2**62
 

@@ -25,11 +25,11 @@ tests/test_crash_matrix.py, kills the job at each one):
 - `rollback.files_deleted`: `rollback._execute`, data files deleted, the instant's state files not.
 - `rollback.completed`: `rollback._execute`, the rollback completed.
 - `compaction.requested`: `schedule_compaction`, the plan written, not executed.
-- `compaction.files_written`: `compaction._execute`, the new base files written, not completed.
-- `compaction.completed`: `compaction._execute`, completed, its markers not deleted yet.
+- `compaction.files_written`: `execute_compaction`, the new base files written, not completed.
+- `compaction.completed`: `execute_compaction`, completed, its markers not deleted yet.
 - `clustering.requested`: `schedule_clustering`, the plan written, not executed.
-- `clustering.files_written`: `clustering._execute`, children's base files and hashing metadata written.
-- `clustering.completed`: `clustering._execute`, completed, no hashing metadata commit marker yet.
+- `clustering.files_written`: `execute_clustering`, children's base files and hashing metadata written.
+- `clustering.completed`: `execute_clustering`, completed, no hashing metadata commit marker yet.
 - `clean.requested`: `schedule_clean`, the plan written, nothing deleted.
 - `clean.files_deleted`: `execute_clean`, the plan's files deleted, not completed.
 - `clean.completed`: `execute_clean`, the clean completed.

@@ -26,14 +26,13 @@ from table.index import consistent_hashing as ring
 from table.mor_table import MorTable, TableSpec
 from table.services.clean import CleanPolicy, clean
 from table.services.clustering.execute import (
-    ClusteringPolicy,
     execute_clustering,
     executor_lease_path,
     pending_clusterings,
     rollback_clustering,
-    schedule_clustering,
 )
 from table.services.clustering.plan import CHILD_NODES_KEY, PARTITION_KEY, SEQUENCE_NUMBER_KEY, read_clustering_plan
+from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
 from table.storage.layout import HASHING_METADATA_DIR
 from table.storage.lease import WriterLease

@@ -28,7 +28,8 @@ from test_table_engine import DATA_COLUMNS, SCHEMA, change_batch, make_table, ro
 from table.mor_table import MorTable, TableSpec
 from table.services.archive import ArchivePolicy, archive
 from table.services.clean import CleanPolicy, clean
-from table.services.clustering.execute import ClusteringPolicy, execute_clustering, schedule_clustering
+from table.services.clustering.execute import execute_clustering
+from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
 
 pytestmark = pytest.mark.hudi

@@ -18,7 +18,8 @@ from streamer.config.model import IndexSettings, JobConfig, ServicesSettings
 from streamer.services import BackgroundExecutor, TableServices
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable
-from table.services.clustering.execute import ClusteringPolicy, pending_clusterings, schedule_clustering
+from table.services.clustering.execute import pending_clusterings
+from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
 from table.services.compaction import pending_compactions
 
 pytestmark = pytest.mark.unit

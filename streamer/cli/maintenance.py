@@ -20,21 +20,19 @@ from table.mor_table import MorTable
 from table.services.archive import ArchivePolicy, archive
 from table.services.clean import CleanPolicy, clean, finish_pending_cleans
 from table.services.clustering.execute import (
-    ClusteringPolicy,
     execute_clustering,
     pending_clusterings,
     rollback_clustering,
-    schedule_clustering,
 )
+from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
 from table.services.compaction import (
     CompactionStrategy,
     execute_compaction,
     pending_compactions,
     schedule_compaction,
 )
+from table.units import MIB
 from table.write.writer import WriteOptions
-
-MIB = 1024 * 1024
 
 
 def run_offline(args: argparse.Namespace) -> int:

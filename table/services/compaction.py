@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,20 +36,18 @@ from table.file_group.fs_view import FileSlice
 from table.read.reader import SliceReadSpec, read_file_slice, table_schema_with_meta
 from table.schema import COMMIT_TIME, FILE_NAME, RECORD_KEY, avro_schema_json
 from table.services.clustering.plan import pending_clustering_file_groups
+from table.services.execution import PlanExecution
 from table.storage.file_io import Storage
-from table.storage.layout import METADATA_DIR, BaseFileName, partition_file_path, write_token
-from table.storage.lease import WriterLease, acquire_executor_lease
-from table.storage.markers import create_marker, delete_markers, marked_files
+from table.storage.layout import BaseFileName, partition_file_path, write_token
+from table.storage.markers import create_marker
 from table.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, RuntimeStats, WriteStat
 from table.timeline.plans import deserialize_plan, serialize_plan
 from table.timeline.timeline import Instant, Timeline
+from table.units import MIB
 
 if TYPE_CHECKING:
     from table.mor_table import MorTable
     from table.write.writer import TableWriter
-
-MIB = 1024 * 1024
-PROGRESS_INTERVAL_SECONDS = 10.0
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +255,7 @@ def _partition_values(partition_path: str) -> str:
 
 
 def executor_lease_path(instant: str) -> str:
-    return f"{METADATA_DIR}/.aux/{instant}.compaction.lease"
+    return CompactionExecution.lease_path(instant)
 
 
 def execute_compaction(table: MorTable, instant: str) -> CompactionResult:
@@ -265,53 +264,44 @@ def execute_compaction(table: MorTable, instant: str) -> CompactionResult:
     Raises CompactionConflictError when another live executor runs it, ValueError when no
     compaction is pending at `instant`.
     """
-    lease = acquire_executor_lease(table.storage, f"compaction {instant}", executor_lease_path(instant),
-                                   CompactionConflictError)
-    try:
-        return _execute(table, instant, lease)
-    finally:
-        lease.release()
+    return CompactionResult(instant, CompactionExecution(table, instant).run())
 
 
-def _execute(table: MorTable, instant: str, lease: WriterLease) -> CompactionResult:
-    timeline = table.timeline()
-    requested = Instant(instant, COMPACTION, "requested")
-    if timeline.contains(requested):
-        timeline.transition_to_inflight(requested)
-    elif timeline.contains(requested.inflight()):
-        _remove_previous_attempt(table.storage, instant)
-    else:
-        raise ValueError(f"no pending compaction at {instant} in {table.base_uri}")
-    operations, plan_metadata = read_compaction_plan(timeline, instant)
-    schema = table.schema(timeline)
-    spec = SliceReadSpec(
-        visible_instants=timeline.completed_timestamps().up_to(instant),  # the compaction itself is pending
-        ordering_field=table.config.precombine_field,
-        schema=table_schema_with_meta(schema),
-    )
-    stats = []
-    log.info("compaction %s of %s: %d file groups", instant, table.name, len(operations))
-    reported = time.monotonic()
-    for task_id, op in enumerate(operations):
-        stats.append(_compact(table.storage, op, instant, task_id, spec))
-        if time.monotonic() - reported >= PROGRESS_INTERVAL_SECONDS:  # long plans say how far they are
-            log.info("compaction %s of %s: %d of %d file groups done", instant, table.name, task_id + 1, len(operations))
-            reported = time.monotonic()
-    extra = {SCHEMA_KEY: avro_schema_json(schema, table.name, with_meta_fields=False), **plan_metadata}
-    metadata = CommitMetadata.for_write(stats, extra, operation_type="COMPACT", compacted=True)
-    failpoints.reach("compaction.files_written")
-    lease.check_held()
-    timeline.complete(requested.inflight(), metadata.to_json().encode())
-    failpoints.reach("compaction.completed")
-    delete_markers(table.storage, instant)
-    return CompactionResult(instant, stats)
+class CompactionExecution(PlanExecution):
+    """Each planned slice merged into its base file at the instant; `<c>.commit` completes."""
 
+    service = "compaction"
+    action = COMPACTION
+    conflict = CompactionConflictError
 
-def _remove_previous_attempt(storage: Storage, instant: str) -> None:
-    """Delete what a crashed execution wrote (complete or not), before writing it again."""
-    for path in marked_files(storage, instant):
-        storage.delete(path)
-    delete_markers(storage, instant)
+    def read_plan(self, timeline: Timeline) -> None:
+        self.operations, self.plan_metadata = read_compaction_plan(timeline, self.instant)
+        self.schema = self.table.schema(timeline)
+        self.spec = SliceReadSpec(
+            visible_instants=timeline.completed_timestamps().up_to(self.instant),  # the compaction itself is pending
+            ordering_field=self.table.config.precombine_field,
+            schema=table_schema_with_meta(self.schema),
+        )
+
+    def write_groups(self) -> Iterator[list[WriteStat]]:
+        log.info("compaction %s of %s: %d file groups", self.instant, self.table.name, len(self.operations))
+        for task_id, op in enumerate(self.operations):
+            yield [_compact(self.table.storage, op, self.instant, task_id, self.spec)]
+
+    def log_progress(self, groups_done: int, stats: list[WriteStat]) -> None:
+        log.info("compaction %s of %s: %d of %d file groups done", self.instant, self.table.name, groups_done,
+                 len(self.operations))
+
+    def completed_metadata(self, stats: list[WriteStat]) -> CommitMetadata:
+        extra = {SCHEMA_KEY: avro_schema_json(self.schema, self.table.name, with_meta_fields=False),
+                 **self.plan_metadata}
+        return CommitMetadata.for_write(stats, extra, operation_type="COMPACT", compacted=True)
+
+    def on_files_written(self) -> None:
+        failpoints.reach("compaction.files_written")
+
+    def on_completed(self) -> None:
+        failpoints.reach("compaction.completed")
 
 
 def _compact(storage: Storage, op: CompactionOperation, instant: str, task_id: int, spec: SliceReadSpec) -> WriteStat:

@@ -149,7 +149,7 @@ class TableWriter:
         A group in a pending compaction plan gets its logs in a new slice at the compaction's
         instant, whose base file (not there yet) is the compaction's output. While a resize of a
         partition is pending at r, its children are targets too: their logs start slices at r,
-        whose base files are the resize's output (dual writes; see `table.services.clustering.execute`).
+        whose base files are the resize's output (dual writes; see `table.services.clustering.planner`).
         """
         rings = self._rings.as_of(timeline)
         routers: dict[str, ring.Router] = {}

@@ -20,6 +20,7 @@ from table.index import consistent_hashing as ring
 from table.storage.file_io import Storage
 from table.timeline.plans import deserialize_plan, serialize_plan
 from table.timeline.timeline import Action, Instant, Timeline
+from table.units import MIB
 
 PLAN_SCHEMA = "HoodieRequestedReplaceMetadata"
 CLUSTER_OPERATION = "CLUSTER"
@@ -30,7 +31,6 @@ SORT_COLUMNS_PARAM = "hoodie.clustering.plan.strategy.sort.columns"
 PARTITION_KEY = "clustering.group.partition"
 CHILD_NODES_KEY = "clustering.group.child.node"
 SEQUENCE_NUMBER_KEY = "clustering.group.sequence.no"
-MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
