@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from table import failpoints
+from table.errors import InvalidRequestError
 from table.file_group.log_file.block import BlockType, DataBlock, HeaderKey
 from table.file_group.log_file.reader import read_log_file
 from table.file_group.log_file.writer import write_log_file
@@ -69,7 +70,7 @@ class ArchivePolicy:
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_instants < self.max_instants:
-            raise ValueError(f"need 1 <= min_instants < max_instants, not {self.min_instants} and {self.max_instants}")
+            raise InvalidRequestError(f"need 1 <= min_instants < max_instants, not {self.min_instants} and {self.max_instants}")
 
 
 @dataclass(frozen=True)

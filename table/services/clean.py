@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from table import failpoints
+from table.errors import InvalidRequestError, TimelineStateError
 from table.file_group.fs_view import FileGroup, FileSlice, replaced_file_groups
 from table.index import consistent_hashing as ring
 from table.services.clustering.plan import pending_clustering_file_groups
@@ -62,9 +63,9 @@ class CleanPolicy:
 
     def __post_init__(self) -> None:
         if self.kind not in POLICIES:
-            raise ValueError(f"unknown clean policy {self.kind!r}; expected one of {sorted(POLICIES)}")
+            raise InvalidRequestError(f"unknown clean policy {self.kind!r}; expected one of {sorted(POLICIES)}")
         if self.retained < 1:
-            raise ValueError(f"a clean policy retains at least 1, not {self.retained}")
+            raise InvalidRequestError(f"a clean policy retains at least 1, not {self.retained}")
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,7 @@ def execute_clean(table: MorTable, instant: str) -> CleanResult:
     timeline = table.timeline()
     requested = Instant(instant, CLEAN, State.REQUESTED)
     if not (timeline.contains(requested) or timeline.contains(requested.inflight())):
-        raise ValueError(f"no pending clean at {instant} in {table.base_uri}")
+        raise TimelineStateError(f"no pending clean at {instant} in {table.base_uri}")
     content = timeline.read_content(requested)
     if timeline.contains(requested):
         timeline.transition_to_inflight(requested, content)
@@ -262,7 +263,7 @@ def execute_clean(table: MorTable, instant: str) -> CleanResult:
 def _relative_path(storage: Storage, full_path: str) -> str:
     root = storage.full_path()
     if not full_path.startswith(f"{root}/"):
-        raise ValueError(f"{full_path} is not under the table at {root}")
+        raise InvalidRequestError(f"{full_path} is not under the table at {root}")
     return full_path[len(root) + 1:]
 
 

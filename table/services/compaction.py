@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from table import failpoints
-from table.errors import CompactionConflictError
+from table.errors import CompactionConflictError, InvalidRequestError, TimelineStateError
 from table.file_group.base_file import parquet_options
 from table.file_group.fs_view import FileSlice
 from table.read.reader import SliceReadSpec, read_file_slice, table_schema_with_meta
@@ -80,11 +80,11 @@ class CompactionStrategy:
 
     def __post_init__(self) -> None:
         if self.kind not in STRATEGY_KINDS:
-            raise ValueError(f"unknown compaction strategy {self.kind!r}; expected one of {STRATEGY_KINDS}")
+            raise InvalidRequestError(f"unknown compaction strategy {self.kind!r}; expected one of {STRATEGY_KINDS}")
         if self.min_log_files < 1 or self.min_log_bytes < 0 or self.max_io_bytes < 1:
-            raise ValueError("min_log_files must be >= 1, min_log_bytes >= 0 and max_io_bytes >= 1")
+            raise InvalidRequestError("min_log_files must be >= 1, min_log_bytes >= 0 and max_io_bytes >= 1")
         if self.recent_partitions is not None and self.recent_partitions < 1:
-            raise ValueError("recent_partitions must be >= 1")
+            raise InvalidRequestError("recent_partitions must be >= 1")
 
     def select(self, slices: list[FileSlice], partition_paths: list[str]) -> list[FileSlice]:
         """The slices to compact, in plan order (ties by partition path and file id)."""
@@ -196,7 +196,7 @@ def schedule_compaction(writer: TableWriter, strategy: CompactionStrategy) -> st
     timeline = table.timeline()
     if timeline.pending("deltacommit"):
         # Its log blocks would be in the plan yet not in the compacted base file.
-        raise ValueError("cannot schedule a compaction while a deltacommit is pending")
+        raise TimelineStateError("cannot schedule a compaction while a deltacommit is pending")
     planned = pending_compaction_file_groups(timeline) | pending_clustering_file_groups(timeline)
     view = table.file_system_view(timeline=timeline)
     candidates = [s for s in view.latest_slices() if s.log_files and (s.partition_path, s.file_id) not in planned]

@@ -19,6 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, ClassVar
 
+from table.errors import TimelineStateError
 from table.storage.file_io import Storage
 from table.storage.layout import METADATA_DIR
 from table.storage.lease import WriterLease, acquire_executor_lease
@@ -76,7 +77,7 @@ class PlanExecution(ABC):
         elif timeline.contains(requested.inflight()):
             _remove_previous_attempt(storage, self.instant)
         else:
-            raise ValueError(f"no pending {self.service} at {self.instant} in {self.table.base_uri}")
+            raise TimelineStateError(f"no pending {self.service} at {self.instant} in {self.table.base_uri}")
         self.read_plan(timeline)
         stats: list[WriteStat] = []
         reported = time.monotonic()

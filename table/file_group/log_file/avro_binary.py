@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from table.errors import FormatError, InvalidRequestError
 from table.schema import AvroSchema, arrow_schema_from_avro
 
 
@@ -70,7 +71,7 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """The columns of `schema`, in its order and types (extra columns are dropped)."""
     missing = [name for name in schema.names if name not in table.column_names]
     if missing:
-        raise ValueError(f"records lack columns of the block schema: {missing}")
+        raise InvalidRequestError(f"records lack columns of the block schema: {missing}")
     columns = [table.column(f.name).cast(f.type) for f in schema]
     return pa.Table.from_arrays(columns, schema=schema)
 
@@ -170,7 +171,7 @@ def encode_value(arr: pa.Array, avro: Any, names: dict[str, Any]) -> list[pa.Arr
     if kind == "enum":
         index = pc.index_in(arr, value_set=pa.array(avro["symbols"]))
         if index.null_count > arr.null_count:
-            raise ValueError(f"values outside enum {avro['name']}")
+            raise InvalidRequestError(f"values outside enum {avro['name']}")
         return [varint_pieces(index.fill_null(0).to_numpy())]
     if kind == "record":
         pieces = []
@@ -183,19 +184,19 @@ def encode_value(arr: pa.Array, avro: Any, names: dict[str, Any]) -> list[pa.Arr
         entries = arr.values
         keys = encode_value(entries.field(0), "string", names)
         return _encode_blocks(arr, keys + encode_value(entries.field(1), avro["values"], names))
-    raise ValueError(f"unsupported Avro type {avro!r}")
+    raise FormatError(f"unsupported Avro type {avro!r}")
 
 
 def _encode_union(arr: pa.Array, branches: list[Any], names: dict[str, Any]) -> list[pa.Array]:
     """Branch index, then the value; only [null, T] unions, the kind Hudi table schemas use."""
     values = [i for i, b in enumerate(branches) if b != "null"]
     if len(values) != 1:
-        raise ValueError(f"only unions of null and one type are supported, not {branches}")
+        raise FormatError(f"only unions of null and one type are supported, not {branches}")
     value = join_pieces(encode_value(arr, branches[values[0]], names), len(arr))
     if arr.null_count == 0:
         return [varint_pieces(np.full(len(arr), values[0])), value]
     if "null" not in branches:
-        raise ValueError(f"null values for non-nullable {branches}")
+        raise InvalidRequestError(f"null values for non-nullable {branches}")
     index = np.where(valid_mask(arr), values[0], branches.index("null"))
     return [varint_pieces(index), pc.if_else(arr.is_valid(), value, EMPTY_PIECE)]
 
@@ -233,7 +234,7 @@ class AvroColumnReader:
             lengths[rows] += 1
             rows = rows[(current & 0x80) != 0]
         if len(rows):
-            raise ValueError("varint longer than 10 bytes")
+            raise FormatError("varint longer than 10 bytes")
         values = (zigzag >> np.uint64(1)).astype(np.int64) ^ -(zigzag & np.uint64(1)).astype(np.int64)
         return values, pos + lengths
 
@@ -245,7 +246,7 @@ class AvroColumnReader:
         """Byte strings at `pos` as a binary view array over the content (no copy): each 16-byte
         view holds the length and either the bytes (up to 12) or a prefix and an offset."""
         if (lengths < 0).any() or (pos + lengths > len(self.buf)).any():
-            raise ValueError("byte string runs past the block")
+            raise FormatError("byte string runs past the block")
         n = len(pos)
         views = np.zeros((n, 4), np.int32)
         views[:, 0] = lengths
@@ -271,7 +272,7 @@ class AvroColumnReader:
         if kind == "boolean":
             raw = self.buf[pos]
             if (raw > 1).any():
-                raise ValueError("boolean byte is neither 0 nor 1")
+                raise FormatError("boolean byte is neither 0 nor 1")
             return pa.array(raw.astype(bool)), pos + 1
         if kind in ("int", "long"):
             values, pos = self.varints(pos)
@@ -294,7 +295,7 @@ class AvroColumnReader:
         if kind == "enum":
             index, pos = self.varints(pos)
             if ((index < 0) | (index >= len(avro["symbols"]))).any():
-                raise ValueError(f"enum index outside {avro['name']}")
+                raise FormatError(f"enum index outside {avro['name']}")
             return pa.array(avro["symbols"]).take(pa.array(index)), pos
         if kind == "record":
             children = []
@@ -316,17 +317,17 @@ class AvroColumnReader:
 
             offsets, entries, pos = self.blocks(pos, entry, entry_type)
             return pa.MapArray.from_arrays(offsets, entries.field(0), entries.field(1), type=arrow_type), pos
-        raise ValueError(f"unsupported Avro type {avro!r}")
+        raise FormatError(f"unsupported Avro type {avro!r}")
 
     def union(self, pos: np.ndarray, branches: list[Any], arrow_type: pa.DataType) -> tuple[pa.Array, np.ndarray]:
         values = [i for i, b in enumerate(branches) if b != "null"]
         if len(values) != 1:
-            raise ValueError(f"only unions of null and one type are supported, not {branches}")
+            raise FormatError(f"only unions of null and one type are supported, not {branches}")
         index, pos = self.varints(pos)
         is_value = index == values[0]
         null_index = branches.index("null") if "null" in branches else -1
         if not (is_value | (index == null_index)).all():
-            raise ValueError(f"union index outside {branches}")
+            raise FormatError(f"union index outside {branches}")
         rows = np.flatnonzero(is_value)
         decoded, pos[rows] = self.value(pos[rows], branches[values[0]], arrow_type)
         if len(rows) == len(pos):
@@ -349,7 +350,7 @@ class AvroColumnReader:
                 _, pos[active[sized]] = self.varints(pos[active[sized]])
                 counts = np.abs(counts)
             if (counts > len(self.buf)).any():
-                raise ValueError("item count larger than the block")
+                raise FormatError("item count larger than the block")
             active, left = active[counts > 0], counts[counts > 0]
             rows = active
             while len(rows):

@@ -29,6 +29,8 @@ import fastavro
 import numpy as np
 import pyarrow as pa
 
+from table.errors import InvalidRequestError
+
 MAGIC = b"#HUDI#"
 LOG_FORMAT_VERSION = 1
 BLOCK_CONTENT_VERSION = 3
@@ -95,7 +97,7 @@ class DataBlock(_HasHeader):
 
     def __post_init__(self) -> None:
         if self.block_type not in (BlockType.AVRO_DATA, BlockType.PARQUET_DATA):
-            raise ValueError(f"a data block is Avro or Parquet, not {self.block_type!r}")
+            raise InvalidRequestError(f"a data block is Avro or Parquet, not {self.block_type!r}")
 
     @classmethod
     def create(cls, records: pa.Table, instant: str, schema_json: str, fmt: str = "avro") -> DataBlock:
@@ -129,7 +131,7 @@ class DeleteBlock(_HasHeader):
         if self.ordering_values is not None:
             lengths.add(len(self.ordering_values))
         if len(lengths) != 1:
-            raise ValueError(f"delete block columns differ in length: {sorted(lengths)}")
+            raise InvalidRequestError(f"delete block columns differ in length: {sorted(lengths)}")
 
     @classmethod
     def create(

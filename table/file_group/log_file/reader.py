@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from table.errors import FormatError
 from table.file_group.log_file.avro_binary import (
     AvroColumnReader,
     LogSchema,
@@ -103,7 +104,7 @@ class _Cursor:
 
     def take(self, n: int) -> memoryview:
         if n < 0 or self.pos + n > len(self.data):
-            raise ValueError(f"needs {n} bytes at {self.pos}, block has {len(self.data)}")
+            raise FormatError(f"needs {n} bytes at {self.pos}, block has {len(self.data)}")
         chunk = self.data[self.pos : self.pos + n]
         self.pos += n
         return chunk
@@ -127,14 +128,14 @@ def _decode_block(body: memoryview) -> LogBlock:
     cur = _Cursor(body)
     version = cur.int32()
     if version != LOG_FORMAT_VERSION:
-        raise ValueError(f"log format version {version} is not supported")
+        raise FormatError(f"log format version {version} is not supported")
     block_type = BlockType(cur.int32())
     header = cur.metadata()
     content = cur.take(cur.int64())
     footer = cur.metadata()
     cur.int64()  # reverse pointer, checked with the framing
     if cur.pos != len(body):
-        raise ValueError(f"{len(body) - cur.pos} stray bytes after the block")
+        raise FormatError(f"{len(body) - cur.pos} stray bytes after the block")
     if block_type in (BlockType.AVRO_DATA, BlockType.PARQUET_DATA):
         return DataBlock(_decode_data_content(content, header, block_type), header, block_type, footer)
     if block_type == BlockType.DELETE:
@@ -144,7 +145,7 @@ def _decode_block(body: memoryview) -> LogBlock:
         block = CommandBlock(header, footer)
         block.command_type  # noqa: B018 - fails for a command Hudi does not know
         return block
-    raise ValueError(f"{block_type.name} blocks are not supported")
+    raise FormatError(f"{block_type.name} blocks are not supported")
 
 
 def _decode_data_content(content: memoryview, header: Header, block_type: BlockType) -> pa.Table:
@@ -161,7 +162,7 @@ def _decode_avro_records(content: memoryview, schema: LogSchema) -> pa.Table:
     cur = _Cursor(content)
     version = cur.int32()
     if version not in (2, BLOCK_CONTENT_VERSION):  # versions with a record count
-        raise ValueError(f"Avro data block version {version} is not supported")
+        raise FormatError(f"Avro data block version {version} is not supported")
     count = cur.int32()
     lengths = []
     length_at = struct.Struct(">i").unpack_from
@@ -171,7 +172,7 @@ def _decode_avro_records(content: memoryview, schema: LogSchema) -> pa.Table:
         lengths.append(length)
         pos += 4 + length
     if pos != len(content):
-        raise ValueError(f"records end at {pos}, content at {len(content)}")
+        raise FormatError(f"records end at {pos}, content at {len(content)}")
     sizes = np.array(lengths, dtype=np.int64) + 4
     ends = cur.pos + np.cumsum(sizes)
     positions = ends - sizes + 4
@@ -181,7 +182,7 @@ def _decode_avro_records(content: memoryview, schema: LogSchema) -> pa.Table:
         column, positions = reader.value(positions, avro_field["type"], arrow_field.type)
         columns.append(column)
     if not np.array_equal(positions, ends):
-        raise ValueError("records do not decode to their stated lengths")
+        raise FormatError("records do not decode to their stated lengths")
     return pa.Table.from_arrays(columns, schema=schema.arrow)
 
 
@@ -189,7 +190,7 @@ def _decode_delete_content(content: memoryview) -> tuple[pa.Array, pa.Array, pa.
     cur = _Cursor(content)
     version = cur.int32()
     if version != BLOCK_CONTENT_VERSION:
-        raise ValueError(f"delete block version {version} is not supported (Java-serialized)")
+        raise FormatError(f"delete block version {version} is not supported (Java-serialized)")
     body = io.BytesIO(cur.take(cur.int32()))
     records = fastavro.schemaless_reader(body, DELETE_RECORD_LIST, None, return_record_name=True)
     records = records["deleteRecordList"]
@@ -222,4 +223,4 @@ def _common_ordering_type(types: list[pa.DataType]) -> pa.DataType:
         return pa.int64()
     if distinct <= {pa.int32(), pa.float32(), pa.float64()}:
         return pa.float64()
-    raise ValueError(f"delete block mixes ordering value types {sorted(map(str, distinct))}")
+    raise FormatError(f"delete block mixes ordering value types {sorted(map(str, distinct))}")

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from table import failpoints
+from table.errors import InvalidRequestError, UnsupportedTypeError
 from table.file_group.log_file.avro_binary import (
     EMPTY_PIECE,
     LogSchema,
@@ -72,7 +73,7 @@ def _block_parts(block: LogBlock) -> list[_Bytes]:
     elif isinstance(block, CommandBlock):
         content = []
     else:
-        raise TypeError(f"cannot write a {type(block).__name__}")
+        raise UnsupportedTypeError(f"cannot write a {type(block).__name__}")
     header = _encode_metadata(block.header)
     footer = _encode_metadata(block.footer)
     content_length = sum(len(part) for part in content)
@@ -100,7 +101,7 @@ def _encode_metadata(metadata: Header) -> bytes:
 def _encode_data_content(block: DataBlock) -> list[_Bytes]:
     schema_json = block.header.get(HeaderKey.SCHEMA)
     if schema_json is None:
-        raise ValueError("a data block needs the SCHEMA header")
+        raise InvalidRequestError("a data block needs the SCHEMA header")
     schema = log_schema(schema_json)
     table = conform(block.records, schema.arrow)
     if block.block_type == BlockType.PARQUET_DATA:
@@ -157,7 +158,7 @@ def _wrapper_for(t: pa.DataType) -> str:
         return "TimeMicrosWrapper"
     if pa.types.is_timestamp(t):
         return "TimestampMicrosWrapper"
-    raise TypeError(f"Hudi has no ordering value wrapper for {t}")
+    raise UnsupportedTypeError(f"Hudi has no ordering value wrapper for {t}")
 
 
 def _encode_ordering_values(values: pa.Array | None, n: int) -> list[pa.Array]:

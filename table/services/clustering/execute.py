@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from table import failpoints
-from table.errors import ClusteringConflictError
+from table.errors import ClusteringConflictError, HashingMetadataError, TimelineStateError
 from table.file_group.base_file import parquet_options
 from table.file_group.fs_view import FileSlice
 from table.index import consistent_hashing as ring
@@ -118,7 +118,7 @@ class ClusteringExecution(PlanExecution):
     def read_plan(self, timeline: Timeline) -> None:
         plan = read_clustering_plan(timeline, self.instant)
         if plan is None:
-            raise ValueError(f"replacecommit {self.instant} of {self.table.base_uri} has no clustering plan")
+            raise TimelineStateError(f"replacecommit {self.instant} of {self.table.base_uri} has no clustering plan")
         self.plan = plan
         self.schema = self.table.schema(timeline)
         self.completed = timeline.completed_timestamps()
@@ -136,7 +136,7 @@ class ClusteringExecution(PlanExecution):
             groups = [g for g in plan.groups if g.partition_path == partition]
             stale = [g for g in groups if current is None or g.seq_no != current.seq_no]
             if stale:
-                raise ValueError(f"clustering {instant} was planned on hashing metadata seqNo {stale[0].seq_no} of "
+                raise TimelineStateError(f"clustering {instant} was planned on hashing metadata seqNo {stale[0].seq_no} of "
                                  f"partition '{partition}', which is now at "
                                  f"{current.seq_no if current else 'none'}; roll the plan back")
             new_ring = ring.apply_children(current, children, instant)
@@ -185,7 +185,7 @@ def _rewrite(storage: Storage, group: ClusteringGroup, router: ring.Router, inst
     file_ids = router.file_ids(rows[RECORD_KEY]) if rows.num_rows else pa.array([], pa.string())
     unexpected = set(pc.unique(file_ids).to_pylist()) - set(group.child_file_ids)
     if unexpected:
-        raise ValueError(f"records of {group.file_ids} route to {sorted(unexpected)}, not to the plan's children")
+        raise HashingMetadataError(f"records of {group.file_ids} route to {sorted(unexpected)}, not to the plan's children")
     stats = []
     for task_id, child in enumerate(group.child_file_ids, start=first_task):
         child_rows = rows.filter(pc.equal(file_ids, child)) if rows.num_rows else rows
@@ -224,7 +224,7 @@ def rollback_clustering(writer: TableWriter, instant: str) -> str:
         timeline = table.timeline()
         pending = {i.timestamp: i for i in timeline.pending(REPLACE_COMMIT)}
         if instant not in pending:
-            raise ValueError(f"no pending clustering at {instant} in {table.base_uri}")
+            raise TimelineStateError(f"no pending clustering at {instant} in {table.base_uri}")
         plan = read_clustering_plan(timeline, instant)
         files = []
         for partition, file_id in (plan.child_file_groups() if plan else set()):

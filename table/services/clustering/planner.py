@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from table import failpoints
+from table.errors import InvalidRequestError, TimelineStateError
 from table.file_group.fs_view import FileSlice
 from table.index import consistent_hashing as ring
 from table.read.reader import SliceReadSpec, read_file_slice, table_schema_with_meta
@@ -71,16 +72,16 @@ class ClusteringPolicy:
 
     def __post_init__(self) -> None:
         if self.split_point not in SPLIT_POINTS:
-            raise ValueError(f"unknown split point {self.split_point!r}; expected one of {SPLIT_POINTS}")
+            raise InvalidRequestError(f"unknown split point {self.split_point!r}; expected one of {SPLIT_POINTS}")
         if not 0 <= self.merge_threshold_bytes < self.split_threshold_bytes:
-            raise ValueError("the merge threshold must be below the split threshold, or buckets would "
+            raise InvalidRequestError("the merge threshold must be below the split threshold, or buckets would "
                              "merge back what a split made")
         if not 1 <= self.min_buckets <= self.max_buckets:
-            raise ValueError(f"need 1 <= min_buckets <= max_buckets, got {self.min_buckets} and {self.max_buckets}")
+            raise InvalidRequestError(f"need 1 <= min_buckets <= max_buckets, got {self.min_buckets} and {self.max_buckets}")
         if self.max_partitions is not None and self.max_partitions < 1:
-            raise ValueError("max_partitions must be >= 1")
+            raise InvalidRequestError("max_partitions must be >= 1")
         if self.max_bytes is not None and self.max_bytes < 1:
-            raise ValueError("max_bytes must be >= 1")
+            raise InvalidRequestError("max_bytes must be >= 1")
 
 
 def schedule_clustering(writer: TableWriter, policy: ClusteringPolicy) -> str | None:
@@ -91,7 +92,7 @@ def schedule_clustering(writer: TableWriter, policy: ClusteringPolicy) -> str | 
     table = writer.table
     timeline = table.timeline()
     if timeline.pending(Action.DELTA_COMMIT):
-        raise ValueError("cannot schedule a clustering while a deltacommit is pending")
+        raise TimelineStateError("cannot schedule a clustering while a deltacommit is pending")
     clustering = {p for plan in pending_clustering_plans(timeline) for p in plan.partition_paths}
     compacting = pending_compaction_file_groups(timeline)
     sorted_instants = _sorted_base_instants(timeline, policy.sort_columns)
