@@ -26,7 +26,8 @@ from pathlib import Path
 
 from streamer.checkpoint import table_checkpoint
 from streamer.cli.describe import file_groups, human_bytes
-from streamer.config.model import ConfigError, JobConfig, load_configs
+from streamer.config.loading import ConfigError, load_configs
+from streamer.config.model import JobConfig
 from streamer.decode.registry import SchemaRegistryClient, SchemaRegistryError
 from streamer.kafka.offsets import BrokersUnreachable, KafkaProgress, TopicRanges
 from table.mor_table import MorTable

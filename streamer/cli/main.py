@@ -150,7 +150,7 @@ def add_table_commands(commands) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     from streamer.app import configure_logging
-    from streamer.config.model import ConfigError, load_configs
+    from streamer.config.loading import ConfigError, load_configs
 
     configure_logging(args.log_level, args.log_format)
     try:
@@ -189,7 +189,7 @@ def run_command(args: argparse.Namespace) -> int:
 def status_command(args: argparse.Namespace) -> int:
     import json
 
-    from streamer.config.model import ConfigError, load_configs
+    from streamer.config.loading import ConfigError, load_configs
     from streamer.status import exit_code, statuses
 
     try:
