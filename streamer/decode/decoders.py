@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from streamer.config.choices import DecodeFormat, RecordFormat
 from streamer.decode.registry import (
     CONFLUENT_HEADER_SIZE,
     SchemaRegistryClient,
@@ -48,10 +49,6 @@ from streamer.decode.registry import (
 )
 from streamer.decode.value_schema import WriterSchemaChange, compare
 from table.schema import arrow_schema_from_avro
-
-FORMATS = ("none", "string", "binary", "json", "avro", "confluent-avro")
-RECORD_FORMATS = ("json", "avro", "confluent-avro")
-"""Formats that decode to fields (a struct): the only ones a value can have."""
 
 KAFKA_KEY = "kafka_key"
 KAFKA_TOPIC = "kafka_topic"
@@ -84,27 +81,25 @@ _PREVIEW_CHARS = 60
 class FormatSpec:
     """How a key or a value is encoded, and the fields it decodes to."""
 
-    format: str
-    """One of FORMATS."""
+    format: DecodeFormat
     arrow_schema: pa.Schema | None
     """The decoded fields: required for json; for the Avro formats, None means the Avro schema's."""
     avro_schema: str | None = None
     """Avro schema JSON: the writer schema for "avro", the reader schema for "confluent-avro"."""
 
     def __post_init__(self):
-        if self.format not in FORMATS:
-            raise ValueError(f"unknown format {self.format!r}; expected one of {', '.join(FORMATS)}")
-        if self.format == "json" and self.arrow_schema is None:
+        object.__setattr__(self, "format", DecodeFormat.parse(self.format, "format"))
+        if self.format == DecodeFormat.JSON and self.arrow_schema is None:
             raise ValueError("format 'json' needs an Arrow schema")
-        if self.format in ("avro", "confluent-avro") and self.avro_schema is None:
-            raise ValueError(f"format {self.format!r} needs an Avro schema")
+        if self.format in (DecodeFormat.AVRO, DecodeFormat.CONFLUENT_AVRO) and self.avro_schema is None:
+            raise ValueError(f"format '{self.format}' needs an Avro schema")
 
     def decoded_type(self) -> pa.DataType | None:
         """The Arrow type the records decode to; None for "none"."""
-        if self.format == "none":
+        if self.format == DecodeFormat.NONE:
             return None
-        if self.format in ("string", "binary"):
-            return pa.string() if self.format == "string" else pa.binary()
+        if self.format in (DecodeFormat.STRING, DecodeFormat.BINARY):
+            return pa.string() if self.format == DecodeFormat.STRING else pa.binary()
         fields = self.arrow_schema if self.arrow_schema is not None else arrow_schema_from_avro(self.avro_schema)
         return pa.struct(list(fields))
 
@@ -133,10 +128,10 @@ class RecordDecoder:
     def __init__(self, value: FormatSpec, key: FormatSpec, registry_url: str | None = None,
                  registry_auth: str | None = None, required_fields: Sequence[str] = ()):
         self._settings = (value, key, registry_url, registry_auth, tuple(required_fields))
-        if value.format not in RECORD_FORMATS:
-            raise ValueError(f"a value's format must be one of {', '.join(RECORD_FORMATS)}, not {value.format!r}")
+        if value.format not in list(RecordFormat):
+            raise ValueError(f"a value's format must be one of {', '.join(RecordFormat)}, not '{value.format}'")
         registry = None
-        if "confluent-avro" in (value.format, key.format):
+        if DecodeFormat.CONFLUENT_AVRO in (value.format, key.format):
             if not registry_url:
                 raise ValueError("format 'confluent-avro' needs a schema registry URL")
             registry = SchemaRegistryClient(registry_url, registry_auth)
@@ -243,15 +238,15 @@ def _scatter(values: pa.Array, rows: np.ndarray, length: int) -> pa.Array:
 def _decoder_for(spec: FormatSpec, registry: SchemaRegistryClient | None, reserved_names: tuple[str, ...] = ()):
     """The object whose `decode(raw: pa.BinaryArray) -> Decoded` reads records of this format;
     `reserved_names` are names its fields may not take."""
-    if spec.format == "none":
+    if spec.format == DecodeFormat.NONE:
         return None
-    if spec.format == "string":
+    if spec.format == DecodeFormat.STRING:
         return _Utf8Decoder()
-    if spec.format == "binary":
+    if spec.format == DecodeFormat.BINARY:
         return _BinaryDecoder()
-    if spec.format == "json":
+    if spec.format == DecodeFormat.JSON:
         return _JsonDecoder(spec.decoded_type())
-    if spec.format == "avro":
+    if spec.format == DecodeFormat.AVRO:
         return _AvroDecoder(spec.avro_schema, spec.decoded_type())
     return _ConfluentAvroDecoder(spec.avro_schema, spec.decoded_type(), registry, reserved_names)
 
