@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
+from streamer.config.choices import QueryFailurePolicy
 from streamer.config.model import JobConfig
 from streamer.errors import StartupError, StopRequested
 from streamer.job import TableJob
@@ -240,7 +241,7 @@ class _Runner:
                     log.error("%s: stopped with an error: %s", name, failure)
                     if log.isEnabledFor(logging.DEBUG) and job.query.exception() is not None:
                         log.debug("%s: the query's failure in full: %s", name, job.query.exception())
-                    if job.config.stream.on_failure == "stop_application":
+                    if job.config.stream.on_failure == QueryFailurePolicy.STOP_APPLICATION:
                         log.error("%s: stream.on_failure is stop_application: stopping every table", name)
                         return
             self.stop_requested.wait(0.5)

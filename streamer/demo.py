@@ -79,7 +79,7 @@ def as_kafka_records(events: list[dict]) -> list[tuple[bytes, bytes, None]]:
 def main() -> int:
     from streamer import app
     from streamer.app import configure_logging
-    from streamer.config.model import load_configs
+    from streamer.config.loading import load_configs
 
     out = Path(os.environ.get("DEMO_OUTPUT", "demo-output")).resolve()
     shutil.rmtree(out, ignore_errors=True)

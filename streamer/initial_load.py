@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
+from streamer.config.choices import StartingOffsets
 from streamer.config.model import JobConfig
 from streamer.kafka.offsets import KafkaProgress
 from streamer.kafka.source import EARLIEST, LATEST, SourceOptions, earliest_offsets, offsets_from_json, rate_limit
@@ -51,7 +52,7 @@ def wanted(config: JobConfig, table: MorTable, has_spark_checkpoint: bool) -> bo
     checkpoint, and a first batch allowed more than `max_offsets_per_trigger`."""
     source = config.source
     return bool(source.max_offsets_per_trigger and source.initial_load_max_records > source.max_offsets_per_trigger
-                and not has_spark_checkpoint and source.starting_offsets != "latest"
+                and not has_spark_checkpoint and source.starting_offsets != StartingOffsets.LATEST
                 and not table.timeline().completed_writes())
 
 

@@ -19,6 +19,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from streamer import initial_load
 from streamer.checkpoint import StreamCheckpoint, table_checkpoint
+from streamer.config.choices import BadRecordPolicy, DecodeFormat, SourceFormat
 from streamer.config.model import FormatSettings, JobConfig
 from streamer.decode.columns import (
     ADDED_COLUMNS,
@@ -89,7 +90,7 @@ class TableJob:
         """Check the config against schemas and the table on disk, then open the table's writer
         (which rolls back what a crashed run left inflight) and resume pending service plans."""
         value = _format_spec(config, config.decode.value, "value", spark)
-        if value.format == "confluent-avro":
+        if value.format == DecodeFormat.CONFLUENT_AVRO:
             value = _value_reader_schema(config, value)
         decoder = build_decoder(config, value, spark)
         value_columns = tuple(value.arrow_schema.names)
@@ -97,7 +98,7 @@ class TableJob:
         t = config.table
         table = _open_table(config, table_schema)
         evolution = None
-        if value.format == "confluent-avro":
+        if value.format == DecodeFormat.CONFLUENT_AVRO:
             registry = config.decode.schema_registry
             evolution = SchemaEvolution(
                 t.name, value.avro_schema, decoder,
@@ -116,7 +117,7 @@ class TableJob:
         kafka = KafkaProgress(config.source)
         lag_kafka = KafkaProgress(config.source, timeout=LAG_TIMEOUT_SECONDS)
         try:
-            if config.decode.on_error == "quarantine":
+            if config.decode.on_error == BadRecordPolicy.QUARANTINE:
                 quarantine = QuarantineTable(t.quarantine_location, t.name, t.log_block_format, t.storage_options).open()
             table_metrics = metrics.table(t.name, config.stream.trigger_seconds, config.metrics.stuck_after_triggers,
                                           config.services.compaction.max_log_files_per_group)
@@ -125,7 +126,8 @@ class TableJob:
                                      metrics=table_metrics)
             starting = _resume_offsets(config, table, spark)
             offset_jumps = OffsetJumpCheck(kafka.earliest_offsets, started_from_table=starting is not None)
-            source = SourceOptions.parse(config.source.reader_options()) if config.source.format == "kafka-arrow" else None
+            kafka_arrow = config.source.format == SourceFormat.KAFKA_ARROW
+            source = SourceOptions.parse(config.source.reader_options()) if kafka_arrow else None
             sink = UpsertSink(SinkSettings(t.name, value_columns, config.decode.on_error, config.transform,
                                            config.checkpoint_location, source),
                               table, writer, decoder, quarantine, after_commit=services.after_commit,
@@ -146,7 +148,7 @@ class TableJob:
         source = self.config.source
         options = source.reader_options(self.starting_offsets)
         if initial_load.wanted(self.config, self.table, _has_spark_offsets(self.config.checkpoint_location)):
-            if source.format == "kafka-arrow":
+            if source.format == SourceFormat.KAFKA_ARROW:
                 options["initialBatchMaxOffsets"] = str(source.initial_load_max_records)
             else:
                 self._load_backlog(spark)
@@ -155,7 +157,7 @@ class TableJob:
         try:
             stream = reader.load()
         except AnalysisException as e:
-            if source.format == "kafka":
+            if source.format == SourceFormat.KAFKA:
                 raise StartupError(
                     f"{self.config.config_path}: source.format: 'kafka' needs Spark's Kafka connector "
                     "(spark-sql-kafka-0-10) on the classpath, e.g. spark-submit --packages "
@@ -234,7 +236,7 @@ def build_decoder(config: JobConfig, value: FormatSpec, spark: SparkSession) -> 
 
 
 def _format_spec(config: JobConfig, fmt: FormatSettings, role: str, spark: SparkSession) -> FormatSpec:
-    if fmt.format in ("none", "string", "binary"):
+    if fmt.format in (DecodeFormat.NONE, DecodeFormat.STRING, DecodeFormat.BINARY):
         return FormatSpec(fmt.format, None)
     where = f"{config.config_path}: decode.{role}"
     schema_file = config.schema_file(fmt)
@@ -245,9 +247,9 @@ def _format_spec(config: JobConfig, fmt: FormatSettings, role: str, spark: Spark
             json.loads(avro)
         except (OSError, ValueError) as e:
             raise StartupError(f"{where}.schema_file: cannot read an Avro schema from {schema_file}: {e}") from e
-    elif fmt.format == "confluent-avro":
+    elif fmt.format == DecodeFormat.CONFLUENT_AVRO:
         avro = _latest_registered_schema(config, role)
-    if fmt.format == "json" and fmt.schema:
+    if fmt.format == DecodeFormat.JSON and fmt.schema:
         try:
             arrow = to_arrow_schema(spark.createDataFrame([], fmt.schema).schema, timezone="UTC",
                                     prefers_large_types=False)
@@ -283,7 +285,8 @@ def _value_reader_schema(config: JobConfig, configured: FormatSpec) -> FormatSpe
 
 
 def _confluent_avro_spec(reader_schema: str) -> FormatSpec:
-    return FormatSpec("confluent-avro", spark_normalized(arrow_schema_from_avro(reader_schema)), reader_schema)
+    arrow = spark_normalized(arrow_schema_from_avro(reader_schema))
+    return FormatSpec(DecodeFormat.CONFLUENT_AVRO, arrow, reader_schema)
 
 
 def _latest_registered_schema(config: JobConfig, role: str) -> str:
@@ -392,7 +395,7 @@ def _resume_offsets(config: JobConfig, table: MorTable, spark: SparkSession) -> 
 
 def _starting_offsets_of(config: JobConfig, checkpoint: StreamCheckpoint) -> str:
     """The query's `startingOffsets` that go on from a commit's checkpoint."""
-    if config.source.format == "kafka":
+    if config.source.format == SourceFormat.KAFKA:
         return _with_every_partition(config, checkpoint.offsets_json_object())
     return checkpoint.starting_offsets_json()
 

@@ -21,6 +21,7 @@ from streamer.decode.columns import (
     RAW_KEY,
     RAW_VALUE,
 )
+from table.config.choices import LogBlockFormat
 from table.mor_table import MorTable, TableSpec
 from table.write.writer import TableWriter, WriteOptions
 
@@ -41,7 +42,7 @@ SCHEMA = pa.schema([
 class QuarantineTable:
     """The target table's sibling that takes its bad records."""
 
-    def __init__(self, path: str, target_name: str, log_block_format: str = "parquet",
+    def __init__(self, path: str, target_name: str, log_block_format: LogBlockFormat = WriteOptions.log_block_format,
                  storage_options: Mapping[str, str] | None = None):
         self.table = MorTable.create_or_load(path, TableSpec(
             name=f"{target_name}_quarantine",

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from streamer.checkpoint import CHECKPOINT_KEY
+from streamer.config.choices import ServiceMode
 from streamer.config.model import ClusteringSettings, IndexSettings, ServicesSettings
 from streamer.metrics import TableMetrics
 from table.mor_table import MorTable
@@ -167,13 +168,13 @@ class TableServices:
     def resume(self) -> None:
         """At start: plans a crashed run left pending are executed again (unless the service is
         off: then the offline command executes them)."""
-        for instant in pending_clusterings(self.table) if self.settings.clustering.mode != "off" else ():
+        for instant in pending_clusterings(self.table) if self.settings.clustering.mode != ServiceMode.OFF else ():
             self._execute("clustering", instant, lambda i=instant: execute_clustering(self.table, i),
                           self.settings.clustering.mode)
-        for instant in pending_compactions(self.table) if self.settings.compaction.mode != "off" else ():
+        for instant in pending_compactions(self.table) if self.settings.compaction.mode != ServiceMode.OFF else ():
             self._execute("compaction", instant, lambda i=instant: execute_compaction(self.table, i),
                           self.settings.compaction.mode)
-        for instant in pending_cleans(self.table) if self.settings.clean.mode != "off" else ():
+        for instant in pending_cleans(self.table) if self.settings.clean.mode != ServiceMode.OFF else ():
             self._execute("clean", instant, lambda i=instant: execute_clean(self.table, i), self.settings.clean.mode)
 
     def after_commit(self) -> None:
@@ -200,7 +201,7 @@ class TableServices:
         for service, pending, execute in (("clustering", pending_clusterings, execute_clustering),
                                           ("compaction", pending_compactions, execute_compaction),
                                           ("clean", pending_cleans, execute_clean)):
-            if service in services and getattr(self.settings, service).mode != "off":
+            if service in services and getattr(self.settings, service).mode != ServiceMode.OFF:
                 for instant in pending(self.table):
                     self._run_now(service, instant, lambda i=instant, e=execute: e(self.table, i))
 
@@ -243,11 +244,11 @@ class TableServices:
 
     def _clustering(self, timeline: Timeline) -> None:
         c = self.settings.clustering
-        if c.mode == "off":
+        if c.mode == ServiceMode.OFF:
             return
         pending = [plan.instant for plan in pending_clustering_plans(timeline)]
         if pending:  # a plan whose execution failed is retried, never two at once
-            if c.mode == "async" and not self.executor.busy_with(self.name, "clustering"):
+            if c.mode == ServiceMode.ASYNC and not self.executor.busy_with(self.name, "clustering"):
                 instant = pending[0]
                 self._execute("clustering", instant, lambda: execute_clustering(self.table, instant), c.mode)
             return
@@ -266,11 +267,11 @@ class TableServices:
 
     def _compaction(self, timeline: Timeline) -> None:
         c = self.settings.compaction
-        if c.mode == "off":
+        if c.mode == ServiceMode.OFF:
             return
         pending = [i.timestamp for i in timeline.pending(COMPACTION)]
         if pending:  # a plan whose execution failed is retried, never two at once
-            if c.mode == "async" and not self.executor.busy_with(self.name, "compaction"):
+            if c.mode == ServiceMode.ASYNC and not self.executor.busy_with(self.name, "compaction"):
                 instant = pending[0]
                 self._execute("compaction", instant, lambda: execute_compaction(self.table, instant), c.mode)
             return
@@ -286,7 +287,7 @@ class TableServices:
 
     def _clean(self, timeline: Timeline) -> None:
         c = self.settings.clean
-        if c.mode == "off" or self.executor.busy_with(self.name, "clean") or timeline.pending(CLEAN):
+        if c.mode == ServiceMode.OFF or self.executor.busy_with(self.name, "clean") or timeline.pending(CLEAN):
             return
         last = max((i.timestamp for i in timeline.instants if i.action == "clean"), default=None)
         if not self._due("clean", c, timeline, since=last):
@@ -298,7 +299,7 @@ class TableServices:
 
     def _archive(self, timeline: Timeline) -> None:
         a = self.settings.archive
-        if a.mode == "off" or self.executor.busy_with(self.name, "archive"):
+        if a.mode == ServiceMode.OFF or self.executor.busy_with(self.name, "archive"):
             return
         if not self._due("archive", a, timeline, since=None):
             return
@@ -327,8 +328,8 @@ class TableServices:
                 return True
         return False
 
-    def _execute(self, service: str, instant: str | None, run: Callable[[], object], mode: str) -> None:
-        if mode == "async":
+    def _execute(self, service: str, instant: str | None, run: Callable[[], object], mode: ServiceMode) -> None:
+        if mode == ServiceMode.ASYNC:
             self.executor.submit(_Task(self.name, service, instant, self._measured(service, run)))
         else:
             self._run_now(service, instant, run)

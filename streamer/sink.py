@@ -31,6 +31,7 @@ from streamer.checkpoint import (
     planned_offsets,
     table_checkpoint,
 )
+from streamer.config.choices import BadRecordPolicy
 from streamer.decode.columns import ERROR, EVOLVING, RAW_KEY, RAW_VALUE
 from streamer.decode.evolution import VALUE_SCHEMA_KEY, SchemaEvolution
 from streamer.decode.record_decoder import RecordDecoder
@@ -93,7 +94,7 @@ class BatchReport:
     deleted: int = 0
     files_written: int = 0
     bad: int = 0
-    bad_policy: str = "fail"
+    bad_policy: BadRecordPolicy = BadRecordPolicy.FAIL
     instant: str | None = None
     replayed: bool = False
     seconds: float = 0.0
@@ -117,7 +118,8 @@ class BatchReport:
     def line(self) -> str:
         if self.replayed:
             return f"{self.table} {self.what}: already committed by this query, skipped (replay)"
-        bad = f", {self.bad:,} {'quarantined' if self.bad_policy == 'quarantine' else 'skipped'}" if self.bad else ""
+        dropped = "quarantined" if self.bad_policy == BadRecordPolicy.QUARANTINE else "skipped"
+        bad = f", {self.bad:,} {dropped}" if self.bad else ""
         lag = "; lag " + ", ".join(f"{t} {n:,}" for t, n in sorted(self.lag.items())) if self.lag else ""
         return (f"{self.table} {self.what}: {self.records:,} records, {self.upserted:,} upserted, "
                 f"{self.deleted:,} deleted{bad}, {self.files_written} files -> deltacommit {self.instant} "
@@ -147,7 +149,7 @@ class BatchTotals:
 class SinkSettings:
     table_name: str
     value_columns: tuple[str, ...]
-    on_error: str  # fail | skip | quarantine
+    on_error: BadRecordPolicy
     transform: str | None
     checkpoint_location: str | None = None  # the query's: where Spark logs each batch's offsets
     source: SourceOptions | None = None  # `kafka-arrow`'s: the sink reads the offset ranges it plans
@@ -326,7 +328,7 @@ class UpsertSink:
         """A deltacommit begun and its files written. One whose write fails stays inflight: tasks
         Spark is still cancelling may yet write files, and the next run's rollback deletes
         whatever its markers name."""
-        keep_bad_rows = self.settings.on_error == "quarantine"
+        keep_bad_rows = self.settings.on_error == BadRecordPolicy.QUARANTINE
         value_columns = self.evolution.value_columns if self.evolution is not None else self.settings.value_columns
         transform = self.settings.transform
         if not transform:
@@ -373,12 +375,12 @@ class UpsertSink:
 
     def _handle_bad(self, tally: BatchTally, query_id: str, batch_id: int, what: str) -> None:
         policy = self.settings.on_error
-        if policy == "fail":
+        if policy == BadRecordPolicy.FAIL:
             where = "; ".join(f"{t}[{p}]@{o}: {reason}" for t, p, o, reason in tally.first_samples())
             raise BadRecordError(
                 f"{self.settings.table_name}: {tally.bad} record(s) of {what} could not be decoded "
                 f"(decode.on_error is 'fail'; nothing of this batch was written): {where}")
-        if policy == "quarantine":
+        if policy == BadRecordPolicy.QUARANTINE:
             assert self.quarantine is not None
             self.quarantine.write(tally.bad_table(), query_id, batch_id)
             failpoints.reach("sink.quarantine_committed")

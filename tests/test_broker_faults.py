@@ -31,7 +31,7 @@ from ingestion import (
 )
 
 from streamer import app
-from streamer.config.model import JobConfig
+from streamer.config.loading import config_from_mapping
 from streamer.sink import DATA_LOSS_KEY
 from table.mor_table import MorTable
 
@@ -141,7 +141,7 @@ def test_a_recreated_topic_stops_the_job_naming_the_offsets_unless_data_loss_is_
     mapping = order_config(tmp_path, "orders", kafka_bootstrap, topic)
     path = write_config(tmp_path / "configs", mapping)
     table_path = mapping["table"]["path"]
-    assert app.run([JobConfig.from_mapping(mapping)], spark, once=True).tables[0].error is None
+    assert app.run([config_from_mapping(mapping)], spark, once=True).tables[0].error is None
     wanted = committed_offsets(table_path, topic)
 
     _recreate(kafka_bootstrap, topic, partitions=2)
@@ -161,7 +161,7 @@ def test_a_recreated_topic_stops_the_job_naming_the_offsets_unless_data_loss_is_
     assert_table_matches(table_path, old)
 
     mapping["source"]["fail_on_data_loss"] = False
-    (outcome,) = app.run([JobConfig.from_mapping(mapping)], spark, once=True).tables
+    (outcome,) = app.run([config_from_mapping(mapping)], spark, once=True).tables
 
     assert outcome.error is None and outcome.records == len(new)
     assert_table_matches(table_path, old + new)

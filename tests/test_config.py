@@ -9,7 +9,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from streamer.config.model import ConfigError, FormatSettings, JobConfig, load_config, load_configs
+from streamer.config.loading import ConfigError, config_from_mapping, load_config, load_configs
+from streamer.config.model import FormatSettings
 
 pytestmark = pytest.mark.unit
 
@@ -41,7 +42,7 @@ def merged(base: dict, changes: dict) -> dict:
 
 def problems_of(data: dict, base_dir: Path | None = None) -> tuple[str, ...]:
     with pytest.raises(ConfigError) as raised:
-        JobConfig.from_mapping(data, "orders.yaml", base_dir)
+        config_from_mapping(data, "orders.yaml", base_dir)
     return raised.value.problems
 
 
@@ -55,7 +56,7 @@ def write_yaml(path: Path, data: dict | str) -> Path:
 
 
 def test_minimal_config_gets_every_documented_default():
-    config = JobConfig.from_mapping(minimal())
+    config = config_from_mapping(minimal())
 
     table, source, decode = config.table, config.source, config.decode
     assert (table.database, table.partition_by, table.delete_field) == ("default", (), None)
@@ -76,13 +77,13 @@ def test_minimal_config_gets_every_documented_default():
 
 
 def test_configured_quarantine_and_checkpoint_locations_replace_the_defaults():
-    config = JobConfig.from_mapping(minimal(
+    config = config_from_mapping(minimal(
         table={"path": "/data/orders/", "quarantine_path": "/bad/orders"},
         stream={"checkpoint_location": "/checkpoints/orders"},
     ))
     assert config.table.quarantine_location == "/bad/orders"
     assert config.checkpoint_location == "/checkpoints/orders"
-    assert JobConfig.from_mapping(minimal(table={"path": "/data/orders/"})).checkpoint_location == (
+    assert config_from_mapping(minimal(table={"path": "/data/orders/"})).checkpoint_location == (
         "/data/orders/.hoodie/.aux/streaming-checkpoint"
     )
 
@@ -204,7 +205,7 @@ def test_every_problem_of_a_file_is_reported_at_once():
 
 
 def test_bucket_resizing_and_clustering_defaults_are_hudis():
-    config = JobConfig.from_mapping(minimal())
+    config = config_from_mapping(minimal())
 
     index, clustering = config.index, config.services.clustering
     assert (index.initial_buckets, index.min_buckets, index.max_buckets) == (4, None, 1024)
@@ -216,7 +217,7 @@ def test_bucket_resizing_and_clustering_defaults_are_hudis():
 
 
 def test_bucket_resizing_and_clustering_settings_are_read():
-    config = JobConfig.from_mapping(minimal(
+    config = config_from_mapping(minimal(
         index={"initial_buckets": 8, "min_buckets": 2, "max_buckets": 256, "split_threshold_mb": 512,
                "merge_threshold_mb": 0, "split_point": "distribution"},
         services={"clustering": {"mode": "async", "every_delta_commits": None, "every_seconds": 600,
@@ -228,7 +229,7 @@ def test_bucket_resizing_and_clustering_settings_are_read():
     assert (index.split_threshold_mb, index.merge_threshold_mb, index.split_point) == (512, 0, "distribution")
     assert (clustering.mode, clustering.every_delta_commits, clustering.every_seconds) == ("async", None, 600)
     assert (clustering.sort_columns, clustering.max_partitions, clustering.max_plan_mb) == (["updated_at"], 4, None)
-    assert JobConfig.from_mapping(minimal(services={"clustering": {"mode": False}})).services.clustering.mode == "off"
+    assert config_from_mapping(minimal(services={"clustering": {"mode": False}})).services.clustering.mode == "off"
 
 
 @pytest.mark.parametrize(
@@ -280,7 +281,7 @@ def test_bucket_bounds_and_thresholds_are_checked_together():
     "interval", ["10 seconds", "1 second", "500 milliseconds", "1 minute", "2 minutes", "1 hour", "3 Hours"]
 )
 def test_trigger_interval_accepts_a_number_and_a_spark_unit(interval):
-    assert JobConfig.from_mapping(minimal(stream={"trigger_interval": interval})).stream.trigger_interval == interval
+    assert config_from_mapping(minimal(stream={"trigger_interval": interval})).stream.trigger_interval == interval
 
 
 @pytest.mark.parametrize("interval", ["10", "seconds", "10 sec", "1 day", "1.5 seconds", "-1 seconds"])
@@ -297,7 +298,7 @@ def test_trigger_interval_rejects_other_units_and_shapes(interval):
      "WITH s AS (SELECT * FROM source) SELECT * FROM s", "\n  SELECT *\n  FROM source\n"],
 )
 def test_transform_accepts_a_query_of_the_source_view(sql):
-    assert JobConfig.from_mapping(minimal(transform=sql)).transform == sql
+    assert config_from_mapping(minimal(transform=sql)).transform == sql
 
 
 @pytest.mark.parametrize("sql", ["DROP TABLE orders", "SELECT * FROM orders", "source"])
@@ -308,7 +309,7 @@ def test_transform_that_is_not_a_query_of_source_is_rejected(sql):
 
 
 def test_models_are_frozen():
-    config = JobConfig.from_mapping(minimal())
+    config = config_from_mapping(minimal())
     with pytest.raises(ValidationError):
         config.table.name = "other"
 
@@ -317,8 +318,8 @@ def test_models_are_frozen():
 
 
 def test_names_given_as_a_string_or_a_list_become_tuples():
-    one = JobConfig.from_mapping(minimal(table={"partition_by": "region"}))
-    many = JobConfig.from_mapping(minimal(
+    one = config_from_mapping(minimal(table={"partition_by": "region"}))
+    many = config_from_mapping(minimal(
         table={"record_key": ["a", "b"], "partition_by": ["region", "day"]}, source={"topics": ["o1", "o2"]},
     ))
     assert (one.table.record_key, one.table.partition_by, one.source.topics) == (("order_id",), ("region",), ("orders",))
@@ -327,7 +328,7 @@ def test_names_given_as_a_string_or_a_list_become_tuples():
 
 
 def test_scalar_options_become_strings():
-    config = JobConfig.from_mapping(minimal(source={"options": {
+    config = config_from_mapping(minimal(source={"options": {
         "includeHeaders": True, "kafka.enable.idempotence": False, "minPartitions": 5, "kafka.x": 0.5, "s": "v",
     }}))
     assert config.source.options == {
@@ -336,7 +337,7 @@ def test_scalar_options_become_strings():
 
 
 def test_starting_offsets_mapping_gets_integer_partitions():
-    config = JobConfig.from_mapping(minimal(source={"starting_offsets": {"orders": {"0": 23, 1: -2}}}))
+    config = config_from_mapping(minimal(source={"starting_offsets": {"orders": {"0": 23, 1: -2}}}))
     assert config.source.starting_offsets == {"orders": {0: 23, 1: -2}}
 
 
@@ -376,7 +377,7 @@ def test_topic_pattern_must_be_a_regular_expression():
 
 
 def test_reader_options_for_a_topic_list():
-    config = JobConfig.from_mapping(minimal(source={
+    config = config_from_mapping(minimal(source={
         "topics": ["orders", "refunds"], "max_offsets_per_trigger": 1000, "fail_on_data_loss": False,
         "options": {"kafka.security.protocol": "SASL_SSL", "minPartitions": 4},
     }))
@@ -395,7 +396,7 @@ def test_reader_options_for_a_topic_list():
 
 
 def test_reader_options_for_a_topic_pattern_and_offsets():
-    config = JobConfig.from_mapping(minimal(source={
+    config = config_from_mapping(minimal(source={
         "topics": DROP, "topic_pattern": "orders-.*", "starting_offsets": {"orders-eu": {"0": 5, "1": -2}},
     }))
     options = config.source.reader_options()
@@ -412,7 +413,7 @@ def test_reader_options_for_a_topic_pattern_and_offsets():
 
 
 def test_reader_options_take_the_given_starting_offsets_over_the_configured_ones():
-    config = JobConfig.from_mapping(minimal(source={"starting_offsets": "latest"}))
+    config = config_from_mapping(minimal(source={"starting_offsets": "latest"}))
     assert config.source.reader_options()["startingOffsets"] == "latest"
     assert config.source.reader_options('{"orders": {"0": 42}}')["startingOffsets"] == '{"orders": {"0": 42}}'
 
@@ -462,7 +463,7 @@ def test_schema_rules_of_structured_formats(tmp_path, side, fmt, schema, schema_
     registry = {"url": "http://registry:8081"} if fmt == "confluent-avro" else None
     data = minimal(decode={side: fmt_settings, "schema_registry": registry})
     if expected is None:
-        config = JobConfig.from_mapping(data, base_dir=tmp_path)
+        config = config_from_mapping(data, base_dir=tmp_path)
         assert getattr(config.decode, side).format == fmt
     else:
         assert problems_of(data, tmp_path) == (f"orders.yaml: decode.{side}{expected}",)
@@ -484,7 +485,7 @@ def test_schema_registry_is_required_exactly_when_a_format_is_confluent_avro():
     assert problems_of(minimal(decode={"schema_registry": registry})) == (
         "orders.yaml: decode.schema_registry: only allowed when key or value format is confluent-avro",
     )
-    config = JobConfig.from_mapping(minimal(decode={"key": {"format": "confluent-avro"}, "schema_registry": registry}))
+    config = config_from_mapping(minimal(decode={"key": {"format": "confluent-avro"}, "schema_registry": registry}))
     assert config.decode.schema_registry.url == "http://registry:8081"
 
 
@@ -518,7 +519,7 @@ def test_environment_variables_are_substituted_in_values_not_keys(monkeypatch):
     monkeypatch.setenv("DATA_DIR", "/lake")
     monkeypatch.setenv("TOPIC", "orders")
     monkeypatch.setenv("MAX", "500")
-    config = JobConfig.from_mapping(minimal(
+    config = config_from_mapping(minimal(
         table={"path": "${DATA_DIR}/tables/${TOPIC}"},
         source={"topics": ["${TOPIC}"], "max_offsets_per_trigger": "${MAX}", "options": {"${TOPIC}": "x"}},
     ))
@@ -531,7 +532,7 @@ def test_environment_variables_are_substituted_in_values_not_keys(monkeypatch):
 def test_default_is_used_when_the_variable_is_unset_or_empty(monkeypatch):
     monkeypatch.delenv("DATA_DIR", raising=False)
     monkeypatch.setenv("EMPTY", "")
-    config = JobConfig.from_mapping(minimal(
+    config = config_from_mapping(minimal(
         table={"path": "${DATA_DIR:-/tmp/lake}/orders", "database": "${EMPTY:-analytics}"},
         source={"bootstrap_servers": "${BOOTSTRAP_UNSET_FOR_TEST:-localhost:9092}"},
     ))
@@ -541,7 +542,7 @@ def test_default_is_used_when_the_variable_is_unset_or_empty(monkeypatch):
 
 def test_double_dollar_escapes_a_literal_variable_reference(monkeypatch):
     monkeypatch.setenv("NAME", "substituted")
-    config = JobConfig.from_mapping(minimal(source={"options": {"kafka.client.id": "$${NAME}-${NAME}"}}))
+    config = config_from_mapping(minimal(source={"options": {"kafka.client.id": "$${NAME}-${NAME}"}}))
     assert config.source.options["kafka.client.id"] == "${NAME}-substituted"
 
 
@@ -572,7 +573,7 @@ def test_malformed_variable_reference_is_an_error():
 
 def test_kafka_password_never_shows_in_repr_or_errors(tmp_path):
     secret_options = {"kafka.sasl.password": "hunter2", "kafka.sasl.jaas.config": "password='hunter2'"}
-    config = JobConfig.from_mapping(minimal(source={"options": secret_options}))
+    config = config_from_mapping(minimal(source={"options": secret_options}))
     assert "hunter2" not in repr(config)
     assert "hunter2" not in str(config)
     assert "'kafka.sasl.password': '***'" in repr(config.source)
@@ -600,7 +601,7 @@ def test_bad_secret_values_are_shown_as_stars():
 
 
 def test_registry_credentials_are_secret():
-    config = JobConfig.from_mapping(minimal(decode={
+    config = config_from_mapping(minimal(decode={
         "key": {"format": "confluent-avro"}, "schema_registry": {"url": "http://r", "basic_auth_user_info": "me:hunter2"},
     }))
     assert "hunter2" not in repr(config)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from streamer.config.model import load_config
+from streamer.config.loading import load_config
 from streamer.metrics import Metrics
 
 pytestmark = pytest.mark.unit

@@ -28,7 +28,8 @@ from ingestion import (
 )
 
 from streamer import app
-from streamer.config.model import JobConfig, load_configs
+from streamer.config.loading import config_from_mapping, load_configs
+from streamer.config.model import JobConfig
 from streamer.demo import change_events
 from table.mor_table import MorTable
 from table.timeline.commit_metadata import CommitMetadata
@@ -44,7 +45,7 @@ def test_fifty_thousand_change_events_end_equal_to_the_oracle(spark, kafka_boots
     topic = kafka_topic(partitions=3, prefix="orders")
     events = change_events(50_000, seed=7)
     produce_orders(kafka_bootstrap, topic, events)
-    config = JobConfig.from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic,
+    config = config_from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic,
                                                  source={"max_offsets_per_trigger": 12_000}))
 
     result = run_once(spark, [config])
@@ -63,7 +64,7 @@ def test_a_backlog_into_an_empty_table_is_loaded_as_base_files_by_the_first_batc
     topic = kafka_topic(partitions=2, prefix="orders")
     events = change_events(6_000, seed=13)
     offsets = produce_orders(kafka_bootstrap, topic, events[:5_000])
-    config = JobConfig.from_mapping(order_config(
+    config = config_from_mapping(order_config(
         tmp_path, "orders", kafka_bootstrap, topic,
         source={"max_offsets_per_trigger": 700, "initial_load_max_records": 4_000}))
 
@@ -95,7 +96,7 @@ def test_restart_without_the_spark_checkpoint_resumes_from_the_tables_offsets(sp
     events = change_events(8_000, seed=11)
     first, second = events[:5_000], events[5_000:]
     produce_orders(kafka_bootstrap, topic, first)
-    config = JobConfig.from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic))
+    config = config_from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic))
     assert run_once(spark, [config]).tables[0].records == 5_000
 
     shutil.rmtree(config.checkpoint_location)
@@ -131,8 +132,8 @@ def test_one_failing_table_does_not_stop_the_other(spark, kafka_bootstrap, kafka
     produce_orders(kafka_bootstrap, good_topic, events)
     kafka_broker.produce(kafka_bootstrap, bad_topic, [(b"k", b"not json at all", None)])
     configs = [
-        JobConfig.from_mapping(order_config(tmp_path, "good", kafka_bootstrap, good_topic)),
-        JobConfig.from_mapping(order_config(tmp_path, "bad", kafka_bootstrap, bad_topic)),
+        config_from_mapping(order_config(tmp_path, "good", kafka_bootstrap, good_topic)),
+        config_from_mapping(order_config(tmp_path, "bad", kafka_bootstrap, bad_topic)),
     ]
 
     result = run_once(spark, configs)
@@ -167,7 +168,7 @@ def _stream_with_bad_records(kafka_bootstrap, kafka_topic):
 
 def test_malformed_records_go_to_quarantine_with_their_reason_and_good_ones_to_the_table(spark, kafka_bootstrap, kafka_topic, tmp_path):
     topic, events, bad_offsets = _stream_with_bad_records(kafka_bootstrap, kafka_topic)
-    config = JobConfig.from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic,
+    config = config_from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic,
                                                  decode={"on_error": "quarantine"}))
 
     (outcome,) = run_once(spark, [config]).tables
@@ -213,7 +214,7 @@ def test_confluent_avro_records_with_an_unknown_schema_id_go_to_quarantine(spark
     records = [(e["order_id"].encode(), frame(e, schema_id), None) for e in events]
     records.insert(700, (b"bad", frame(events[0], 987_654), None))
     kafka_broker.produce(kafka_bootstrap, topic, records)
-    config = JobConfig.from_mapping(order_config(
+    config = config_from_mapping(order_config(
         tmp_path, "orders", kafka_bootstrap, topic,
         decode={"value": {"format": "confluent-avro"}, "schema_registry": {"url": schema_registry_url},
                 "on_error": "quarantine"}))
@@ -228,7 +229,7 @@ def test_confluent_avro_records_with_an_unknown_schema_id_go_to_quarantine(spark
 
 def test_malformed_records_are_dropped_and_counted_under_skip(spark, kafka_bootstrap, kafka_topic, tmp_path):
     topic, events, _ = _stream_with_bad_records(kafka_bootstrap, kafka_topic)
-    config = JobConfig.from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic,
+    config = config_from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic,
                                                  decode={"on_error": "skip"}))
 
     (outcome,) = run_once(spark, [config]).tables
@@ -242,7 +243,7 @@ def test_malformed_records_are_dropped_and_counted_under_skip(spark, kafka_boots
 
 def test_a_malformed_record_stops_the_job_under_fail_and_names_where_it_is(spark, kafka_bootstrap, kafka_topic, tmp_path):
     topic, _, bad_offsets = _stream_with_bad_records(kafka_bootstrap, kafka_topic)
-    config = JobConfig.from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic,
+    config = config_from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic,
                                                  source={"max_offsets_per_trigger": 100_000},
                                                  decode={"on_error": "fail"}))
 
@@ -257,7 +258,7 @@ def test_a_malformed_record_stops_the_job_under_fail_and_names_where_it_is(spark
 def test_spark_kafka_format_without_its_connector_fails_at_start_with_what_to_add(spark, kafka_bootstrap, tmp_path):
     from streamer.errors import StartupError
 
-    config = JobConfig.from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, "orders",
+    config = config_from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, "orders",
                                                  source={"format": "kafka"}))
     with pytest.raises(StartupError, match="spark-sql-kafka-0-10"):
         run_once(spark, [config])
@@ -347,8 +348,8 @@ def test_a_table_configured_to_stop_the_application_stops_every_query_when_it_fa
     produce_orders(kafka_bootstrap, good_topic, change_events(500, seed=32))
     kafka_broker.produce(kafka_bootstrap, bad_topic, [(b"k", b"not json at all", None)])
     configs = [
-        JobConfig.from_mapping(order_config(tmp_path, "good", kafka_bootstrap, good_topic)),
-        JobConfig.from_mapping(order_config(tmp_path, "bad", kafka_bootstrap, bad_topic,
+        config_from_mapping(order_config(tmp_path, "good", kafka_bootstrap, good_topic)),
+        config_from_mapping(order_config(tmp_path, "bad", kafka_bootstrap, bad_topic,
                                             stream={"on_failure": "stop_application"})),
     ]
 
@@ -404,7 +405,7 @@ def test_offsets_reach_the_consumer_group_and_each_batch_line_shows_the_lag(spar
 
     topic = kafka_topic(partitions=2, prefix="orders")
     produce_orders(kafka_bootstrap, topic, change_events(3_000, seed=93))
-    config = JobConfig.from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic, source={
+    config = config_from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic, source={
         "max_offsets_per_trigger": 1_000, "commit_offsets_to_group": "orders-lag-monitor"}))
 
     with caplog.at_level("INFO", logger="streamer.sink"):
@@ -441,7 +442,7 @@ def test_a_job_makes_its_kafka_clients_once_not_for_each_batch(spark, kafka_boot
     clients for the whole run."""
     topic = kafka_topic(partitions=2, prefix="orders")
     produce_orders(kafka_bootstrap, topic, change_events(3_000, seed=97))
-    config = JobConfig.from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic, source={
+    config = config_from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic, source={
         "max_offsets_per_trigger": 500, "commit_offsets_to_group": "orders-lag-monitor"}))
 
     before = kafka_clients_made(kafka_bootstrap)
@@ -477,7 +478,7 @@ def test_a_streaming_query_listener_sees_each_batchs_record_counts(spark, kafka_
     events = change_events(2_000, seed=95)
     records = [(e["order_id"].encode(), json.dumps(e).encode(), None) for e in events] + [(b"bad", b"{oops", None)]
     kafka_broker.produce(kafka_bootstrap, topic, records)
-    config = JobConfig.from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic,
+    config = config_from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic,
                                                  source={"max_offsets_per_trigger": 700},
                                                  decode={"on_error": "skip"}))
     listener = Counts()

@@ -22,7 +22,7 @@ from ingestion import (
 
 from streamer import app
 from streamer.checkpoint import table_checkpoint
-from streamer.config.model import JobConfig
+from streamer.config.loading import config_from_mapping
 from streamer.demo import change_events
 from table.mor_table import MorTable
 from table.services.compaction import pending_compactions
@@ -59,7 +59,7 @@ def test_async_compaction_overlaps_micro_batches_and_every_state_reads_as_the_or
     topic = kafka_topic(partitions=2, prefix="orders")
     events = monotonic_events(9_000, seed=5)
     offsets = produce_orders(kafka_bootstrap, topic, events)
-    config = JobConfig.from_mapping(order_config(
+    config = config_from_mapping(order_config(
         tmp_path, "orders", kafka_bootstrap, topic,
         source={"max_offsets_per_trigger": 600},
         stream={"trigger_interval": "200 milliseconds"},

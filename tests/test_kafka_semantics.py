@@ -45,7 +45,7 @@ from ingestion import (
 
 from streamer import app
 from streamer.app import TableOutcome
-from streamer.config.model import JobConfig
+from streamer.config.loading import config_from_mapping
 from streamer.demo import as_kafka_records, change_events
 from streamer.sink import DATA_LOSS_KEY
 from table.mor_table import MorTable
@@ -55,7 +55,7 @@ pytestmark = pytest.mark.e2e
 
 
 def run_once(spark, mapping: dict) -> TableOutcome:
-    (outcome,) = app.run([JobConfig.from_mapping(mapping)], spark, once=True).tables
+    (outcome,) = app.run([config_from_mapping(mapping)], spark, once=True).tables
     return outcome
 
 

@@ -19,6 +19,7 @@ from test_dashboard import ALERTS, alert_names, dashboard_metric_names
 
 from harness.prometheus import PrometheusServer
 from streamer import app
+from streamer.config.loading import config_from_mapping
 from streamer.config.model import JobConfig
 from streamer.demo import change_events
 from table.failpoints import PAUSE_ENV_VAR
@@ -87,7 +88,7 @@ def test_prometheus_reads_what_the_job_did_and_health_tells_idle_from_stuck(
     events = change_events(2_000, seed=3)
     produce_orders(kafka_bootstrap, topic, events)
     port = free_port()
-    config = JobConfig.from_mapping(order_config(
+    config = config_from_mapping(order_config(
         tmp_path, "orders", kafka_bootstrap, topic,
         source={"max_offsets_per_trigger": 500},
         stream={"trigger_interval": "500 milliseconds"},
@@ -141,7 +142,7 @@ def test_the_bound_on_log_files_per_file_group_holds_while_the_stream_outruns_as
     produce_orders(kafka_bootstrap, topic, events)
     port = free_port()
     bound = 3
-    config = JobConfig.from_mapping(order_config(
+    config = config_from_mapping(order_config(
         tmp_path, "orders", kafka_bootstrap, topic,
         source={"max_offsets_per_trigger": 400},
         stream={"trigger_interval": "200 milliseconds"},

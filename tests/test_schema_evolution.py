@@ -30,7 +30,7 @@ from oracle import Oracle
 
 from streamer import app
 from streamer.app import TableOutcome
-from streamer.config.model import JobConfig
+from streamer.config.loading import config_from_mapping
 from streamer.decode.columns import EVOLVING, RAW_VALUE
 from streamer.decode.evolution import VALUE_SCHEMA_KEY
 from streamer.decode.formats import FormatSpec
@@ -164,7 +164,7 @@ def run_once(spark, scenario: Scenario) -> None:
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
-        (outcome,) = app.run([JobConfig.from_mapping(scenario.config)], spark, once=True).tables
+        (outcome,) = app.run([config_from_mapping(scenario.config)], spark, once=True).tables
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
@@ -335,7 +335,7 @@ def test_a_declared_json_schema_without_a_column_of_the_table_fails_at_start_nam
 
     with pytest.raises(StartupError, match=r"decode.value: the table at .* cannot take these columns: "
                                            r"the table's column\(s\) \['status', 'quantity', 'weight'\] are missing"):
-        app.run([JobConfig.from_mapping(config)], spark, once=True)
+        app.run([config_from_mapping(config)], spark, once=True)
 
 
 # ---- the rules, without Spark or a broker --------------------------------------------------------

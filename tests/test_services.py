@@ -14,7 +14,8 @@ from oracle import Oracle
 from test_table_engine import DATA_COLUMNS, SCHEMA, by_key, hudi_rs_read, make_table, row, strip, write_options
 
 from streamer.cli import main as cli
-from streamer.config.model import IndexSettings, JobConfig, ServicesSettings
+from streamer.config.loading import config_from_mapping
+from streamer.config.model import IndexSettings, ServicesSettings
 from streamer.services import BackgroundExecutor, TableServices
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable
@@ -319,7 +320,7 @@ def test_sort_columns_that_are_not_table_columns_fail_the_job_at_start():
     from streamer.errors import StartupError
     from streamer.job import check_sort_columns
 
-    config = JobConfig.from_mapping({
+    config = config_from_mapping({
         "table": {"name": "orders", "path": "/data/orders", "record_key": "order_id", "ordering_field": "updated_at"},
         "source": {"bootstrap_servers": "broker:9092", "topics": "orders"},
         "decode": {"value": {"format": "json", "schema": "order_id STRING, updated_at BIGINT"}},
@@ -453,7 +454,7 @@ def test_status_and_the_timeline_list_a_pending_clustering(tmp_path):
     table, _ = table_with_grown_buckets(path)
     with table.writer(write_options(initial_buckets=2)) as writer:
         instant = schedule_clustering(writer, SPLITS)
-    config = JobConfig.from_mapping({
+    config = config_from_mapping({
         "table": {"name": "orders", "path": str(path), "record_key": "order_id", "ordering_field": "updated_at"},
         "source": {"bootstrap_servers": "broker:9092", "topics": "orders"},
         "decode": {"value": {"format": "json", "schema": "order_id STRING, updated_at BIGINT"}},

@@ -24,7 +24,7 @@ from ingestion import (
 
 from harness.spark import kafka_connector
 from streamer import app
-from streamer.config.model import JobConfig
+from streamer.config.loading import config_from_mapping
 from streamer.demo import MALFORMED, as_kafka_records, change_events
 from table.mor_table import MorTable
 
@@ -51,7 +51,7 @@ def test_the_spark_kafka_format_ingests_exactly_once_and_resumes_from_the_table_
     mapping = spark_kafka_config(tmp_path, "orders", kafka_bootstrap, topic, source={"max_offsets_per_trigger": 700})
     table_path = mapping["table"]["path"]
 
-    (outcome,) = app.run([JobConfig.from_mapping(mapping)], spark, once=True).tables
+    (outcome,) = app.run([config_from_mapping(mapping)], spark, once=True).tables
 
     assert outcome.error is None and outcome.batches >= 3 and outcome.records == len(first)
     assert_table_matches(table_path, first)
@@ -59,7 +59,7 @@ def test_the_spark_kafka_format_ingests_exactly_once_and_resumes_from_the_table_
 
     shutil.rmtree(mapping["stream"]["checkpoint_location"])
     produce_orders(kafka_bootstrap, topic, second)
-    (outcome,) = app.run([JobConfig.from_mapping(mapping)], spark, once=True).tables
+    (outcome,) = app.run([config_from_mapping(mapping)], spark, once=True).tables
 
     assert outcome.error is None and outcome.records == len(second)  # from the table's offsets on
     assert_table_matches(table_path, events)
@@ -78,7 +78,7 @@ def test_the_spark_kafka_format_skips_or_quarantines_bad_records_and_keeps_every
     quarantining = spark_kafka_config(tmp_path, "quarantining", kafka_bootstrap, topic,
                                       decode={"on_error": "quarantine"})
 
-    result = app.run([JobConfig.from_mapping(skipping), JobConfig.from_mapping(quarantining)], spark, once=True)
+    result = app.run([config_from_mapping(skipping), config_from_mapping(quarantining)], spark, once=True)
 
     ends = end_offsets(kafka_bootstrap, topic)
     for mapping, outcome in zip((skipping, quarantining), result.tables):

@@ -27,7 +27,7 @@ from ingestion import (
 )
 
 from streamer import app
-from streamer.config.model import JobConfig
+from streamer.config.loading import config_from_mapping
 from streamer.demo import change_events
 from streamer.errors import StartupError
 from table.mor_table import MorTable
@@ -70,7 +70,7 @@ def test_a_full_disk_fails_the_batch_with_the_os_error_and_the_next_run_complete
     events = change_events(6_000, seed=81)
     first, second = events[:3_000], events[3_000:]
     produce_orders(kafka_bootstrap, topic, first)
-    config = JobConfig.from_mapping(order_config(table_disk, "orders", kafka_bootstrap, topic))
+    config = config_from_mapping(order_config(table_disk, "orders", kafka_bootstrap, topic))
     table_path = config.table.path
     assert config.checkpoint_location.startswith(str(table_disk))  # the Spark checkpoint shares the disk
     assert app.run([config], spark, once=True).tables[0].error is None
@@ -153,7 +153,7 @@ def test_a_read_only_disk_stops_a_running_job_with_the_os_error_and_a_restart_co
     assert_table_matches(table_path, first)
 
     _remount(table_disk, "rw")
-    (outcome,) = app.run([JobConfig.from_mapping(mapping)], spark, once=True).tables  # the restart
+    (outcome,) = app.run([config_from_mapping(mapping)], spark, once=True).tables  # the restart
 
     assert outcome.error is None
     assert_table_matches(table_path, events)
@@ -165,7 +165,7 @@ def test_a_new_table_on_a_read_only_disk_fails_at_start_naming_the_path(spark, k
                                                                          table_disk):
     topic = kafka_topic(partitions=1, prefix="orders")
     produce_orders(kafka_bootstrap, topic, change_events(100, seed=83))
-    config = JobConfig.from_mapping(order_config(table_disk, "orders", kafka_bootstrap, topic))
+    config = config_from_mapping(order_config(table_disk, "orders", kafka_bootstrap, topic))
     _remount(table_disk, "ro")
 
     with pytest.raises(StartupError, match=rf"cannot create the table at {re.escape(config.table.path)}: "

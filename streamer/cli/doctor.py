@@ -27,7 +27,9 @@ from pathlib import Path
 from streamer.checkpoint import table_checkpoint
 from streamer.cli.describe import file_groups
 from streamer.cli.output import human_bytes
-from streamer.config.model import ConfigError, JobConfig, load_configs
+from streamer.config.choices import BadRecordPolicy, SourceFormat
+from streamer.config.loading import ConfigError, load_configs
+from streamer.config.model import JobConfig
 from streamer.decode.registry import SchemaRegistryClient
 from streamer.errors import BrokersUnreachable, SchemaRegistryError
 from streamer.kafka.offsets import KafkaProgress, TopicRanges
@@ -96,7 +98,7 @@ def diagnose(config_or_dir: str | Path, timeout: float = DEFAULT_TIMEOUT_SECONDS
         return Report([Check("config", Verdict.PROBLEM, problem, "correct the config") for problem in e.problems])
     names = ", ".join(f"{c.table.name} ({c.config_path})" for c in configs)
     report = Report([Check("config", Verdict.OK, f"valid: {names}"), java_check(), spark_check()])
-    if any(c.source.format == "kafka" for c in configs):
+    if any(c.source.format == SourceFormat.KAFKA for c in configs):
         report.checks.append(connector_check())
     for config in configs:
         report.checks += TableDoctor(config, timeout).checks()
@@ -199,7 +201,7 @@ class TableDoctor:
         if self.table is not None:
             checks += [self._guarded("writer lease", self.lease), self._guarded("pending", self.pending),
                        self._guarded("timeline", self.timeline), self._guarded("compaction", self.compaction_debt)]
-        if self.config.decode.on_error == "quarantine":
+        if self.config.decode.on_error == BadRecordPolicy.QUARANTINE:
             checks.append(self._guarded("quarantine", self.quarantine))
         return checks
 

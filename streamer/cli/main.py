@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from table.config.choices import CleanPolicyKind, CompactionStrategyKind, SplitPoint
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="streamer", description="Stream Kafka topics into Hudi merge-on-read tables.")
@@ -60,8 +62,8 @@ def add_maintenance_commands(commands) -> None:
                     "streaming job writes the table; that job schedules its own).")
     compact.add_argument("table_path", metavar="TABLE_PATH")
     compact.add_argument("--schedule", action="store_true", help="plan a new compaction before executing")
-    compact.add_argument("--strategy", default="log_file_count",
-                         choices=["log_file_count", "log_file_size", "bounded_io", "recent_partitions"])
+    compact.add_argument("--strategy", default=CompactionStrategyKind.LOG_FILE_COUNT.value,
+                         choices=[kind.value for kind in CompactionStrategyKind])
     compact.add_argument("--min-log-files", type=int, default=1)
     compact.add_argument("--max-io-mb", type=int, default=500)
     add_cluster_command(commands)
@@ -69,8 +71,8 @@ def add_maintenance_commands(commands) -> None:
                                 description="Finish pending cleans, then plan and execute a new one. Needs "
                                             "the table's writer lease.")
     clean.add_argument("table_path", metavar="TABLE_PATH")
-    clean.add_argument("--policy", default="keep_latest_commits",
-                       choices=["keep_latest_commits", "keep_latest_file_versions"])
+    clean.add_argument("--policy", default=CleanPolicyKind.KEEP_LATEST_COMMITS.value,
+                       choices=[kind.value for kind in CleanPolicyKind])
     clean.add_argument("--retained", type=int, default=10)
     archive = commands.add_parser("archive", help="move old instants to the archived timeline",
                                   description="Archive the oldest completed instants. Needs the table's "
@@ -98,7 +100,7 @@ def add_cluster_command(commands) -> None:
                          help="the fewest buckets merges leave a partition with (default: index.min_buckets, "
                               "else index.initial_buckets, 4)")
     cluster.add_argument("--max-buckets", metavar="N", type=int, help="the most buckets splits give a partition (default 1024)")
-    cluster.add_argument("--split-point", choices=["middle", "distribution"],
+    cluster.add_argument("--split-point", choices=[point.value for point in SplitPoint],
                          help="cut a split bucket's hash range at its middle (default) or at its records' median hash")
     cluster.add_argument("--sort-columns", metavar="A,B", help="sort each bucket's base file by these columns; '' for none")
     cluster.add_argument("--max-partitions", metavar="N", type=int, help="the most partitions one plan takes buckets from")
@@ -150,7 +152,7 @@ def add_table_commands(commands) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     from streamer.app import configure_logging
-    from streamer.config.model import ConfigError, load_configs
+    from streamer.config.loading import ConfigError, load_configs
 
     configure_logging(args.log_level, args.log_format)
     try:
@@ -189,7 +191,7 @@ def run_command(args: argparse.Namespace) -> int:
 def status_command(args: argparse.Namespace) -> int:
     import json
 
-    from streamer.config.model import ConfigError, load_configs
+    from streamer.config.loading import ConfigError, load_configs
     from streamer.status import exit_code, statuses
 
     try:

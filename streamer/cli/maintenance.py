@@ -13,7 +13,8 @@ import os
 import sys
 
 from streamer.checkpoint import CHECKPOINT_KEY
-from streamer.config.model import ClusteringSettings, ConfigError, IndexSettings, load_config
+from streamer.config.loading import ConfigError, load_config
+from streamer.config.model import ClusteringSettings, IndexSettings
 from streamer.services import clustering_policy
 from table.errors import ClusteringConflictError, CompactionConflictError, TableNotFoundError, WriterConflictError
 from table.mor_table import MorTable

@@ -1,23 +1,23 @@
-"""The YAML config of one table job, checked in full before any Spark or Kafka work starts.
+"""The YAML config of one table job, as pydantic models: each key's type, bounds, default and
+meaning, and the rules between keys.
 
-A streaming job that fails an hour in on a typo is expensive, so every problem of a file is
-reported at once, each with the file, the dotted key path and what was expected. Secrets (Kafka
-options named like passwords or keys, the schema registry credentials) never appear in a repr
-or an error message.
+Choices are StrEnums (`streamer.config.choices`, and `table.config.choices` for the engine's);
+a key that sets one of the engine's settings takes the engine's default. Validators report
+problems at the key path they concern (`Problems`), so that loading can name each one. Secrets
+(Kafka options named like passwords or keys, the schema registry credentials) never appear in a
+repr. `streamer.config.loading` reads files into these models; `streamer.config.reference`
+renders docs/configuration.md from them.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
-import os
 import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -26,18 +26,31 @@ from pydantic import (
     PrivateAttr,
     SecretStr,
     TypeAdapter,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from streamer.kafka.source import is_secret_option, redact_options
+from streamer.config.choices import (
+    BadRecordPolicy,
+    DecodeFormat,
+    QueryFailurePolicy,
+    RecordFormat,
+    ServiceMode,
+    SourceFormat,
+    StartingOffsets,
+)
+from streamer.kafka.source import redact_options
+from table.config.choices import CleanPolicyKind, CompactionStrategyKind, LogBlockFormat, SplitPoint
+from table.services.archive import ArchivePolicy
+from table.services.clean import CleanPolicy
+from table.services.clustering.execute import ClusteringPolicy
+from table.services.compaction import MIB, CompactionStrategy
 from table.storage.file_io import STORAGE_OPTION_NAMES
+from table.write.writer import WriteOptions
 
 __all__ = [
     "ClusteringSettings",
-    "ConfigError",
     "DecodeSettings",
     "FormatSettings",
     "IndexSettings",
@@ -48,25 +61,15 @@ __all__ = [
     "StreamSettings",
     "TableSettings",
     "ValueFormatSettings",
-    "load_config",
-    "load_configs",
 ]
 
 KeyPath = tuple[Any, ...]
 Problem = tuple[KeyPath, str]
 
-_CONFIG_DIR = "config_dir"  # validation context: the directory relative schema files live in
+CONFIG_DIR = "config_dir"  # validation context: the directory relative schema files live in
 
 
-class ConfigError(ValueError):
-    """Every problem found in one or more config files, one ``<file>: <key.path>: ...`` a line."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = tuple(problems)
-
-
-class _Problems(ValueError):
+class Problems(ValueError):
     """Raised by validators to report several problems at key paths below the validated value."""
 
     def __init__(self, problems: list[Problem]):
@@ -76,7 +79,7 @@ class _Problems(ValueError):
 
 def _raise_problems(problems: list[Problem]) -> None:
     if problems:
-        raise _Problems(problems)
+        raise Problems(problems)
 
 
 class _Section(BaseModel):
@@ -142,7 +145,7 @@ class TableSettings(_Section):
         "Partition directories named `field=value` instead of `value`. Only read when the table is created."))
     url_encode_partitions: bool = Field(False, description=(
         "Escape partition values in paths as Hive does. Only read when the table is created."))
-    log_block_format: Literal["parquet", "avro"] = Field("parquet", description=(
+    log_block_format: LogBlockFormat = Field(WriteOptions.log_block_format, description=(
         "The format of data blocks in log files: `parquet`, or `avro` (Hudi's own default). The "
         "quarantine table uses it too."))
     quarantine_path: Text | None = Field(None, description=(
@@ -189,7 +192,7 @@ _OPTIONS_OWNED_BY_KEYS = {
 class SourceSettings(_Section):
     """The Kafka topics read and how."""
 
-    format: Literal["kafka-arrow", "kafka"] = Field("kafka-arrow", description=(
+    format: SourceFormat = Field(SourceFormat.KAFKA_ARROW, description=(
         "The Spark stream source: `kafka-arrow`, this project's Kafka source (confluent-kafka, no jar "
         "needed), or `kafka`, Spark's own, which needs `spark-sql-kafka-0-10`: `streamer run` has Spark fetch "
         "it (`spark.jars.packages`) unless the Spark settings name it already or spark-submit runs the job."))
@@ -198,7 +201,7 @@ class SourceSettings(_Section):
         "The topic, or list of topics, to read. Exactly one of `topics` and `topic_pattern` is required."))
     topic_pattern: Text | None = Field(None, description=(
         "A regular expression matched against whole topic names, instead of `topics`."))
-    starting_offsets: Literal["earliest", "latest"] | OffsetsByTopic = Field("earliest", description=(
+    starting_offsets: StartingOffsets | OffsetsByTopic = Field(StartingOffsets.EARLIEST, description=(
         "Where a query without a Spark checkpoint starts: `earliest`, `latest`, or "
         "`{topic: {partition: offset}}` (-2 is earliest, -1 latest; with `topics`, only those topics). "
         "With `resume_from_table`, a table that has commits says where instead."))
@@ -244,8 +247,8 @@ class SourceSettings(_Section):
     @field_validator("starting_offsets", mode="plain")
     @classmethod
     def _name_or_offsets(cls, value: Any) -> str | OffsetsByTopic:
-        if value in ("earliest", "latest"):
-            return value
+        if value in list(StartingOffsets):
+            return StartingOffsets(value)
         if isinstance(value, Mapping):
             return _OFFSETS_BY_TOPIC.validate_python(value)
         raise ValueError("should be 'earliest', 'latest' or a mapping {topic: {partition: offset}}")
@@ -295,7 +298,7 @@ class SourceSettings(_Section):
         if self.max_offsets_per_trigger is not None:
             reader["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
         reader["failOnDataLoss"] = "true" if self.fail_on_data_loss else "false"
-        if self.format == "kafka-arrow":
+        if self.format == SourceFormat.KAFKA_ARROW:
             reader["maxBrokerOutageMs"] = str(self.max_broker_outage_seconds * 1000)
             reader["includeHeaders"] = "false"  # the decoder does not read them
             reader["offsetRanges"] = "true"  # the sink reads, decodes and routes them in one Python pass
@@ -303,7 +306,7 @@ class SourceSettings(_Section):
 
     def _starting_offsets_text(self) -> str:
         if isinstance(self.starting_offsets, str):
-            return self.starting_offsets
+            return str(self.starting_offsets)
         return json.dumps({
             topic: {str(partition): offset for partition, offset in offsets.items()}
             for topic, offsets in self.starting_offsets.items()
@@ -317,7 +320,7 @@ with warnings.catch_warnings():
     class FormatSettings(_Section):
         """How the Kafka key (or value) bytes are decoded."""
 
-        format: Literal["none", "string", "binary", "json", "avro", "confluent-avro"] = Field("string", description=(
+        format: DecodeFormat = Field(DecodeFormat.STRING, description=(
             "`none` (no `kafka_key` column), `string`, `binary`, or a structured format (`json`, "
             "`avro`, `confluent-avro`) whose record becomes a struct column `kafka_key`."))
         schema: Text | None = Field(None, description=(
@@ -335,20 +338,20 @@ with warnings.catch_warnings():
         def _schema_fits_format(self, info: ValidationInfo) -> FormatSettings:
             has_ddl, has_file = self.schema is not None, self.schema_file is not None
             problems: list[Problem] = []
-            if self.format == "json" and has_ddl == has_file:
+            if self.format == DecodeFormat.JSON and has_ddl == has_file:
                 problems.append(((), "format json needs exactly one of schema (Spark DDL) or schema_file (.avsc)"))
-            if self.format == "avro" and has_ddl:
+            if self.format == DecodeFormat.AVRO and has_ddl:
                 problems.append((("schema",), "not allowed with format avro; give the Avro schema in schema_file"))
-            if self.format == "avro" and not has_file:
+            if self.format == DecodeFormat.AVRO and not has_file:
                 problems.append((("schema_file",), "required with format avro"))
-            if self.format == "confluent-avro" and has_ddl:
+            if self.format == DecodeFormat.CONFLUENT_AVRO and has_ddl:
                 problems.append((("schema",), "not allowed with format confluent-avro; schema_file may give a reader schema"))
-            if self.format in ("none", "string", "binary"):
+            if self.format in (DecodeFormat.NONE, DecodeFormat.STRING, DecodeFormat.BINARY):
                 problems.extend(
                     ((key,), f"not allowed with format {self.format}")
                     for key, present in (("schema", has_ddl), ("schema_file", has_file)) if present
                 )
-            config_dir = (info.context or {}).get(_CONFIG_DIR)
+            config_dir = (info.context or {}).get(CONFIG_DIR)
             if not problems and has_file and config_dir is not None:
                 resolved = _resolve(config_dir, self.schema_file)
                 if not resolved.is_file():
@@ -360,7 +363,7 @@ with warnings.catch_warnings():
 class ValueFormatSettings(FormatSettings):
     """The value's format: required, and only the structured formats."""
 
-    format: Literal["json", "avro", "confluent-avro"] = Field(description=(
+    format: RecordFormat = Field(description=(
         "`json`, `avro` or `confluent-avro`; the record's fields become columns."))
 
 
@@ -399,7 +402,7 @@ class DecodeSettings(_Section):
         "How the Kafka value is decoded; its fields are the table's columns unless `transform` makes others."))
     schema_registry: SchemaRegistrySettings | None = Field(None, description=(
         "The schema registry: required when the key or the value format is `confluent-avro`, not allowed otherwise."))
-    on_error: Literal["fail", "skip", "quarantine"] = Field("fail", description=(
+    on_error: BadRecordPolicy = Field(BadRecordPolicy.FAIL, description=(
         "What happens to a record that cannot be decoded (malformed, wrong types, a null or missing "
         "record key or ordering value, an unknown schema id, a writer schema that drops a required "
         "field or changes a field's type other than by widening): `fail` stops the table's query and "
@@ -424,12 +427,12 @@ class IndexSettings(_Section):
     `min_buckets` and `max_buckets`. A bucket's size is that of its latest file slice: its base
     file plus the log files written since."""
 
-    initial_buckets: int = Field(4, ge=1, le=65536, description=(
+    initial_buckets: int = Field(WriteOptions.initial_buckets, ge=1, le=65536, description=(
         "Buckets (file groups) of a partition when it is first written; existing partitions keep theirs."))
     min_buckets: int | None = Field(None, ge=1, description=(
         "Merges never leave a partition with fewer buckets than this; null means `initial_buckets`. "
         "At most `initial_buckets`."))
-    max_buckets: int = Field(1024, ge=1, le=65536, description=(
+    max_buckets: int = Field(ClusteringPolicy.max_buckets, ge=1, le=65536, description=(
         "Splits never give a partition more buckets than this. At least `initial_buckets`."))
     split_threshold_mb: float = Field(240, gt=0, description=(
         "A bucket whose latest file slice (base and log files) is larger than this many MiB is split "
@@ -438,7 +441,7 @@ class IndexSettings(_Section):
         "Adjacent buckets whose latest file slices together stay within this many MiB are merged into "
         "one (Hudi's default: 0.2 of its 120 MB maximum file size); 0 never merges. Less than "
         "`split_threshold_mb`, or merges would undo splits."))
-    split_point: Literal["middle", "distribution"] = Field("middle", description=(
+    split_point: SplitPoint = Field(ClusteringPolicy.split_point, description=(
         "Where a split cuts a bucket's hash range: `middle`, at its middle; `distribution`, at the "
         "median hash of the bucket's records, so that each child gets about half of them (this reads "
         "the bucket when planning)."))
@@ -478,7 +481,7 @@ class StreamSettings(_Section):
     checkpoint_location: Text | None = Field(None, description=(
         "The Spark checkpoint of the table's query; by default "
         "`<table.path>/.hoodie/.aux/streaming-checkpoint`. Unique among the configs run together."))
-    on_failure: Literal["continue", "stop_application"] = Field("continue", description=(
+    on_failure: QueryFailurePolicy = Field(QueryFailurePolicy.CONTINUE, description=(
         "When the table's query fails: `continue` lets the other tables run on, `stop_application` "
         "stops them all. The exit status is non-zero either way."))
 
@@ -498,14 +501,11 @@ class StreamSettings(_Section):
         return interval.strip()
 
 
-ServiceMode = Literal["off", "inline", "async"]
-
-
 class _ServiceSettings(_Section):
     """When a service runs: `inline` in the sink after a commit, `async` scheduled there and
     executed by the application's background executor, `off` only by the offline command."""
 
-    mode: ServiceMode = Field("inline", description=(
+    mode: ServiceMode = Field(ServiceMode.INLINE, description=(
         "`inline`: scheduled and executed after a deltacommit, before the next micro-batch; `async`: "
         "scheduled there, executed by the application's background thread; `off`: left to the "
         "offline `streamer` command."))
@@ -520,7 +520,7 @@ class _ServiceSettings(_Section):
     @classmethod
     def _yaml_off(cls, mode: Any) -> Any:
         """YAML 1.1 reads a bare `off` as false; it means the mode `off`."""
-        return "off" if mode is False else mode
+        return ServiceMode.OFF if mode is False else mode
 
 
 class CompactionSettings(_ServiceSettings):
@@ -531,24 +531,25 @@ class CompactionSettings(_ServiceSettings):
     log files written to a file group while its compaction is pending (`async`) until the
     compaction completes; Hudi's own readers and ours do."""
 
-    mode: ServiceMode = Field("inline", description=(
+    mode: ServiceMode = Field(ServiceMode.INLINE, description=(
         "`inline`, `async` or `off`, as for every service. `inline` keeps every reader exact; with "
         "`async`, hudi-rs 0.5 reads what is written to a file group under a pending compaction only "
         "once the compaction completes."))
     every_delta_commits: int | None = Field(5, ge=1, description=(
         "Due after this many deltacommits since the last compaction instant; null leaves only `every_seconds`."))
-    strategy: Literal["log_file_count", "log_file_size", "bounded_io", "recent_partitions"] = Field(
-        "log_file_count", description=(
-            "Which file slices a plan takes: `log_file_count`, those with at least `min_log_files` log "
-            "files, most first; `log_file_size`, at least `min_log_bytes` of logs, largest first; "
-            "`bounded_io`, largest logs first; `recent_partitions`, every slice of the "
-            "`recent_partitions` greatest partition paths."))
-    min_log_files: int = Field(1, ge=1, description="`log_file_count`: the fewest log files a slice needs to be compacted.")
-    min_log_bytes: int = Field(0, ge=0, description="`log_file_size`: the fewest bytes of log files a slice needs to be compacted.")
-    max_io_mb: int = Field(500, ge=1, description=(
+    strategy: CompactionStrategyKind = Field(CompactionStrategy.kind, description=(
+        "Which file slices a plan takes: `log_file_count`, those with at least `min_log_files` log "
+        "files, most first; `log_file_size`, at least `min_log_bytes` of logs, largest first; "
+        "`bounded_io`, largest logs first; `recent_partitions`, every slice of the "
+        "`recent_partitions` greatest partition paths."))
+    min_log_files: int = Field(CompactionStrategy.min_log_files, ge=1, description=(
+        "`log_file_count`: the fewest log files a slice needs to be compacted."))
+    min_log_bytes: int = Field(CompactionStrategy.min_log_bytes, ge=0, description=(
+        "`log_file_size`: the fewest bytes of log files a slice needs to be compacted."))
+    max_io_mb: int = Field(CompactionStrategy.max_io_bytes // MIB, ge=1, description=(
         "All strategies but `recent_partitions` stop adding slices once their base and log files "
         "reach this many MiB."))
-    recent_partitions: int | None = Field(None, ge=1, description=(
+    recent_partitions: int | None = Field(CompactionStrategy.recent_partitions, ge=1, description=(
         "`recent_partitions`: how many of the greatest partition paths to compact; 10 when null."))
     max_log_files_per_group: int | None = Field(None, ge=1, description=(
         "The most log files a snapshot read merges in any file group (the bound on read "
@@ -559,7 +560,7 @@ class CompactionSettings(_ServiceSettings):
 
     @model_validator(mode="after")
     def _bound_needs_compaction(self) -> "CompactionSettings":
-        if self.max_log_files_per_group is not None and self.mode == "off":
+        if self.max_log_files_per_group is not None and self.mode == ServiceMode.OFF:
             _raise_problems([(("max_log_files_per_group",),
                               "not allowed with mode off: the job would have no compaction to hold the bound with")])
         return self
@@ -576,7 +577,7 @@ class ClusteringSettings(_ServiceSettings):
     one (dual writes), and readers see only the old groups until the plan completes; so every
     reader, hudi-rs included, is exact in every state, and `async` is safe."""
 
-    mode: ServiceMode = Field("inline", description=(
+    mode: ServiceMode = Field(ServiceMode.INLINE, description=(
         "`inline`, `async` or `off`, as for every service. With `async`, batches go on while the "
         "background thread rewrites the planned buckets; what they write reaches the new buckets too."))
     every_delta_commits: int | None = Field(10, ge=1, description=(
@@ -586,7 +587,7 @@ class ClusteringSettings(_ServiceSettings):
         "Table columns each bucket's base file is sorted by (then by record key). A bucket not sorted "
         "by them yet is rewritten sorted; empty: buckets are only split and merged. Checked against "
         "the table's columns when the job starts."))
-    max_partitions: int | None = Field(None, ge=1, description=(
+    max_partitions: int | None = Field(ClusteringPolicy.max_partitions, ge=1, description=(
         "The most partitions one plan takes buckets from; unbounded when null."))
     max_plan_mb: float | None = Field(2048, gt=0, description=(
         "One plan stops taking buckets once their latest file slices reach this many MiB (the first "
@@ -603,19 +604,20 @@ class CleanSettings(_ServiceSettings):
     """Removing file slices no reader of the retained commits needs. Due after every commit
     unless a trigger says otherwise."""
 
-    policy: Literal["keep_latest_commits", "keep_latest_file_versions"] = Field("keep_latest_commits", description=(
+    policy: CleanPolicyKind = Field(CleanPolicy.kind, description=(
         "`keep_latest_commits`: keep the file slices that reads as of the last `retained` commits "
         "need; `keep_latest_file_versions`: keep the newest `retained` slices of each file group."))
-    retained: int = Field(10, ge=1, description="Commits, or file slices per file group, that `policy` keeps.")
+    retained: int = Field(CleanPolicy.retained, ge=1, description=(
+        "Commits, or file slices per file group, that `policy` keeps."))
 
 
 class ArchiveSettings(_ServiceSettings):
     """Keeping the active timeline between bounds by archiving its oldest instants."""
 
-    min_instants: int = Field(20, ge=1, description=(
+    min_instants: int = Field(ArchivePolicy.min_instants, ge=1, description=(
         "Completed instants left active after archiving. Greater than `services.clean.retained` "
         "unless cleaning or archival is off."))
-    max_instants: int = Field(30, ge=2, description=(
+    max_instants: int = Field(ArchivePolicy.max_instants, ge=2, description=(
         "Archival starts when more completed instants than this are active; greater than `min_instants`."))
 
     @model_validator(mode="after")
@@ -636,7 +638,8 @@ class ServicesSettings(_Section):
 
     @model_validator(mode="after")
     def _archive_keeps_what_clean_retains(self) -> "ServicesSettings":
-        if "off" not in (self.clean.mode, self.archive.mode) and self.archive.min_instants <= self.clean.retained:
+        both_on = ServiceMode.OFF not in (self.clean.mode, self.archive.mode)
+        if both_on and self.archive.min_instants <= self.clean.retained:
             _raise_problems([(("archive", "min_instants"),
                               f"should be greater than services.clean.retained ({self.clean.retained}), "
                               "so the active timeline holds every commit the cleaner retains")])
@@ -691,14 +694,6 @@ class JobConfig(_Section):
             raise ValueError("should be a SQL query of the view source: SELECT ... FROM source")
         return sql
 
-    @classmethod
-    def from_mapping(
-        cls, data: Mapping[str, Any], source_name: str = "<config>", base_dir: Path | None = None
-    ) -> JobConfig:
-        """A config from parsed YAML; ``source_name`` labels errors, ``base_dir`` (default: the
-        working directory) is where relative schema files are looked up."""
-        return _build(data, source_name, (Path.cwd() if base_dir is None else Path(base_dir)) / source_name)
-
     @property
     def config_path(self) -> Path:
         """The YAML file this config came from."""
@@ -713,201 +708,3 @@ class JobConfig(_Section):
         """``fmt.schema_file`` resolved against the YAML file's directory."""
         return None if fmt.schema_file is None else _resolve(self.config_path.parent, fmt.schema_file)
 
-
-# -- Loading -------------------------------------------------------------------------------------
-
-
-def load_config(path: str | Path) -> JobConfig:
-    """The job config in one YAML file."""
-    path = Path(path)
-    return _build(_read_yaml(path), str(path), path)
-
-
-def load_configs(path: str | Path) -> list[JobConfig]:
-    """The config of a YAML file, or those of every *.yaml / *.yml file of a directory by name."""
-    path = Path(path)
-    if not path.is_dir():
-        return [load_config(path)]
-    files = sorted((f for f in path.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file()), key=lambda f: f.name)
-    if not files:
-        raise ConfigError([f"{path}: no *.yaml or *.yml file in this directory"])
-    configs, problems = [], []
-    for file in files:
-        try:
-            configs.append(load_config(file))
-        except ConfigError as e:
-            problems.extend(e.problems)
-    problems.extend(_shared_values(configs))
-    problems.extend(_one_metrics_endpoint(configs))
-    if problems:
-        raise ConfigError(problems)
-    return configs
-
-
-def _shared_values(configs: list[JobConfig]) -> list[str]:
-    """Problems for table names, table paths and checkpoints that two configs share."""
-    unique_values = {
-        "table.name": lambda c: c.table.name,
-        "table.path": lambda c: c.table.path.rstrip("/"),
-        "stream.checkpoint_location": lambda c: c.checkpoint_location.rstrip("/"),
-    }
-    problems = []
-    for key_path, value_of in unique_values.items():
-        first_file: dict[str, Path] = {}
-        for config in configs:
-            value = value_of(config)
-            other = first_file.setdefault(value, config.config_path)
-            if other != config.config_path:
-                problems.append(f"{config.config_path}: {key_path}: should be unique, {other} has it too (got {value!r})")
-    return problems
-
-
-def _one_metrics_endpoint(configs: list[JobConfig]) -> list[str]:
-    """Problems for configs that ask for different endpoints: the application serves one."""
-    first: JobConfig | None = None
-    problems = []
-    for config in (c for c in configs if c.metrics.port is not None):
-        first = first or config
-        if (config.metrics.host, config.metrics.port) != (first.metrics.host, first.metrics.port):
-            problems.append(f"{config.config_path}: metrics.port: should be {first.metrics.host}:{first.metrics.port} "
-                            f"as in {first.config_path}: one endpoint serves every table "
-                            f"(got {config.metrics.host}:{config.metrics.port})")
-    return problems
-
-
-def _read_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError([f"{path}: no such file or directory"]) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError([f"{path}: cannot be read: {e}"]) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise ConfigError([f"{path}: {where}invalid YAML: {getattr(e, 'problem', None) or e}"]) from None
-
-
-def _build(data: Any, source_name: str, config_path: Path) -> JobConfig:
-    if not isinstance(data, Mapping):
-        raise ConfigError([f"{source_name}: should be a mapping of the sections table, source, decode, "
-                           f"transform, index and stream (got {_show(data)})"])
-    env_problems: list[Problem] = []
-    data = _substitute(data, (), env_problems)
-    try:
-        config = JobConfig.model_validate(data, context={_CONFIG_DIR: config_path.parent})
-        problems = env_problems
-    except ValidationError as e:
-        unresolved = [key_path for key_path, _ in env_problems]
-        problems = env_problems + [
-            (key_path, text) for key_path, text in _validation_problems(e)
-            if not any(key_path[:len(u)] == u for u in unresolved)
-        ]
-    if problems:
-        raise ConfigError([
-            f"{source_name}: {'.'.join(map(str, key_path))}: {text}" if key_path else f"{source_name}: {text}"
-            for key_path, text in problems
-        ])
-    config._config_path = config_path
-    return config
-
-
-# -- Environment variables -----------------------------------------------------------------------
-
-_VARIABLE = re.compile(r"\$\$\{|\$\{(?:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\})?")
-
-
-def _substitute(value: Any, key_path: KeyPath, problems: list[Problem]) -> Any:
-    """``value`` with ``${NAME}`` / ``${NAME:-default}`` replaced in every string, keys excepted."""
-    if isinstance(value, str):
-        return _VARIABLE.sub(lambda match: _variable_value(match, key_path, problems), value)
-    if isinstance(value, list):
-        return [_substitute(item, (*key_path, i), problems) for i, item in enumerate(value)]
-    if isinstance(value, Mapping):
-        return {key: _substitute(item, (*key_path, key), problems) for key, item in value.items()}
-    return value
-
-
-def _variable_value(match: re.Match[str], key_path: KeyPath, problems: list[Problem]) -> str:
-    if match.group(0) == "$${":
-        return "${"
-    name, default = match.groups()
-    if name is None:
-        problems.append((key_path, "'${' should start ${NAME} or ${NAME:-default}; write '$${' for a literal '${'"))
-        return match.group(0)
-    value = os.environ.get(name)
-    if default is not None and not value:
-        return default
-    if value is None:
-        problems.append((key_path, f"environment variable {name} is not set"))
-        return match.group(0)
-    return value
-
-
-# -- Validation errors ---------------------------------------------------------------------------
-
-_EXPECTATIONS = {
-    "model_type": "should be a mapping",
-    "dict_type": "should be a mapping",
-    "tuple_type": "should be a string or a list of strings",
-    "list_type": "should be a list",
-    "too_short": "should not be empty",
-    "string_too_short": "should not be empty",
-}
-
-
-def _validation_problems(error: ValidationError) -> list[Problem]:
-    problems: list[Problem] = []
-    for detail in error.errors():
-        key_path = tuple(part for part in detail["loc"] if part != "[key]")
-        cause = detail.get("ctx", {}).get("error")
-        if isinstance(cause, _Problems):
-            problems.extend(((*key_path, *below), text) for below, text in cause.problems)
-        elif detail["type"] == "extra_forbidden":
-            problems.append((key_path, _unknown_key(key_path)))
-        elif detail["type"] == "missing":
-            problems.append((key_path, "required key is missing"))
-        else:
-            expected = _EXPECTATIONS.get(detail["type"]) or detail["msg"].removeprefix("Value error, ")
-            got = "***" if _is_secret(key_path) else _show(detail["input"])
-            problems.append((key_path, f"{expected.removeprefix('Input ')} (got {got})"))
-    return problems
-
-
-def _unknown_key(key_path: KeyPath) -> str:
-    allowed = _keys_at(key_path[:-1])
-    close = difflib.get_close_matches(str(key_path[-1]), allowed, n=1)
-    if close:
-        return f"unknown key; did you mean {close[0]!r}?"
-    return f"unknown key; allowed keys: {', '.join(allowed)}"
-
-
-def _keys_at(key_path: KeyPath) -> list[str]:
-    """The YAML keys of the section at ``key_path``."""
-    model: type[BaseModel] = JobConfig
-    for key in key_path:
-        annotation = model.model_fields[key].annotation
-        model = next(t for t in (annotation, *getattr(annotation, "__args__", ()))
-                     if isinstance(t, type) and issubclass(t, BaseModel))
-    return list(model.model_fields)
-
-
-def _is_secret(key_path: KeyPath) -> bool:
-    if key_path[:2] in (("source", "options"), ("table", "storage_options")):
-        return len(key_path) == 2 or is_secret_option(str(key_path[2]))
-    return key_path[-1:] == ("basic_auth_user_info",)
-
-
-_SCALARS = (str, int, float, bool, type(None))
-
-
-def _show(value: Any) -> str:
-    """A short view of a bad value; mappings and nested lists are not shown, they may hold secrets."""
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, (list, tuple)) and not all(isinstance(item, _SCALARS) for item in value):
-        return "a list"
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."

@@ -13,8 +13,9 @@ import inspect
 import sys
 import types
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import annotated_types
 import yaml
@@ -127,8 +128,8 @@ def type_text(annotation: Any, metadata: list[Any] | tuple[Any, ...] = ()) -> st
         members = get_args(annotation)
         text = " or ".join(type_text(m, metadata) for m in members if m is not type(None))
         return f"{text} or null" if type(None) in members else text
-    if get_origin(annotation) is Literal:
-        choices = [f"`{choice}`" for choice in get_args(annotation)]
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        choices = [f"`{choice.value}`" for choice in annotation]
         return " or ".join(choices) if len(choices) <= 2 else "one of " + ", ".join(choices)
     if get_origin(annotation) in (tuple, list):
         item = type_text(get_args(annotation)[0])
@@ -170,6 +171,8 @@ def yaml_text(value: Any) -> str:
     """`value` as one line of YAML, quoted where YAML would read it as something else."""
     if isinstance(value, tuple):
         value = list(value)
+    elif isinstance(value, Enum):
+        value = value.value
     elif isinstance(value, Path):
         value = str(value)
     text = yaml.safe_dump(value, default_flow_style=True, width=1_000_000).strip()

@@ -28,11 +28,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streamer.config.choices import DecodeFormat, RecordFormat
 from streamer.decode.avro import AvroDecoder
 from streamer.decode.columns import ADDED_COLUMNS, ERROR_FIELDS, EVOLVING_FIELD, KAFKA_COORDINATES, KAFKA_KEY
 from streamer.decode.confluent import ConfluentAvroDecoder
 from streamer.decode.decoded import not_null_reason, scatter
-from streamer.decode.formats import RECORD_FORMATS, FormatSpec
+from streamer.decode.formats import FormatSpec
 from streamer.decode.json import JsonDecoder
 from streamer.decode.plain import BinaryDecoder, Utf8Decoder
 from streamer.decode.registry import SchemaRegistryClient
@@ -47,10 +48,10 @@ class RecordDecoder:
     def __init__(self, value: FormatSpec, key: FormatSpec, registry_url: str | None = None,
                  registry_auth: str | None = None, required_fields: Sequence[str] = ()):
         self._settings = (value, key, registry_url, registry_auth, tuple(required_fields))
-        if value.format not in RECORD_FORMATS:
-            raise ValueError(f"a value's format must be one of {', '.join(RECORD_FORMATS)}, not {value.format!r}")
+        if value.format not in list(RecordFormat):
+            raise ValueError(f"a value's format must be one of {', '.join(RecordFormat)}, not '{value.format}'")
         registry = None
-        if "confluent-avro" in (value.format, key.format):
+        if DecodeFormat.CONFLUENT_AVRO in (value.format, key.format):
             if not registry_url:
                 raise ValueError("format 'confluent-avro' needs a schema registry URL")
             registry = SchemaRegistryClient(registry_url, registry_auth)
@@ -146,14 +147,14 @@ def _null_rows(column: pa.Array) -> list[int]:
 def _decoder_for(spec: FormatSpec, registry: SchemaRegistryClient | None, reserved_names: tuple[str, ...] = ()):
     """The object whose `decode(raw: pa.BinaryArray) -> Decoded` reads records of this format;
     `reserved_names` are names its fields may not take."""
-    if spec.format == "none":
+    if spec.format == DecodeFormat.NONE:
         return None
-    if spec.format == "string":
+    if spec.format == DecodeFormat.STRING:
         return Utf8Decoder()
-    if spec.format == "binary":
+    if spec.format == DecodeFormat.BINARY:
         return BinaryDecoder()
-    if spec.format == "json":
+    if spec.format == DecodeFormat.JSON:
         return JsonDecoder(spec.decoded_type())
-    if spec.format == "avro":
+    if spec.format == DecodeFormat.AVRO:
         return AvroDecoder(spec.avro_schema, spec.decoded_type())
     return ConfluentAvroDecoder(spec.avro_schema, spec.decoded_type(), registry, reserved_names)

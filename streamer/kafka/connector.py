@@ -26,6 +26,7 @@ from typing import Iterable
 
 import pyspark
 
+from streamer.config.choices import SourceFormat
 from streamer.errors import ConnectorUnavailable
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,7 @@ def with_connector(conf: dict[str, str], formats: Iterable[str], under_spark_sub
                    spark_version: str = pyspark.__version__) -> tuple[dict[str, str], str | None]:
     """`conf` with the connector in `spark.jars.packages` when a table reads with `format: kafka`
     and nothing provides it yet; and the coordinate added (None when none was)."""
-    if "kafka" not in set(formats) or under_spark_submit or names_a_connector(conf):
+    if SourceFormat.KAFKA not in set(formats) or under_spark_submit or names_a_connector(conf):
         return conf, None
     version = connector_version(spark_version, published_versions())
     if version != spark_version:

@@ -127,6 +127,7 @@ from pyspark.sql.types import (
 )
 
 from streamer.client_logs import ClientLog, client_config, configure_worker_logging
+from streamer.config.choices import SourceFormat
 
 try:  # PySpark >= 4.2: admission control and Trigger.AvailableNow for Python sources.
     from pyspark.sql.streaming.datasource import (  # type: ignore[attr-defined]
@@ -156,7 +157,7 @@ except ImportError:  # pragma: no cover - PySpark 4.0/4.1
 
 log = logging.getLogger(__name__)
 
-SOURCE_NAME = "kafka-arrow"
+SOURCE_NAME = SourceFormat.KAFKA_ARROW.value
 
 EARLIEST = -2
 LATEST = -1

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from table import failpoints
+from table.config.choices import CleanPolicyKind
 from table.errors import InvalidRequestError, TimelineStateError
 from table.file_group.fs_view import FileGroup, FileSlice, replaced_file_groups
 from table.index import consistent_hashing as ring
@@ -49,8 +50,6 @@ PLAN_SCHEMA = "HoodieCleanerPlan"
 METADATA_SCHEMA = "HoodieCleanMetadata"
 PLAN_VERSION = 2  # CleanPlanner.LATEST_CLEAN_PLAN_VERSION
 METADATA_VERSION = 2  # CleanerUtils.CLEAN_METADATA_VERSION_2
-#: Our policy names and Hudi's HoodieCleaningPolicy names, which plans and metadata carry.
-POLICIES = {"keep_latest_commits": "KEEP_LATEST_COMMITS", "keep_latest_file_versions": "KEEP_LATEST_FILE_VERSIONS"}
 
 
 @dataclass(frozen=True)
@@ -58,12 +57,11 @@ class CleanPolicy:
     """Which file slices to keep: those the last `retained` commits read, or the newest
     `retained` slices of each file group."""
 
-    kind: str = "keep_latest_commits"
+    kind: CleanPolicyKind = CleanPolicyKind.KEEP_LATEST_COMMITS
     retained: int = 10
 
     def __post_init__(self) -> None:
-        if self.kind not in POLICIES:
-            raise InvalidRequestError(f"unknown clean policy {self.kind!r}; expected one of {sorted(POLICIES)}")
+        object.__setattr__(self, "kind", CleanPolicyKind.parse(self.kind, "clean policy"))
         if self.retained < 1:
             raise InvalidRequestError(f"a clean policy retains at least 1, not {self.retained}")
 
@@ -96,7 +94,7 @@ class _Retention:
             return []
         if key in self.replaced:
             return newest_first if self._replacement_is_old(self.replaced[key]) else []
-        if self.policy.kind == "keep_latest_file_versions":
+        if self.policy.kind == CleanPolicyKind.KEEP_LATEST_FILE_VERSIONS:
             old = newest_first[self.policy.retained:]
         elif self.earliest is None:
             return []
@@ -105,7 +103,7 @@ class _Retention:
         return [s for s in old if (*key, s.base_instant) not in self.compacting]
 
     def _replacement_is_old(self, replaced_at: str) -> bool:
-        if self.policy.kind == "keep_latest_file_versions":
+        if self.policy.kind == CleanPolicyKind.KEEP_LATEST_FILE_VERSIONS:
             return True
         return self.earliest is not None and replaced_at < self.earliest.timestamp
 
@@ -129,7 +127,8 @@ def earliest_commit_to_retain(timeline: Timeline, retained: int) -> Instant | No
 
 
 def _retention(timeline: Timeline, policy: CleanPolicy) -> _Retention:
-    earliest = earliest_commit_to_retain(timeline, policy.retained) if policy.kind == "keep_latest_commits" else None
+    keeps_commits = policy.kind == CleanPolicyKind.KEEP_LATEST_COMMITS
+    earliest = earliest_commit_to_retain(timeline, policy.retained) if keeps_commits else None
     compacting = {
         (op.partition_path, op.file_id, op.base_instant)
         for pending in timeline.pending(Action.COMPACTION)
@@ -172,7 +171,7 @@ def schedule_clean(table: MorTable, policy: CleanPolicy) -> str | None:
             {"timestamp": earliest.timestamp, "action": earliest.action, "state": "COMPLETED"} if earliest else None
         ),
         "lastCompletedCommitTimestamp": last_write.timestamp if last_write else "",
-        "policy": POLICIES[policy.kind],
+        "policy": policy.kind.hudi_name,
         "filesToBeDeletedPerPartition": {},
         "version": PLAN_VERSION,
         "filePathsToBeDeletedPerPartition": {

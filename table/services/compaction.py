@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from table import failpoints
+from table.config.choices import CompactionStrategyKind
 from table.errors import CompactionConflictError, InvalidRequestError, TimelineStateError
 from table.file_group.base_file import parquet_options
 from table.file_group.fs_view import FileSlice
@@ -54,7 +55,6 @@ log = logging.getLogger(__name__)
 PLAN_SCHEMA = "HoodieCompactionPlan"
 PLAN_VERSION = 2  # CompactionUtils.LATEST_COMPACTION_METADATA_VERSION
 COMPACTION = "compaction"
-STRATEGY_KINDS = ("log_file_count", "log_file_size", "bounded_io", "recent_partitions")
 #: hoodie.compaction.daybased.target.partitions
 DEFAULT_RECENT_PARTITIONS = 10
 
@@ -72,15 +72,14 @@ class CompactionStrategy:
     The first three stop adding slices once their base + log bytes reach `max_io_bytes`.
     """
 
-    kind: str = "log_file_count"
+    kind: CompactionStrategyKind = CompactionStrategyKind.LOG_FILE_COUNT
     min_log_files: int = 1
     min_log_bytes: int = 0
     max_io_bytes: int = 500 * MIB
     recent_partitions: int | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in STRATEGY_KINDS:
-            raise InvalidRequestError(f"unknown compaction strategy {self.kind!r}; expected one of {STRATEGY_KINDS}")
+        object.__setattr__(self, "kind", CompactionStrategyKind.parse(self.kind, "compaction strategy"))
         if self.min_log_files < 1 or self.min_log_bytes < 0 or self.max_io_bytes < 1:
             raise InvalidRequestError("min_log_files must be >= 1, min_log_bytes >= 0 and max_io_bytes >= 1")
         if self.recent_partitions is not None and self.recent_partitions < 1:
@@ -89,14 +88,14 @@ class CompactionStrategy:
     def select(self, slices: list[FileSlice], partition_paths: list[str]) -> list[FileSlice]:
         """The slices to compact, in plan order (ties by partition path and file id)."""
         slices = sorted(slices, key=lambda s: (s.partition_path, s.file_id))
-        if self.kind == "recent_partitions":
+        if self.kind == CompactionStrategyKind.RECENT_PARTITIONS:
             recent = sorted(partition_paths, key=_partition_values, reverse=True)
             chosen = set(recent[: self.recent_partitions or DEFAULT_RECENT_PARTITIONS])
             return [s for s in slices if s.partition_path in chosen]
-        if self.kind == "log_file_count":
+        if self.kind == CompactionStrategyKind.LOG_FILE_COUNT:
             ranked = sorted((s for s in slices if len(s.log_files) >= self.min_log_files),
                             key=lambda s: -len(s.log_files))
-        elif self.kind == "log_file_size":
+        elif self.kind == CompactionStrategyKind.LOG_FILE_SIZE:
             ranked = sorted((s for s in slices if _log_bytes(s) >= self.min_log_bytes), key=lambda s: -_log_bytes(s))
         else:
             ranked = sorted(slices, key=lambda s: -_log_bytes(s))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from table import failpoints
+from table.config.choices import LogBlockFormat
 from table.errors import InvalidBatchError, SchemaEvolutionError, WriterNotOpenError
 from table.file_group.layout_stats import LayoutStats
 from table.index import consistent_hashing as ring
@@ -46,7 +47,7 @@ class WriteOptions:
 
     initial_buckets: int = 4
     delete_field: str | None = None
-    log_block_format: str = "parquet"
+    log_block_format: LogBlockFormat = LogBlockFormat.PARQUET
     lease_ttl_seconds: float = DEFAULT_TTL_SECONDS
 
 

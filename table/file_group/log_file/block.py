@@ -29,6 +29,7 @@ import fastavro
 import numpy as np
 import pyarrow as pa
 
+from table.config.choices import LogBlockFormat
 from table.errors import InvalidRequestError
 
 MAGIC = b"#HUDI#"
@@ -71,7 +72,10 @@ class CommandType(IntEnum):
 
 Header = dict[HeaderKey, str]
 
-DATA_BLOCK_TYPES: dict[str, BlockType] = {"avro": BlockType.AVRO_DATA, "parquet": BlockType.PARQUET_DATA}
+DATA_BLOCK_TYPES: dict[LogBlockFormat, BlockType] = {
+    LogBlockFormat.AVRO: BlockType.AVRO_DATA,
+    LogBlockFormat.PARQUET: BlockType.PARQUET_DATA,
+}
 """Values of `hoodie.logfile.data.block.format` and the block type each writes."""
 
 
@@ -100,7 +104,8 @@ class DataBlock(_HasHeader):
             raise InvalidRequestError(f"a data block is Avro or Parquet, not {self.block_type!r}")
 
     @classmethod
-    def create(cls, records: pa.Table, instant: str, schema_json: str, fmt: str = "avro") -> DataBlock:
+    def create(cls, records: pa.Table, instant: str, schema_json: str,
+               fmt: LogBlockFormat = LogBlockFormat.AVRO) -> DataBlock:
         """The block Hudi's writer makes: header INSTANT_TIME and SCHEMA (the log schema, meta
         fields first); `fmt` is a `hoodie.logfile.data.block.format` value."""
         header = {HeaderKey.INSTANT_TIME: instant, HeaderKey.SCHEMA: schema_json}

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from table import failpoints
+from table.config.choices import SplitPoint
 from table.errors import InvalidRequestError, TimelineStateError
 from table.file_group.fs_view import FileSlice
 from table.index import consistent_hashing as ring
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SPLIT_POINTS = ("middle", "distribution")
 HASH_SPACE = ring.HASH_VALUE_MASK + 1
 
 
@@ -65,14 +65,13 @@ class ClusteringPolicy:
     merge_threshold_bytes: int
     min_buckets: int = 1
     max_buckets: int = 1024
-    split_point: str = "middle"
+    split_point: SplitPoint = SplitPoint.MIDDLE
     max_partitions: int | None = None
     max_bytes: int | None = None
     sort_columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.split_point not in SPLIT_POINTS:
-            raise InvalidRequestError(f"unknown split point {self.split_point!r}; expected one of {SPLIT_POINTS}")
+        object.__setattr__(self, "split_point", SplitPoint.parse(self.split_point, "split point"))
         if not 0 <= self.merge_threshold_bytes < self.split_threshold_bytes:
             raise InvalidRequestError("the merge threshold must be below the split threshold, or buckets would "
                              "merge back what a split made")
@@ -215,7 +214,7 @@ class _PartitionPlanner:
     def _split_value(self, bucket: _Bucket) -> int | None:
         """None: the middle of the range. Else the median hash of the bucket's records, so each
         child gets about half (the middle when that median would leave a child empty)."""
-        if self.policy.split_point == "middle" or bucket.file_slice is None:
+        if self.policy.split_point == SplitPoint.MIDDLE or bucket.file_slice is None:
             return None
         keys = read_file_slice(self.storage, bucket.file_slice, self.spec)[RECORD_KEY]
         if len(keys) < 2:

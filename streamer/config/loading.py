@@ -1,0 +1,235 @@
+"""Loading table configs: YAML files read into `streamer.config.model`, checked in full before
+any Spark or Kafka work starts.
+
+A streaming job that fails an hour in on a typo is expensive, so every problem of a file is
+reported at once, each with the file, the dotted key path and what was expected. Any string
+value may name environment variables (`${NAME}`, `${NAME:-default}`). Secrets (Kafka options
+named like passwords or keys, the schema registry credentials) never appear in an error message.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from streamer.config.model import CONFIG_DIR, JobConfig, KeyPath, Problem, Problems
+from streamer.kafka.source import is_secret_option
+
+__all__ = ["ConfigError", "config_from_mapping", "load_config", "load_configs"]
+
+
+class ConfigError(ValueError):
+    """Every problem found in one or more config files, one ``<file>: <key.path>: ...`` a line."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = tuple(problems)
+
+
+def config_from_mapping(data: Mapping[str, Any], source_name: str = "<config>", base_dir: Path | None = None) -> JobConfig:
+    """A config from parsed YAML; ``source_name`` labels errors, ``base_dir`` (default: the
+    working directory) is where relative schema files are looked up."""
+    return _build(data, source_name, (Path.cwd() if base_dir is None else Path(base_dir)) / source_name)
+
+
+def load_config(path: str | Path) -> JobConfig:
+    """The job config in one YAML file."""
+    path = Path(path)
+    return _build(_read_yaml(path), str(path), path)
+
+
+def load_configs(path: str | Path) -> list[JobConfig]:
+    """The config of a YAML file, or those of every *.yaml / *.yml file of a directory by name."""
+    path = Path(path)
+    if not path.is_dir():
+        return [load_config(path)]
+    files = sorted((f for f in path.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file()), key=lambda f: f.name)
+    if not files:
+        raise ConfigError([f"{path}: no *.yaml or *.yml file in this directory"])
+    configs, problems = [], []
+    for file in files:
+        try:
+            configs.append(load_config(file))
+        except ConfigError as e:
+            problems.extend(e.problems)
+    problems.extend(_shared_values(configs))
+    problems.extend(_one_metrics_endpoint(configs))
+    if problems:
+        raise ConfigError(problems)
+    return configs
+
+
+def _shared_values(configs: list[JobConfig]) -> list[str]:
+    """Problems for table names, table paths and checkpoints that two configs share."""
+    unique_values = {
+        "table.name": lambda c: c.table.name,
+        "table.path": lambda c: c.table.path.rstrip("/"),
+        "stream.checkpoint_location": lambda c: c.checkpoint_location.rstrip("/"),
+    }
+    problems = []
+    for key_path, value_of in unique_values.items():
+        first_file: dict[str, Path] = {}
+        for config in configs:
+            value = value_of(config)
+            other = first_file.setdefault(value, config.config_path)
+            if other != config.config_path:
+                problems.append(f"{config.config_path}: {key_path}: should be unique, {other} has it too (got {value!r})")
+    return problems
+
+
+def _one_metrics_endpoint(configs: list[JobConfig]) -> list[str]:
+    """Problems for configs that ask for different endpoints: the application serves one."""
+    first: JobConfig | None = None
+    problems = []
+    for config in (c for c in configs if c.metrics.port is not None):
+        first = first or config
+        if (config.metrics.host, config.metrics.port) != (first.metrics.host, first.metrics.port):
+            problems.append(f"{config.config_path}: metrics.port: should be {first.metrics.host}:{first.metrics.port} "
+                            f"as in {first.config_path}: one endpoint serves every table "
+                            f"(got {config.metrics.host}:{config.metrics.port})")
+    return problems
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: no such file or directory"]) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError([f"{path}: cannot be read: {e}"]) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ConfigError([f"{path}: {where}invalid YAML: {getattr(e, 'problem', None) or e}"]) from None
+
+
+def _build(data: Any, source_name: str, config_path: Path) -> JobConfig:
+    if not isinstance(data, Mapping):
+        raise ConfigError([f"{source_name}: should be a mapping of the sections table, source, decode, "
+                           f"transform, index and stream (got {_show(data)})"])
+    env_problems: list[Problem] = []
+    data = _substitute(data, (), env_problems)
+    try:
+        config = JobConfig.model_validate(data, context={CONFIG_DIR: config_path.parent})
+        problems = env_problems
+    except ValidationError as e:
+        unresolved = [key_path for key_path, _ in env_problems]
+        problems = env_problems + [
+            (key_path, text) for key_path, text in _validation_problems(e)
+            if not any(key_path[:len(u)] == u for u in unresolved)
+        ]
+    if problems:
+        raise ConfigError([
+            f"{source_name}: {'.'.join(map(str, key_path))}: {text}" if key_path else f"{source_name}: {text}"
+            for key_path, text in problems
+        ])
+    config._config_path = config_path
+    return config
+
+
+# -- Environment variables -----------------------------------------------------------------------
+
+_VARIABLE = re.compile(r"\$\$\{|\$\{(?:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\})?")
+
+
+def _substitute(value: Any, key_path: KeyPath, problems: list[Problem]) -> Any:
+    """``value`` with ``${NAME}`` / ``${NAME:-default}`` replaced in every string, keys excepted."""
+    if isinstance(value, str):
+        return _VARIABLE.sub(lambda match: _variable_value(match, key_path, problems), value)
+    if isinstance(value, list):
+        return [_substitute(item, (*key_path, i), problems) for i, item in enumerate(value)]
+    if isinstance(value, Mapping):
+        return {key: _substitute(item, (*key_path, key), problems) for key, item in value.items()}
+    return value
+
+
+def _variable_value(match: re.Match[str], key_path: KeyPath, problems: list[Problem]) -> str:
+    if match.group(0) == "$${":
+        return "${"
+    name, default = match.groups()
+    if name is None:
+        problems.append((key_path, "'${' should start ${NAME} or ${NAME:-default}; write '$${' for a literal '${'"))
+        return match.group(0)
+    value = os.environ.get(name)
+    if default is not None and not value:
+        return default
+    if value is None:
+        problems.append((key_path, f"environment variable {name} is not set"))
+        return match.group(0)
+    return value
+
+
+# -- Validation errors ---------------------------------------------------------------------------
+
+_EXPECTATIONS = {
+    "model_type": "should be a mapping",
+    "dict_type": "should be a mapping",
+    "tuple_type": "should be a string or a list of strings",
+    "list_type": "should be a list",
+    "too_short": "should not be empty",
+    "string_too_short": "should not be empty",
+}
+
+
+def _validation_problems(error: ValidationError) -> list[Problem]:
+    problems: list[Problem] = []
+    for detail in error.errors():
+        key_path = tuple(part for part in detail["loc"] if part != "[key]")
+        cause = detail.get("ctx", {}).get("error")
+        if isinstance(cause, Problems):
+            problems.extend(((*key_path, *below), text) for below, text in cause.problems)
+        elif detail["type"] == "extra_forbidden":
+            problems.append((key_path, _unknown_key(key_path)))
+        elif detail["type"] == "missing":
+            problems.append((key_path, "required key is missing"))
+        else:
+            expected = _EXPECTATIONS.get(detail["type"]) or detail["msg"].removeprefix("Value error, ")
+            got = "***" if _is_secret(key_path) else _show(detail["input"])
+            problems.append((key_path, f"{expected.removeprefix('Input ')} (got {got})"))
+    return problems
+
+
+def _unknown_key(key_path: KeyPath) -> str:
+    allowed = _keys_at(key_path[:-1])
+    close = difflib.get_close_matches(str(key_path[-1]), allowed, n=1)
+    if close:
+        return f"unknown key; did you mean {close[0]!r}?"
+    return f"unknown key; allowed keys: {', '.join(allowed)}"
+
+
+def _keys_at(key_path: KeyPath) -> list[str]:
+    """The YAML keys of the section at ``key_path``."""
+    model: type[BaseModel] = JobConfig
+    for key in key_path:
+        annotation = model.model_fields[key].annotation
+        model = next(t for t in (annotation, *getattr(annotation, "__args__", ()))
+                     if isinstance(t, type) and issubclass(t, BaseModel))
+    return list(model.model_fields)
+
+
+def _is_secret(key_path: KeyPath) -> bool:
+    if key_path[:2] in (("source", "options"), ("table", "storage_options")):
+        return len(key_path) == 2 or is_secret_option(str(key_path[2]))
+    return key_path[-1:] == ("basic_auth_user_info",)
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _show(value: Any) -> str:
+    """A short view of a bad value; mappings and nested lists are not shown, they may hold secrets."""
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple)) and not all(isinstance(item, _SCALARS) for item in value):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

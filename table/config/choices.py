@@ -1,0 +1,61 @@
+"""The engine's named choices, each a `StrEnum` defined once.
+
+The engine's settings (`WriteOptions`, `CompactionStrategy`, `CleanPolicy`, `ClusteringPolicy`)
+hold them; the streamer's config and command line take them by value, so a YAML value or a flag
+is a member's value, and a member compares equal to its value.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Self
+
+from table.errors import InvalidRequestError
+
+
+class Choice(StrEnum):
+    """A choice whose value is the name users write."""
+
+    @classmethod
+    def parse(cls, value: str, what: str) -> Self:
+        """The member of `value`; an InvalidRequestError (a ValueError) naming `what` and the
+        choices otherwise."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise InvalidRequestError(f"unknown {what} {value!r}; expected one of {tuple(c.value for c in cls)}") from None
+
+
+class LogBlockFormat(Choice):
+    """The format of data blocks in log files."""
+
+    PARQUET = "parquet"
+    AVRO = "avro"
+
+
+class CompactionStrategyKind(Choice):
+    """Which latest file slices a compaction plan takes (see `CompactionStrategy`)."""
+
+    LOG_FILE_COUNT = "log_file_count"
+    LOG_FILE_SIZE = "log_file_size"
+    BOUNDED_IO = "bounded_io"
+    RECENT_PARTITIONS = "recent_partitions"
+
+
+class CleanPolicyKind(Choice):
+    """Which file slices a clean keeps (see `CleanPolicy`)."""
+
+    KEEP_LATEST_COMMITS = "keep_latest_commits"
+    KEEP_LATEST_FILE_VERSIONS = "keep_latest_file_versions"
+
+    @property
+    def hudi_name(self) -> str:
+        """Hudi's HoodieCleaningPolicy name, which clean plans and metadata carry."""
+        return self.name
+
+
+class SplitPoint(Choice):
+    """Where a bucket split cuts the bucket's hash range (see `ClusteringPolicy`)."""
+
+    MIDDLE = "middle"
+    DISTRIBUTION = "distribution"
