@@ -20,11 +20,7 @@ from table.errors import ClusteringConflictError, CompactionConflictError, Table
 from table.mor_table import MorTable
 from table.services.archive import ArchivePolicy, archive
 from table.services.clean import CleanPolicy, clean, finish_pending_cleans
-from table.services.clustering.execute import (
-    execute_clustering,
-    pending_clusterings,
-    rollback_clustering,
-)
+from table.services.clustering.execute import execute_clustering, pending_clusterings, rollback_clustering
 from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
 from table.services.compaction import (
     CompactionStrategy,

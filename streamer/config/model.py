@@ -44,7 +44,7 @@ from streamer.kafka.source import redact_options
 from table.config.choices import CleanPolicyKind, CompactionStrategyKind, LogBlockFormat, SplitPoint
 from table.services.archive import ArchivePolicy
 from table.services.clean import CleanPolicy
-from table.services.clustering.execute import ClusteringPolicy
+from table.services.clustering.planner import ClusteringPolicy
 from table.services.compaction import MIB, CompactionStrategy
 from table.storage.file_io import STORAGE_OPTION_NAMES
 from table.write.writer import WriteOptions
