@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 from streamer.config.model import JobConfig
 from streamer.job import StartupError, TableJob
-from streamer.kafka.source import register_kafka_source
+from streamer.kafka.datasource import register_kafka_source
 from streamer.log_lines import LOG_FORMAT_ENV, LOG_LEVEL_ENV, formatter
 from streamer.metrics import Metrics, MetricsServer
 from streamer.services import BackgroundExecutor

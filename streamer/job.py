@@ -38,7 +38,7 @@ from streamer.decode.evolution import SchemaEvolution, stored_value_schema
 from streamer.decode.registry import SchemaRegistryClient
 from streamer.decode.value_schema import compare, evolve_json
 from streamer.kafka.offsets import KafkaProgress, end_offsets
-from streamer.kafka.source import SourceOptions
+from streamer.kafka.options import SourceOptions
 from streamer.metrics import Metrics, TableMetrics
 from streamer.quarantine import QuarantineTable
 from streamer.services import BackgroundExecutor, TableServices

@@ -33,7 +33,7 @@ from streamer.checkpoint import (
 )
 from streamer.decode.decoders import ERROR, EVOLVING, RAW_KEY, RAW_VALUE, RecordDecoder
 from streamer.decode.evolution import VALUE_SCHEMA_KEY, SchemaEvolution
-from streamer.kafka.source import SourceOptions
+from streamer.kafka.options import SourceOptions
 from streamer.quarantine import QuarantineTable
 from table import failpoints
 from table.file_group.layout_stats import LayoutStats

@@ -20,7 +20,7 @@ import schema_registry_server
 
 from streamer.decode.decoders import FormatSpec, RecordDecoder
 from streamer.decode.registry import SchemaRegistryClient, SchemaRegistryError, confluent_frame
-from streamer.kafka.source import ARROW_SCHEMA_WITHOUT_HEADERS
+from streamer.kafka.schema import ARROW_SCHEMA_WITHOUT_HEADERS
 
 pytestmark = pytest.mark.unit
 

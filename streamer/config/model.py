@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from streamer.kafka.source import is_secret_option, redact_options
+from streamer.kafka.options import is_secret_option, redact_options
 from table.storage.file_io import STORAGE_OPTION_NAMES
 
 __all__ = [
