@@ -24,7 +24,7 @@ from streamer.config.choices import QueryFailurePolicy
 from streamer.config.model import JobConfig
 from streamer.errors import StartupError, StopRequested
 from streamer.job import TableJob
-from streamer.kafka.source import register_kafka_source
+from streamer.kafka.datasource import register_kafka_source
 from streamer.log_lines import LOG_FORMAT_ENV, LOG_LEVEL_ENV, formatter
 from streamer.metrics import Metrics, MetricsServer
 from streamer.services import BackgroundExecutor

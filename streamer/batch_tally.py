@@ -34,7 +34,9 @@ from streamer.decode.columns import (
     RAW_VALUE,
 )
 from streamer.decode.record_decoder import RecordDecoder
-from streamer.kafka.source import OFFSET_RANGES_SCHEMA, SourceOptions, read_ranges
+from streamer.kafka.options import SourceOptions
+from streamer.kafka.reader import read_ranges
+from streamer.kafka.schema import OFFSET_RANGES_SCHEMA
 
 TopicPartition = tuple[str, int]
 #: Bad records kept for `fail`'s message.
@@ -124,7 +126,7 @@ class DecodeStep:
     """Kafka records to table rows, on executors: `columns` of the good records. Picklable.
 
     The records come as Spark's Kafka rows, or as the offset ranges the `kafka-arrow` source
-    planned (`streamer.kafka.source.OFFSET_RANGES_SCHEMA`), which the step reads with `source`."""
+    planned (`streamer.kafka.schema.OFFSET_RANGES_SCHEMA`), which the step reads with `source`."""
 
     def __init__(self, decoder: RecordDecoder, columns: tuple[str, ...], keep_bad_rows: bool, tally,
                  source: SourceOptions | None = None):

@@ -7,7 +7,8 @@ executor. Each Kafka client the job makes is configured with `client_config` ins
 - librdkafka's log lines go to the `streamer.librdkafka` logger at DEBUG (`--log-level DEBUG`
   shows them). They are served by the client's poll or consume calls, on the thread making them.
 - Its error events are kept as the client's latest `cause`. The job reports an outage itself,
-  one line per retry of its own naming the brokers and that cause (`source._Metadata`).
+  one line per retry of its own naming the brokers and that cause
+  (`streamer.kafka.admin.KafkaMetadata`).
 - Errors that are not about reaching a broker (authentication, TLS, fatal errors) are logged at
   WARNING, once per client and message: librdkafka retries those too, and they need a person.
 

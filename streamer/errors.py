@@ -12,6 +12,14 @@ class StreamerError(Exception):
 # -- starting ------------------------------------------------------------------------------------
 
 
+class ConfigError(StreamerError, ValueError):
+    """Every problem found in one or more config files, one ``<file>: <key.path>: ...`` a line."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = tuple(problems)
+
+
 class StartupError(StreamerError, RuntimeError):
     """A table job cannot start; the message names the config file and what to change."""
 
@@ -35,6 +43,18 @@ class BrokersUnreachable(StreamerError, RuntimeError):
         super().__init__(f"{brokers} unreachable ({cause})")
         self.brokers = brokers
         self.cause = cause
+
+
+class KafkaSourceError(StreamerError):
+    """Misconfiguration or failure of the Kafka source."""
+
+
+class KafkaDataLossError(KafkaSourceError):
+    """Offsets to be read are no longer available (and ``failOnDataLoss`` is true)."""
+
+
+class KafkaSourceTimeoutError(KafkaSourceError):
+    """The broker did not answer / the partition made no progress within the time limit."""
 
 
 # -- records and schemas -------------------------------------------------------------------------

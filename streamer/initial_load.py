@@ -27,8 +27,10 @@ from pyspark.sql import SparkSession
 
 from streamer.config.choices import StartingOffsets
 from streamer.config.model import JobConfig
+from streamer.kafka.admin import earliest_offsets
 from streamer.kafka.offsets import KafkaProgress
-from streamer.kafka.source import EARLIEST, LATEST, SourceOptions, earliest_offsets, offsets_from_json, rate_limit
+from streamer.kafka.options import EARLIEST, LATEST, SourceOptions
+from streamer.kafka.planning import offsets_from_json, rate_limit
 from streamer.sink import BatchReport, UpsertSink
 from table.mor_table import MorTable
 

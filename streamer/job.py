@@ -40,7 +40,7 @@ from streamer.decode.registry import SchemaRegistryClient
 from streamer.decode.value_schema import compare, evolve_json
 from streamer.errors import StartupError
 from streamer.kafka.offsets import KafkaProgress, end_offsets
-from streamer.kafka.source import SourceOptions
+from streamer.kafka.options import SourceOptions
 from streamer.metrics import Metrics, TableMetrics
 from streamer.quarantine import QuarantineTable
 from streamer.services import BackgroundExecutor, TableServices

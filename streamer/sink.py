@@ -36,7 +36,7 @@ from streamer.decode.columns import ERROR, EVOLVING, RAW_KEY, RAW_VALUE
 from streamer.decode.evolution import VALUE_SCHEMA_KEY, SchemaEvolution
 from streamer.decode.record_decoder import RecordDecoder
 from streamer.errors import BadRecordError, SchemaEvolutionFailed, StopRequested, TableWriteError
-from streamer.kafka.source import SourceOptions
+from streamer.kafka.options import SourceOptions
 from streamer.quarantine import QuarantineTable
 from table import failpoints
 from table.file_group.layout_stats import LayoutStats

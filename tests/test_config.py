@@ -9,8 +9,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from streamer.config.loading import ConfigError, config_from_mapping, load_config, load_configs
+from streamer.config.loading import config_from_mapping, load_config, load_configs
 from streamer.config.model import FormatSettings
+from streamer.errors import ConfigError
 
 pytestmark = pytest.mark.unit
 

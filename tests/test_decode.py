@@ -22,7 +22,7 @@ from streamer.decode.formats import FormatSpec
 from streamer.decode.record_decoder import RecordDecoder
 from streamer.decode.registry import SchemaRegistryClient, confluent_frame
 from streamer.errors import SchemaRegistryError
-from streamer.kafka.source import ARROW_SCHEMA_WITHOUT_HEADERS
+from streamer.kafka.schema import ARROW_SCHEMA_WITHOUT_HEADERS
 
 pytestmark = pytest.mark.unit
 

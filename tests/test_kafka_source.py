@@ -1,4 +1,5 @@
-"""The Kafka stream source (`streamer.kafka.source`, format "kafka-arrow").
+"""The Kafka stream source, format "kafka-arrow" (`streamer.kafka.datasource` and the options, planning and
+reader modules it uses).
 
 Unit tests check the pure parts (rate limiting, range splitting, options, redaction); the e2e
 tests run a real broker process (shared `kafka_bootstrap` fixture) and a real local[2] Spark
@@ -15,21 +16,14 @@ import kafka_broker
 import pyarrow as pa
 import pytest
 
-from streamer.kafka import source as src
-from streamer.kafka.source import (
-    KAFKA_SCHEMA,
-    KafkaDataLossError,
-    KafkaSourceError,
-    KafkaSourceTimeoutError,
-    SourceOptions,
-    offsets_from_json,
-    offsets_to_json,
-    rate_limit,
-    read_partition,
-    redact_text,
-    register_kafka_source,
-    split_ranges,
-)
+from streamer.config.secrets import redact_text
+from streamer.errors import KafkaDataLossError, KafkaSourceError, KafkaSourceTimeoutError
+from streamer.kafka import reader as kafka_reader
+from streamer.kafka.datasource import KafkaArrowDataSource, KafkaStreamReader, ReadAllAvailable, register_kafka_source
+from streamer.kafka.options import SourceOptions, new_client
+from streamer.kafka.planning import offsets_from_json, offsets_to_json, rate_limit, split_ranges
+from streamer.kafka.reader import read_partition, read_ranges
+from streamer.kafka.schema import ARROW_SCHEMA, KAFKA_SCHEMA, OFFSET_RANGES_SCHEMA
 
 # ----------------------------------------------------------------------------------------------
 # unit
@@ -128,13 +122,13 @@ def test_secrets_are_translated_and_never_shown():
     assert o.kafka_params["sasl.username"] == "svc"
     assert o.kafka_params["sasl.password"] == "pa55-w0rd"
     assert "sasl.jaas.config" not in o.kafka_params
-    shown = repr(o) + str(o) + repr(src.KafkaStreamReader(o)) + repr(src.KafkaArrowDataSource(opts))
+    shown = repr(o) + str(o) + repr(KafkaStreamReader(o)) + repr(KafkaArrowDataSource(opts))
     for secret in ("pa55-w0rd", "k3y-pass", "ScramLoginModule"):
         assert secret not in shown
     assert "SASL_SSL" in shown
     assert redact_text("bad value pa55-w0rd for k3y-pass", o.raw_options) == "bad value *** for ***"
     with pytest.raises(KafkaSourceError) as e:  # librdkafka rejects a value: message redacted
-        src._new_client("consumer", SourceOptions.parse({**opts, "kafka.sasl.mechanism": "BOGUS"}))
+        new_client("consumer", SourceOptions.parse({**opts, "kafka.sasl.mechanism": "BOGUS"}))
     assert "BOGUS" in str(e.value)
     for secret in ("pa55-w0rd", "k3y-pass", "ScramLoginModule"):
         assert secret not in str(e.value)
@@ -279,18 +273,18 @@ def test_offset_ranges_read_back_every_record_once_with_the_same_columns(kspark,
 
     def read_all(df, batch_id):
         planned = df.toArrow()
-        ranges.extend(zip(*(planned.column(name).to_pylist() for name in src.OFFSET_RANGES_SCHEMA.names)))
-        opts = src.SourceOptions.parse({"kafka.bootstrap.servers": kafka_bootstrap, **options})
+        ranges.extend(zip(*(planned.column(name).to_pylist() for name in OFFSET_RANGES_SCHEMA.names)))
+        opts = SourceOptions.parse({"kafka.bootstrap.servers": kafka_bootstrap, **options})
         for part in planned.to_batches():
-            batches.extend(src.read_ranges(opts, part))
+            batches.extend(read_ranges(opts, part))
 
     df = _stream(kspark, kafka_bootstrap, **options)
-    assert df.schema == src.OFFSET_RANGES_SCHEMA
+    assert df.schema == OFFSET_RANGES_SCHEMA
     q = (df.writeStream.foreachBatch(read_all).option("checkpointLocation", str(tmp_path / "ck"))
          .trigger(availableNow=True).start())
     assert q.awaitTermination(120)
     rows = pa.Table.from_batches(batches)
-    assert rows.schema == src.ARROW_SCHEMA
+    assert rows.schema == ARROW_SCHEMA
     got = [(r["key"], r["value"], r["topic"], r["partition"], r["offset"],
             int(r["timestamp"].timestamp() * 1000), r["timestampType"],
             None if r["headers"] is None else [(h["key"], h["value"]) for h in r["headers"]])
@@ -430,11 +424,11 @@ def test_offset_past_the_end_is_data_loss(kspark, kafka_bootstrap, kafka_topic, 
 def test_earliest_check_below_retention_is_data_loss():
     strict = SourceOptions.parse({"kafka.bootstrap.servers": "h:1", "subscribe": "t"})
     with pytest.raises(KafkaDataLossError) as e:
-        src._start_after_retention(strict, "t", 3, 10, 50, 40)
+        kafka_reader._start_after_retention(strict, "t", 3, 10, 50, 40)
     assert "topic 't' partition 3" in str(e.value) and "[10, 40)" in str(e.value)
     lenient = SourceOptions.parse({"kafka.bootstrap.servers": "h:1", "subscribe": "t", "failOnDataLoss": "false"})
-    assert src._start_after_retention(lenient, "t", 3, 10, 50, 40) == 40
-    assert src._start_after_retention(strict, "t", 3, 45, 50, 40) == 45
+    assert kafka_reader._start_after_retention(lenient, "t", 3, 10, 50, 40) == 40
+    assert kafka_reader._start_after_retention(strict, "t", 3, 45, 50, 40) == 45
 
 
 def _produce_transactions(bootstrap, topic):
@@ -459,8 +453,8 @@ def test_offset_gaps_never_hang(kspark, kafka_bootstrap, kafka_topic, tmp_path):
     _produce_transactions(kafka_bootstrap, topic)
     opts = SourceOptions.parse({"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic,
                                 "kafka.isolation.level": "read_committed"})
-    reader = src.KafkaStreamReader(opts)
-    end = reader.latestOffset(offsets_to_json({(topic, 0): 0}), src.ReadAllAvailable())[topic]["0"]
+    reader = KafkaStreamReader(opts)
+    end = reader.latestOffset(offsets_to_json({(topic, 0): 0}), ReadAllAvailable())[topic]["0"]
     reader.stop()
     committed = [f"c{i}".encode() for i in range(5)] + [f"d{i}".encode() for i in range(3)]
     # Ranges that start, end or consist only of control records (and the aborted ones) end

@@ -28,10 +28,10 @@ from streamer.checkpoint import table_checkpoint
 from streamer.cli.describe import file_groups
 from streamer.cli.output import human_bytes
 from streamer.config.choices import BadRecordPolicy, SourceFormat
-from streamer.config.loading import ConfigError, load_configs
+from streamer.config.loading import load_configs
 from streamer.config.model import JobConfig
 from streamer.decode.registry import SchemaRegistryClient
-from streamer.errors import BrokersUnreachable, SchemaRegistryError
+from streamer.errors import BrokersUnreachable, ConfigError, SchemaRegistryError
 from streamer.kafka.offsets import KafkaProgress, TopicRanges
 from table.mor_table import MorTable
 from table.schema import COMMIT_TIME

@@ -152,7 +152,8 @@ def add_table_commands(commands) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     from streamer.app import configure_logging
-    from streamer.config.loading import ConfigError, load_configs
+    from streamer.config.loading import load_configs
+    from streamer.errors import ConfigError
 
     configure_logging(args.log_level, args.log_format)
     try:
@@ -191,7 +192,8 @@ def run_command(args: argparse.Namespace) -> int:
 def status_command(args: argparse.Namespace) -> int:
     import json
 
-    from streamer.config.loading import ConfigError, load_configs
+    from streamer.config.loading import load_configs
+    from streamer.errors import ConfigError
     from streamer.status import exit_code, statuses
 
     try:

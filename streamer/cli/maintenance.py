@@ -13,8 +13,9 @@ import os
 import sys
 
 from streamer.checkpoint import CHECKPOINT_KEY
-from streamer.config.loading import ConfigError, load_config
+from streamer.config.loading import load_config
 from streamer.config.model import ClusteringSettings, IndexSettings
+from streamer.errors import ConfigError
 from streamer.services import clustering_policy
 from table.errors import ClusteringConflictError, CompactionConflictError, TableNotFoundError, WriterConflictError
 from table.mor_table import MorTable

@@ -20,17 +20,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from streamer.config.model import CONFIG_DIR, JobConfig, KeyPath, Problem, Problems
-from streamer.kafka.source import is_secret_option
+from streamer.config.secrets import is_secret_option
+from streamer.errors import ConfigError
 
 __all__ = ["ConfigError", "config_from_mapping", "load_config", "load_configs"]
-
-
-class ConfigError(ValueError):
-    """Every problem found in one or more config files, one ``<file>: <key.path>: ...`` a line."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = tuple(problems)
 
 
 def config_from_mapping(data: Mapping[str, Any], source_name: str = "<config>", base_dir: Path | None = None) -> JobConfig:

@@ -40,13 +40,14 @@ from streamer.config.choices import (
     SourceFormat,
     StartingOffsets,
 )
-from streamer.kafka.source import redact_options
+from streamer.config.secrets import redact_options
 from table.config.choices import CleanPolicyKind, CompactionStrategyKind, LogBlockFormat, SplitPoint
 from table.services.archive import ArchivePolicy
 from table.services.clean import CleanPolicy
 from table.services.clustering.planner import ClusteringPolicy
-from table.services.compaction import MIB, CompactionStrategy
+from table.services.compaction import CompactionStrategy
 from table.storage.file_io import STORAGE_OPTION_NAMES
+from table.units import MIB
 from table.write.writer import WriteOptions
 
 __all__ = [

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from streamer.client_logs import ClientLog, client_config, connectivity_codes
 from streamer.config.model import SourceSettings
 from streamer.errors import BrokersUnreachable
-from streamer.kafka.source import SourceOptions
+from streamer.kafka.options import SourceOptions
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,334 @@
+"""Reading one offset range of a topic-partition into Arrow record batches: the part of the
+``kafka-arrow`` source that runs in Spark's tasks, and in the sink's own pass over the offset
+ranges Spark planned (``offsetRanges=true``). Consumers are kept between tasks by the executor's
+Python worker."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import time
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+import pyarrow as pa
+
+from streamer.errors import KafkaSourceError, KafkaSourceTimeoutError
+from streamer.kafka.data_loss import data_loss
+from streamer.kafka.options import SourceOptions, describe_partition, new_client
+from streamer.kafka.schema import (
+    ARROW_HEADER,
+    ARROW_HEADERS,
+    ARROW_SCHEMA,
+    ARROW_SCHEMA_WITHOUT_HEADERS,
+    ARROW_TIMESTAMP,
+    OFFSET_RANGES_SCHEMA,
+)
+
+
+class _BatchBuilder:
+    """Accumulates confluent-kafka messages and emits Arrow record batches. Each chunk of
+    messages becomes Arrow arrays at once, through the messages' C accessors (no Python frame
+    per message): a record costs about a microsecond here."""
+
+    def __init__(self, topic: str, partition: int, include_headers: bool):
+        self.topic = topic
+        self.partition = partition
+        self.include_headers = include_headers
+        self.schema = ARROW_SCHEMA if include_headers else ARROW_SCHEMA_WITHOUT_HEADERS
+        self._seen_rows = 0
+        self._seen_bytes = 0
+        self.avg_bytes = 0.0
+        self._reset()
+
+    def _reset(self):
+        self.chunks: list = []  # (keys, values, offsets, timestamp pairs) per chunk of messages
+        self.headers: list = []
+        self.rows = 0
+        self.bytes = 0
+
+    def add(self, msgs: list, offsets: list) -> None:
+        from confluent_kafka import Message
+
+        n = len(msgs)
+        values = pa.array(list(map(Message.value, msgs)), pa.binary())
+        keys = pa.array(list(map(Message.key, msgs)), pa.binary())
+        stamps = np.fromiter(itertools.chain.from_iterable(map(Message.timestamp, msgs)), np.int64, 2 * n)
+        self.chunks.append((keys, values, offsets, stamps.reshape(n, 2)))
+        if self.include_headers:
+            self.headers += map(Message.headers, msgs)
+        data = values.buffers()[2]
+        added = data.size if data is not None else 0
+        self.rows += n
+        self.bytes += added
+        self._seen_rows += n
+        self._seen_bytes += added
+        self.avg_bytes = self._seen_bytes / self._seen_rows
+
+    def flush(self) -> pa.RecordBatch:
+        n = self.rows
+        keys, values, offsets, stamps = zip(*self.chunks)
+        stamps = np.concatenate(stamps)
+        # confluent-kafka: 0 not available, 1 create time, 2 log-append time;
+        # Spark / Java client: -1, 0, 1.
+        cols = [
+            pa.concat_arrays(keys),
+            pa.concat_arrays(values),
+            pa.repeat(pa.scalar(self.topic, pa.string()), n),
+            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            pa.array(list(itertools.chain.from_iterable(offsets)), pa.int64()),
+            pa.array(stamps[:, 1] * 1000).cast(ARROW_TIMESTAMP),
+            pa.array((stamps[:, 0] - 1).astype(np.int32)),
+        ]
+        if self.include_headers:
+            cols.append(_headers_array(self.headers))
+        batch = pa.RecordBatch.from_arrays(cols, schema=self.schema)
+        self._reset()
+        return batch
+
+
+def _headers_array(headers: list) -> pa.Array:
+    """Spark semantics: null when a record has no headers, else a list of (key, value)."""
+    if not any(headers):
+        return pa.nulls(len(headers), ARROW_HEADERS)
+    offsets = [0]
+    hkeys: list = []
+    hvals: list = []
+    mask = []
+    pos = 0
+    for h in headers:
+        if h:
+            for k, v in h:
+                hkeys.append(k)
+                hvals.append(v)
+            pos += len(h)
+            mask.append(False)
+        else:
+            mask.append(True)
+        offsets.append(pos)
+    values = pa.StructArray.from_arrays(
+        [pa.array(hkeys, pa.string()), pa.array(hvals, pa.binary())],
+        fields=list(ARROW_HEADER),
+    )
+    return pa.ListArray.from_arrays(
+        pa.array(offsets, pa.int32()), values, type=ARROW_HEADERS, mask=pa.array(mask, pa.bool_())
+    )
+
+
+def _start_after_retention(opts: SourceOptions, topic: str, partition: int, start: int, end: int,
+                           low: int) -> int:
+    """The offset to start reading [start, end) at when the partition now begins at ``low``."""
+    if start >= low:
+        return start
+    data_loss(
+        opts.fail_on_data_loss,
+        f"Cannot read offsets [{start}, {min(low, end)}) of {describe_partition((topic, partition))}: "
+        f"the earliest available offset is {low}.",
+    )
+    return low
+
+
+def read_partition(
+    opts: SourceOptions, topic: str, partition: int, start: int, end: int
+) -> Iterator[pa.RecordBatch]:
+    """Read offsets [start, end) of one topic-partition as Arrow record batches.
+
+    Stops when the record at ``end - 1`` (or any later one) was seen, when the consumer reports
+    end-of-partition at or after ``end`` or when its position reaches ``end``: offset gaps
+    (compaction, transaction markers, aborted records) never make it wait. Fails with
+    :class:`KafkaSourceTimeoutError` after ``maxBrokerOutageMs`` (else ``kafkaConsumer.pollTimeoutMs``)
+    without progress.
+    """
+    if end <= start:
+        return
+    import confluent_kafka as ck
+    from confluent_kafka import KafkaError, TopicPartition
+
+    timeout_s = opts.task_timeout_ms / 1000.0
+    where = f"{describe_partition((topic, partition))} (offsets [{start}, {end}))"
+    consumer = _CONSUMERS.acquire(opts)
+    reusable = False
+    try:
+        # 1. Where does the partition start now? (data-loss check)
+        deadline = time.monotonic() + timeout_s
+        last_err: Optional[BaseException] = None
+        while True:
+            try:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition),
+                    timeout=max(0.1, min(10.0, deadline - time.monotonic())),
+                    cached=False,
+                )
+                break
+            except ck.KafkaException as e:
+                last_err = e
+                err = e.args[0] if e.args else None
+                if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    data_loss(opts.fail_on_data_loss, f"Cannot read {where}: the partition does not exist any more.")
+                    return
+                if isinstance(err, KafkaError) and err.code() == KafkaError._UNKNOWN_PARTITION:
+                    # A pooled consumer's metadata predates partitions added to the topic since:
+                    # a metadata request teaches it the new ones.
+                    try:
+                        md = consumer.list_topics(topic, timeout=max(0.1, min(10.0, deadline - time.monotonic())))
+                        known = md.topics.get(topic)
+                        if known is not None and known.error is None and partition not in known.partitions:
+                            data_loss(opts.fail_on_data_loss,
+                                      f"Cannot read {where}: the partition does not exist any more.")
+                            return
+                    except ck.KafkaException:
+                        pass
+                if time.monotonic() >= deadline:
+                    raise KafkaSourceTimeoutError(
+                        f"Timed out after {opts.task_timeout_ms} ms querying the offsets of {where} "
+                        f"from {opts.bootstrap_servers}: {opts.redact(str(last_err))} "
+                        f"(option {opts.task_timeout_option})"
+                    ) from None
+                time.sleep(0.2)
+        start = _start_after_retention(opts, topic, partition, start, end, low)
+        if start >= end:
+            return
+
+        # 2. Consume.
+        consumer.assign([TopicPartition(topic, partition, start)])
+        builder = _BatchBuilder(topic, partition, opts.include_headers)
+        batch_size = opts.arrow_batch_size
+        max_bytes = opts.arrow_max_batch_bytes
+        next_offset = start
+        eof_at = -1
+        deadline = time.monotonic() + timeout_s
+        last_problem = ""
+        done = False
+        while not done:
+            want = min(batch_size - builder.rows, end - next_offset, 100_000)
+            if builder.avg_bytes:  # large records: keep the batch near arrowMaxBatchBytes
+                want = min(want, int((max_bytes - builder.bytes) / builder.avg_bytes))
+            else:  # record size not known yet: a small first chunk
+                want = min(want, 100)
+            want = max(1, want)
+            msgs = consumer.consume(num_messages=want, timeout=0.1)
+            now = time.monotonic()
+            if msgs:
+                errs = [m for m in msgs if m.error() is not None]
+                if errs:
+                    msgs = [m for m in msgs if m.error() is None]
+                    for m in errs:
+                        e = m.error()
+                        code = e.code()
+                        if code == KafkaError._PARTITION_EOF:
+                            eof_at = m.offset()
+                            if eof_at >= end:
+                                done = True
+                            deadline = now + timeout_s
+                        elif code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                            data_loss(opts.fail_on_data_loss,
+                                      f"Cannot read {where} from offset {next_offset}: "
+                                      f"offset out of range ({e.str()}).")
+                            done = True  # failOnDataLoss=false resets to earliest: stop here
+                        elif code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
+                                      KafkaError._UNKNOWN_TOPIC):
+                            data_loss(opts.fail_on_data_loss,
+                                      f"Cannot read {where}: the partition does not exist any more.")
+                            done = True
+                        elif e.fatal():
+                            raise KafkaSourceError(f"fatal Kafka error reading {where}: {opts.redact(e.str())}")
+                        else:
+                            last_problem = opts.redact(e.str())
+                if msgs:
+                    offsets = list(map(ck.Message.offset, msgs))
+                    if offsets[0] < next_offset:  # never hand out a record twice / from before start
+                        k = bisect.bisect_left(offsets, next_offset)
+                        msgs, offsets = msgs[k:], offsets[k:]
+                if msgs:
+                    if offsets[-1] >= end:
+                        k = bisect.bisect_left(offsets, end)
+                        msgs, offsets = msgs[:k], offsets[:k]
+                        done = True
+                    if msgs:
+                        builder.add(msgs, offsets)
+                        next_offset = offsets[-1] + 1
+                        if next_offset >= end:
+                            done = True
+                    deadline = now + timeout_s
+            if not done and not msgs:
+                # Gaps: the position may have passed `end` without a record at end - 1.
+                try:
+                    pos = consumer.position([TopicPartition(topic, partition)])[0].offset
+                    if pos >= end:
+                        done = True
+                except ck.KafkaException:
+                    pass
+                if not done and now >= deadline:
+                    detail = f"; last error: {last_problem}" if last_problem else ""
+                    eof = f"; broker reports the partition ends at {eof_at}" if eof_at >= 0 else ""
+                    raise KafkaSourceTimeoutError(
+                        f"Timed out after {opts.task_timeout_ms} ms without progress reading {where} "
+                        f"from {opts.bootstrap_servers}: next offset {next_offset}{eof}{detail}. "
+                        f"Is the broker reachable? (option {opts.task_timeout_option})"
+                    )
+            if builder.rows and (builder.rows >= batch_size or builder.bytes >= max_bytes or done):
+                yield builder.flush()
+        reusable = True
+    finally:
+        _CONSUMERS.release(opts, consumer, reusable)
+
+
+def read_ranges(opts: SourceOptions, ranges: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+    """The records of rows of ``OFFSET_RANGES_SCHEMA``, as Arrow record batches."""
+    for topic, partition, start, end in zip(*(ranges.column(name).to_pylist() for name in OFFSET_RANGES_SCHEMA.names)):
+        yield from read_partition(opts, topic, partition, start, end)
+
+
+class _ConsumerPool:
+    """Consumers kept by an executor's Python worker between tasks, per client configuration.
+
+    A task reads one offset range and hands its consumer back; the next task with the same
+    options takes it and assigns its own range. Connecting, authenticating and fetching
+    metadata again for every micro-batch would cost more than reading a small batch. A
+    consumer that saw an error is closed instead; idle ones are closed after `IDLE_SECONDS`.
+    """
+
+    IDLE_SECONDS = 120.0
+    MAX_IDLE = 4
+
+    def __init__(self):
+        self._idle: Dict[tuple, List[Tuple[float, object]]] = {}
+
+    @staticmethod
+    def _key(opts: SourceOptions) -> tuple:
+        return tuple(sorted((k, str(v)) for k, v in opts.consumer_config().items() if k != "group.id"))
+
+    def acquire(self, opts: SourceOptions):
+        self._close_stale()
+        idle = self._idle.get(self._key(opts))
+        if idle:
+            return idle.pop()[1]
+        return new_client("consumer", opts)[0]
+
+    def release(self, opts: SourceOptions, consumer, reusable: bool) -> None:
+        idle = self._idle.setdefault(self._key(opts), [])
+        if reusable and len(idle) < self.MAX_IDLE:
+            try:
+                consumer.unassign()  # stop prefetching what nobody will read
+                idle.append((time.monotonic(), consumer))
+                return
+            except Exception:
+                pass
+        _close_quietly(consumer)
+
+    def _close_stale(self) -> None:
+        cutoff = time.monotonic() - self.IDLE_SECONDS
+        for idle in self._idle.values():
+            for entry in [e for e in idle if e[0] < cutoff]:
+                idle.remove(entry)
+                _close_quietly(entry[1])
+
+
+def _close_quietly(consumer) -> None:
+    try:
+        consumer.close()
+    except Exception:  # pragma: no cover
+        pass
+
+
+_CONSUMERS = _ConsumerPool()
