@@ -36,7 +36,7 @@ import pyarrow as pa  # noqa: E402
 from table.index import consistent_hashing as ring  # noqa: E402
 from table.mor_table import MorTable, TableSpec  # noqa: E402
 from table.services.clustering.execute import execute_clustering  # noqa: E402
-from table.services.clustering.plan import ClusteringGroup, PlannedSlice, read_clustering_plan  # noqa: E402
+from table.plans.clustering import ClusteringGroup, PlannedSlice, read_clustering_plan  # noqa: E402
 from table.services.clustering.planner import ClusteringPolicy, schedule_clustering  # noqa: E402
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction  # noqa: E402
 from table.storage.file_io import Storage  # noqa: E402

@@ -373,7 +373,7 @@ def _mtime(path: Path) -> float | None:
 def _dual_writes(run: Run) -> tuple[dict[str, list[Batch]], list[dict]]:
     """Counted batches by class, and each replacecommit's window and bytes."""
     from bench.resize_bytes import slice_bytes
-    from table.services.clustering.plan import read_clustering_plan
+    from table.plans.clustering import read_clustering_plan
     from table.timeline.commit_metadata import ReplaceCommitMetadata
     from table.timeline.timeline import Instant
 

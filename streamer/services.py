@@ -26,15 +26,10 @@ from table.mor_table import MorTable
 from table.services.archive import ArchivePolicy, archive
 from table.services.clean import CLEAN, CleanPolicy, execute_clean, pending_cleans, schedule_clean
 from table.services.clustering.execute import execute_clustering, pending_clusterings
-from table.services.clustering.plan import pending_clustering_plans
+from table.plans.clustering import pending_clustering_plans
 from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
-from table.services.compaction import (
-    COMPACTION,
-    CompactionStrategy,
-    execute_compaction,
-    pending_compactions,
-    schedule_compaction,
-)
+from table.plans.compaction import COMPACTION, pending_compactions
+from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
 from table.timeline.timeline import Action, Timeline
 from table.units import MIB
 from table.write.writer import TableWriter

@@ -26,12 +26,8 @@ from table.index import consistent_hashing as ring
 from table.mor_table import MorTable
 from table.services.archive import ArchivePolicy, archive, read_archived_instants
 from table.services.clean import CleanPolicy, clean, execute_clean, pending_cleans, schedule_clean
-from table.services.compaction import (
-    CompactionStrategy,
-    execute_compaction,
-    read_compaction_plan,
-    schedule_compaction,
-)
+from table.plans.compaction import read_compaction_plan
+from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
 from table.storage.layout import BaseFileName, LogFileName
 from table.timeline.commit_metadata import ReplaceCommitMetadata
 from table.timeline.plans import deserialize_plan

@@ -31,7 +31,7 @@ from table.services.clustering.execute import (
     pending_clusterings,
     rollback_clustering,
 )
-from table.services.clustering.plan import CHILD_NODES_KEY, PARTITION_KEY, SEQUENCE_NUMBER_KEY, read_clustering_plan
+from table.plans.clustering import CHILD_NODES_KEY, PARTITION_KEY, SEQUENCE_NUMBER_KEY, read_clustering_plan
 from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
 from table.storage.layout import HASHING_METADATA_DIR
@@ -484,7 +484,7 @@ def test_compaction_and_clustering_never_plan_the_same_file_group(tmp_path):
         compaction = schedule_compaction(writer, CompactionStrategy())
         compacted = set()
         if compaction:
-            from table.services.compaction import read_compaction_plan
+            from table.plans.compaction import read_compaction_plan
             compacted = {(op.partition_path, op.file_id) for op in read_compaction_plan(table.timeline(), compaction)[0]}
         assert not resized & compacted
         assert schedule_clustering(writer, ClusteringPolicy(split_threshold_bytes=1, merge_threshold_bytes=0)) is None

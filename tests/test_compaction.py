@@ -36,12 +36,11 @@ from test_table_engine import (
 from table import failpoints
 from table.errors import CompactionConflictError
 from table.mor_table import MorTable
+from table.plans.compaction import pending_compactions, read_compaction_plan
 from table.services.compaction import (
     CompactionStrategy,
     execute_compaction,
     executor_lease_path,
-    pending_compactions,
-    read_compaction_plan,
     schedule_compaction,
 )
 from table.storage.lease import WriterLease

@@ -33,7 +33,7 @@ from ingestion import (
 
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable
-from table.services.clustering.plan import ClusteringPlan, read_clustering_plan
+from table.plans.clustering import ClusteringPlan, read_clustering_plan
 from table.storage.layout import LogFileName
 from table.storage.markers import marked_files
 from table.timeline.commit_metadata import CommitMetadata

@@ -21,7 +21,7 @@ from table.index import consistent_hashing as ring
 from table.mor_table import MorTable
 from table.services.clustering.execute import pending_clusterings
 from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
-from table.services.compaction import pending_compactions
+from table.plans.compaction import pending_compactions
 
 pytestmark = pytest.mark.unit
 

@@ -23,12 +23,8 @@ from table.services.archive import ArchivePolicy, archive
 from table.services.clean import CleanPolicy, clean, finish_pending_cleans
 from table.services.clustering.execute import execute_clustering, pending_clusterings, rollback_clustering
 from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
-from table.services.compaction import (
-    CompactionStrategy,
-    execute_compaction,
-    pending_compactions,
-    schedule_compaction,
-)
+from table.plans.compaction import pending_compactions
+from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
 from table.units import MIB
 from table.write.writer import WriteOptions
 

@@ -36,8 +36,8 @@ from table.config.choices import CleanPolicyKind
 from table.errors import InvalidRequestError, TimelineStateError
 from table.file_group.fs_view import FileGroup, FileSlice, replaced_file_groups
 from table.index import consistent_hashing as ring
-from table.services.clustering.plan import pending_clustering_file_groups
-from table.services.compaction import read_compaction_plan
+from table.plans.clustering import pending_clustering_file_groups
+from table.plans.compaction import read_compaction_plan
 from table.storage.file_io import Storage
 from table.timeline.plans import deserialize_plan, serialize_plan
 from table.timeline.timeline import WRITE_ACTIONS, Action, CompletedInstants, Instant, State, Timeline

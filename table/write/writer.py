@@ -17,8 +17,8 @@ from table.file_group.layout_stats import LayoutStats
 from table.index import consistent_hashing as ring
 from table.keys import KeyGenerator
 from table.schema import PARTITION_PATH, avro_schema_json, evolve
-from table.services.clustering.plan import pending_clustering_plans
-from table.services.compaction import pending_compaction_file_groups
+from table.plans.clustering import pending_clustering_plans
+from table.plans.compaction import pending_compaction_file_groups
 from table.services.rollback import rollback_pending_writes
 from table.storage.file_io import Storage
 from table.storage.lease import DEFAULT_TTL_SECONDS, WriterLease

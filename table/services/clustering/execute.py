@@ -32,9 +32,7 @@ from table.errors import ClusteringConflictError, HashingMetadataError, Timeline
 from table.file_group.base_file import parquet_options
 from table.file_group.fs_view import FileSlice
 from table.index import consistent_hashing as ring
-from table.read.reader import SliceReadSpec, read_file_slice, table_schema_with_meta
-from table.schema import FILE_NAME, RECORD_KEY, avro_schema_json
-from table.services.clustering.plan import (
+from table.plans.clustering import (
     CLUSTER_OPERATION,
     ClusteringGroup,
     ClusteringPlan,
@@ -42,6 +40,8 @@ from table.services.clustering.plan import (
     pending_clustering_plans,
     read_clustering_plan,
 )
+from table.read.reader import SliceReadSpec, read_file_slice, table_schema_with_meta
+from table.schema import FILE_NAME, RECORD_KEY, avro_schema_json
 from table.services.execution import PlanExecution
 from table.services.rollback import rollback
 from table.storage.file_io import Storage

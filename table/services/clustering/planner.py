@@ -12,7 +12,7 @@ A bucket-indexed table keeps one file group per bucket, so clustering rewrites b
   sorted, into a new file group of the same hash range.
 
 Scheduling runs on the writer (no deltacommit in flight): `<r>.replacecommit.requested` records
-the groups (see `table.services.clustering.plan`). From then on every record routed to a planned
+the groups (see `table.plans.clustering`). From then on every record routed to a planned
 bucket is written to the old file group and to its child (dual write), the child's logs starting
 a slice at r; readers keep seeing only the old groups. `table.services.clustering.execute` runs
 the plan.
@@ -31,16 +31,16 @@ from table.config.choices import SplitPoint
 from table.errors import InvalidRequestError, TimelineStateError
 from table.file_group.fs_view import FileSlice
 from table.index import consistent_hashing as ring
-from table.read.reader import SliceReadSpec, read_file_slice, table_schema_with_meta
-from table.schema import RECORD_KEY
-from table.services.clustering.plan import (
+from table.plans.clustering import (
     ClusteringGroup,
     ClusteringPlan,
     PlannedSlice,
     pending_clustering_plans,
     read_clustering_plan,
 )
-from table.services.compaction import pending_compaction_file_groups
+from table.plans.compaction import pending_compaction_file_groups
+from table.read.reader import SliceReadSpec, read_file_slice, table_schema_with_meta
+from table.schema import RECORD_KEY
 from table.storage.file_io import Storage
 from table.timeline.timeline import Action, Instant, Timeline
 

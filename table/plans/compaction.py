@@ -1,0 +1,81 @@
+"""Compaction plans on the timeline: the file slices a pending compaction folds into base files.
+
+`<c>.compaction.requested` holds Hudi's HoodieCompactionPlan, one HoodieCompactionOperation per
+file slice. Readers of this module: writers (a write to a planned group starts its slice at c),
+clustering and cleaning (leave planned groups alone), the executor, and `streamer table`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from table.file_group.fs_view import FileSlice
+from table.storage.file_io import Storage
+from table.timeline.plans import deserialize_plan
+from table.timeline.timeline import Instant, Timeline
+
+if TYPE_CHECKING:
+    from table.mor_table import MorTable
+
+PLAN_SCHEMA = "HoodieCompactionPlan"
+PLAN_VERSION = 2  # CompactionUtils.LATEST_COMPACTION_METADATA_VERSION
+COMPACTION = "compaction"
+
+
+@dataclass(frozen=True)
+class CompactionOperation:
+    """One planned file slice (HoodieCompactionOperation); files by name, as Hudi stores them."""
+
+    partition_path: str
+    file_id: str
+    base_instant: str
+    base_file: str | None
+    log_files: tuple[str, ...]
+
+    @classmethod
+    def of_slice(cls, file_slice: FileSlice) -> CompactionOperation:
+        return cls(
+            partition_path=file_slice.partition_path,
+            file_id=file_slice.file_id,
+            base_instant=file_slice.base_instant,
+            base_file=file_slice.base_file.name.format() if file_slice.base_file else None,
+            log_files=tuple(f.name.format() for f in file_slice.sorted_log_files()),
+        )
+
+    def file_slice(self, storage: Storage) -> FileSlice:
+        """The slice as planned: exactly these files, whatever was written to the group since."""
+        return FileSlice.of_files(storage, self.partition_path, self.file_id, self.base_instant,
+                                  self.base_file, self.log_files)
+
+
+def pending_compactions(table: MorTable) -> list[str]:
+    """Instants of the requested or inflight compactions, oldest first: what executors run."""
+    return [i.timestamp for i in table.timeline().pending(COMPACTION)]
+
+
+def read_compaction_plan(timeline: Timeline, instant: str) -> tuple[list[CompactionOperation], dict[str, str]]:
+    """The operations and extraMetadata of the plan requested at `instant`."""
+    plan = deserialize_plan(PLAN_SCHEMA, timeline.read_content(Instant(instant, COMPACTION, "requested")))
+    operations = [
+        CompactionOperation(
+            partition_path=op["partitionPath"] or "",
+            file_id=op["fileId"],
+            base_instant=op["baseInstantTime"],
+            base_file=op["dataFilePath"],
+            log_files=tuple(op["deltaFilePaths"] or ()),
+        )
+        for op in plan["operations"] or ()
+    ]
+    return operations, dict(plan["extraMetadata"] or {})
+
+
+def pending_compaction_file_groups(timeline: Timeline) -> dict[tuple[str, str], str]:
+    """(partition path, file id) -> instant of the pending compaction that plans the group.
+
+    A write to such a group starts the slice at that instant, not the latest completed one.
+    """
+    return {
+        (op.partition_path, op.file_id): pending.timestamp
+        for pending in timeline.pending(COMPACTION)
+        for op in read_compaction_plan(timeline, pending.timestamp)[0]
+    }
