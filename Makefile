@@ -24,7 +24,7 @@ $(JUDGE_STAMP): $(STAMP) harness/hudi_judge.py
 	@touch $(JUDGE_STAMP)
 
 demo: $(STAMP)
-	$(PY) -m streamer.demo
+	$(PY) -m streamer.cli.demo
 
 test: $(STAMP) $(JUDGE_STAMP)
 	$(PY) -m pytest

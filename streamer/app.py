@@ -25,9 +25,9 @@ from streamer.config.model import JobConfig
 from streamer.errors import StartupError, StopRequested
 from streamer.job import TableJob
 from streamer.kafka.datasource import register_kafka_source
-from streamer.log_lines import LOG_FORMAT_ENV, LOG_LEVEL_ENV, formatter
+from streamer.logs.lines import LOG_FORMAT_ENV, LOG_LEVEL_ENV, formatter
 from streamer.metrics import Metrics, MetricsServer
-from streamer.services import BackgroundExecutor
+from streamer.scheduler import BackgroundExecutor
 from streamer.status import record_error
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ JOB_SPARK_SETTINGS = {
 
 
 def configure_logging(level: str = "INFO", log_format: str = "text") -> None:
-    """One line per event on stderr, text or JSON (`streamer.log_lines`): batches, starts and
+    """One line per event on stderr, text or JSON (`streamer.logs.lines`): batches, starts and
     stops; py4j's chatter stays out. Spark's Python workers, started later, log at the same level
     and in the same format (`client_logs.configure_worker_logging`)."""
     handler = logging.StreamHandler(sys.stderr)

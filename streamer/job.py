@@ -43,7 +43,7 @@ from streamer.kafka.offsets import KafkaProgress, end_offsets
 from streamer.kafka.options import SourceOptions
 from streamer.metrics import Metrics, TableMetrics
 from streamer.quarantine import QuarantineTable
-from streamer.services import BackgroundExecutor, TableServices
+from streamer.scheduler import BackgroundExecutor, TableServices
 from streamer.sink import OffsetJumpCheck, SinkSettings, UpsertSink
 from table.errors import SchemaEvolutionError
 from table.mor_table import MorTable, TableSpec

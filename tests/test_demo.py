@@ -10,7 +10,7 @@ import sys
 import pytest
 from ingestion import REPO, assert_table_matches, committed_offsets
 
-from streamer.demo import MALFORMED, TOPIC, change_events
+from streamer.cli.demo import MALFORMED, TOPIC, change_events
 from table.mor_table import MorTable
 
 pytestmark = pytest.mark.e2e
@@ -21,7 +21,7 @@ EVENTS = 2_000
 def test_the_demo_ingests_its_stream_from_tansu_and_quarantines_the_malformed_messages(tmp_path):
     env = {**os.environ, "DEMO_EVENTS": str(EVENTS), "DEMO_OUTPUT": str(tmp_path), "PYSPARK_PYTHON": sys.executable}
     env.pop("KAFKA_BOOTSTRAP_SERVERS", None)
-    demo = subprocess.run([sys.executable, "-m", "streamer.demo"], cwd=REPO, env=env, capture_output=True,
+    demo = subprocess.run([sys.executable, "-m", "streamer.cli.demo"], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=600)
 
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]

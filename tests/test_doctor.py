@@ -24,7 +24,7 @@ import schema_registry_server
 from ingestion import REPO, committed_table, order_config, produce_orders, run_streamer, write_config
 
 from streamer.cli import main as cli
-from streamer.demo import change_events
+from streamer.cli.demo import change_events
 from streamer.quarantine import SCHEMA as QUARANTINE_SCHEMA
 from streamer.quarantine import QuarantineTable
 from table.services.compaction import CompactionStrategy, schedule_compaction

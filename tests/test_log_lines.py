@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from streamer.log_lines import formatter
+from streamer.logs.lines import formatter
 
 pytestmark = pytest.mark.unit
 

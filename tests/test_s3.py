@@ -34,7 +34,7 @@ from ingestion import (
 
 from streamer.checkpoint import table_checkpoint
 from streamer.config.model import IndexSettings, ServicesSettings
-from streamer.services import BackgroundExecutor, TableServices
+from streamer.scheduler import BackgroundExecutor, TableServices
 from table.errors import WriterConflictError
 from table.mor_table import MorTable, TableSpec
 from table.services.archive import read_archived_instants

@@ -16,12 +16,12 @@ from test_table_engine import DATA_COLUMNS, SCHEMA, by_key, hudi_rs_read, make_t
 from streamer.cli import main as cli
 from streamer.config.loading import config_from_mapping
 from streamer.config.model import IndexSettings, ServicesSettings
-from streamer.services import BackgroundExecutor, TableServices
+from streamer.scheduler import BackgroundExecutor, TableServices
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable
+from table.plans.compaction import pending_compactions
 from table.services.clustering.execute import pending_clusterings
 from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
-from table.plans.compaction import pending_compactions
 
 pytestmark = pytest.mark.unit
 

@@ -13,7 +13,7 @@ import pytest
 from ingestion import committed_table, order_config, produce_orders, run_streamer, write_config
 
 from streamer.cli import main as cli
-from streamer.demo import change_events
+from streamer.cli.demo import change_events
 from streamer.status import record_error
 
 

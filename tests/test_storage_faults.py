@@ -27,8 +27,8 @@ from ingestion import (
 )
 
 from streamer import app
+from streamer.cli.demo import change_events
 from streamer.config.loading import config_from_mapping
-from streamer.demo import change_events
 from streamer.errors import StartupError
 from table.mor_table import MorTable
 from table.timeline.timeline import State

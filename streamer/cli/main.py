@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_offline(args)
     if args.command == "demo":
-        from streamer.demo import main as demo
+        from streamer.cli.demo import main as demo
 
         return demo()
     return 2

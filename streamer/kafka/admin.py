@@ -7,9 +7,9 @@ import logging
 import time
 from typing import List, Optional, Sequence, Tuple
 
-from streamer.client_logs import ClientLog
 from streamer.errors import KafkaSourceError, KafkaSourceTimeoutError
 from streamer.kafka.options import EARLIEST, LATEST, OffsetMap, SourceOptions, TopicPartitionKey, new_client
+from streamer.logs.clients import ClientLog
 
 log = logging.getLogger(__name__)
 

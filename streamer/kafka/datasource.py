@@ -38,7 +38,6 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from streamer.client_logs import configure_worker_logging
 from streamer.config.choices import SourceFormat
 from streamer.config.secrets import redact_options
 from streamer.kafka.admin import KafkaMetadata
@@ -52,6 +51,7 @@ from streamer.kafka.schema import (
     KAFKA_SCHEMA_WITHOUT_HEADERS,
     OFFSET_RANGES_SCHEMA,
 )
+from streamer.logs.clients import configure_worker_logging
 
 try:  # PySpark >= 4.2: admission control and Trigger.AvailableNow for Python sources.
     from pyspark.sql.streaming.datasource import (  # type: ignore[attr-defined]

@@ -30,8 +30,8 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from streamer.client_logs import client_config
 from streamer.errors import BrokerStartError
+from streamer.logs.clients import client_config
 
 __all__ = [
     "EmbeddedBroker",

@@ -14,10 +14,10 @@ import re
 import threading
 from dataclasses import dataclass
 
-from streamer.client_logs import ClientLog, client_config, connectivity_codes
 from streamer.config.model import SourceSettings
 from streamer.errors import BrokersUnreachable
 from streamer.kafka.options import SourceOptions
+from streamer.logs.clients import ClientLog, client_config, connectivity_codes
 
 log = logging.getLogger(__name__)
 

@@ -81,9 +81,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from streamer.client_logs import ClientLog, client_config
 from streamer.config.secrets import JAAS_ITEM, redact_options, redact_text
 from streamer.errors import KafkaSourceError
+from streamer.logs.clients import ClientLog, client_config
 
 #: ``startingOffsets`` values of a partition: its earliest and its latest offset.
 EARLIEST = -2

@@ -23,12 +23,12 @@ from streamer.config.choices import ServiceMode
 from streamer.config.model import ClusteringSettings, IndexSettings, ServicesSettings
 from streamer.metrics import TableMetrics
 from table.mor_table import MorTable
+from table.plans.clustering import pending_clustering_plans
+from table.plans.compaction import COMPACTION, pending_compactions
 from table.services.archive import ArchivePolicy, archive
 from table.services.clean import CLEAN, CleanPolicy, execute_clean, pending_cleans, schedule_clean
 from table.services.clustering.execute import execute_clustering, pending_clusterings
-from table.plans.clustering import pending_clustering_plans
 from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
-from table.plans.compaction import COMPACTION, pending_compactions
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
 from table.timeline.timeline import Action, Timeline
 from table.units import MIB

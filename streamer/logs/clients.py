@@ -22,7 +22,7 @@ import logging
 import os
 import sys
 
-from streamer.log_lines import LOG_FORMAT_ENV, LOG_LEVEL_ENV, formatter
+from streamer.logs.lines import LOG_FORMAT_ENV, LOG_LEVEL_ENV, formatter
 
 LIBRDKAFKA = logging.getLogger("streamer.librdkafka")
 log = logging.getLogger(__name__)
