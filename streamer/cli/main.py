@@ -62,24 +62,25 @@ def add_maintenance_commands(commands) -> None:
                     "streaming job writes the table; that job schedules its own).")
     compact.add_argument("table_path", metavar="TABLE_PATH")
     compact.add_argument("--schedule", action="store_true", help="plan a new compaction before executing")
-    compact.add_argument("--strategy", default=CompactionStrategyKind.LOG_FILE_COUNT.value,
-                         choices=[kind.value for kind in CompactionStrategyKind])
-    compact.add_argument("--min-log-files", type=int, default=1)
-    compact.add_argument("--max-io-mb", type=int, default=500)
+    # Flags left out take the engine's defaults (CompactionStrategy, CleanPolicy, ArchivePolicy).
+    compact.add_argument("--strategy", choices=[kind.value for kind in CompactionStrategyKind],
+                         help=f"default {CompactionStrategyKind.LOG_FILE_COUNT.value}")
+    compact.add_argument("--min-log-files", type=int)
+    compact.add_argument("--max-io-mb", type=int)
     add_cluster_command(commands)
     clean = commands.add_parser("clean", help="remove file slices the retained commits no longer need",
                                 description="Finish pending cleans, then plan and execute a new one. Needs "
                                             "the table's writer lease.")
     clean.add_argument("table_path", metavar="TABLE_PATH")
-    clean.add_argument("--policy", default=CleanPolicyKind.KEEP_LATEST_COMMITS.value,
-                       choices=[kind.value for kind in CleanPolicyKind])
-    clean.add_argument("--retained", type=int, default=10)
+    clean.add_argument("--policy", choices=[kind.value for kind in CleanPolicyKind],
+                       help=f"default {CleanPolicyKind.KEEP_LATEST_COMMITS.value}")
+    clean.add_argument("--retained", type=int)
     archive = commands.add_parser("archive", help="move old instants to the archived timeline",
                                   description="Archive the oldest completed instants. Needs the table's "
                                               "writer lease.")
     archive.add_argument("table_path", metavar="TABLE_PATH")
-    archive.add_argument("--min-instants", type=int, default=20)
-    archive.add_argument("--max-instants", type=int, default=30)
+    archive.add_argument("--min-instants", type=int)
+    archive.add_argument("--max-instants", type=int)
 
 
 def add_cluster_command(commands) -> None:

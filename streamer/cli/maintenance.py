@@ -39,11 +39,12 @@ def run_offline(args: argparse.Namespace) -> int:
         elif args.command == "clean":
             with table.writer(WriteOptions(), description="streamer clean"):
                 finish_pending_cleans(table)
-                print(f"clean: {clean(table, CleanPolicy(kind=args.policy, retained=args.retained)) or 'nothing to clean'}")
+                policy = CleanPolicy(**given(kind=args.policy, retained=args.retained))
+                print(f"clean: {clean(table, policy) or 'nothing to clean'}")
         else:
             with table.writer(WriteOptions(), description="streamer archive"):
-                result = archive(table, ArchivePolicy(min_instants=args.min_instants, max_instants=args.max_instants),
-                                 keep_latest_with_metadata_key=CHECKPOINT_KEY)
+                policy = ArchivePolicy(**given(min_instants=args.min_instants, max_instants=args.max_instants))
+                result = archive(table, policy, keep_latest_with_metadata_key=CHECKPOINT_KEY)
                 print(f"archive: {result}")
     except (TableNotFoundError, WriterConflictError, CompactionConflictError, ClusteringConflictError,
             ConfigError, ValueError) as e:
@@ -52,10 +53,16 @@ def run_offline(args: argparse.Namespace) -> int:
     return 0
 
 
+def given(**settings) -> dict:
+    """The settings a flag gave; the others keep the engine's defaults."""
+    return {name: value for name, value in settings.items() if value is not None}
+
+
 def compact(table: MorTable, args: argparse.Namespace) -> None:
     if args.schedule:
-        strategy = CompactionStrategy(kind=args.strategy, min_log_files=args.min_log_files,
-                                      max_io_bytes=args.max_io_mb * MIB)
+        max_io_bytes = args.max_io_mb * MIB if args.max_io_mb is not None else None
+        strategy = CompactionStrategy(**given(kind=args.strategy, min_log_files=args.min_log_files,
+                                              max_io_bytes=max_io_bytes))
         with table.writer(WriteOptions(), description="streamer compact --schedule") as writer:
             instant = schedule_compaction(writer, strategy)
         print(f"compaction: {'scheduled ' + instant if instant else 'nothing to compact'}")
