@@ -50,6 +50,7 @@ from bench.report import Section
 from bench.workload import TABLE_SCHEMA, W1
 from table.mor_table import MorTable, TableSpec
 from table.read.predicate import Predicate
+from table.units import MIB
 from table.write.writer import WriteOptions
 
 REPETITIONS = 3  # timed runs of each query, after one untimed run; the median is reported
@@ -587,8 +588,8 @@ def _notes(details: dict, ratios: dict, layouts: dict, results: list[PathResult]
         "settings; its JVM starts before the timings, its first query of a layout gets the untimed run); no "
         "metadata table, so Hudi lists the partitions' files.",
         f"layouts: logs = {logs['base_files']} base files + {logs['log_files']} log files "
-        f"({logs['base_bytes'] / 2**20:.1f} + {logs['log_bytes'] / 2**20:.1f} MiB); "
-        f"compacted = {compacted['base_files']} base files ({compacted['base_bytes'] / 2**20:.1f} MiB, "
+        f"({logs['base_bytes'] / MIB:.1f} + {logs['log_bytes'] / MIB:.1f} MiB); "
+        f"compacted = {compacted['base_files']} base files ({compacted['base_bytes'] / MIB:.1f} MiB, "
         f"{details['compaction_seconds']:.1f}s to compact); "
         f"sorted = {sorted_['base_files']} base files, {sorted_[f'base_files_sorted_by_{SORT_COLUMN}']} sorted by "
         f"{SORT_COLUMN} ({details['clustering_seconds']:.1f}s to cluster). Base files hold "

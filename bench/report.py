@@ -14,8 +14,7 @@ from pathlib import Path
 
 from bench.measure import PathResult
 from bench.workload import W1
-
-MB = 2**20
+from table.units import MIB
 
 
 @dataclass(frozen=True)
@@ -157,4 +156,4 @@ def _num(value: float | None, digits: int = 1) -> str:
 
 
 def _mb(value: int | None) -> str:
-    return f"{value / MB:,.0f}" if value else "-"
+    return f"{value / MIB:,.0f}" if value else "-"

@@ -29,6 +29,7 @@ from streamer.logs.lines import LOG_FORMAT_ENV, LOG_LEVEL_ENV, formatter
 from streamer.metrics import Metrics, MetricsServer
 from streamer.scheduler import BackgroundExecutor
 from streamer.status import record_error
+from table.units import MIB
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ JOB_SPARK_SETTINGS = {
     "spark.ui.showConsoleProgress": "false",
     # Arrow batches from the JVM to Python of a few MiB: a write task starts on the first packed
     # rows of its file groups while the shuffle still reads the rest.
-    "spark.sql.execution.arrow.maxBytesPerBatch": str(8 * 1024 * 1024),
+    "spark.sql.execution.arrow.maxBytesPerBatch": str(8 * MIB),
     # A micro-batch's write has one plan, one shuffle by file group into about a task per core:
     # adaptive execution would only run it as two jobs and plan the second one again.
     "spark.sql.adaptive.enabled": "false",

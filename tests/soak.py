@@ -57,6 +57,7 @@ from table.index import consistent_hashing as ring  # noqa: E402
 from table.mor_table import MorTable  # noqa: E402
 from table.services.archive import read_archived_instants  # noqa: E402
 from table.timeline.timeline import State  # noqa: E402
+from table.units import MIB  # noqa: E402
 
 TOPIC = "soak-orders"
 REGIONS = ("emea", "apac", "amer")
@@ -342,8 +343,8 @@ def take_sample(started: float, job: Job, producer: SteadyProducer, progress: Ta
         lag=sum(max(0, end - committed.get(p, 0)) for p, end in ends.items()),
         deltacommits=progress.count("deltacommit"), compactions=progress.count("commit"),
         resizes=progress.count("replacecommit"), cleans=progress.count("clean"),
-        rss_mb={k: round(v / 2**20, 1) for k, v in rss.items()},
-        pss_mb={k: round(v / 2**20, 1) for k, v in pss.items()}, processes=processes,
+        rss_mb={k: round(v / MIB, 1) for k, v in rss.items()},
+        pss_mb={k: round(v / MIB, 1) for k, v in pss.items()}, processes=processes,
         load_1m=round(os.getloadavg()[0], 2))
 
 

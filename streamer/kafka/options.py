@@ -84,6 +84,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from streamer.config.secrets import JAAS_ITEM, redact_options, redact_text
 from streamer.errors import KafkaSourceError
 from streamer.logs.clients import ClientLog, client_config
+from table.units import MIB
 
 #: ``startingOffsets`` values of a partition: its earliest and its latest offset.
 EARLIEST = -2
@@ -238,7 +239,7 @@ class SourceOptions:
     include_headers: bool = True
     offset_ranges: bool = False
     arrow_batch_size: int = 10_000
-    arrow_max_batch_bytes: int = 64 * 1024 * 1024
+    arrow_max_batch_bytes: int = 64 * MIB
 
     def __repr__(self) -> str:
         return f"SourceOptions({redact_options(self.raw_options)})"

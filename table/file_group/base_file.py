@@ -19,14 +19,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from table.schema import COMMIT_SEQNO, COMMIT_TIME, FILE_NAME, PARTITION_PATH, RECORD_KEY
+from table.units import MIB
 
 COMPRESSION = "snappy"
 #: A column is dictionary-encoded when it has at most this share of distinct values.
 DICTIONARY_MAX_DISTINCT_SHARE = 0.5
 #: Large enough that a dictionary-encoded column never falls back to plain mid-file.
-DICTIONARY_PAGE_LIMIT_BYTES = 256 * 1024 * 1024
+DICTIONARY_PAGE_LIMIT_BYTES = 256 * MIB
 #: Arrow bytes of data per row group; the rows per group follow from the rows' average size.
-ROW_GROUP_BYTES = 4 * 1024 * 1024
+ROW_GROUP_BYTES = 4 * MIB
 MIN_ROW_GROUP_ROWS = 1024
 #: Meta columns whose cardinality a base file fixes, so their values need no counting (which
 #: costs about as much as writing them): one value per file or per commit, or one per record.

@@ -46,11 +46,12 @@ from table.mor_table import MorTable
 from table.read.predicate import NOT_NULL, Predicate
 from table.read.reader import SliceReadSpec, read_base_file, read_file_slice
 from table.storage.file_io import Storage
+from table.units import MIB
 
 SOURCE_NAME = "mor"
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
-MAX_PARTITION_BYTES = 128 * 1024 * 1024
-OPEN_COST_BYTES = 4 * 1024 * 1024
+MAX_PARTITION_BYTES = 128 * MIB
+OPEN_COST_BYTES = 4 * MIB
 _COMPARISONS = {EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<="}
 
 
