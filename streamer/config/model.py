@@ -47,6 +47,7 @@ from table.services.clean import CleanPolicy
 from table.services.clustering.planner import ClusteringPolicy
 from table.services.compaction import CompactionStrategy
 from table.storage.file_io import STORAGE_OPTION_NAMES
+from table.storage.layout import AUX_DIR
 from table.units import MIB
 from table.write.writer import WriteOptions
 
@@ -703,7 +704,7 @@ class JobConfig(_Section):
     @property
     def checkpoint_location(self) -> str:
         """The streaming query's checkpoint: inside the table's .hoodie unless configured."""
-        return self.stream.checkpoint_location or f"{self.table.path.rstrip('/')}/.hoodie/.aux/streaming-checkpoint"
+        return self.stream.checkpoint_location or f"{self.table.path.rstrip('/')}/{AUX_DIR}/streaming-checkpoint"
 
     def schema_file(self, fmt: FormatSettings) -> Path | None:
         """``fmt.schema_file`` resolved against the YAML file's directory."""

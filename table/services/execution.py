@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from table.errors import TimelineStateError
 from table.storage.file_io import Storage
-from table.storage.layout import METADATA_DIR
+from table.storage.layout import AUX_DIR
 from table.storage.lease import WriterLease, acquire_executor_lease
 from table.storage.markers import delete_markers, marked_files
 from table.timeline.commit_metadata import CommitMetadata, WriteStat
@@ -49,7 +49,7 @@ class PlanExecution(ABC):
 
     @classmethod
     def lease_path(cls, instant: str) -> str:
-        return f"{METADATA_DIR}/.aux/{instant}.{cls.action}.lease"
+        return f"{AUX_DIR}/{instant}.{cls.action}.lease"
 
     def acquire_lease(self) -> WriterLease:
         """The plan's executor lease; raises `conflict` while another live executor holds it."""
@@ -59,7 +59,7 @@ class PlanExecution(ABC):
     def run(self) -> list[WriteStat]:
         """Execute the plan; the write stats of the completed instant.
 
-        Raises `conflict` when another live executor runs it, ValueError when no plan of the
+        Raises `conflict` when another live executor runs it, TimelineStateError when no plan of the
         service is pending at the instant.
         """
         lease = self.acquire_lease()
