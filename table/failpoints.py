@@ -13,9 +13,9 @@ tests/test_crash_matrix.py, kills the job at each one):
 
 - `deltacommit.requested`: `TableWriter.begin`, the requested file written, not the inflight one.
 - `deltacommit.inflight`: `TableWriter.begin`, the instant inflight, no data file written yet.
-- `deltacommit.base_file_written`: `write._write_base_file`, after each base file of a new file
+- `deltacommit.base_file_written`: `file_group_writer._write_base_file`, after each base file of a new file
   group (on executors): the first commit of a partition, an initial load.
-- `deltacommit.log_file_written`: `write._write_log_file`, after each log file (on executors).
+- `deltacommit.log_file_written`: `file_group_writer._write_log_file`, after each log file (on executors).
 - `logfile.torn_write`: `log_file.writer.write_log_file` writes half of a log file's bytes, then dies.
 - `deltacommit.files_written`: `TableWriter.complete`, every data file written, not completed.
 - `deltacommit.completed`: `TableWriter.complete`, completed, its markers not deleted yet.
