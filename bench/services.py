@@ -84,7 +84,7 @@ DUAL_CLASSES = {  # class of a batch of run (b) -> label
 
 BATCH_LINE = re.compile(r"^(\S+ \S+) INFO streamer\.sink: orders batch (\d+): ([\d,]+) records, .*, (\d+) files "
                         r"-> deltacommit (\d+) in ([\d.]+)s")
-SERVICE_LINE = re.compile(r"^(\S+ \S+) INFO streamer\.services: orders: (compaction|clustering) (\d+) done in ([\d.]+)s")
+SERVICE_LINE = re.compile(r"^(\S+ \S+) INFO streamer\.scheduler: orders: (compaction|clustering) (\d+) done in ([\d.]+)s")
 
 
 @dataclass(frozen=True)

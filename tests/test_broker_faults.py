@@ -108,7 +108,7 @@ def test_a_broker_down_for_ten_seconds_gives_a_short_output_one_line_per_retry_n
     lines = out.splitlines()
     assert len(lines) < 20, out
     assert "rdkafka" not in out and "Traceback" not in out, out
-    retries = [line for line in lines if re.search(rf"WARNING streamer\.source: Kafka .+ to {re.escape(bootstrap)} "
+    retries = [line for line in lines if re.search(rf"WARNING streamer\.kafka\.admin: Kafka .+ to {re.escape(bootstrap)} "
                                                   r"failed \(attempt \d+, .+\); retrying in .+: .*Connection refused",
                                                   line)]
     assert len(retries) >= 1, out
