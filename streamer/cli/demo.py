@@ -25,7 +25,7 @@ REGIONS = ["emea", "apac", "amer", "latam", "anz", "mena", "nordics", "iberia"]
 STATUSES = ["created", "paid", "packed", "shipped", "delivered"]
 NOTES = ["leave at the door", "gift wrap please", "call before delivery", "fragile: glassware inside",
          "deliver after 6pm", "business address, reception desk"]
-DEMO_CONFIGS = Path(os.environ.get("DEMO_CONFIGS", Path(__file__).resolve().parents[1] / "configs"))
+DEMO_CONFIGS = Path(os.environ.get("DEMO_CONFIGS", Path(__file__).resolve().parents[2] / "configs"))
 MALFORMED = [
     b'{"order_id": "ord-bad-1", "region": "emea", "amount": 12.5, "updated_at": 17',  # truncated
     b'{"order_id": "ord-bad-2", "region": "emea", "amount": "twelve", "updated_at": 1}',  # wrong type
