@@ -3,7 +3,9 @@ offsets Spark planned for a micro-batch, read back from its write-ahead log.
 
 The table's commits are the stream's source of truth: each one records the offsets its batch
 read up to (`StreamCheckpoint`, under `CHECKPOINT_KEY`), so a query without a Spark checkpoint
-resumes where the table ends. Before a micro-batch runs, Spark writes `<checkpoint>/offsets/<batch id>`: a version line, a
+resumes where the table ends.
+
+Before a micro-batch runs, Spark writes `<checkpoint>/offsets/<batch id>`: a version line, a
 line of batch metadata, then the end offsets of each source as its JSON. For a Kafka source
 (`kafka-arrow` or Spark's own) that is `{"topic": {"partition": next offset to read}}`. These,
 rather than the last offset of a record read plus one, are where the next batch starts: past
