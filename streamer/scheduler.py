@@ -233,7 +233,8 @@ class TableServices:
             self.metrics.held_back(seconds)
 
     def _most_log_files(self) -> int:
-        return max((len(s.log_files) for s in self.table.file_system_view().latest_slices()), default=0)
+        view = self.writer.file_system_view(self.table.timeline())
+        return max((len(s.log_files) for s in view.latest_slices()), default=0)
 
     # ---- each service --------------------------------------------------------------------------
 
@@ -287,7 +288,7 @@ class TableServices:
         last = max((i.timestamp for i in timeline.instants if i.action == "clean"), default=None)
         if not self._due("clean", c, timeline, since=last):
             return
-        instant = schedule_clean(self.table, self.clean_policy())
+        instant = schedule_clean(self.writer, self.clean_policy())
         self._last_run["clean"] = time.monotonic()
         if instant is not None:
             self._execute("clean", instant, lambda: execute_clean(self.table, instant), c.mode)

@@ -92,6 +92,12 @@ def latest_slice_files(table: MorTable) -> set[str]:
     return {f.path for s in slices for f in [*s.log_files, *([s.base_file] if s.base_file else [])]}
 
 
+def clean_as_writer(table: MorTable, policy: CleanPolicy):
+    """A clean planned by a writer of its own, as `streamer clean` runs it."""
+    with table.writer(write_options(), description="clean") as writer:
+        return clean(writer, policy)
+
+
 def run_killed_at(failpoint: str, code: str, *args: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(PROJECT), FAIL_ENV_VAR: failpoint}
     proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env)
@@ -127,7 +133,7 @@ def test_clean_keeps_the_snapshot_and_reads_as_of_retained_commits(tmp_path):
         instants = history.write(writer, 14, compact_every=3)
     before = data_files(history.path)
 
-    result = clean(history.table, CleanPolicy("keep_latest_commits", retained=5))
+    result = clean_as_writer(history.table, CleanPolicy("keep_latest_commits", retained=5))
 
     after = data_files(history.path)
     assert result.files_deleted == len(before - after) > 0 and after < before
@@ -148,7 +154,7 @@ def test_clean_keeps_the_snapshot_and_reads_as_of_retained_commits(tmp_path):
     deleted = {f for p in metadata["partitionMetadata"].values() for f in p["successDeleteFiles"]}
     assert deleted == set(planned) == {Path(f).name for f in before - after}
     assert metadata["totalFilesDeleted"] == len(deleted)
-    assert clean(history.table, CleanPolicy("keep_latest_commits", retained=5)) is None  # nothing left to delete
+    assert clean_as_writer(history.table, CleanPolicy("keep_latest_commits", retained=5)) is None  # nothing left to delete
 
 
 @pytest.mark.parametrize("policy", [CleanPolicy("keep_latest_commits", 1), CleanPolicy("keep_latest_file_versions", 1)])
@@ -159,7 +165,7 @@ def test_the_latest_slice_of_a_file_group_is_never_cleaned(tmp_path, policy):
         history.write(writer, 4, skip_region="emea")  # emea's latest slices fall behind the window
     latest = latest_slice_files(history.table)
 
-    assert clean(history.table, policy).files_deleted > 0
+    assert clean_as_writer(history.table, policy).files_deleted > 0
 
     assert latest <= data_files(history.path)
     groups = history.table.file_system_view().all_file_groups()
@@ -177,7 +183,7 @@ def test_the_slices_a_pending_compaction_reads_are_not_cleaned(tmp_path):
     planned = {f"{op.partition_path}/{name}" for op in operations for name in [*op.log_files, op.base_file]}
     assert operations and all(op.base_file for op in operations)
 
-    clean(history.table, CleanPolicy("keep_latest_file_versions", 1))
+    clean_as_writer(history.table, CleanPolicy("keep_latest_file_versions", 1))
 
     assert planned <= data_files(history.path)
     execute_compaction(history.table, pending)
@@ -188,7 +194,9 @@ CLEAN = """
 import sys
 from table.mor_table import MorTable
 from table.services.clean import CleanPolicy, clean
-clean(MorTable.load(sys.argv[1]), CleanPolicy(retained=int(sys.argv[2])))
+from table.write.writer import WriteOptions
+with MorTable.load(sys.argv[1]).writer(WriteOptions(initial_buckets=2)) as writer:
+    clean(writer, CleanPolicy(retained=int(sys.argv[2])))
 """
 
 
@@ -205,7 +213,7 @@ def test_a_clean_killed_before_completing_is_finished_by_the_next_call(tmp_path)
     deleted = before - data_files(history.path)
     assert deleted
     history.assert_reads_match()
-    assert clean(history.table, CleanPolicy(retained=3)) is None  # finishes the pending one, finds nothing new
+    assert clean_as_writer(history.table, CleanPolicy(retained=3)) is None  # finishes the pending one, finds nothing new
     assert pending_cleans(history.table) == []
     done = Instant(instant, "clean", "completed")
     metadata = deserialize_plan("HoodieCleanMetadata", history.table.timeline().read_content(done))
@@ -218,9 +226,10 @@ def test_a_second_clean_waits_for_the_pending_one(tmp_path):
     history = History(make_table(tmp_path / "orders"))
     with history.table.writer(write_options(initial_buckets=2)) as writer:
         history.write(writer, 6, compact_every=2)
-    first = schedule_clean(history.table, CleanPolicy(retained=2))
-    assert first is not None
-    assert schedule_clean(history.table, CleanPolicy(retained=2)) is None
+    with history.table.writer(write_options(initial_buckets=2)) as writer:
+        first = schedule_clean(writer, CleanPolicy(retained=2))
+        assert first is not None
+        assert schedule_clean(writer, CleanPolicy(retained=2)) is None
     assert str(execute_clean(history.table, first)).startswith(f"clean {first}: ")
 
 
@@ -241,14 +250,14 @@ def test_a_replaced_file_group_goes_once_its_replacecommit_leaves_the_window(tmp
         file_id = sorted(history.table.file_system_view().file_groups("region=emea"))[0]
         replaced_at = add_replacecommit(history.table, "region=emea", file_id)
         history.write(writer, 2, skip_region="emea")
-        clean(history.table, policy)
+        clean(writer, policy)
         assert any(file_id in f for f in data_files(history.path))
         archived = archive(history.table, ArchivePolicy(1, 2)).archived
         assert archived and all(i.timestamp < replaced_at for i in archived)
 
         history.write(writer, 3, skip_region="emea")
         before = data_files(history.path)
-        clean(history.table, policy)
+        clean(writer, policy)
     assert before - data_files(history.path) == {f for f in before if file_id in f}
     assert replaced_at in {i.timestamp for i in archive(history.table, ArchivePolicy(1, 2)).archived}
 
@@ -266,10 +275,11 @@ def test_hashing_metadata_older_than_the_latest_committed_version_is_cleaned(tmp
         resizing = timeline.create_requested(Instant(timeline.new_instant_time(), "replacecommit", "requested"))
         ring.save(storage, replace(current, instant=resizing.timestamp))
 
-        clean(history.table, CleanPolicy(retained=5))
+    with history.table.writer(write_options(initial_buckets=2)) as writer:  # a writer that loads those rings
+        clean(writer, CleanPolicy(retained=5))
 
         versions, markers = ring.list_versions(storage, "region=apac")
-        assert versions == [newer, resizing.timestamp] and markers == set()
+        assert versions == [newer, resizing.timestamp] and markers <= {newer}  # the loading writer marks the latest
         assert ring.list_versions(storage, "region=emea")[0] == [ring.INIT_INSTANT_TS]  # nothing newer there
         history.write(writer, 1)
     history.assert_reads_match()
@@ -285,7 +295,7 @@ def test_archival_keeps_the_active_timeline_between_its_bounds_over_hundreds_of_
 
     def services() -> None:
         if len(history.expected_as_of) % 4 == 0:
-            clean(history.table, CleanPolicy(retained=6))
+            clean(writer, CleanPolicy(retained=6))
         archive(history.table, policy, keep_latest_with_metadata_key=CHECKPOINT_KEY)
         sizes.append(len(history.table.timeline().completed()))
 
@@ -324,7 +334,7 @@ def test_archival_keeps_the_latest_write_whatever_follows_it(tmp_path):
     history = History(make_table(tmp_path / "orders"))
     with history.table.writer(write_options(initial_buckets=2)) as writer:
         history.write(writer, 6, compact_every=3)
-    clean(history.table, CleanPolicy("keep_latest_file_versions", 1))
+    clean_as_writer(history.table, CleanPolicy("keep_latest_file_versions", 1))
 
     archive(history.table, ArchivePolicy(1, 2))
 
@@ -342,7 +352,7 @@ def test_archival_keeps_the_latest_commit_with_the_checkpoint_and_what_the_last_
     assert [i.timestamp for i in archived] == early
     assert json.loads(history.table.latest_extra_metadata(CHECKPOINT_KEY)) == {"batch": 4}
 
-    result = clean(history.table, CleanPolicy(retained=6))
+    result = clean_as_writer(history.table, CleanPolicy(retained=6))
     archive(history.table, ArchivePolicy(1, 2))
     assert history.table.timeline().completed_writes()[0].timestamp == result.earliest_commit_to_retain
     history.assert_reads_match(as_of=[t for t in history.expected_as_of if t >= result.earliest_commit_to_retain])
@@ -363,9 +373,9 @@ def test_archived_entries_read_back_and_a_crash_before_deleting_leaves_only_dupl
         compaction = schedule_compaction(writer, CompactionStrategy())
         execute_compaction(history.table, compaction)
         history.write(writer, 3)
-        cleaned = clean(history.table, CleanPolicy(retained=2)).instant
+        cleaned = clean(writer, CleanPolicy(retained=2)).instant
         history.write(writer, 3, compact_every=2)
-        clean(history.table, CleanPolicy(retained=2))  # retains less than the first: that one can go
+        clean(writer, CleanPolicy(retained=2))  # retains less than the first: that one can go
         history.write(writer, 2)
     before = history.table.timeline().completed()
 

@@ -39,7 +39,7 @@ from table.storage.lease import WriterLease
 from table.timeline.commit_metadata import ReplaceCommitMetadata
 from table.timeline.plans import deserialize_plan
 from table.timeline.timeline import Instant
-from table.write.file_group_writer import write_file_group
+from table.write.file_group_writer import WriteTask, write_file_groups
 from table.write.prepare import prepare_batch
 from table.write.routing import file_group_slices
 
@@ -172,7 +172,7 @@ def test_skewed_keys_converge_to_buckets_within_2x_with_both_readers_exact_in_ev
             compact_all(writer)
         for _ in range(4):
             stream.commit(stream.batch(inserts=0, deletes=0))
-        assert clean(table, CleanPolicy(kind="keep_latest_commits", retained=2)) is not None
+        assert clean(writer, CleanPolicy(kind="keep_latest_commits", retained=2)) is not None
         assert_readers_exact(path, stream, "after cleaning the replaced file groups")
         compact_all(writer)
 
@@ -242,9 +242,8 @@ def test_a_commit_that_began_while_a_resize_was_pending_dual_writes_though_the_r
         prepared = prepare_batch(records, writer.batch_spec, writer.key_generator)
         commit = writer.begin_delta_commit(writer.check_schema(records.schema))  # the resize is pending for it
         execute_clustering(table, instant)  # an async executor completes it before the commit writes
-        stats = [write_file_group(commit.context, commit.routing.target(f, ""), rows, task)
-                 for task, (f, rows) in enumerate(file_group_slices(commit.routing.route(prepared)))]
-        delta = commit.complete([s for s in stats if s])
+        groups = [(commit.routing.target(f, ""), rows) for f, rows in file_group_slices(commit.routing.route(prepared))]
+        delta = commit.complete(write_file_groups(commit.context, WriteTask(0), groups))
 
         assert not list(path.glob(f"*_{delta}.parquet")), "no new base file hides the resize's output"
         assert_readers_exact(path, stream, "after a commit that straddled the completion")

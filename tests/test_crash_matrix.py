@@ -62,6 +62,7 @@ CHAIN = [
     "clustering.completed",
     "deltacommit.requested",      # batch 2, over and over: each restart rolls the last one back
     "deltacommit.inflight",
+    "deltacommit.markers_written",
     "deltacommit.log_file_written",
     "logfile.torn_write",
     "deltacommit.files_written",

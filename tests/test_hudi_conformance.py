@@ -193,7 +193,7 @@ def state_cleaned_and_archived(root: Path) -> Recorded:
                 compaction = schedule_compaction(writer, CompactionStrategy())
                 execute_compaction(table, compaction)
                 rec.mark(compaction)
-    assert clean(table, CleanPolicy("keep_latest_commits", retained=3)).files_deleted > 0
+        assert clean(writer, CleanPolicy("keep_latest_commits", retained=3)).files_deleted > 0
     assert archive(table, ArchivePolicy(min_instants=4, max_instants=6)).archived
     rec.incremental, rec.travel_to = (rec.commits[-3], rec.commits[-1]), rec.commits[-2]
     return rec

@@ -161,7 +161,8 @@ def test_our_writer_continues_a_table_hudi_wrote_and_keeps_each_key_in_hudis_fil
     assert len(execute_compaction(table, compaction).write_stats) == 8
     story.assert_readers_agree(hudi_judge, "after our compaction")
     story.by_us(story.batch())
-    assert clean(table, CleanPolicy("keep_latest_commits", retained=1)).files_deleted > 0
+    with table.writer(write_options()) as writer:
+        assert clean(writer, CleanPolicy("keep_latest_commits", retained=1)).files_deleted > 0
     story.assert_readers_agree(hudi_judge, "after our clean")
     story.by_hudi(hudi_judge, story.batch())
     story.assert_readers_agree(hudi_judge, "after Hudi wrote again")

@@ -42,7 +42,7 @@ from table.spark.datasource import register
 from table.storage.file_io import Storage
 from table.storage.lease import WriterLease
 from table.timeline.timeline import State
-from table.write.file_group_writer import write_file_group
+from table.write.file_group_writer import WriteTask, write_file_groups
 from table.write.prepare import prepare_batch
 from table.write.routing import file_group_slices
 from table.write.writer import WriteOptions
@@ -92,9 +92,9 @@ def write_without_completing(writer, records: pa.Table) -> None:
     failed after its tasks): its rollback must leave nothing behind."""
     prepared = prepare_batch(records, writer.batch_spec, writer.key_generator)
     commit = writer.begin_delta_commit(writer.check_schema(records.schema))
-    for task_id, (file_id, rows) in enumerate(file_group_slices(commit.routing.route(prepared))):
-        write_file_group(commit.context, commit.routing.target(file_id, rows["_hoodie_partition_path"][0].as_py()),
-                         rows, task_id)
+    groups = [(commit.routing.target(file_id, rows["_hoodie_partition_path"][0].as_py()), rows)
+              for file_id, rows in file_group_slices(commit.routing.route(prepared))]
+    write_file_groups(commit.context, WriteTask(0), groups)
     commit.abandon()
 
 

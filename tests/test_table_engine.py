@@ -19,7 +19,7 @@ from oracle import Oracle
 from table.errors import InvalidBatchError, WriterConflictError
 from table.mor_table import MorTable, TableSpec
 from table.storage.file_io import _temp_name
-from table.storage.markers import create_marker
+from table.storage.markers import IOType, MarkedFile, write_markers
 from table.timeline.plans import deserialize_plan
 from table.timeline.timeline import Timeline
 from table.write.writer import WriteOptions
@@ -251,7 +251,7 @@ CRASHING_WRITER = textwrap.dedent(
     import pyarrow as pa
     from table.mor_table import MorTable
     from table.schema import PARTITION_PATH
-    from table.write.file_group_writer import write_file_group
+    from table.write.file_group_writer import WriteTask, write_file_groups
     from table.write.prepare import prepare_batch
     from table.write.routing import file_group_slices
     from table.write.writer import WriteOptions
@@ -261,8 +261,9 @@ CRASHING_WRITER = textwrap.dedent(
     writer = table.writer(WriteOptions(initial_buckets=4, delete_field="is_deleted", lease_ttl_seconds=0.5)).open()
     prepared = prepare_batch(batch, writer.batch_spec, writer.key_generator)
     commit = writer.begin_delta_commit(writer.check_schema(batch.schema))
-    for task, (file_id, rows) in enumerate(list(file_group_slices(commit.routing.route(prepared)))[:3]):
-        write_file_group(commit.context, commit.routing.target(file_id, rows[PARTITION_PATH][0].as_py()), rows, task)
+    groups = [(commit.routing.target(file_id, rows[PARTITION_PATH][0].as_py()), rows)
+              for file_id, rows in list(file_group_slices(commit.routing.route(prepared)))[:3]]
+    write_file_groups(commit.context, WriteTask(0), groups)
     os.kill(os.getpid(), signal.SIGKILL)  # dies between its log files and its commit
     """
 )
@@ -347,7 +348,7 @@ def test_a_marked_file_no_write_stat_reports_is_deleted_before_the_commit_comple
         [group] = table.file_system_view().latest_slices()[:1]
         instant, timeline = writer.begin()
         stray = f"{group.partition_path}/.{group.file_id}_{group.base_instant}.log.1_7-7-1"
-        create_marker(table.storage, instant, group.partition_path, stray.rsplit("/", 1)[1], "APPEND")
+        write_markers(table.storage, instant, 7, [MarkedFile(group.partition_path, stray.rsplit("/", 1)[1], IOType.APPEND)])
         table.storage.create(stray, b"#HUDI#\0\0\0\0")  # cut off, as a killed attempt leaves it
         writer.complete(instant, timeline, [], table.schema(), None)
 

@@ -21,7 +21,7 @@ from table.errors import ClusteringConflictError, CompactionConflictError, Table
 from table.mor_table import MorTable
 from table.plans.compaction import pending_compactions
 from table.services.archive import ArchivePolicy, archive
-from table.services.clean import CleanPolicy, clean, finish_pending_cleans
+from table.services.clean import CleanPolicy, clean
 from table.services.clustering.execute import execute_clustering, pending_clusterings, rollback_clustering
 from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
@@ -37,10 +37,9 @@ def run_offline(args: argparse.Namespace) -> int:
         elif args.command == "cluster":
             cluster(table, args)
         elif args.command == "clean":
-            with table.writer(WriteOptions(), description="streamer clean"):
-                finish_pending_cleans(table)
+            with table.writer(WriteOptions(), description="streamer clean") as writer:
                 policy = CleanPolicy(**given(kind=args.policy, retained=args.retained))
-                print(f"clean: {clean(table, policy) or 'nothing to clean'}")
+                print(f"clean: {clean(writer, policy) or 'nothing to clean'}")
         else:
             with table.writer(WriteOptions(), description="streamer archive"):
                 policy = ArchivePolicy(**given(min_instants=args.min_instants, max_instants=args.max_instants))

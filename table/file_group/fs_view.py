@@ -20,7 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from table.storage.file_io import Storage
-from table.storage.layout import METADATA_DIR, PARTITION_METADATA_FILE, BaseFileName, LogFileName, partition_file_path
+from table.storage.layout import (
+    BASE_FILE_EXTENSION,
+    LOG_FILE_MARK,
+    METADATA_DIR,
+    PARTITION_METADATA_FILE,
+    BaseFileName,
+    LogFileName,
+    partition_file_path,
+)
 from table.timeline.commit_metadata import ReplaceCommitMetadata
 from table.timeline.timeline import Action, CompletedInstants, Timeline
 
@@ -106,6 +114,53 @@ class FileGroup:
         self.slice(max(starts, default=log.name.base_instant)).log_files.append(log)
 
 
+@dataclass
+class PartitionFiles:
+    """The data files of one partition directory, parsed: base files and log files by path.
+    Files of every instant, completed or not: a view as of a timeline keeps what it sees."""
+
+    partition_path: str
+    base_files: dict[str, BaseFile] = field(default_factory=dict)
+    log_files: dict[str, LogFile] = field(default_factory=dict)
+
+    def add(self, name: str, size: int) -> None:
+        """Take a file of the partition by its name; other files (not Hudi's data files) are ignored."""
+        path = partition_file_path(self.partition_path, name)
+        if name.endswith(BASE_FILE_EXTENSION):
+            parsed = BaseFileName.parse(name)
+            if parsed is not None:
+                self.base_files[path] = BaseFile(path, parsed, size)
+        elif LOG_FILE_MARK in name:
+            log_name = LogFileName.parse(name)
+            if log_name is not None:
+                self.log_files[path] = LogFile(path, log_name, size)
+
+    def remove(self, path: str) -> None:
+        self.base_files.pop(path, None)
+        self.log_files.pop(path, None)
+
+    def file_groups(self, completed: CompletedInstants, file_ids: set[str] | None = None) -> dict[str, FileGroup]:
+        """The file groups of the files (those of `file_ids` only, when given), as `completed`
+        makes them: base files of completed instants start slices; each log file joins the
+        newest committed slice at or before its base instant."""
+        groups: dict[str, FileGroup] = {}
+        for base in self.base_files.values():
+            if base.name.instant not in completed or (file_ids is not None and base.name.file_id not in file_ids):
+                continue
+            group = groups.setdefault(base.name.file_id, FileGroup(self.partition_path, base.name.file_id))
+            group.slice(base.name.instant).base_file = base
+        logs = [f for f in self.log_files.values() if file_ids is None or f.name.file_id in file_ids]
+        # once every base file is known; oldest first, so a slice of log files only exists before the
+        # logs of a pending plan join it
+        for log in sorted(logs, key=lambda f: (f.name.base_instant, f.name.version, f.name.write_token)):
+            group = groups.setdefault(log.name.file_id, FileGroup(self.partition_path, log.name.file_id))
+            base_instant = log.name.base_instant
+            if base_instant in completed and (base_instant not in group.slices or group.slices[base_instant].base_file is None):
+                group.log_only_starts.add(base_instant)
+            group.add_log_file(log)
+        return groups
+
+
 class FileSystemView:
     """File groups per partition, restricted to base files of completed instants up to `as_of`."""
 
@@ -121,16 +176,19 @@ class FileSystemView:
         as_of: str | None = None,
         include_replaced: bool = False,
     ) -> "FileSystemView":
-        """`include_replaced` keeps the groups completed replacecommits retired: only the
-        cleaner, which deletes them, wants those."""
+        """Listing each partition once. `include_replaced` keeps the groups completed
+        replacecommits retired: only the cleaner, which deletes them, wants those."""
         completed = timeline.completed_timestamps()
         if as_of is not None:
             completed = completed.up_to(as_of)
-        paths = partition_paths if partition_paths is not None else list_partitions(storage)
+        if partition_paths is None:
+            listed = list_table_files(storage)
+        else:
+            listed = {p: list_partition_files(storage, p) for p in partition_paths}
         replaced = {} if include_replaced else replaced_file_groups(timeline, as_of)
         partitions = {}
-        for p in paths:
-            groups = _list_file_groups(storage, p, completed)
+        for p, files in listed.items():
+            groups = files.file_groups(completed)
             partitions[p] = {f: g for f, g in groups.items() if (p, f) not in replaced}
         return FileSystemView(partitions, as_of)
 
@@ -162,42 +220,33 @@ def replaced_file_groups(timeline: Timeline, as_of: str | None = None) -> dict[t
 
 def list_partitions(storage: Storage) -> list[str]:
     """Partition paths: directories holding a partition metadata file ('' for the root)."""
-    found: list[str] = []
+    return sorted(list_table_files(storage))
+
+
+def list_table_files(storage: Storage) -> dict[str, PartitionFiles]:
+    """The files of every partition (a directory holding a partition metadata file; '' for the
+    root), each directory of the table listed once."""
+    found: dict[str, PartitionFiles] = {}
 
     def walk(rel: str) -> None:
         entries = storage.list_dir(rel)
         if any(e.name == PARTITION_METADATA_FILE for e in entries):
-            found.append(rel)
+            files = found[rel] = PartitionFiles(rel)
+            for e in entries:
+                if not e.is_dir:
+                    files.add(e.name, e.size)
         for e in entries:
             if e.is_dir and not (rel == "" and e.name == METADATA_DIR) and not e.name.startswith("."):
                 walk(e.path)
 
     walk("")
-    return sorted(found)
+    return found
 
 
-def _list_file_groups(storage: Storage, partition_path: str, completed: CompletedInstants) -> dict[str, FileGroup]:
-    groups: dict[str, FileGroup] = {}
-    logs: list[LogFile] = []
+def list_partition_files(storage: Storage, partition_path: str) -> PartitionFiles:
+    """The files of one partition directory, listed."""
+    files = PartitionFiles(partition_path)
     for entry in storage.list_dir(partition_path):
-        if entry.is_dir:
-            continue
-        if entry.name.endswith(".parquet"):
-            name = BaseFileName.parse(entry.name)
-            if name is None or name.instant not in completed:
-                continue
-            fg = groups.setdefault(name.file_id, FileGroup(partition_path, name.file_id))
-            fg.slice(name.instant).base_file = BaseFile(entry.path, name, entry.size)
-        elif ".log." in entry.name:
-            log_name = LogFileName.parse(entry.name)
-            if log_name is not None:
-                logs.append(LogFile(entry.path, log_name, entry.size))
-    # once every base file is known; oldest first, so a slice of log files only exists before the
-    # logs of a pending plan join it
-    for log in sorted(logs, key=lambda f: (f.name.base_instant, f.name.version, f.name.write_token)):
-        group = groups.setdefault(log.name.file_id, FileGroup(partition_path, log.name.file_id))
-        base_instant = log.name.base_instant
-        if base_instant in completed and (base_instant not in group.slices or group.slices[base_instant].base_file is None):
-            group.log_only_starts.add(base_instant)
-        group.add_log_file(log)
-    return groups
+        if not entry.is_dir:
+            files.add(entry.name, entry.size)
+    return files

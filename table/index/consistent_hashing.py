@@ -420,6 +420,59 @@ class Router:
         return self.nodes[i - 1].value, self.nodes[i].value
 
 
+class PartitionRouters:
+    """The rings of many partitions applied at once: a batch that touches hundreds of partitions
+    is routed by one search over all their nodes (keyed by partition, then value), not by a
+    search per partition. Routes as each partition's `Router` does, dual writes included."""
+
+    def __init__(self, routers: Sequence[Router]):
+        self._primary = _NodeSearch([r.nodes for r in routers], [r.node_file_ids for r in routers])
+        resizing = [r.child_ring for r in routers]
+        self._children = None
+        if any(c is not None for c in resizing):
+            self._children = _NodeSearch([c.nodes if c else () for c in resizing],
+                                         [c.node_file_ids if c else [] for c in resizing])
+        self._names = [r.metadata.partition_path for r in routers]
+
+    def file_ids_with_children(self, partition_codes: np.ndarray, hashes: np.ndarray) -> tuple[pa.Array, pa.Array | None]:
+        """For rows of partition `routers[code]` with these masked hashes: each row's file group
+        and, where a pending resize replaces its bucket, the child's (null elsewhere); None
+        without a pending resize in any of the partitions."""
+        file_ids = self._primary.file_ids(partition_codes, hashes, self._names)
+        if self._children is None:
+            return file_ids, None
+        child_ids = self._children.file_ids(partition_codes, hashes, self._names)
+        return file_ids, pc.if_else(pc.equal(file_ids, child_ids), pa.scalar(None, pa.string()), child_ids)
+
+
+class _NodeSearch:
+    """The nodes of several rings as one sorted array of `partition index << 32 | value`."""
+
+    def __init__(self, nodes: Sequence[Sequence[HashingNode]], file_ids: Sequence[Sequence[str | None]]):
+        sizes = np.array([len(n) for n in nodes], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(sizes)])
+        self.keys = np.concatenate([(i << 32) + np.array([n.value for n in ring], dtype=np.int64)
+                                    for i, ring in enumerate(nodes)] or [np.zeros(0, np.int64)])
+        self.node_file_ids = pa.array([f for ids in file_ids for f in ids], pa.string())
+        self.sizes = sizes
+
+    def file_ids(self, codes: np.ndarray, hashes: np.ndarray, names: list[str]) -> pa.Array:
+        """Each row's node: the first of its partition's nodes whose value is >= the hash,
+        wrapping to the partition's first; null for a row of a partition without this ring."""
+        codes = np.asarray(codes, dtype=np.int64)
+        found = np.searchsorted(self.keys, (codes << 32) + np.asarray(hashes, dtype=np.int64), side="left")
+        found = np.where(found >= self.starts[codes + 1], self.starts[codes], found)
+        has_ring = self.sizes[codes] > 0
+        ids = pc.take(self.node_file_ids, pa.array(np.where(has_ring, found, 0), mask=~has_ring)) \
+            if len(self.node_file_ids) else pa.nulls(len(codes), pa.string())
+        missing = pc.and_(pc.is_null(ids), pa.array(has_ring))
+        if pc.any(missing).as_py():
+            node = int(found[np.flatnonzero(np.asarray(missing))[0]])
+            code = int(np.searchsorted(self.starts, node, side="right") - 1)
+            raise HashingMetadataError(f"a hashing node of partition '{names[code]}' has no file group")
+        return ids
+
+
 def ring_nodes(metadata: HashingMetadata, include_children: bool = False) -> list[HashingNode]:
     """The ring's nodes sorted by value, children applied first when asked (a value seen twice:
     the later node wins, as in Hudi's TreeMap)."""

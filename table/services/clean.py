@@ -44,6 +44,7 @@ from table.timeline.timeline import WRITE_ACTIONS, Action, CompletedInstants, In
 
 if TYPE_CHECKING:
     from table.mor_table import MorTable
+    from table.write.writer import TableWriter
 
 CLEAN = Action.CLEAN
 PLAN_SCHEMA = "HoodieCleanerPlan"
@@ -141,25 +142,30 @@ def _retention(timeline: Timeline, policy: CleanPolicy) -> _Retention:
 # -- planning ------------------------------------------------------------------------------------
 
 
-def schedule_clean(table: MorTable, policy: CleanPolicy) -> str | None:
+def schedule_clean(writer: TableWriter, policy: CleanPolicy) -> str | None:
     """Plan a clean; its instant, or None (nothing written) when there is nothing to delete or
-    a clean is already pending (one at a time)."""
+    a clean is already pending (one at a time). The files come from the writer's view, and only
+    the partitions whose ring a resize replaced are listed for stale hashing metadata."""
+    writer.check_held()
+    table = writer.table
     timeline = table.timeline()
     if timeline.pending(CLEAN):
         return None
     retention = _retention(timeline, policy)
     completed = timeline.completed_timestamps()
-    view = table.file_system_view(timeline=timeline, include_replaced=True)
+    view = writer.file_system_view(timeline, include_replaced=True)
+    resized = {p for p, m in writer.rings(timeline).items() if m.instant != ring.INIT_INSTANT_TS}
     storage = table.storage
     to_delete: dict[str, list[str]] = {}
-    for partition in view.partition_paths():
+    for partition in sorted(set(view.partition_paths()) | resized):
         paths = [
             path
             for group in view.file_groups(partition).values()
             for old in retention.slices_to_delete(group)
             for path in _slice_paths(old)
         ]
-        paths += _stale_hashing_metadata(storage, partition, completed)
+        if partition in resized:
+            paths += _stale_hashing_metadata(storage, partition, completed)
         if paths:
             to_delete[partition] = [storage.full_path(p) for p in paths]
     if not to_delete:
@@ -279,9 +285,9 @@ def finish_pending_cleans(table: MorTable) -> list[CleanResult]:
     return [execute_clean(table, instant) for instant in pending_cleans(table)]
 
 
-def clean(table: MorTable, policy: CleanPolicy) -> CleanResult | None:
+def clean(writer: TableWriter, policy: CleanPolicy) -> CleanResult | None:
     """Finish pending cleans, then plan and execute a new one; its result, None when there was
     nothing to delete."""
-    finish_pending_cleans(table)
-    instant = schedule_clean(table, policy)
-    return execute_clean(table, instant) if instant else None
+    finish_pending_cleans(writer.table)
+    instant = schedule_clean(writer, policy)
+    return execute_clean(writer.table, instant) if instant else None

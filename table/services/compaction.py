@@ -48,7 +48,7 @@ from table.schema import COMMIT_TIME, FILE_NAME, RECORD_KEY, avro_schema_json
 from table.services.execution import PlanExecution
 from table.storage.file_io import Storage
 from table.storage.layout import BaseFileName, partition_file_path, write_token
-from table.storage.markers import create_marker
+from table.storage.markers import IOType, MarkedFile
 from table.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, RuntimeStats, WriteStat
 from table.timeline.plans import serialize_plan
 from table.timeline.timeline import Instant, Timeline
@@ -143,7 +143,7 @@ def schedule_compaction(writer: TableWriter, strategy: CompactionStrategy) -> st
         # Its log blocks would be in the plan yet not in the compacted base file.
         raise TimelineStateError("cannot schedule a compaction while a deltacommit is pending")
     planned = pending_compaction_file_groups(timeline) | pending_clustering_file_groups(timeline)
-    view = table.file_system_view(timeline=timeline)
+    view = writer.file_system_view(timeline)
     candidates = [s for s in view.latest_slices() if s.log_files and (s.partition_path, s.file_id) not in planned]
     chosen = strategy.select(candidates, view.partition_paths())
     if not chosen:
@@ -228,6 +228,10 @@ class CompactionExecution(PlanExecution):
             schema=table_schema_with_meta(self.schema),
         )
 
+    def planned_files(self) -> list[MarkedFile]:
+        return [MarkedFile(op.partition_path, _base_file_name(op, self.instant, task_id), IOType.CREATE)
+                for task_id, op in enumerate(self.operations)]
+
     def write_groups(self) -> Iterator[list[WriteStat]]:
         log.info("compaction %s of %s: %d file groups", self.instant, self.table.name, len(self.operations))
         for task_id, op in enumerate(self.operations):
@@ -255,12 +259,11 @@ def _compact(storage: Storage, op: CompactionOperation, instant: str, task_id: i
     file_slice = op.file_slice(storage)
     merged = read_file_slice(storage, file_slice, spec).sort_by(RECORD_KEY)
     scanned = time.monotonic()
-    name = BaseFileName(op.file_id, write_token(task_id, 0, 0), instant).format()
+    name = _base_file_name(op, instant, task_id)
     path = partition_file_path(op.partition_path, name)
     rows = merged.set_column(
         merged.schema.get_field_index(FILE_NAME), FILE_NAME, pa.repeat(pa.scalar(name, pa.string()), merged.num_rows)
     )
-    create_marker(storage, instant, op.partition_path, name, "CREATE")
     buffer = io.BytesIO()
     pq.write_table(rows, buffer, **parquet_options(rows))
     storage.create(path, buffer.getvalue())
@@ -268,6 +271,10 @@ def _compact(storage: Storage, op: CompactionOperation, instant: str, task_id: i
         total_scan_time=int((scanned - started) * 1000), total_upsert_time=int((time.monotonic() - scanned) * 1000)
     )
     return _write_stat(storage, op, file_slice, rows, path, len(buffer.getvalue()), runtime)
+
+
+def _base_file_name(op: CompactionOperation, instant: str, task_id: int) -> str:
+    return BaseFileName(op.file_id, write_token(task_id, 0, 0), instant).format()
 
 
 def _write_stat(storage: Storage, op: CompactionOperation, file_slice: FileSlice, rows: pa.Table, path: str,

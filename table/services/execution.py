@@ -5,6 +5,7 @@ A plan is requested on the timeline by the writer and executed by any process, o
 - the executor lease, `.hoodie/.aux/<instant>.<action>.lease`, keeps a second executor out;
 - the plan's instant goes from requested to inflight; found inflight already, it is the retry of
   a crashed execution, whose files (named by its markers) go first;
+- one marker file names every file the plan writes, before the first of them is written;
 - the plan's groups are written, a progress line every PROGRESS_INTERVAL_SECONDS on long plans;
 - the instant completes while the lease is still held, then its markers go.
 
@@ -23,7 +24,7 @@ from table.errors import TimelineStateError
 from table.storage.file_io import Storage
 from table.storage.layout import AUX_DIR
 from table.storage.lease import WriterLease, acquire_executor_lease
-from table.storage.markers import delete_markers, marked_files
+from table.storage.markers import MarkedFile, begin_markers, delete_markers, marked_files, write_markers
 from table.timeline.commit_metadata import CommitMetadata, WriteStat
 from table.timeline.timeline import Instant, Timeline
 
@@ -79,6 +80,8 @@ class PlanExecution(ABC):
         else:
             raise TimelineStateError(f"no pending {self.service} at {self.instant} in {self.table.base_uri}")
         self.read_plan(timeline)
+        begin_markers(storage, self.instant)
+        write_markers(storage, self.instant, 0, self.planned_files())
         stats: list[WriteStat] = []
         reported = time.monotonic()
         for groups_done, group_stats in enumerate(self.write_groups(), start=1):
@@ -97,6 +100,10 @@ class PlanExecution(ABC):
     @abstractmethod
     def read_plan(self, timeline: Timeline) -> None:
         """Read the plan at the instant, and what writing it needs, as of `timeline`."""
+
+    @abstractmethod
+    def planned_files(self) -> list[MarkedFile]:
+        """Every file the plan writes, as `write_groups` names them."""
 
     @abstractmethod
     def write_groups(self) -> Iterator[list[WriteStat]]:

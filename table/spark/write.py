@@ -1,17 +1,19 @@
 """Distributed upsert of a Spark DataFrame: one deltacommit, one pass over the rows, one shuffle.
 
 A micro-batch of 100,000 records is cheap to key, route and write in Python and Arrow, and
-expensive to move between the JVM and Python, so the rows cross as few times as possible:
+expensive to move between the JVM and Python, so the rows cross as few times as possible, and
+nothing is paid per file group that could be paid per batch:
 
 1. One pass (`mapInArrow`) takes each Arrow batch of the input, turns it into batches of table
    rows (an optional function: the streamer's reader and decoder), keys and routes them through the commit's
-   `Routing` (broadcast once), and packs each file group's rows into one Arrow IPC stream, a
-   single binary value. The JVM sees a few dozen values per batch, not a row per record.
+   `Routing` (broadcast once), and packs the rows of each write task's file groups into one
+   Arrow IPC stream, a single binary value. The JVM sees a value per write task and batch,
+   however many file groups the batch touches.
 2. One shuffle moves those packed values to the write tasks, about one per core, among which
    the file groups are dealt out evenly (`_WriteTasks`).
-3. Each write task groups the packed values it received by file group; for each group it
-   unpacks the rows, keeps the latest version of each key and writes the group's base or log
-   file (`table.write.file_group_writer.write_file_group`).
+3. Each write task unpacks what it received into one table, keeps the latest version of each
+   key of each file group in one pass, and writes its groups: one marker file naming them all,
+   a base or log file per group (`table.write.file_group_writer`), then all of them synced at once.
 
 Only the write stats come back to the driver, which completes the commit. Spark runs it as two
 stages (the shuffle's map stage and the write), whatever the batch holds: one job, or two with
@@ -39,7 +41,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from table.schema import PARTITION_PATH
 from table.timeline.commit_metadata import WriteStat
 from table.write.delta_commit import DeltaCommit
-from table.write.file_group_writer import CommitContext, write_file_group
+from table.write.file_group_writer import CommitContext, WriteTask, write_file_groups
 from table.write.prepare import POSITION, dedupe_latest
 from table.write.routing import FILE_ID, Routing, file_group_slices
 from table.write.writer import TableWriter
@@ -49,7 +51,7 @@ PACKED = "rows"
 #: dealt out evenly (`_WriteTasks`) instead of hashed, which leaves some tasks twice the groups of
 #: others.
 WRITE_TASK = "_mor_write_task"
-PACKED_SCHEMA = f"{FILE_ID} string, {WRITE_TASK} int, {PACKED} binary"
+PACKED_SCHEMA = f"{WRITE_TASK} int, {PACKED} binary"
 STAT_SCHEMA = "stat string, seconds double"
 _STAT_ARROW = pa.schema([("stat", pa.string()), ("seconds", pa.float64())])
 #: Position of a row in its task's input: task id in the high bits, as monotonically_increasing_id.
@@ -159,9 +161,10 @@ class _WriteTasks:
         count = min(len(groups), most) if groups else most
         return cls(count, write_task_keys(count), {file_id: i % count for i, file_id in enumerate(groups)})
 
-    def key(self, file_id: str) -> int:
+    def task_of(self, file_id: str) -> int:
+        """The index of the write task that writes the file group."""
         task = self.turns.get(file_id)
-        return self.keys[task if task is not None else zlib.crc32(file_id.encode()) % self.count]
+        return task if task is not None else zlib.crc32(file_id.encode()) % self.count
 
 
 @cache
@@ -216,7 +219,7 @@ def _key_route_pack(routing_bc, tasks: _WriteTasks, to_rows: ToRows | None, metr
                 prepared = prepared.append_column(POSITION, pa.array(np.arange(position, position + rows.num_rows)))
                 position += rows.num_rows
                 done.rows += rows.num_rows
-                yield pack(file_group_slices(routing.route(prepared)), tasks)
+                yield pack(routing.route(prepared), tasks)
             done.route_seconds += lap()
         done.to_rows_seconds += lap()  # the input batch's last, empty turn of `to_rows`
     metrics.add(done)
@@ -234,46 +237,53 @@ class _Lap:
         return elapsed
 
 
-def pack(groups: Iterator[tuple[str, pa.Table]], tasks: _WriteTasks) -> pa.RecordBatch:
-    """One row per file group: its id, its write task's key and its rows as one Arrow IPC stream."""
-    file_ids, ends = [], [0]
+def pack(routed: pa.Table, tasks: _WriteTasks) -> pa.RecordBatch:
+    """One row per write task the rows go to: its shuffle key and its rows, those of all its file
+    groups, as one Arrow IPC stream."""
+    if routed.num_rows == 0:
+        return pa.RecordBatch.from_pydict({WRITE_TASK: pa.array([], pa.int32()), PACKED: pa.array([], pa.binary())})
+    groups = pc.dictionary_encode(routed[FILE_ID].combine_chunks())
+    task_of_group = np.array([tasks.task_of(f) for f in groups.dictionary.to_pylist()], dtype=np.int64)
+    task_of_row = task_of_group[np.asarray(groups.indices)]
+    counts = np.bincount(task_of_row, minlength=tasks.count)
+    ordered = routed.take(pa.array(np.argsort(task_of_row, kind="stable")))
     sink = pa.BufferOutputStream()
-    for file_id, rows in groups:
-        rows = rows.drop_columns([FILE_ID])
-        with pa.ipc.new_stream(sink, rows.schema) as stream:
-            stream.write_table(rows)
-        file_ids.append(file_id)
-        ends.append(sink.tell())
-    data = sink.getvalue()
+    keys, ends, start = [], [0], 0
+    for task, count in enumerate(counts.tolist()):
+        if count:
+            with pa.ipc.new_stream(sink, ordered.schema) as stream:
+                stream.write_table(ordered.slice(start, count))
+            keys.append(tasks.keys[task])
+            ends.append(sink.tell())
+            start += count
     offsets = pa.py_buffer(np.array(ends, dtype=np.int32).tobytes())
-    streams = pa.Array.from_buffers(pa.binary(), len(file_ids), [None, offsets, data])
-    keys = pa.array([tasks.key(file_id) for file_id in file_ids], pa.int32())
-    return pa.RecordBatch.from_arrays([pa.array(file_ids, pa.string()), keys, streams], names=[FILE_ID, WRITE_TASK, PACKED])
+    streams = pa.Array.from_buffers(pa.binary(), len(keys), [None, offsets, sink.getvalue()])
+    return pa.RecordBatch.from_arrays([pa.array(keys, pa.int32()), streams], names=[WRITE_TASK, PACKED])
 
 
-def unpack(streams: pa.Array | pa.ChunkedArray) -> pa.Table:
-    tables = [pa.ipc.open_stream(value.as_buffer()).read_all() for value in streams]
+def unpack(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
+    """The rows of the packed values, as one table (None when there are none)."""
+    tables = [pa.ipc.open_stream(value.as_buffer()).read_all() for batch in batches for value in batch.column(PACKED)]
+    if not tables:
+        return None
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
 def _write_file_groups(ctx: CommitContext, routing_bc, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """A write task: the packed rows of the file groups the shuffle gave it, grouped here rather
-    than by a sort in the JVM, then each group's base or log file written."""
+    """A write task: the rows of the file groups the shuffle gave it, the latest version of each
+    key of each group kept, then the groups written (`write_file_groups`)."""
     from pyspark import TaskContext
 
     task = TaskContext.get()
-    streams: dict[str, list[pa.Array]] = {}
-    for batch in batches:
-        ids = batch.column(FILE_ID)
-        packed = batch.column(PACKED)
-        for file_id in pc.unique(ids).to_pylist():
-            streams.setdefault(file_id, []).append(packed.filter(pc.equal(ids, file_id)))
+    rows = unpack(batches)
+    if rows is None:
+        return
+    started = time.perf_counter()  # the shuffle's wait is not the write's
+    rows = dedupe_latest(rows, ctx.ordering_field, group_column=FILE_ID)
     routing: Routing = routing_bc.value
-    for file_id, parts in streams.items():
-        started = time.perf_counter()
-        rows = dedupe_latest(unpack(pa.chunked_array(parts)), ctx.ordering_field)
-        target = routing.target(file_id, rows[PARTITION_PATH][0].as_py())
-        stat = write_file_group(ctx, target, rows, task.partitionId(), task.attemptNumber())
-        yield pa.RecordBatch.from_pydict(
-            {"stat": [json.dumps(stat.to_dict()) if stat else None], "seconds": [time.perf_counter() - started]},
-            schema=_STAT_ARROW)
+    groups = [(routing.target(file_id, group[PARTITION_PATH][0].as_py()), group.drop_columns([FILE_ID]))
+              for file_id, group in file_group_slices(rows)]
+    stats = write_file_groups(ctx, WriteTask(task.partitionId(), task.stageId(), task.taskAttemptId()), groups)
+    reported = [json.dumps(s.to_dict()) for s in stats] or [None]
+    seconds = [time.perf_counter() - started] + [0.0] * (len(reported) - 1)
+    yield pa.RecordBatch.from_pydict({"stat": reported, "seconds": seconds}, schema=_STAT_ARROW)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 
 import pyarrow.fs as pafs
@@ -42,6 +43,8 @@ _S3_SETTINGS = {
     "allow_http": ("aws_allow_http", "AWS_ALLOW_HTTP"),
 }
 STORAGE_OPTION_NAMES = tuple(names[0] for names in _S3_SETTINGS.values())
+#: fsyncs `Storage.sync_files` runs side by side: enough for the disk to flush many files at once.
+SYNC_THREADS = 16
 
 
 @dataclass(frozen=True)
@@ -209,19 +212,38 @@ class Storage:
             return
         self._put_new(target, data)
 
-    def write_new(self, rel: str, data: bytes | bytearray | memoryview) -> None:
-        """Write a data file of a pending instant: exclusively (FileExistsError when it exists),
-        in place and durably. Readers never look at a pending instant's files, and its rollback
-        deletes what a killed write left, so no temporary name is needed."""
+    def write_new(self, rel: str, data: bytes | bytearray | memoryview, durable: bool = True) -> None:
+        """Write a data file of a pending instant, in place. Readers never look at a pending
+        instant's files, and its rollback deletes what a killed write left, so no temporary name
+        is needed; the write token in the name makes it its writer's own, so an object store is
+        not asked first whether it exists (a HEAD a file). On a local disk the file is created
+        exclusively (FileExistsError when it exists) and, unless `durable` is False, synced:
+        a writer of many files passes False and syncs them together with `sync_files`."""
         target = self.full_path(rel)
         self.makedirs(_parent(rel))
         if self.is_local:
             with open(target, "xb") as f:
                 f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
             return
-        self._put_new(target, data)
+        with self.filesystem.open_output_stream(target) as out:
+            out.write(data)
+
+    def sync_files(self, rels: list[str]) -> None:
+        """Make files written with `durable=False` durable, all before this returns: on a local
+        disk their fsyncs run side by side, so that the disk's flushes serve many files at once
+        (one after another, each file waits for a flush of its own). An object store's PUT is
+        durable when it returns: nothing to do there."""
+        if not rels or not self.is_local:
+            return
+        paths = [self.full_path(rel) for rel in rels]
+        if len(paths) == 1:
+            _fsync(paths[0])
+            return
+        with ThreadPoolExecutor(min(len(paths), SYNC_THREADS), thread_name_prefix="fsync") as pool:
+            list(pool.map(_fsync, paths))
 
     def _put_new(self, target: str, data: bytes | bytearray | memoryview) -> None:
         """One PUT after one HEAD: atomic for readers, but not exclusive. pyarrow cannot send
@@ -313,6 +335,14 @@ def _temp_prefix(name: str) -> str:
     """Hidden, and without the underscores Hudi readers split data file names on: a temporary
     file left by a process killed mid-write is never taken for a log file of a file group."""
     return f".{name.replace('_', '~')}."
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_local(path: str, data: bytes) -> None:

@@ -28,6 +28,8 @@ TEMP_DIR = f"{METADATA_DIR}/.temp"
 PARTITION_METADATA_FILE = ".hoodie_partition_metadata"
 BASE_FILE_EXTENSION = ".parquet"
 LOG_FILE_EXTENSION = ".log"
+#: What every log file name holds (`.<fileId>_<baseInstant>.log.<version>_<writeToken>`).
+LOG_FILE_MARK = f"{LOG_FILE_EXTENSION}."
 # Where the consistent-hashing bucket index keeps its `<instant>.hashing_meta` files, one
 # directory per partition (RFC-42).
 HASHING_METADATA_DIR = f"{METADATA_DIR}/.bucket_index/consistent_hashing_metadata"

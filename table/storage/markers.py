@@ -1,33 +1,95 @@
-"""Marker files: a record, made before each data file, of what an instant is writing.
+"""Marker files: a record, made before any data file, of the files an instant is writing.
 
-They live in `.hoodie/.temp/<instant>/<partition>/<file>.marker.<IOTYPE>` as Hudi's direct
-markers do. A rollback of an instant that never completed deletes exactly the files its markers
-name; a completed instant's markers are removed with it.
+Each writer of an instant's files (a Spark write task attempt, an in-process commit, a service
+execution) writes one file, `.hoodie/.temp/<instant>/MARKERS<n>`, naming every data file it is
+about to write, one per line as `<partition>/<file>.marker.<IOTYPE>`, before it writes the first
+of them; `MARKERS.type` beside them says `TIMELINE_SERVER_BASED`. That is the layout Hudi's
+timeline-server-based markers leave in storage, and Hudi's rollback reads it from there. A write
+so costs one request for its markers however many file groups it touches, where one marker file
+per data file (Hudi's direct markers) costs a request each.
+
+A rollback of an instant that never completed deletes exactly the files its markers name (a
+named file that was never written is simply absent); a completed instant's markers are removed
+with it. Direct markers, `<partition>/<file>.marker.<IOTYPE>` files, are read too: an instant
+left pending by an earlier version of this writer may have them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from table.errors import InvalidRequestError
 from table.storage.file_io import Storage
-from table.storage.layout import TEMP_DIR
+from table.storage.layout import TEMP_DIR, partition_file_path
 
 MARKER_SUFFIX = ".marker."
+MARKERS_FILE_PREFIX = "MARKERS"
+MARKER_TYPE_FILE = f"{MARKERS_FILE_PREFIX}.type"
+#: Hudi's `MarkerType` whose storage layout these files are.
+MARKER_TYPE = "TIMELINE_SERVER_BASED"
+
+
+class IOType(StrEnum):
+    """Hudi's `IOType`: how the marked file is written."""
+
+    CREATE = "CREATE"  # a new base file
+    APPEND = "APPEND"  # a log file
+
+
+@dataclass(frozen=True)
+class MarkedFile:
+    """A data file an instant is about to write, in its partition."""
+
+    partition_path: str
+    file_name: str
+    io_type: IOType
+
+    @property
+    def path(self) -> str:
+        return partition_file_path(self.partition_path, self.file_name)
+
+    @property
+    def marker(self) -> str:
+        return f"{self.path}{MARKER_SUFFIX}{self.io_type}"
 
 
 def marker_dir(instant: str) -> str:
     return f"{TEMP_DIR}/{instant}"
 
 
-def create_marker(storage: Storage, instant: str, partition_path: str, file_name: str, io_type: str) -> None:
-    rel = "/".join(p for p in (marker_dir(instant), partition_path, f"{file_name}{MARKER_SUFFIX}{io_type}") if p)
-    storage.touch(rel)
+def begin_markers(storage: Storage, instant: str) -> None:
+    """Say how the instant's markers are kept, before any writer writes its own: Hudi's
+    rollback reads the marker files the type names."""
+    storage.write_bytes(f"{marker_dir(instant)}/{MARKER_TYPE_FILE}", MARKER_TYPE.encode())
+
+
+def write_markers(storage: Storage, instant: str, writer_id: int, files: Iterable[MarkedFile]) -> None:
+    """Record, in one file of its own, the files one writer of the instant is about to write.
+
+    `writer_id` tells apart the writers of one instant (a Spark task attempt's unique id); the
+    file is written whole or not at all, so a writer killed before it wrote any data file."""
+    if writer_id < 0:
+        raise InvalidRequestError(f"a marker writer id is not negative, got {writer_id}")
+    lines = "".join(f"{f.marker}\n" for f in files)
+    storage.write_bytes(f"{marker_dir(instant)}/{MARKERS_FILE_PREFIX}{writer_id}", lines.encode())
 
 
 def marked_files(storage: Storage, instant: str) -> list[str]:
     """Table-relative paths of the data files an instant marked, whether or not they exist."""
     root = marker_dir(instant)
-    return sorted(entry.path[len(root) + 1:].split(MARKER_SUFFIX, 1)[0]
-                  for entry in storage.list_dir(root, recursive=True)
-                  if not entry.is_dir and MARKER_SUFFIX in entry.name)
+    found: set[str] = set()
+    for entry in storage.list_dir(root, recursive=True):
+        if entry.is_dir:
+            continue
+        below = entry.path[len(root) + 1:]
+        if entry.name.startswith(MARKERS_FILE_PREFIX) and entry.name != MARKER_TYPE_FILE and "/" not in below:
+            text = storage.read_bytes(entry.path).decode()
+            found.update(line.split(MARKER_SUFFIX, 1)[0] for line in text.splitlines() if MARKER_SUFFIX in line)
+        elif MARKER_SUFFIX in entry.name:
+            found.add(below.split(MARKER_SUFFIX, 1)[0])
+    return sorted(found)
 
 
 def delete_markers(storage: Storage, instant: str) -> None:

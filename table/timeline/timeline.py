@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -173,6 +174,35 @@ class CompletedInstants:
         return replace(self, up_to_time=bound)
 
 
+class InstantJournal:
+    """The instant states this process wrote, per table: what lets a writer's caches tell the
+    instants its own process made, whose effects it can apply, from those of any other writer
+    (Apache Hudi, an offline command), which send it back to storage.
+
+    Bounded: a state that has fallen out of the window reads as another writer's, which only
+    costs a fresh listing. Thread-safe: services execute plans beside the writer's thread."""
+
+    def __init__(self, capacity_per_table: int = 4096):
+        self._capacity = capacity_per_table
+        self._tables: dict[str, OrderedDict[tuple[str, Action, State], None]] = {}
+        self._lock = threading.Lock()
+
+    def record(self, storage: Storage, instant: Instant) -> None:
+        with self._lock:
+            states = self._tables.setdefault(storage.base_uri, OrderedDict())
+            states[(instant.timestamp, instant.action, instant.state)] = None
+            while len(states) > self._capacity:
+                states.popitem(last=False)
+
+    def made_here(self, storage: Storage, instant: Instant) -> bool:
+        with self._lock:
+            return (instant.timestamp, instant.action, instant.state) in self._tables.get(storage.base_uri, ())
+
+
+#: Every transition a `Timeline` of this process makes is recorded here.
+JOURNAL = InstantJournal()
+
+
 def instant_files(storage: Storage) -> list[Instant]:
     """Every file of the active timeline, as the instant state it stands for."""
     found = (Instant.from_file_name(e.name) for e in storage.list_dir(METADATA_DIR) if not e.is_dir)
@@ -277,6 +307,7 @@ class Timeline:
     def _create(self, instant: Instant, content: bytes) -> Instant:
         self.storage.create(instant_file_path(instant.file_name), content)
         self._latest[instant.key] = instant
+        JOURNAL.record(self.storage, instant)
         return instant
 
     def create_requested(self, instant: Instant, content: bytes = b"") -> Instant:

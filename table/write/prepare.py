@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -68,22 +69,28 @@ def prepare_batch(records: pa.Table, spec: BatchSpec, key_generator, dedupe: boo
     return dedupe_latest(prepared, spec.ordering_field) if dedupe else prepared
 
 
-def dedupe_latest(prepared: pa.Table, ordering_field: str) -> pa.Table:
-    """One row per record key: the greatest ordering value, the later row on ties."""
+def dedupe_latest(prepared: pa.Table, ordering_field: str, group_column: str | None = None) -> pa.Table:
+    """One row per record key (per key of each group, with `group_column`): the greatest ordering
+    value, the later row on ties."""
     if prepared.num_rows <= 1 or pc.count_distinct(prepared[RECORD_KEY]).as_py() == prepared.num_rows:
         return prepared
     if POSITION in prepared.column_names:
         position = prepared[POSITION]
     else:
         position = pa.array(range(prepared.num_rows), pa.int64())
+    identity = [group_column, RECORD_KEY] if group_column else [RECORD_KEY]
+    columns = {f"k{i}": prepared[c] for i, c in enumerate(identity)}
     order = pc.sort_indices(
-        pa.table({"k": prepared[RECORD_KEY], "o": prepared[ordering_field], "p": position}),
-        sort_keys=[("k", "ascending"), ("o", "descending"), ("p", "descending")],
+        pa.table({**columns, "o": prepared[ordering_field], "p": position}),
+        sort_keys=[(k, "ascending") for k in columns] + [("o", "descending"), ("p", "descending")],
     )
-    keys = pc.take(prepared[RECORD_KEY], order).combine_chunks()
-    n = len(keys)
-    first = pa.concat_arrays([pa.array([True]), pc.not_equal(keys.slice(1), keys.slice(0, n - 1))])
-    return prepared.take(pc.filter(order, first))
+    n = prepared.num_rows
+    first = np.zeros(n, dtype=bool)
+    first[0] = True
+    for column in identity:
+        ordered = pc.take(prepared[column], order).combine_chunks()
+        first[1:] |= np.asarray(pc.not_equal(ordered.slice(1), ordered.slice(0, n - 1)))
+    return prepared.take(pc.filter(order, pa.array(first)))
 
 
 def _orderable(t: pa.DataType) -> bool:

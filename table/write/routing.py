@@ -82,34 +82,20 @@ class Routing:
 
     def route(self, rows: pa.Table | pa.RecordBatch) -> pa.Table:
         """The rows with the FILE_ID of their partition's bucket (its consistent-hashing ring
-        applied to the record key). A row whose bucket a pending resize replaces comes twice:
-        once for the old file group, once for the child's (the dual write that keeps both sides
-        current)."""
+        applied to the record key), all partitions in one vectorized pass. A row whose bucket a
+        pending resize replaces comes twice: once for the old file group, once for the child's
+        (the dual write that keeps both sides current)."""
         table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
         if table.num_rows == 0:
             return table.append_column(FILE_ID, pa.array([], pa.string()))
-        partitions = table[PARTITION_PATH].combine_chunks()
-        keys = table[RECORD_KEY].combine_chunks()
-        distinct = pc.unique(partitions).to_pylist()
-        if len(distinct) == 1:
-            file_ids, child_ids = self.router(distinct[0]).file_ids_with_children(keys)
-            primary = table.append_column(FILE_ID, file_ids)
-            if child_ids is None or child_ids.null_count == len(child_ids):
-                return primary
-        else:
-            positions, routed, children = [], [], []
-            for partition in distinct:
-                idx = pc.indices_nonzero(pc.equal(partitions, partition))
-                file_ids, child_ids = self.router(partition).file_ids_with_children(pc.take(keys, idx))
-                positions.append(idx)
-                routed.append(file_ids)
-                children.append(child_ids if child_ids is not None else pa.nulls(len(idx), pa.string()))
-            # Rows were gathered partition by partition; put each file id back at its row's position.
-            order = pc.sort_indices(pa.concat_arrays(positions))
-            primary = table.append_column(FILE_ID, pc.take(pa.concat_arrays(routed), order))
-            child_ids = pc.take(pa.concat_arrays(children), order)
-            if child_ids.null_count == len(child_ids):
-                return primary
+        partitions = pc.dictionary_encode(table[PARTITION_PATH].combine_chunks())
+        routers = [self.router(p) for p in partitions.dictionary.to_pylist()]
+        hashes = ring.hash_values(table[RECORD_KEY], self.spec.record_key_fields)
+        file_ids, child_ids = ring.PartitionRouters(routers).file_ids_with_children(
+            np.asarray(partitions.indices), hashes)
+        primary = table.append_column(FILE_ID, file_ids)
+        if child_ids is None or child_ids.null_count == len(child_ids):
+            return primary
         dual = pc.is_valid(child_ids)
         duplicates = table.filter(dual).append_column(FILE_ID, pc.filter(child_ids, dual))
         return pa.concat_tables([primary, duplicates])

@@ -13,7 +13,9 @@ import pyarrow as pa
 from table import failpoints
 from table.config.choices import LogBlockFormat
 from table.errors import InvalidBatchError, SchemaEvolutionError, WriterNotOpenError
+from table.file_group.fs_view import FileSystemView
 from table.file_group.layout_stats import LayoutStats
+from table.file_group.view_cache import FileSystemViewCache, SyncResult
 from table.index import consistent_hashing as ring
 from table.keys import KeyGenerator
 from table.schema import PARTITION_PATH, avro_schema_json, evolve
@@ -22,13 +24,13 @@ from table.plans.compaction import pending_compaction_file_groups
 from table.services.rollback import rollback_pending_writes
 from table.storage.file_io import Storage
 from table.storage.lease import DEFAULT_TTL_SECONDS, WriterLease
-from table.storage.markers import delete_markers, marked_files
+from table.storage.markers import begin_markers, delete_markers, marked_files
 from table.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
 from table.timeline.timeline import Action, Instant, Timeline
 from table.write.delta_commit import DeltaCommit
-from table.write.file_group_writer import CommitContext, write_file_group
+from table.write.file_group_writer import CommitContext, WriteTask, write_file_groups
 from table.write.prepare import BatchSpec, prepare_batch
-from table.write.routing import FileGroupTarget, Routing, file_group_slices
+from table.write.routing import FILE_ID, FileGroupTarget, Routing, file_group_slices
 
 if TYPE_CHECKING:
     from table.mor_table import MorTable
@@ -60,7 +62,9 @@ class TableWriter:
         self.key_generator = KeyGenerator.from_config(table.config)
         self._lease = WriterLease(table.storage, description, options.lease_ttl_seconds)
         self._open = False
+        self._files = FileSystemViewCache(table.storage)
         self._rings = _Rings(table.storage)
+        self._schema: tuple[str | None, pa.Schema] | None = None  # (the latest write, the table's schema then)
         self.last_commit: CommitMetadata | None = None  # what the latest `complete` committed
         self.last_layout: LayoutStats | None = None  # the buckets' latest slices after it
 
@@ -103,9 +107,18 @@ class TableWriter:
         widened types (see `table.schema.evolve`); refuses a batch that drops or retypes a column."""
         columns = pa.schema([f for f in incoming if f.name != self.options.delete_field])
         try:
-            return evolve(self.table.schema(), columns)
+            return evolve(self.table_schema(Timeline.load(self.table.storage)), columns)
         except SchemaEvolutionError as e:
             raise InvalidBatchError(f"the batch does not fit the table: {e}") from None
+
+    def table_schema(self, timeline: Timeline) -> pa.Schema:
+        """The table's columns as of `timeline` (`MorTable.schema`), read once per latest write:
+        a big commit's metadata is costly to read and parse at every batch."""
+        last = timeline.last_completed_write()
+        key = last.timestamp if last else None
+        if self._schema is None or self._schema[0] != key:
+            self._schema = (key, self.table.schema(timeline))
+        return self._schema[1]
 
     def check_held(self) -> None:
         """Raise unless this writer is open and still holds the lease: what only the writer may
@@ -121,6 +134,7 @@ class TableWriter:
         timeline.create_requested(instant)
         failpoints.reach("deltacommit.requested")
         timeline.transition_to_inflight(instant)
+        begin_markers(self.table.storage, instant.timestamp)
         failpoints.reach("deltacommit.inflight")
         return instant.timestamp, timeline
 
@@ -144,6 +158,19 @@ class TableWriter:
         routing, layout = self._routing(timeline)
         return DeltaCommit(self, instant, timeline, data_schema, routing, layout)
 
+    def file_system_view(self, timeline: Timeline, include_replaced: bool = False) -> FileSystemView:
+        """The table's file groups as of `timeline`, from the writer's view (listed at its first
+        commit, then kept in step with the timeline: see `table.file_group.view_cache`), and
+        each partition's ring followed likewise."""
+        synced = self._files.sync(timeline)
+        self._rings.follow(timeline, synced)
+        return self._files.view(timeline, include_replaced)
+
+    def rings(self, timeline: Timeline) -> dict[str, ring.HashingMetadata]:
+        """The latest committed ring of every partition as of `timeline`, from the writer's cache."""
+        self._rings.follow(timeline, self._files.sync(timeline))
+        return self._rings.current()
+
     def _routing(self, timeline: Timeline) -> tuple[Routing, LayoutStats]:
         """Each partition's ring and each bucket's file group target, as of `timeline`.
 
@@ -152,10 +179,10 @@ class TableWriter:
         partition is pending at r, its children are targets too: their logs start slices at r,
         whose base files are the resize's output (dual writes; see `table.services.clustering.planner`).
         """
-        rings = self._rings.as_of(timeline)
+        view = self.file_system_view(timeline)
+        rings = self._rings.current()
         routers: dict[str, ring.Router] = {}
         targets: dict[str, FileGroupTarget] = {}
-        view = self.table.file_system_view(timeline=timeline, partition_paths=sorted(rings))
         compacting = pending_compaction_file_groups(timeline)
         resizing = {p: (plan.instant, children) for plan in pending_clustering_plans(timeline)
                     for p, children in plan.children_by_partition().items()}
@@ -203,7 +230,9 @@ class TableWriter:
         metadata = CommitMetadata.for_write(stats, extra, operation_type="UPSERT")
         self._delete_unreported_files(instant, stats)
         failpoints.reach("deltacommit.files_written")
-        timeline.complete(Instant(instant, "deltacommit", "inflight"), metadata.to_json().encode())
+        completed = timeline.complete(Instant(instant, "deltacommit", "inflight"), metadata.to_json().encode())
+        self._files.committed(completed, metadata)
+        self._schema = (instant, data_schema)
         self.last_commit = metadata
         failpoints.reach("deltacommit.completed")
         delete_markers(self.table.storage, instant)
@@ -225,7 +254,7 @@ class TableWriter:
         """A deltacommit without data, recording progress (a caller's checkpoint) for a batch
         that had nothing to write."""
         instant, timeline = self.begin()
-        self.complete(instant, timeline, [], self.table.schema(timeline), extra_metadata)
+        self.complete(instant, timeline, [], self.table_schema(timeline), extra_metadata)
         return instant
 
     def upsert(self, records: pa.Table, extra_metadata: dict[str, str] | None = None) -> str:
@@ -234,13 +263,9 @@ class TableWriter:
         data_schema = self.check_schema(records.schema)
         prepared = prepare_batch(records, self.batch_spec, self.key_generator)
         commit = self.begin_delta_commit(data_schema)
-        stats: list[WriteStat] = []
-        for task_id, (file_id, rows) in enumerate(file_group_slices(commit.routing.route(prepared))):
-            stat = write_file_group(commit.context, commit.routing.target(file_id, rows[PARTITION_PATH][0].as_py()),
-                                    rows, task_id)
-            if stat is not None:
-                stats.append(stat)
-        return commit.complete(stats, extra_metadata)
+        groups = [(commit.routing.target(file_id, rows[PARTITION_PATH][0].as_py()), rows.drop_columns([FILE_ID]))
+                  for file_id, rows in file_group_slices(commit.routing.route(prepared))]
+        return commit.complete(write_file_groups(commit.context, WriteTask(0), groups), extra_metadata)
 
     def _require_open(self) -> None:
         if not self._open:
@@ -248,27 +273,37 @@ class TableWriter:
 
 
 class _Rings:
-    """The latest committed ring of every partition, as a writer's timeline sees them.
+    """The latest committed ring of every partition, as the writer's timeline sees them.
 
-    Only a resize changes a ring, and a resize is a replacecommit, so the rings loaded for one
-    timeline hold for the next as long as its replacecommits (pending or completed) are the
-    same; new partitions are added by the commits that create them."""
+    Only a resize changes a ring, and a resize is a replacecommit: the rings are loaded once,
+    and then only those of the partitions a completed replacecommit of this process names are
+    loaded again; when the file-system view lists the table again (another writer's instant,
+    a rollback), so are all the rings. New partitions are added by the commits that create them."""
 
     def __init__(self, storage: Storage):
         self._storage = storage
-        self._key: tuple | None = None
-        self._rings: dict[str, ring.HashingMetadata] = {}
+        self._rings: dict[str, ring.HashingMetadata] | None = None
 
-    def as_of(self, timeline: Timeline) -> dict[str, ring.HashingMetadata]:
-        key = tuple((i.timestamp, i.state) for i in timeline.instants if i.action == Action.REPLACE_COMMIT)
-        if key != self._key:
-            instants = timeline.completed_timestamps()
-            pending = set(instants.pending)
-            loaded = {p: ring.load_latest(self._storage, p, instants.active, pending_instants=pending)
-                      for p in ring.partitions(self._storage)}
-            self._rings = {p: m for p, m in loaded.items() if m is not None}
-            self._key = key
-        return dict(self._rings)
+    def follow(self, timeline: Timeline, synced: SyncResult) -> None:
+        if self._rings is None or synced.relisted:
+            self._rings = {}
+            self._load(timeline, ring.partitions(self._storage))
+        elif synced.replaced_partitions:
+            self._load(timeline, sorted(synced.replaced_partitions))
+
+    def _load(self, timeline: Timeline, partitions: list[str]) -> None:
+        instants = timeline.completed_timestamps()
+        pending = set(instants.pending)
+        for partition in partitions:
+            metadata = ring.load_latest(self._storage, partition, instants.active, pending_instants=pending)
+            if metadata is not None:
+                self._rings[partition] = metadata
+            else:
+                self._rings.pop(partition, None)
+
+    def current(self) -> dict[str, ring.HashingMetadata]:
+        return dict(self._rings or {})
 
     def add(self, metadata: ring.HashingMetadata) -> None:
-        self._rings[metadata.partition_path] = metadata
+        if self._rings is not None:
+            self._rings[metadata.partition_path] = metadata

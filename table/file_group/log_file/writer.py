@@ -48,11 +48,12 @@ PARQUET_COMPRESSION = "snappy"
 _CONSTANT_META_COLUMNS = ("_hoodie_commit_time", "_hoodie_partition_path", "_hoodie_file_name")
 
 
-def write_log_file(storage: Storage, rel_path: str, blocks: Sequence[LogBlock]) -> int:
-    """Create a new log file holding `blocks`; never appends. Returns the bytes written."""
+def write_log_file(storage: Storage, rel_path: str, blocks: Sequence[LogBlock], durable: bool = True) -> int:
+    """Create a new log file holding `blocks`; never appends. Returns the bytes written. With
+    `durable` False the caller syncs it (`Storage.sync_files`), with the other files it writes."""
     data = b"".join(part for block in blocks for part in _block_parts(block))
     failpoints.torn_write("logfile.torn_write", data, lambda part: storage.write_new(rel_path, part))
-    storage.write_new(rel_path, data)
+    storage.write_new(rel_path, data, durable=durable)
     return len(data)
 
 

@@ -46,7 +46,7 @@ from table.services.execution import PlanExecution
 from table.services.rollback import rollback
 from table.storage.file_io import Storage
 from table.storage.layout import BaseFileName, LogFileName, partition_file_path, write_token
-from table.storage.markers import create_marker
+from table.storage.markers import IOType, MarkedFile
 from table.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, ReplaceCommitMetadata, WriteStat
 from table.timeline.timeline import Action, Timeline
 
@@ -126,6 +126,13 @@ class ClusteringExecution(PlanExecution):
                                   table_schema_with_meta(self.schema))
         self.rings: list[ring.HashingMetadata] = []
 
+    def planned_files(self) -> list[MarkedFile]:
+        """The children's base files, one task id each in plan order, as `write_groups` writes them."""
+        children = [(g.partition_path, child) for partition in self.plan.children_by_partition()
+                    for g in self.plan.groups if g.partition_path == partition for child in g.child_file_ids]
+        return [MarkedFile(partition, _base_file_name(child, self.instant, task_id), IOType.CREATE)
+                for task_id, (partition, child) in enumerate(children)]
+
     def write_groups(self) -> Iterator[list[WriteStat]]:
         storage, instant, plan = self.table.storage, self.instant, self.plan
         key_fields = tuple(self.table.config.record_key_fields)
@@ -195,11 +202,10 @@ def _rewrite(storage: Storage, group: ClusteringGroup, router: ring.Router, inst
 
 
 def _write_base(storage: Storage, partition: str, file_id: str, rows: pa.Table, instant: str, task_id: int) -> WriteStat:
-    name = BaseFileName(file_id, write_token(task_id, 0, 0), instant).format()
+    name = _base_file_name(file_id, instant, task_id)
     path = partition_file_path(partition, name)
     rows = rows.set_column(rows.schema.get_field_index(FILE_NAME), FILE_NAME,
                            pa.repeat(pa.scalar(name, pa.string()), rows.num_rows))
-    create_marker(storage, instant, partition, name, "CREATE")
     buffer = io.BytesIO()
     pq.write_table(rows, buffer, **parquet_options(rows))
     storage.create(path, buffer.getvalue())
@@ -207,6 +213,10 @@ def _write_base(storage: Storage, partition: str, file_id: str, rows: pa.Table, 
     return WriteStat(file_id=file_id, path=path, partition_path=partition, prev_commit="null",
                      num_writes=rows.num_rows, num_inserts=rows.num_rows, num_update_writes=0, num_deletes=0,
                      total_write_bytes=size, file_size_in_bytes=size)
+
+
+def _base_file_name(file_id: str, instant: str, task_id: int) -> str:
+    return BaseFileName(file_id, write_token(task_id, 0, 0), instant).format()
 
 
 # -- roll back -----------------------------------------------------------------------------------

@@ -95,9 +95,10 @@ def schedule_clustering(writer: TableWriter, policy: ClusteringPolicy) -> str | 
     clustering = {p for plan in pending_clustering_plans(timeline) for p in plan.partition_paths}
     compacting = pending_compaction_file_groups(timeline)
     sorted_instants = _sorted_base_instants(timeline, policy.sort_columns)
-    view = table.file_system_view(timeline=timeline)
+    view = writer.file_system_view(timeline)
+    rings = writer.rings(timeline)
     completed = timeline.completed_timestamps()
-    spec = SliceReadSpec(completed, table.config.precombine_field, table_schema_with_meta(table.schema(timeline)),
+    spec = SliceReadSpec(completed, table.config.precombine_field, table_schema_with_meta(writer.table_schema(timeline)),
                          (RECORD_KEY,))
     key_fields = tuple(table.config.record_key_fields)
     groups: list[ClusteringGroup] = []
@@ -105,7 +106,7 @@ def schedule_clustering(writer: TableWriter, policy: ClusteringPolicy) -> str | 
     for partition in view.partition_paths():
         if partition in clustering or budget.partitions_full():
             continue
-        metadata = ring.load_latest(table.storage, partition, completed.active)
+        metadata = rings.get(partition)
         if metadata is None:
             continue
         buckets = _buckets(metadata, view.file_groups(partition), compacting)
