@@ -41,7 +41,6 @@ from table.timeline.plans import deserialize_plan
 from table.timeline.timeline import Instant
 from table.write.file_group_writer import WriteTask, write_file_groups
 from table.write.prepare import prepare_batch
-from table.write.routing import file_group_slices
 
 pytestmark = pytest.mark.unit
 
@@ -242,8 +241,8 @@ def test_a_commit_that_began_while_a_resize_was_pending_dual_writes_though_the_r
         prepared = prepare_batch(records, writer.batch_spec, writer.key_generator)
         commit = writer.begin_delta_commit(writer.check_schema(records.schema))  # the resize is pending for it
         execute_clustering(table, instant)  # an async executor completes it before the commit writes
-        groups = [(commit.routing.target(f, ""), rows) for f, rows in file_group_slices(commit.routing.route(prepared))]
-        delta = commit.complete(write_file_groups(commit.context, WriteTask(0), groups))
+        delta = commit.complete(write_file_groups(commit.context, WriteTask(0), commit.routing,
+                                                  commit.routing.route(prepared)))
 
         assert not list(path.glob(f"*_{delta}.parquet")), "no new base file hides the resize's output"
         assert_readers_exact(path, stream, "after a commit that straddled the completion")

@@ -44,7 +44,6 @@ from table.storage.lease import WriterLease
 from table.timeline.timeline import State
 from table.write.file_group_writer import WriteTask, write_file_groups
 from table.write.prepare import prepare_batch
-from table.write.routing import file_group_slices
 from table.write.writer import WriteOptions
 
 STORED_SCHEMA = ORDER_SCHEMA.remove(ORDER_SCHEMA.get_field_index("deleted"))
@@ -92,9 +91,7 @@ def write_without_completing(writer, records: pa.Table) -> None:
     failed after its tasks): its rollback must leave nothing behind."""
     prepared = prepare_batch(records, writer.batch_spec, writer.key_generator)
     commit = writer.begin_delta_commit(writer.check_schema(records.schema))
-    groups = [(commit.routing.target(file_id, rows["_hoodie_partition_path"][0].as_py()), rows)
-              for file_id, rows in file_group_slices(commit.routing.route(prepared))]
-    write_file_groups(commit.context, WriteTask(0), groups)
+    write_file_groups(commit.context, WriteTask(0), commit.routing, commit.routing.route(prepared))
     commit.abandon()
 
 

@@ -249,11 +249,11 @@ CRASHING_WRITER = textwrap.dedent(
     """
     import os, signal, sys
     import pyarrow as pa
+    import pyarrow.compute as pc
     from table.mor_table import MorTable
-    from table.schema import PARTITION_PATH
     from table.write.file_group_writer import WriteTask, write_file_groups
     from table.write.prepare import prepare_batch
-    from table.write.routing import file_group_slices
+    from table.write.routing import FILE_ID
     from table.write.writer import WriteOptions
 
     table = MorTable.load(sys.argv[1])
@@ -261,9 +261,10 @@ CRASHING_WRITER = textwrap.dedent(
     writer = table.writer(WriteOptions(initial_buckets=4, delete_field="is_deleted", lease_ttl_seconds=0.5)).open()
     prepared = prepare_batch(batch, writer.batch_spec, writer.key_generator)
     commit = writer.begin_delta_commit(writer.check_schema(batch.schema))
-    groups = [(commit.routing.target(file_id, rows[PARTITION_PATH][0].as_py()), rows)
-              for file_id, rows in list(file_group_slices(commit.routing.route(prepared)))[:3]]
-    write_file_groups(commit.context, WriteTask(0), groups)
+    routed = commit.routing.route(prepared)
+    first_groups = pa.array(sorted(set(routed[FILE_ID].to_pylist()))[:3])
+    write_file_groups(commit.context, WriteTask(0), commit.routing,
+                      routed.filter(pc.is_in(routed[FILE_ID], value_set=first_groups)))
     os.kill(os.getpid(), signal.SIGKILL)  # dies between its log files and its commit
     """
 )
@@ -358,17 +359,31 @@ def test_a_marked_file_no_write_stat_reports_is_deleted_before_the_commit_comple
     assert strip(by_key(hudi_rs_read(path)), DATA_COLUMNS) == expected
 
 
+def dictionary_encoded_columns(path: Path) -> set[str]:
+    chunks = pq.ParquetFile(path).metadata.row_group(0)
+    encoded = {chunks.column(i).path_in_schema: chunks.column(i).encodings for i in range(chunks.num_columns)}
+    return {name for name, encodings in encoded.items() if "RLE_DICTIONARY" in encodings}
+
+
 def test_base_files_dictionary_encode_few_valued_columns_and_keep_unique_ones_plain(tmp_path):
     table = make_table(tmp_path / "t")
     rng = random.Random(5)
-    rows = [row(f"o-{i:07d}", 1 + i, deleted=False, rng=rng) for i in range(4000)]
+    rows = [row(f"o-{i:07d}", 1 + i, deleted=False, rng=rng) for i in range(12_000)]
     with table.writer(write_options(initial_buckets=1)) as writer:
         writer.upsert(pa.Table.from_pylist(rows, schema=SCHEMA))
     base_files = sorted((tmp_path / "t").glob("*/*.parquet"))
     assert len(base_files) == len(REGIONS)
     for path in base_files:
-        chunks = pq.ParquetFile(path).metadata.row_group(0)
-        encoded = {chunks.column(i).path_in_schema: chunks.column(i).encodings for i in range(chunks.num_columns)}
-        dictionary = {name for name, encodings in encoded.items() if "RLE_DICTIONARY" in encodings}
-        assert dictionary == {"_hoodie_commit_time", "_hoodie_partition_path", "_hoodie_file_name", "region",
-                              "status"}, path.name
+        assert dictionary_encoded_columns(path) == {"_hoodie_commit_time", "_hoodie_partition_path", "_hoodie_file_name",
+                                                    "region", "status"}, path.name
+
+
+def test_small_base_files_are_not_counted_and_keep_their_data_columns_plain(tmp_path):
+    table = make_table(tmp_path / "t")
+    rng = random.Random(6)
+    rows = [row(f"o-{i:07d}", 1 + i, deleted=False, rng=rng) for i in range(800)]  # about 100 a file
+    with table.writer(write_options(initial_buckets=1)) as writer:
+        writer.upsert(pa.Table.from_pylist(rows, schema=SCHEMA))
+    for path in sorted((tmp_path / "t").glob("*/*.parquet")):
+        assert dictionary_encoded_columns(path) == {"_hoodie_commit_time", "_hoodie_partition_path",
+                                                    "_hoodie_file_name"}, path.name

@@ -29,31 +29,43 @@ DICTIONARY_PAGE_LIMIT_BYTES = 256 * MIB
 #: Arrow bytes of data per row group; the rows per group follow from the rows' average size.
 ROW_GROUP_BYTES = 4 * MIB
 MIN_ROW_GROUP_ROWS = 1024
+#: Files with fewer rows are not worth counting the distinct values of (`dictionary_columns`).
+COUNTED_ROWS = 1024
 #: Meta columns whose cardinality a base file fixes, so their values need no counting (which
 #: costs about as much as writing them): one value per file or per commit, or one per record.
 FEW_VALUED_META = frozenset({COMMIT_TIME, PARTITION_PATH, FILE_NAME})
 UNIQUE_META = frozenset({COMMIT_SEQNO, RECORD_KEY})
 
 
-def parquet_options(rows: pa.Table) -> dict:
-    """Keyword arguments for `pyarrow.parquet.write_table` of a base file holding `rows`."""
+def parquet_options(rows: pa.Table, row_bytes: float | None = None) -> dict:
+    """Keyword arguments for `pyarrow.parquet.write_table` of a base file holding `rows`. A
+    writer of many files may give the rows' average size (`row_bytes`), measured once for all."""
     return {"compression": COMPRESSION, "use_dictionary": dictionary_columns(rows),
-            "dictionary_pagesize_limit": DICTIONARY_PAGE_LIMIT_BYTES, "row_group_size": row_group_rows(rows)}
+            "dictionary_pagesize_limit": DICTIONARY_PAGE_LIMIT_BYTES, "row_group_size": row_group_rows(rows, row_bytes)}
 
 
-def row_group_rows(rows: pa.Table) -> int:
+def row_group_rows(rows: pa.Table, row_bytes: float | None = None) -> int:
     if rows.num_rows == 0:
         return MIN_ROW_GROUP_ROWS
-    return max(MIN_ROW_GROUP_ROWS, ROW_GROUP_BYTES * rows.num_rows // max(1, rows.nbytes))
+    if row_bytes is None:
+        row_bytes = rows.nbytes / rows.num_rows
+    return max(MIN_ROW_GROUP_ROWS, int(ROW_GROUP_BYTES // max(1.0, row_bytes)))
 
 
 def dictionary_columns(rows: pa.Table) -> list[str]:
-    """Top-level primitive columns whose distinct values are few enough for a dictionary."""
+    """Top-level primitive columns whose distinct values are few enough for a dictionary. A
+    file of fewer than `COUNTED_ROWS` rows is not counted (a first write into hundreds of
+    partitions writes hundreds of them, and counting costs about what writing them does): its
+    data columns stay plain, which for so few rows takes about the bytes a dictionary would,
+    and a compaction rewrites the file, counted, once it has grown."""
     limit = max(1, int(rows.num_rows * DICTIONARY_MAX_DISTINCT_SHARE))
+    counted = rows.num_rows >= COUNTED_ROWS
 
     def few_valued(name: str) -> bool:
         if name in UNIQUE_META:
             return False
-        return name in FEW_VALUED_META or pc.count_distinct(rows[name], mode="all").as_py() <= limit
+        if name in FEW_VALUED_META:
+            return True
+        return counted and pc.count_distinct(rows[name], mode="all").as_py() <= limit
 
     return [f.name for f in rows.schema if not pa.types.is_nested(f.type) and few_valued(f.name)]

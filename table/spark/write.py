@@ -38,12 +38,11 @@ from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from table.schema import PARTITION_PATH
 from table.timeline.commit_metadata import WriteStat
 from table.write.delta_commit import DeltaCommit
 from table.write.file_group_writer import CommitContext, WriteTask, write_file_groups
 from table.write.prepare import POSITION, dedupe_latest
-from table.write.routing import FILE_ID, Routing, file_group_slices
+from table.write.routing import FILE_ID, Routing
 from table.write.writer import TableWriter
 
 PACKED = "rows"
@@ -280,10 +279,8 @@ def _write_file_groups(ctx: CommitContext, routing_bc, batches: Iterator[pa.Reco
         return
     started = time.perf_counter()  # the shuffle's wait is not the write's
     rows = dedupe_latest(rows, ctx.ordering_field, group_column=FILE_ID)
-    routing: Routing = routing_bc.value
-    groups = [(routing.target(file_id, group[PARTITION_PATH][0].as_py()), group.drop_columns([FILE_ID]))
-              for file_id, group in file_group_slices(rows)]
-    stats = write_file_groups(ctx, WriteTask(task.partitionId(), task.stageId(), task.taskAttemptId()), groups)
+    stats = write_file_groups(ctx, WriteTask(task.partitionId(), task.stageId(), task.taskAttemptId()),
+                              routing_bc.value, rows)
     reported = [json.dumps(s.to_dict()) for s in stats] or [None]
     seconds = [time.perf_counter() - started] + [0.0] * (len(reported) - 1)
     yield pa.RecordBatch.from_pydict({"stat": reported, "seconds": seconds}, schema=_STAT_ARROW)

@@ -109,6 +109,7 @@ class Storage:
         self.options = dict(options or {})
         self._fs: pafs.FileSystem | None = None
         self._root: str | None = None
+        self._made: set[str] = set()  # parent directories `write_new` made (or found)
 
     def __getstate__(self) -> dict:
         return {"base_uri": self.base_uri, "options": self.options}
@@ -220,16 +221,24 @@ class Storage:
         exclusively (FileExistsError when it exists) and, unless `durable` is False, synced:
         a writer of many files passes False and syncs them together with `sync_files`."""
         target = self.full_path(rel)
-        self.makedirs(_parent(rel))
-        if self.is_local:
-            with open(target, "xb") as f:
-                f.write(data)
-                if durable:
-                    f.flush()
-                    os.fsync(f.fileno())
+        if not self.is_local:
+            with self.filesystem.open_output_stream(target) as out:
+                out.write(data)
             return
-        with self.filesystem.open_output_stream(target) as out:
-            out.write(data)
+        parent = _parent(rel)
+        if parent not in self._made:  # a write of many files into few partitions makes each once
+            self.makedirs(parent)
+            self._made.add(parent)
+        try:
+            f = open(target, "xb")
+        except FileNotFoundError:  # the directory was deleted since (a partition dropped)
+            self.makedirs(parent)
+            f = open(target, "xb")
+        with f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
 
     def sync_files(self, rels: list[str]) -> None:
         """Make files written with `durable=False` durable, all before this returns: on a local

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -17,6 +18,9 @@ from table.write.routing import Routing
 
 if TYPE_CHECKING:
     from table.write.writer import TableWriter
+
+#: Partitions a commit creates side by side.
+PARTITION_THREADS = 16
 
 
 class DeltaCommit:
@@ -47,11 +51,20 @@ class DeltaCommit:
         rollback(storage, Timeline.load(storage), Instant(self.instant, "deltacommit", "inflight"))
 
     def _record_new_partitions(self, stats: list[WriteStat]) -> None:
+        """The partition metadata and initial ring of each partition the commit created, the
+        partitions side by side: an initial load creates hundreds, each a few durable files
+        (requests to an object store) whose waits then overlap."""
         storage = self.writer.table.storage
-        for partition in sorted({s.partition_path for s in stats if self.routing.is_new(s.partition_path)}):
+        partitions = sorted({s.partition_path for s in stats if self.routing.is_new(s.partition_path)})
+
+        def record(partition: str) -> ring.HashingMetadata:
             write_partition_metadata(storage, partition, self.instant)
+            return ring.create_initial(storage, partition, self.routing.initial_buckets)
+
+        with ThreadPoolExecutor(min(PARTITION_THREADS, max(1, len(partitions))), thread_name_prefix="partitions") as pool:
+            created = list(pool.map(record, partitions))
+        for partition, stored in zip(partitions, created):
             used = self.routing.router(partition).metadata
-            stored = ring.create_initial(storage, partition, self.routing.initial_buckets)
             if stored.nodes != used.nodes:
                 raise HashingMetadataError(
                     f"partition '{partition}' was created with other buckets than this commit routed to "

@@ -3,7 +3,7 @@
 a delete block. The same functions run in-process and on Spark executors.
 
 A task first marks every file its groups may write, in one marker file (`mark_file_groups`),
-then writes them (`write_file_group`): a group writes at most one file, whose name the target
+then writes them (`write_file_groups`): a group writes at most one file, whose name the target
 and the task's identity fix before any row is looked at."""
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import pyarrow.parquet as pq
 
 from table import failpoints
 from table.file_group.base_file import parquet_options
-from table.file_group.log_file.block import DataBlock, DeleteBlock
-from table.file_group.log_file.writer import write_log_file
+from table.file_group.log_file.avro_binary import conform, log_schema
+from table.file_group.log_file.block import DataBlock, DeleteBlock, LogBlock
+from table.file_group.log_file.writer import write_log_files
 from table.schema import (
     COMMIT_SEQNO,
     COMMIT_TIME,
@@ -34,7 +35,7 @@ from table.storage.layout import BaseFileName, LogFileName, write_token
 from table.storage.markers import IOType, MarkedFile, write_markers
 from table.timeline.commit_metadata import WriteStat
 from table.write.prepare import IS_DELETE
-from table.write.routing import FileGroupTarget
+from table.write.routing import FILE_ID, FileGroupTarget, Routing
 
 
 @dataclass(frozen=True)
@@ -87,117 +88,135 @@ def mark_file_groups(ctx: CommitContext, targets: list[FileGroupTarget], task: W
     failpoints.reach("deltacommit.markers_written")
 
 
-def write_file_groups(ctx: CommitContext, task: WriteTask,
-                      groups: list[tuple[FileGroupTarget, pa.Table]]) -> list[WriteStat]:
-    """A task's share of a commit: one marker file naming every file it may write, each group's
-    file, then all of them synced together; the stats of the files written."""
-    mark_file_groups(ctx, [target for target, _ in groups], task)
-    stats = [stat for target, rows in groups if (stat := write_file_group(ctx, target, rows, task)) is not None]
+def write_file_groups(ctx: CommitContext, task: WriteTask, routing: Routing, rows: pa.Table) -> list[WriteStat]:
+    """A task's share of a commit: `rows`, routed (`FILE_ID`) and one per key of each group, into
+    their file groups. One marker file names every file the task may write; the meta columns,
+    the types and the log blocks' records are made for all the rows at once, so that a group
+    costs its file and little more; the files are synced together at the end. Returns the
+    stats of the files written."""
+    groups = _TaskGroups.of(rows)
+    targets = [routing.target(file_id, partition) for file_id, partition in zip(groups.file_ids, groups.partitions)]
+    mark_file_groups(ctx, targets, task)
+    files = [planned_file(ctx, t, task) for t in targets]
+    names = [file.file_name if t.base_instant is None else t.file_id for file, t in zip(files, targets)]
+    records = _with_meta_columns(ctx, groups.rows, pc.take(pa.array(names, pa.string()), groups.codes),
+                                 task.partition_id)
+    log_records = conform(records, log_schema(ctx.log_schema_json).arrow) if _logs_with_upserts(targets, groups) \
+        else records
+    row_bytes = records.nbytes / max(1, records.num_rows)
+    stats: list[WriteStat] = []
+    logs: list[tuple[MarkedFile, FileGroupTarget, list[LogBlock], int, int]] = []
+    for g, (target, file) in enumerate(zip(targets, files)):
+        start, upserts, deletes = groups.runs(g)
+        if target.base_instant is None:
+            if upserts:  # deleting keys from a group that does not exist yet: nothing to do
+                base = records.slice(start, upserts)
+                stats.append(_write_base_file(ctx.storage, target, base, file, parquet_options(base, row_bytes)))
+            continue
+        blocks: list[LogBlock] = []
+        if upserts:
+            blocks.append(DataBlock.create(log_records.slice(start, upserts), ctx.instant, ctx.log_schema_json,
+                                           ctx.log_block_format))
+        if deletes:
+            removed = groups.rows.slice(start + upserts, deletes)
+            blocks.append(DeleteBlock.create(record_keys=removed[RECORD_KEY], partition_paths=removed[PARTITION_PATH],
+                                             ordering_values=removed[ctx.ordering_field], instant=ctx.instant))
+        logs.append((file, target, blocks, upserts, deletes))
+    sizes = write_log_files(ctx.storage, [(file.path, blocks) for file, _, blocks, _, _ in logs], durable=False)
+    for (file, target, blocks, upserts, deletes), size in zip(logs, sizes):
+        failpoints.reach("deltacommit.log_file_written")
+        stats.append(_log_file_stat(target, file, size, len(blocks), upserts, deletes))
     ctx.storage.sync_files([stat.path for stat in stats])
     return stats
 
 
-def write_file_group(ctx: CommitContext, target: FileGroupTarget, rows: pa.Table, task: WriteTask) -> WriteStat | None:
-    """Write one file group's share of the commit, which `mark_file_groups` marked; returns its
-    write stat (None if nothing to write). The file is not synced yet: the task syncs all of its
-    files at once (`Storage.sync_files`) before it reports their stats."""
-    storage = ctx.storage
-    upserts = rows.filter(pc.invert(rows[IS_DELETE]))
-    deletes = rows.filter(rows[IS_DELETE])
-    file = planned_file(ctx, target, task)
-    if target.base_instant is None:
-        if upserts.num_rows == 0:
-            return None  # deleting keys from a group that does not exist yet: nothing to do
-        return _write_base_file(storage, ctx, target, upserts, file, task.partition_id)
-    return _write_log_file(storage, ctx, target, upserts, deletes, file, task.partition_id)
+def _logs_with_upserts(targets: list[FileGroupTarget], groups: "_TaskGroups") -> bool:
+    """Whether any group gets a data block: only then are the records laid out as the log schema."""
+    return any(t.base_instant is not None and groups.counts[g, 0] for g, t in enumerate(targets))
 
 
-def _with_meta_columns(ctx: CommitContext, upserts: pa.Table, file_name: str, task_id: int) -> pa.Table:
-    n = upserts.num_rows
+@dataclass(frozen=True)
+class _TaskGroups:
+    """A task's rows ordered by file group, each group's upserts then its deletes."""
+
+    rows: pa.Table
+    codes: pa.Array  # each row's group, an index into file_ids
+    file_ids: list[str]
+    partitions: list[str]
+    starts: np.ndarray
+    counts: np.ndarray  # [group, 0 upserts | 1 deletes]
+
+    @classmethod
+    def of(cls, rows: pa.Table) -> "_TaskGroups":
+        groups = pc.dictionary_encode(rows[FILE_ID].combine_chunks())
+        codes = np.asarray(groups.indices).astype(np.int64)
+        key = codes * 2 + np.asarray(rows[IS_DELETE].combine_chunks()).astype(np.int64)
+        order = np.argsort(key, kind="stable")
+        ordered = rows.take(pa.array(order))
+        counts = np.bincount(key, minlength=2 * len(groups.dictionary)).reshape(-1, 2)
+        starts = np.concatenate([[0], np.cumsum(counts.sum(axis=1))[:-1]])
+        partitions = ordered[PARTITION_PATH].take(pa.array(starts)).to_pylist() if len(starts) else []
+        return cls(ordered, pa.array(codes[order]), groups.dictionary.to_pylist(), partitions, starts, counts)
+
+    def runs(self, g: int) -> tuple[int, int, int]:
+        """Where group `g` starts, its upserts and its deletes."""
+        return int(self.starts[g]), int(self.counts[g, 0]), int(self.counts[g, 1])
+
+
+def _with_meta_columns(ctx: CommitContext, rows: pa.Table, file_names: pa.Array, task_id: int) -> pa.Table:
+    """The rows with Hudi's meta columns first, data columns in the table's types: the commit's
+    time, a sequence number unique in the task, key, partition, and the file name of each row's group."""
+    n = rows.num_rows
     positions = pa.array(np.arange(n, dtype=np.int64)).cast(pa.string())
-    seqnos = pc.binary_join_element_wise(f"{ctx.instant}_{task_id}_", positions, "")
     meta = {
         COMMIT_TIME: pa.repeat(pa.scalar(ctx.instant, pa.string()), n),
-        COMMIT_SEQNO: seqnos,
-        RECORD_KEY: upserts[RECORD_KEY],
-        PARTITION_PATH: upserts[PARTITION_PATH],
-        FILE_NAME: pa.repeat(pa.scalar(file_name, pa.string()), n),
+        COMMIT_SEQNO: pc.binary_join_element_wise(f"{ctx.instant}_{task_id}_", positions, ""),
+        RECORD_KEY: rows[RECORD_KEY],
+        PARTITION_PATH: rows[PARTITION_PATH],
+        FILE_NAME: file_names,
     }
-    columns = [meta[m] for m in META_FIELDS] + [
-        upserts[f.name].cast(f.type) for f in ctx.data_schema
-    ]
+    columns = [meta[m] for m in META_FIELDS] + [rows[f.name].cast(f.type) for f in ctx.data_schema]
     fields = [pa.field(m, pa.string()) for m in META_FIELDS] + list(ctx.data_schema)
     return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
 
-def _write_base_file(
-    storage: Storage, ctx: CommitContext, target: FileGroupTarget, upserts: pa.Table, file: MarkedFile, task_id: int
-) -> WriteStat:
-    path = file.path
-    rows = _with_meta_columns(ctx, upserts, file.file_name, task_id)
+def _write_base_file(storage: Storage, target: FileGroupTarget, records: pa.Table, file: MarkedFile,
+                     options: dict) -> WriteStat:
     sink = pa.BufferOutputStream()
-    pq.write_table(rows, sink, **parquet_options(rows))
+    pq.write_table(records, sink, **options)
     data = sink.getvalue()
-    storage.write_new(path, data, durable=False)
+    storage.write_new(file.path, data, durable=False)
     failpoints.reach("deltacommit.base_file_written")
-    size = data.size
     return WriteStat(
         file_id=target.file_id,
-        path=path,
+        path=file.path,
         partition_path=target.partition_path,
         prev_commit="null",
-        num_writes=rows.num_rows,
-        num_inserts=rows.num_rows,
+        num_writes=records.num_rows,
+        num_inserts=records.num_rows,
         num_update_writes=0,
         num_deletes=0,
-        total_write_bytes=size,
-        file_size_in_bytes=size,
+        total_write_bytes=data.size,
+        file_size_in_bytes=data.size,
     )
 
 
-def _write_log_file(
-    storage: Storage,
-    ctx: CommitContext,
-    target: FileGroupTarget,
-    upserts: pa.Table,
-    deletes: pa.Table,
-    file: MarkedFile,
-    task_id: int,
-) -> WriteStat | None:
-    blocks = []
-    if upserts.num_rows:
-        rows = _with_meta_columns(ctx, upserts, target.file_id, task_id)
-        blocks.append(DataBlock.create(rows, ctx.instant, ctx.log_schema_json, ctx.log_block_format))
-    if deletes.num_rows:
-        blocks.append(
-            DeleteBlock.create(
-                record_keys=deletes[RECORD_KEY],
-                partition_paths=deletes[PARTITION_PATH],
-                ordering_values=deletes[ctx.ordering_field],
-                instant=ctx.instant,
-            )
-        )
-    if not blocks:
-        return None
-    path = file.path
-    size = write_log_file(storage, path, blocks, durable=False)
-    failpoints.reach("deltacommit.log_file_written")
+def _log_file_stat(target: FileGroupTarget, file: MarkedFile, size: int, blocks: int, upserts: int,
+                   deletes: int) -> WriteStat:
     return WriteStat(
         file_id=target.file_id,
-        path=path,
+        path=file.path,
         partition_path=target.partition_path,
         prev_commit=target.base_instant,
-        num_writes=upserts.num_rows,
+        num_writes=upserts,
         num_inserts=0,
-        num_update_writes=upserts.num_rows,
-        num_deletes=deletes.num_rows,
+        num_update_writes=upserts,
+        num_deletes=deletes,
         total_write_bytes=size,
         file_size_in_bytes=size,
         log_version=target.log_version,
         log_offset=0,
         base_file=target.base_file_name,
         log_files=[file.file_name],
-        total_log_blocks=len(blocks),
+        total_log_blocks=blocks,
     )
-
-

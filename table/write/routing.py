@@ -3,7 +3,6 @@ the record keys, and the file group target each bucket writes to in this commit.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,20 +98,3 @@ class Routing:
         dual = pc.is_valid(child_ids)
         duplicates = table.filter(dual).append_column(FILE_ID, pc.filter(child_ids, dual))
         return pa.concat_tables([primary, duplicates])
-
-
-def file_group_slices(routed: pa.Table) -> Iterator[tuple[str, pa.Table]]:
-    """The routed rows of each file group, as (file id, rows)."""
-    if routed.num_rows == 0:
-        return
-    groups = pc.dictionary_encode(routed[FILE_ID].combine_chunks())
-    if len(groups.dictionary) == 1:
-        yield groups.dictionary[0].as_py(), routed
-        return
-    codes = np.asarray(groups.indices)
-    ordered = routed.take(pa.array(np.argsort(codes, kind="stable")))
-    ends = np.cumsum(np.bincount(codes, minlength=len(groups.dictionary)))
-    start = 0
-    for file_id, end in zip(groups.dictionary.to_pylist(), ends.tolist()):
-        yield file_id, ordered.slice(start, end - start)
-        start = end

@@ -18,7 +18,7 @@ from table.file_group.layout_stats import LayoutStats
 from table.file_group.view_cache import FileSystemViewCache, SyncResult
 from table.index import consistent_hashing as ring
 from table.keys import KeyGenerator
-from table.schema import PARTITION_PATH, avro_schema_json, evolve
+from table.schema import avro_schema_json, evolve
 from table.plans.clustering import pending_clustering_plans
 from table.plans.compaction import pending_compaction_file_groups
 from table.services.rollback import rollback_pending_writes
@@ -26,11 +26,11 @@ from table.storage.file_io import Storage
 from table.storage.lease import DEFAULT_TTL_SECONDS, WriterLease
 from table.storage.markers import begin_markers, delete_markers, marked_files
 from table.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
-from table.timeline.timeline import Action, Instant, Timeline
+from table.timeline.timeline import Instant, Timeline
 from table.write.delta_commit import DeltaCommit
 from table.write.file_group_writer import CommitContext, WriteTask, write_file_groups
 from table.write.prepare import BatchSpec, prepare_batch
-from table.write.routing import FILE_ID, FileGroupTarget, Routing, file_group_slices
+from table.write.routing import FileGroupTarget, Routing
 
 if TYPE_CHECKING:
     from table.mor_table import MorTable
@@ -263,9 +263,8 @@ class TableWriter:
         data_schema = self.check_schema(records.schema)
         prepared = prepare_batch(records, self.batch_spec, self.key_generator)
         commit = self.begin_delta_commit(data_schema)
-        groups = [(commit.routing.target(file_id, rows[PARTITION_PATH][0].as_py()), rows.drop_columns([FILE_ID]))
-                  for file_id, rows in file_group_slices(commit.routing.route(prepared))]
-        return commit.complete(write_file_groups(commit.context, WriteTask(0), groups), extra_metadata)
+        routed = commit.routing.route(prepared)
+        return commit.complete(write_file_groups(commit.context, WriteTask(0), commit.routing, routed), extra_metadata)
 
     def _require_open(self) -> None:
         if not self._open:

@@ -69,6 +69,8 @@ EMPTY_PIECE = pa.scalar(b"", pa.binary())
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """The columns of `schema`, in its order and types (extra columns are dropped)."""
+    if table.schema.equals(schema):
+        return table
     missing = [name for name in schema.names if name not in table.column_names]
     if missing:
         raise InvalidRequestError(f"records lack columns of the block schema: {missing}")

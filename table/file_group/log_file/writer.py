@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from functools import lru_cache
 from typing import Union
 
 import numpy as np
@@ -15,7 +16,6 @@ from table import failpoints
 from table.errors import InvalidRequestError, UnsupportedTypeError
 from table.file_group.log_file.avro_binary import (
     EMPTY_PIECE,
-    LogSchema,
     conform,
     decimal_to_bytes,
     encode_value,
@@ -51,30 +51,55 @@ _CONSTANT_META_COLUMNS = ("_hoodie_commit_time", "_hoodie_partition_path", "_hoo
 def write_log_file(storage: Storage, rel_path: str, blocks: Sequence[LogBlock], durable: bool = True) -> int:
     """Create a new log file holding `blocks`; never appends. Returns the bytes written. With
     `durable` False the caller syncs it (`Storage.sync_files`), with the other files it writes."""
-    data = b"".join(part for block in blocks for part in _block_parts(block))
-    failpoints.torn_write("logfile.torn_write", data, lambda part: storage.write_new(rel_path, part))
-    storage.write_new(rel_path, data, durable=durable)
-    return len(data)
+    return next(write_log_files(storage, [(rel_path, blocks)], durable))
+
+
+def write_log_files(storage: Storage, files: Sequence[tuple[str, Sequence[LogBlock]]],
+                    durable: bool = True) -> Iterator[int]:
+    """Create new log files (one write's files of many file groups), each holding its blocks,
+    yielding the bytes of each once it is written. The blocks' contents are encoded together, a
+    column at a time over all the files' records (Parquet blocks, whole files in themselves, one
+    by one), so that a file costs what its records cost, not a round of encoding calls of its own."""
+    contents = _encode_contents([block for _, blocks in files for block in blocks])
+    for rel_path, blocks in files:
+        data = b"".join(part for block in blocks for part in _block_parts(block, contents[id(block)]))
+        failpoints.torn_write("logfile.torn_write", data, lambda part, path=rel_path: storage.write_new(path, part))
+        storage.write_new(rel_path, data, durable=durable)
+        yield len(data)
 
 
 def encode_block(block: LogBlock) -> bytes:
     """One block, magic to reverse pointer, exactly as HoodieLogFormatWriter lays it out."""
-    return b"".join(_block_parts(block))
+    return b"".join(_block_parts(block, _encode_contents([block])[id(block)]))
 
 
 _Bytes = Union[bytes, pa.Buffer]
 
 
-def _block_parts(block: LogBlock) -> list[_Bytes]:
+def _encode_contents(blocks: Sequence[LogBlock]) -> dict[int, list[_Bytes]]:
+    """Each block's content (by the block's id), the records of like blocks encoded together."""
+    contents: dict[int, list[_Bytes]] = {}
+    alike: dict[tuple, list[LogBlock]] = {}
+    for block in blocks:
+        if isinstance(block, DeleteBlock):
+            ordering = block.ordering_values.type if block.ordering_values is not None else None
+            alike.setdefault(("delete", ordering), []).append(block)
+        elif isinstance(block, DataBlock) and block.block_type == BlockType.AVRO_DATA:
+            alike.setdefault(("avro", _data_schema(block)), []).append(block)
+        elif isinstance(block, DataBlock):
+            contents[id(block)] = _encode_parquet_content(block)
+        elif isinstance(block, CommandBlock):
+            contents[id(block)] = []
+        else:
+            raise UnsupportedTypeError(f"cannot write a {type(block).__name__}")
+    for (kind, _), group in alike.items():
+        encoded = _encode_delete_contents(group) if kind == "delete" else _encode_avro_contents(group)
+        contents.update((id(block), content) for block, content in zip(group, encoded))
+    return contents
+
+
+def _block_parts(block: LogBlock, content: list[_Bytes]) -> list[_Bytes]:
     """The block's bytes in pieces, so large contents are copied once, into the file."""
-    if isinstance(block, DataBlock):
-        content = _encode_data_content(block)
-    elif isinstance(block, DeleteBlock):
-        content = [_encode_delete_content(block)]
-    elif isinstance(block, CommandBlock):
-        content = []
-    else:
-        raise UnsupportedTypeError(f"cannot write a {type(block).__name__}")
     header = _encode_metadata(block.header)
     footer = _encode_metadata(block.footer)
     content_length = sum(len(part) for part in content)
@@ -91,6 +116,14 @@ def _block_parts(block: LogBlock) -> list[_Bytes]:
 
 
 def _encode_metadata(metadata: Header) -> bytes:
+    """A header or footer: the entry count, then each key's ordinal, its value's length and value.
+    The blocks of one write share their headers (instant, schema): encoded once."""
+    return _encode_metadata_items(tuple(metadata.items()))
+
+
+@lru_cache(maxsize=64)
+def _encode_metadata_items(items: tuple[tuple[HeaderKey, str], ...]) -> bytes:
+    metadata = dict(items)
     parts = [struct.pack(">i", len(metadata))]
     for key, value in metadata.items():
         raw = value.encode("utf-8")
@@ -99,15 +132,16 @@ def _encode_metadata(metadata: Header) -> bytes:
     return b"".join(parts)
 
 
-def _encode_data_content(block: DataBlock) -> list[_Bytes]:
+def _data_schema(block: DataBlock) -> str:
     schema_json = block.header.get(HeaderKey.SCHEMA)
     if schema_json is None:
         raise InvalidRequestError("a data block needs the SCHEMA header")
-    schema = log_schema(schema_json)
-    table = conform(block.records, schema.arrow)
-    if block.block_type == BlockType.PARQUET_DATA:
-        return [_encode_parquet(table, schema_json)]
-    return _encode_avro_records(table, schema)
+    return schema_json
+
+
+def _encode_parquet_content(block: DataBlock) -> list[_Bytes]:
+    schema_json = _data_schema(block)
+    return [_encode_parquet(conform(block.records, log_schema(schema_json).arrow), schema_json)]
 
 
 def _encode_parquet(table: pa.Table, schema_json: str) -> _Bytes:
@@ -123,15 +157,30 @@ def _encode_parquet(table: pa.Table, schema_json: str) -> _Bytes:
     return sink.getvalue()
 
 
-def _encode_avro_records(table: pa.Table, schema: LogSchema) -> list[_Bytes]:
-    """Block version, record count, then each record's length and Avro binary encoding."""
+def _encode_avro_contents(blocks: Sequence[DataBlock]) -> list[list[_Bytes]]:
+    """Avro data blocks of one schema: block version, record count, then each record's length
+    and Avro binary encoding; every block's records encoded in one pass."""
+    schema = log_schema(_data_schema(blocks[0]))
+    tables = [conform(block.records, schema.arrow) for block in blocks]
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     n = table.num_rows
     pieces: list[pa.Array] = []
     for column, avro_field in zip(table.columns, schema.avro["fields"]):
         pieces += encode_value(column.combine_chunks(), avro_field["type"], schema.names)
     lengths = sum((np.diff(piece_offsets(piece)) for piece in pieces), np.zeros(n, np.int64))
     length_prefix = fixed_pieces(lengths.astype(">i4").view(np.uint8).reshape(n, 4))
-    return [struct.pack(">ii", BLOCK_CONTENT_VERSION, n), pieces_bytes(join_pieces([length_prefix, *pieces], n))]
+    records = join_pieces([length_prefix, *pieces], n)
+    return [[struct.pack(">ii", BLOCK_CONTENT_VERSION, t.num_rows), records_bytes]
+            for t, records_bytes in zip(tables, _split(records, [t.num_rows for t in tables]))]
+
+
+def _split(pieces: pa.Array, counts: list[int]) -> list[bytes | pa.Buffer]:
+    """The pieces of consecutive runs of `counts` rows, each run's bytes back to back (no copy)."""
+    runs, start = [], 0
+    for count in counts:
+        runs.append(pieces_bytes(pieces.slice(start, count)))
+        start += count
+    return runs
 
 
 _WRAPPER_INDEX = {name: i + 1 for i, name in enumerate(ORDERING_WRAPPERS)}  # branch 0 is null
@@ -180,15 +229,21 @@ def _encode_ordering_values(values: pa.Array | None, n: int) -> list[pa.Array]:
     return [index, value]
 
 
-def _encode_delete_content(block: DeleteBlock) -> bytes:
-    """Block version, payload length, then the HoodieDeleteRecordList datum: one array block."""
-    n = len(block.record_keys)
+def _encode_delete_contents(blocks: Sequence[DeleteBlock]) -> list[list[_Bytes]]:
+    """Delete blocks whose ordering values have one type: block version, payload length, then
+    the HoodieDeleteRecordList datum, one array block; every block's items encoded in one pass."""
+    counts = [len(block.record_keys) for block in blocks]
+    n = sum(counts)
+    ordering = [block.ordering_values for block in blocks]
     items = join_pieces(
-        encode_value(block.record_keys, NULLABLE_STRING, {})
-        + encode_value(block.partition_paths, NULLABLE_STRING, {})
-        + _encode_ordering_values(block.ordering_values, n),
+        encode_value(pa.concat_arrays([b.record_keys for b in blocks]), NULLABLE_STRING, {})
+        + encode_value(pa.concat_arrays([b.partition_paths for b in blocks]), NULLABLE_STRING, {})
+        + _encode_ordering_values(None if ordering[0] is None else pa.concat_arrays(ordering), n),
         n,
     )
-    # One array block: the item count, the items, then the 0 count that ends the array.
-    payload = b"".join([pieces_bytes(varint_pieces(np.array([n]))), pieces_bytes(items), b"\0"]) if n else b"\0"
-    return struct.pack(">ii", BLOCK_CONTENT_VERSION, len(payload)) + payload
+    contents = []
+    for count, run in zip(counts, _split(items, counts)):
+        # One array block: the item count, the items, then the 0 count that ends the array.
+        payload = b"".join([pieces_bytes(varint_pieces(np.array([count]))), run, b"\0"]) if count else b"\0"
+        contents.append([struct.pack(">ii", BLOCK_CONTENT_VERSION, len(payload)) + payload])
+    return contents
