@@ -152,6 +152,13 @@ class MorTable:
         view = self.file_system_view(as_of=as_of, timeline=timeline)
         return view.latest_slices(), self._read_spec(visible, timeline, columns, tuple(predicates))
 
+    def read_spec(self, as_of: str | None = None, columns: list[str] | None = None) -> SliceReadSpec:
+        """How a read as of `as_of` reads its slices (the schema it returns above all), without
+        listing the table."""
+        timeline = self.timeline()
+        visible = timeline.completed_timestamps()
+        return self._read_spec(visible if as_of is None else visible.up_to(as_of), timeline, columns, ())
+
     def _read_spec(self, visible: CompletedInstants, timeline: Timeline, columns: list[str] | None,
                    predicates: tuple[Predicate, ...]) -> SliceReadSpec:
         schema = table_schema_with_meta(self.schema(timeline))

@@ -80,8 +80,7 @@ class MorTableSource(DataSource):
         return [c.strip() for c in raw.split(",") if c.strip()] if raw else None
 
     def schema(self):
-        table = self._table()
-        _, spec = table.read_plan(self.options.get("as_of"), self._columns())
+        spec = self._table().read_spec(self.options.get("as_of"), self._columns())
         schema = pa.schema([spec.schema.field(c) for c in spec.columns]) if spec.columns else spec.schema
         return from_arrow_schema(schema)
 

@@ -166,6 +166,12 @@ class TableWriter:
         self._rings.follow(timeline, synced)
         return self._files.view(timeline, include_replaced)
 
+    @property
+    def file_system_view_listings(self) -> int:
+        """How often the writer's view listed the table whole: once at its first commit, and
+        again after each instant made outside this process or a rollback."""
+        return self._files.listings
+
     def rings(self, timeline: Timeline) -> dict[str, ring.HashingMetadata]:
         """The latest committed ring of every partition as of `timeline`, from the writer's cache."""
         self._rings.follow(timeline, self._files.sync(timeline))
