@@ -48,6 +48,7 @@ from streamer.sink import OffsetJumpCheck, SinkSettings, UpsertSink
 from table.errors import SchemaEvolutionError
 from table.mor_table import MorTable, TableSpec
 from table.schema import arrow_schema_from_avro, evolve
+from table.units import MIB
 from table.storage.file_io import Storage
 from table.timeline.timeline import parse_instant_time
 from table.write.writer import TableWriter, WriteOptions
@@ -106,7 +107,7 @@ class TableJob:
                 SchemaRegistryClient(registry.url, registry.auth))
         writer = table.writer(
             WriteOptions(initial_buckets=config.index.initial_buckets, delete_field=t.delete_field,
-                         log_block_format=t.log_block_format),
+                         log_block_format=t.log_block_format, task_memory_bytes=int(t.write_task_memory_mb * MIB)),
             description=f"mor-streamer job '{t.name}' ({config.config_path})",
         )
         try:

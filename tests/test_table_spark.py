@@ -26,8 +26,9 @@ from test_table_engine import (
 from table.mor_table import MorTable
 from table.read.predicate import Predicate
 from table.spark import datasource as spark_source
-from table.spark.write import spark_hash_int, upsert_dataframe, write_task_keys
+from table.spark.write import PACKED, TaskShare, _WriteTasks, pack, spark_hash_int, upsert_dataframe, write_task_keys
 from table.storage.layout import LogFileName
+from table.write.routing import FILE_ID
 
 pytestmark = pytest.mark.spark
 
@@ -63,6 +64,48 @@ def test_dataframe_upserts_equal_the_oracle_through_every_reader(spark, tmp_path
     assert rows.rdd.getNumPartitions() < n_slices  # small slices share a task
     one_per_task = spark.read.format("mor").option("max_partition_bytes", 1).option("open_cost_bytes", 1)
     assert one_per_task.load(str(path)).rdd.getNumPartitions() == n_slices
+
+
+def test_write_tasks_given_more_than_they_hold_write_their_file_groups_in_parts(spark, tmp_path):
+    path = tmp_path / "orders"
+    table = make_table(path)
+    oracle = Oracle("order_id", "updated_at", "is_deleted")
+    rng = random.Random(18)
+    known: list[str] = []
+    with table.writer(write_options(task_memory_bytes=32 * 1024)) as writer:  # a few file groups a part
+        for n in range(3):
+            batch = change_batch(rng, known, 4000, n * 4000, 100 + 100 * n)
+            oracle.apply_batch(batch)
+            df = spark.createDataFrame(pa.Table.from_pylist(batch, schema=SCHEMA).to_pandas())
+            assert upsert_dataframe(writer, df) is not None
+            written = [s.file_id for s in writer.last_commit.write_stats()]
+            view = writer.file_system_view(table.timeline())
+            assert len(written) == len(set(written)) == len(view.all_file_groups())  # each group once, in one part
+
+    expected = strip(oracle.rows(), DATA_COLUMNS)
+    assert strip(by_key(table.snapshot()), DATA_COLUMNS) == expected
+    assert strip(by_key(hudi_rs_read(path)), DATA_COLUMNS) == expected
+
+
+@pytest.mark.unit
+def test_a_task_share_past_its_memory_goes_to_disk_and_is_read_back_in_parts_of_whole_groups():
+    rows = pa.table({FILE_ID: [f"g{i % 40:02d}" for i in range(20_000)],
+                     "_hoodie_partition_path": [f"p{i % 40 // 10}" for i in range(20_000)],
+                     "payload": [f"x{i:08d}" * 4 for i in range(20_000)]})
+    tasks = _WriteTasks(1, (0,), {})
+    values = [pack(rows.slice(i, 1000), tasks).column(PACKED)[0].as_buffer() for i in range(0, 20_000, 1000)]
+    with TaskShare(memory_bytes=200_000) as share:
+        for value in values:
+            share.add(value)
+        assert share.bytes == sum(v.size for v in values) > 200_000
+        assert share.partitions == {f"g{i:02d}": f"p{i // 10}" for i in range(40)}
+        parts = share.parts()
+        assert len(parts) > 2 and set().union(*parts) == set(share.rows) and sum(map(len, parts)) == 40
+        read = [share.read(part) for part in parts]
+    for part, table in zip(parts, read):
+        assert set(table[FILE_ID].to_pylist()) == part
+        assert table.nbytes < 2 * 200_000
+    assert sorted(r for t in read for r in t["payload"].to_pylist()) == sorted(rows["payload"].to_pylist())
 
 
 def test_writes_leave_no_accumulator_or_broadcast_behind(spark, tmp_path):

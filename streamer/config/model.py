@@ -150,6 +150,11 @@ class TableSettings(_Section):
     log_block_format: LogBlockFormat = Field(WriteOptions.log_block_format, description=(
         "The format of data blocks in log files: `parquet`, or `avro` (Hudi's own default). The "
         "quarantine table uses it too."))
+    write_task_memory_mb: float = Field(WriteOptions.task_memory_bytes / MIB, gt=0, description=(
+        "The records a Spark write task holds in memory at once. A micro-batch that gives a task more "
+        "(a long backlog read at once) keeps them on the task's local disk and writes its file groups "
+        "in parts of about this much: a batch's memory stays bounded whatever the backlog, but for "
+        "one file group's share of a batch, which a part always holds whole."))
     quarantine_path: Text | None = Field(None, description=(
         "Where `decode.on_error: quarantine` writes bad records; by default `<table.path>_quarantine`."))
     storage_options: dict[str, OptionValue] = Field({}, description=(

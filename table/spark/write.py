@@ -23,6 +23,8 @@ adaptive query execution on.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -38,9 +40,10 @@ from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from table.schema import PARTITION_PATH
 from table.timeline.commit_metadata import WriteStat
 from table.write.delta_commit import DeltaCommit
-from table.write.file_group_writer import CommitContext, WriteTask, write_file_groups
+from table.write.file_group_writer import CommitContext, WriteTask, mark_file_groups, write_marked_groups
 from table.write.prepare import POSITION, dedupe_latest
 from table.write.routing import FILE_ID, Routing
 from table.write.writer import TableWriter
@@ -260,27 +263,113 @@ def pack(routed: pa.Table, tasks: _WriteTasks) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array(keys, pa.int32()), streams], names=[WRITE_TASK, PACKED])
 
 
-def unpack(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
-    """The rows of the packed values, as one table (None when there are none)."""
-    tables = [pa.ipc.open_stream(value.as_buffer()).read_all() for batch in batches for value in batch.column(PACKED)]
-    if not tables:
-        return None
-    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+class TaskShare:
+    """What the shuffle gives one write task: packed values, held in memory up to the commit's
+    `task_memory_bytes` and on the task's local disk beyond, with each file group's rows and
+    partition counted as they arrive. A share too large to hold is written in parts: groups
+    taken in turn until a part holds about `task_memory_bytes`, each part read back from disk
+    (a value at a time, so that what was read is not kept mapped), its groups' rows picked out."""
+
+    def __init__(self, memory_bytes: int, directory: str | None = None):
+        self.memory_bytes = memory_bytes
+        self._directory = directory
+        self._held: list[pa.Buffer] = []
+        self._spill = None  # the local file the values go to once they pass memory_bytes
+        self._extents: list[tuple[int, int]] = []  # each spilled value's offset and length
+        self.bytes = 0
+        self.rows: dict[str, int] = {}  # file id -> rows
+        self.partitions: dict[str, str] = {}  # file id -> partition path
+
+    def __enter__(self) -> "TaskShare":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._spill is not None:
+            self._spill.close()  # a temporary file: gone once closed
+
+    def add(self, value: pa.Buffer) -> None:
+        rows = pa.ipc.open_stream(value).read_all()
+        counts = pc.value_counts(rows[FILE_ID].combine_chunks())
+        for file_id, count in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()):
+            self.rows[file_id] = self.rows.get(file_id, 0) + count
+        new = [f for f in counts.field("values").to_pylist() if f not in self.partitions]
+        if new:
+            first = pc.index_in(pa.array(new, pa.string()), value_set=rows[FILE_ID].combine_chunks())
+            self.partitions.update(zip(new, rows[PARTITION_PATH].take(first).to_pylist()))
+        self.bytes += value.size
+        if self._spill is None and self.bytes > self.memory_bytes:
+            self._spill = tempfile.TemporaryFile(dir=self._directory, prefix="mor-write-")
+            for held in self._held:
+                self._append(held)
+            self._held = []
+        if self._spill is not None:
+            self._append(value)
+        else:
+            self._held.append(value)
+
+    def _append(self, value: pa.Buffer) -> None:
+        self._extents.append((self._spill.tell(), value.size))
+        self._spill.write(value)
+
+    def parts(self) -> list[set[str] | None]:
+        """The groups of each part, in file id order; [None]: one part of every group."""
+        if self._spill is None:
+            return [None] if self.rows else []
+        total_rows = sum(self.rows.values())
+        row_bytes = self.bytes / max(1, total_rows)
+        parts: list[set[str]] = []
+        size = self.memory_bytes
+        for file_id in sorted(self.rows):
+            if size + self.rows[file_id] * row_bytes > self.memory_bytes and (not parts or parts[-1]):
+                parts.append(set())
+                size = 0
+            parts[-1].add(file_id)
+            size += self.rows[file_id] * row_bytes
+        return parts
+
+    def read(self, file_ids: set[str] | None) -> pa.Table:
+        """The rows of the groups `file_ids` (every row: None)."""
+        if self._spill is None:
+            tables = [pa.ipc.open_stream(value).read_all() for value in self._held]
+        else:
+            wanted = pa.array(sorted(file_ids or self.rows), pa.string())
+            tables = []
+            for offset, length in self._extents:
+                self._spill.seek(offset)
+                rows = pa.ipc.open_stream(pa.py_buffer(self._spill.read(length))).read_all()
+                tables.append(rows.filter(pc.is_in(rows[FILE_ID], value_set=wanted)))
+        return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
 def _write_file_groups(ctx: CommitContext, routing_bc, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """A write task: the rows of the file groups the shuffle gave it, the latest version of each
-    key of each group kept, then the groups written (`write_file_groups`)."""
+    """A write task: the rows of the file groups the shuffle gave it, kept (`TaskShare`), every
+    group's file marked, then the groups written, in parts when the share is larger than the
+    task holds at once, the latest version of each key of each group kept."""
     from pyspark import TaskContext
 
     task = TaskContext.get()
-    rows = unpack(batches)
-    if rows is None:
-        return
-    started = time.perf_counter()  # the shuffle's wait is not the write's
-    rows = dedupe_latest(rows, ctx.ordering_field, group_column=FILE_ID)
-    stats = write_file_groups(ctx, WriteTask(task.partitionId(), task.stageId(), task.taskAttemptId()),
-                              routing_bc.value, rows)
+    with TaskShare(ctx.task_memory_bytes, _local_directory()) as share:
+        for batch in batches:
+            for value in batch.column(PACKED):
+                share.add(value.as_buffer())
+        if not share.rows:
+            return
+        started = time.perf_counter()  # the shuffle's wait is not the write's
+        routing: Routing = routing_bc.value
+        writer = WriteTask(task.partitionId(), task.stageId(), task.taskAttemptId())
+        targets = {f: routing.target(f, share.partitions[f]) for f in sorted(share.rows)}
+        mark_file_groups(ctx, list(targets.values()), writer)
+        stats: list[WriteStat] = []
+        for part in share.parts():
+            rows = dedupe_latest(share.read(part), ctx.ordering_field, group_column=FILE_ID)
+            stats += write_marked_groups(ctx, writer, targets, rows)
+        ctx.storage.sync_files([stat.path for stat in stats])
     reported = [json.dumps(s.to_dict()) for s in stats] or [None]
     seconds = [time.perf_counter() - started] + [0.0] * (len(reported) - 1)
     yield pa.RecordBatch.from_pydict({"stat": reported, "seconds": seconds}, schema=_STAT_ARROW)
+
+
+def _local_directory() -> str | None:
+    """Where Spark keeps a task's local files (`spark.local.dir`), as PySpark's own spills do."""
+    directories = os.environ.get("SPARK_LOCAL_DIRS")
+    return directories.split(",")[0] if directories else None

@@ -8,6 +8,7 @@ and the task's identity fix before any row is looked at."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -34,6 +35,7 @@ from table.storage.file_io import Storage
 from table.storage.layout import BaseFileName, LogFileName, write_token
 from table.storage.markers import IOType, MarkedFile, write_markers
 from table.timeline.commit_metadata import WriteStat
+from table.units import MIB
 from table.write.prepare import IS_DELETE
 from table.write.routing import FILE_ID, FileGroupTarget, Routing
 
@@ -48,6 +50,7 @@ class CommitContext:
     data_schema: pa.Schema  # the table's columns, without meta fields
     ordering_field: str
     log_block_format: str  # "avro" or "parquet"
+    task_memory_bytes: int = 128 * MIB  # the rows a Spark write task holds at once (`WriteOptions`)
 
     @cached_property
     def log_schema_json(self) -> str:
@@ -90,23 +93,40 @@ def mark_file_groups(ctx: CommitContext, targets: list[FileGroupTarget], task: W
 
 def write_file_groups(ctx: CommitContext, task: WriteTask, routing: Routing, rows: pa.Table) -> list[WriteStat]:
     """A task's share of a commit: `rows`, routed (`FILE_ID`) and one per key of each group, into
-    their file groups. One marker file names every file the task may write; the meta columns,
-    the types and the log blocks' records are made for all the rows at once, so that a group
-    costs its file and little more; the files are synced together at the end. Returns the
-    stats of the files written."""
+    their file groups: one marker file names every file the task may write, then the groups are
+    written (`write_marked_groups`) and their files synced together. Returns the stats of the
+    files written."""
     groups = _TaskGroups.of(rows)
-    targets = [routing.target(file_id, partition) for file_id, partition in zip(groups.file_ids, groups.partitions)]
-    mark_file_groups(ctx, targets, task)
-    files = [planned_file(ctx, t, task) for t in targets]
-    names = [file.file_name if t.base_instant is None else t.file_id for file, t in zip(files, targets)]
+    targets = {f: routing.target(f, p) for f, p in zip(groups.file_ids, groups.partitions)}
+    mark_file_groups(ctx, list(targets.values()), task)
+    stats = _write_groups(ctx, task, targets, groups)
+    ctx.storage.sync_files([stat.path for stat in stats])
+    return stats
+
+
+def write_marked_groups(ctx: CommitContext, task: WriteTask, targets: Mapping[str, FileGroupTarget],
+                        rows: pa.Table) -> list[WriteStat]:
+    """Write some of the groups a task marked (`mark_file_groups`), from `rows` (routed, one per
+    key of each group): a task with more rows than it holds at once writes its groups in parts.
+    The files are not synced: the task syncs all of them before it reports their stats."""
+    return _write_groups(ctx, task, targets, _TaskGroups.of(rows))
+
+
+def _write_groups(ctx: CommitContext, task: WriteTask, targets: Mapping[str, FileGroupTarget],
+                  groups: "_TaskGroups") -> list[WriteStat]:
+    """The meta columns, the types and the log schema's layout are made for all the rows at once,
+    so that a group costs its file and little more."""
+    group_targets = [targets[f] for f in groups.file_ids]
+    files = [planned_file(ctx, t, task) for t in group_targets]
+    names = [file.file_name if t.base_instant is None else t.file_id for file, t in zip(files, group_targets)]
     records = _with_meta_columns(ctx, groups.rows, pc.take(pa.array(names, pa.string()), groups.codes),
                                  task.partition_id)
-    log_records = conform(records, log_schema(ctx.log_schema_json).arrow) if _logs_with_upserts(targets, groups) \
-        else records
+    log_records = conform(records, log_schema(ctx.log_schema_json).arrow) \
+        if _logs_with_upserts(group_targets, groups) else records
     row_bytes = records.nbytes / max(1, records.num_rows)
     stats: list[WriteStat] = []
     logs: list[tuple[MarkedFile, FileGroupTarget, list[LogBlock], int, int]] = []
-    for g, (target, file) in enumerate(zip(targets, files)):
+    for g, (target, file) in enumerate(zip(group_targets, files)):
         start, upserts, deletes = groups.runs(g)
         if target.base_instant is None:
             if upserts:  # deleting keys from a group that does not exist yet: nothing to do
@@ -126,7 +146,6 @@ def write_file_groups(ctx: CommitContext, task: WriteTask, routing: Routing, row
     for (file, target, blocks, upserts, deletes), size in zip(logs, sizes):
         failpoints.reach("deltacommit.log_file_written")
         stats.append(_log_file_stat(target, file, size, len(blocks), upserts, deletes))
-    ctx.storage.sync_files([stat.path for stat in stats])
     return stats
 
 

@@ -27,6 +27,7 @@ from table.storage.lease import DEFAULT_TTL_SECONDS, WriterLease
 from table.storage.markers import begin_markers, delete_markers, marked_files
 from table.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
 from table.timeline.timeline import Instant, Timeline
+from table.units import MIB
 from table.write.delta_commit import DeltaCommit
 from table.write.file_group_writer import CommitContext, WriteTask, write_file_groups
 from table.write.prepare import BatchSpec, prepare_batch
@@ -51,6 +52,9 @@ class WriteOptions:
     delete_field: str | None = None
     log_block_format: LogBlockFormat = LogBlockFormat.PARQUET
     lease_ttl_seconds: float = DEFAULT_TTL_SECONDS
+    #: The packed rows a Spark write task holds at once; given more (a large backlog's batch), it
+    #: keeps them on its local disk and writes its file groups in parts of about this much.
+    task_memory_bytes: int = 128 * MIB
 
 
 class TableWriter:
@@ -150,6 +154,7 @@ class TableWriter:
             data_schema=data_schema,
             ordering_field=self.table.config.precombine_field,
             log_block_format=self.options.log_block_format,
+            task_memory_bytes=self.options.task_memory_bytes,
         )
 
     def begin_delta_commit(self, data_schema: pa.Schema) -> "DeltaCommit":
