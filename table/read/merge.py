@@ -38,37 +38,42 @@ def latest_per_key(records: pa.Table, ordering_field: str) -> pa.Table:
 
 
 def merge_latest(records: pa.Table, deletes: pa.Table | None, ordering_field: str) -> pa.Table:
-    """Latest live version of each key, with newer deletes applied."""
+    """Latest live version of each key, with newer deletes applied. Sorts and lookups only: a
+    table of many partitions merges many small slices, where a hash join's setup would cost
+    more than the rows."""
     latest = latest_per_key(records, ordering_field)
     if deletes is None or deletes.num_rows == 0 or latest.num_rows == 0:
         return latest
-    newest_delete = deletes.group_by(DELETE_KEY).aggregate(
-        [(DELETE_ORDERING, "max"), (DELETE_COMMIT_TIME, "max")]
-    )
     ordering_type = latest.schema.field(ordering_field).type
-    probe = pa.table(
-        {
-            DELETE_KEY: latest[RECORD_KEY],
-            "_row": pa.array(range(latest.num_rows), pa.int64()),
-            "_ordering": latest[ordering_field],
-            "_commit": latest[COMMIT_TIME],
-        }
-    )
-    joined = probe.join(newest_delete, DELETE_KEY, join_type="inner")
-    if joined.num_rows == 0:
+    keys, del_ordering = _greatest_per_key(deletes, DELETE_ORDERING)
+    _, del_commit = _greatest_per_key(deletes, DELETE_COMMIT_TIME)
+    found = pc.index_in(latest[RECORD_KEY], value_set=keys)  # each row's key among the deleted ones
+    matched = pc.is_valid(found)
+    if not pc.any(matched).as_py():
         return latest
-    del_ordering = joined[f"{DELETE_ORDERING}_max"].cast(ordering_type)
-    del_commit = joined[f"{DELETE_COMMIT_TIME}_max"]
-    newer_commit = pc.greater(del_commit, joined["_commit"])
+    rows = pc.indices_nonzero(matched)
+    at = pc.take(found, rows)
+    del_ordering = pc.take(del_ordering, at).cast(ordering_type)
+    del_commit = pc.take(del_commit, at)
+    ordering = pc.take(latest[ordering_field], rows)
+    newer_commit = pc.greater(del_commit, pc.take(latest[COMMIT_TIME], rows))
     zero = pc.equal(del_ordering, pa.scalar(0).cast(ordering_type)) if _is_integer(ordering_type) else None
     by_ordering = pc.or_(
-        pc.greater(del_ordering, joined["_ordering"]),
-        pc.and_(pc.equal(del_ordering, joined["_ordering"]), newer_commit),
+        pc.greater(del_ordering, ordering),
+        pc.and_(pc.equal(del_ordering, ordering), newer_commit),
     )
     deleted = pc.if_else(zero, newer_commit, by_ordering) if zero is not None else by_ordering
-    deleted_rows = pc.filter(joined["_row"], pc.fill_null(deleted, False))
-    keep = pc.invert(pc.is_in(pa.array(range(latest.num_rows), pa.int64()), value_set=deleted_rows))
+    deleted_rows = pc.filter(rows, pc.fill_null(deleted, False))
+    keep = pc.invert(pc.is_in(pa.array(range(latest.num_rows), pa.uint64()), value_set=deleted_rows))
     return latest.filter(keep)
+
+
+def _greatest_per_key(deletes: pa.Table, column: str) -> tuple[pa.Array, pa.Array]:
+    """The distinct keys of the deletes and the greatest `column` of each, in the same order."""
+    order = pc.sort_indices(deletes, sort_keys=[(DELETE_KEY, "ascending"), (column, "descending")])  # nulls last
+    first = pc.filter(order, _first_of_runs(pc.take(deletes[DELETE_KEY], order)))
+    return (pc.take(deletes[DELETE_KEY], first).combine_chunks(),
+            pc.take(deletes[column], first).combine_chunks())
 
 
 def _first_of_runs(sorted_keys: pa.ChunkedArray | pa.Array) -> pa.Array:

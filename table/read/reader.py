@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from table.file_group.base_file import read_parquet
 from table.file_group.fs_view import FileSlice
 from table.file_group.log_file.block import CommandBlock, DataBlock, DeleteBlock
 from table.file_group.log_file.reader import read_log_file
@@ -50,7 +51,7 @@ def read_file_slice(storage: Storage, file_slice: FileSlice, spec: SliceReadSpec
         return read_base_file(storage, file_slice, spec)
     parts: list[pa.Table] = []
     if file_slice.base_file is not None:
-        parts.append(_conform(pq.read_table(storage.open_input(file_slice.base_file.path)), spec.schema))
+        parts.append(_conform(read_parquet(storage.open_input(file_slice.base_file.path)), spec.schema))
     deletes: list[pa.Table] = []
     rolled_back: set[str] = set()
     blocks = [b for log in file_slice.sorted_log_files() for b in read_log_file(storage, log.path)]
@@ -101,10 +102,14 @@ def _delete_rows(block: DeleteBlock, ordering_type: pa.DataType) -> pa.Table:
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """Same columns and types as the table schema; columns a file lacks read as null."""
+    if table.schema.equals(schema):
+        return table
+    names = set(table.column_names)
     columns = []
     for field in schema:
-        if field.name in table.column_names:
-            columns.append(table[field.name].cast(field.type))
+        if field.name in names:
+            column = table[field.name]
+            columns.append(column if column.type == field.type else column.cast(field.type))
         else:
             columns.append(pa.nulls(table.num_rows, field.type))
     return pa.Table.from_arrays(columns, schema=schema)

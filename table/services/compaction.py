@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from table import failpoints
 from table.config.choices import CompactionStrategyKind
 from table.errors import CompactionConflictError, InvalidRequestError, TimelineStateError
-from table.file_group.base_file import parquet_options
+from table.file_group.base_file import parquet_options, read_parquet
 from table.file_group.fs_view import FileSlice
 from table.plans.clustering import pending_clustering_file_groups
 from table.plans.compaction import (
@@ -307,7 +307,7 @@ def _write_stat(storage: Storage, op: CompactionOperation, file_slice: FileSlice
 def _base_record_keys(storage: Storage, file_slice: FileSlice) -> pa.Array:
     if file_slice.base_file is None:
         return pa.array([], pa.string())
-    keys = pq.read_table(storage.open_input(file_slice.base_file.path), columns=[RECORD_KEY])[RECORD_KEY]
+    keys = read_parquet(storage.open_input(file_slice.base_file.path), columns=[RECORD_KEY])[RECORD_KEY]
     return keys.combine_chunks()
 
 

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import fastavro
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from table.errors import FormatError
+from table.file_group.base_file import read_parquet
 from table.file_group.log_file.avro_binary import (
     AvroColumnReader,
     LogSchema,
@@ -153,7 +153,7 @@ def _decode_data_content(content: memoryview, header: Header, block_type: BlockT
     if block_type == BlockType.PARQUET_DATA:
         if len(content) == 0:
             return schema.arrow.empty_table()
-        table = pq.read_table(pa.BufferReader(pa.py_buffer(content)))
+        table = read_parquet(pa.py_buffer(content))
         return conform(table.replace_schema_metadata(None), schema.arrow)
     return _decode_avro_records(content, schema)
 
