@@ -123,11 +123,46 @@ class FileSystemViewCache:
         return result
 
     def committed(self, instant: Instant, metadata: CommitMetadata) -> None:
-        """This writer completed `instant` with `metadata`: its files join the view without a read."""
+        """This writer completed the deltacommit `instant` with `metadata`: its files join the
+        view without a read, each added to its group as it is (a log file to the slice it
+        extends, a new group's base file as its first slice), so that a commit costs the groups
+        it wrote, not all the files they hold."""
         if self._known is None:
             return
-        self._add_files(metadata.write_stats())
+        for stat in metadata.write_stats():
+            if not stat.path:
+                continue
+            partition = stat.partition_path or ""
+            files = self._files.setdefault(partition, PartitionFiles(partition))
+            files.add(stat.path.rsplit("/", 1)[-1], stat.file_size_in_bytes)
+            if not self._extend(files, stat):
+                self._mark(partition, stat.file_id)
         self._known[instant.key] = State.COMPLETED
+
+    def _extend(self, files: PartitionFiles, stat: WriteStat) -> bool:
+        """Add a committed file to its derived group; False when the group must be derived again."""
+        dirty = self._dirty.get(files.partition_path, set())
+        groups = self._groups.get(files.partition_path)
+        if dirty is None or stat.file_id in dirty:
+            return False
+        group = (groups or {}).get(stat.file_id)
+        log_file = files.log_files.get(stat.path)
+        if log_file is not None and group is not None:
+            group.add_log_file(log_file)
+            return True
+        base_file = files.base_files.get(stat.path)
+        if base_file is not None and group is None:
+            group = FileGroup(files.partition_path, stat.file_id)
+            group.slice(base_file.name.instant).base_file = base_file
+            self._groups.setdefault(files.partition_path, {})[stat.file_id] = group
+            return True
+        return False
+
+    def _mark(self, partition: str, file_id: str) -> None:
+        dirty = self._dirty.get(partition, set())
+        if dirty is not None:
+            dirty.add(file_id)
+            self._dirty[partition] = dirty
 
     def _apply(self, timeline: Timeline, instant: Instant) -> set[str]:
         """Take in one instant state this process wrote; the partitions a replacecommit replaced groups in."""
@@ -159,10 +194,7 @@ class FileSystemViewCache:
                 files = self._files[partition] = PartitionFiles(partition)
             name = stat.path.rsplit("/", 1)[-1]
             files.add(name, stat.file_size_in_bytes)
-            dirty = self._dirty.get(partition, set())
-            if dirty is not None:
-                dirty.add(stat.file_id)
-                self._dirty[partition] = dirty
+            self._mark(partition, stat.file_id)
 
     def _relist(self, timeline: Timeline, why: str) -> SyncResult:
         self._files = list_table_files(self.storage)
