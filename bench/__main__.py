@@ -1,8 +1,10 @@
 """`python -m bench [--quick] [--scenario NAME ...] [--rows N] [--batch-rows B] [--batches K] [--out DIR]
-[--keep] [--skip PEER]`: every scenario, one run.
+[--keep] [--skip PEER] [--partitions 8,400,2000] [--s3 ROWS,BATCH_ROWS,BATCHES] [--backlog 10M,30M]`:
+every scenario, one run.
 
-A scenario is one function `(W1, work directory) -> report.Section`; adding one is adding it to
-SCENARIOS. The size picks the W1 parameters (`--quick` for a smoke run of a few minutes).
+A scenario is one function `(W1, work directory, **options) -> report.Section`; adding one is
+adding it to SCENARIOS. The size picks the W1 parameters (`--quick` for a smoke run of a few
+minutes). `partitions` and `backlog` run only when named: together they take about an hour.
 Prints a table per scenario and writes `<out>/<size>.json` and PNG plots.
 """
 
@@ -16,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import continuous, growth, ingest, machine, queries, report, services
-from bench.workload import SIZES
+from bench import backlog, continuous, growth, ingest, machine, partitions, queries, report, services
+from bench.workload import SIZES, W1
 
 SCENARIOS = {
     "ingest": ingest.scenario,
@@ -25,7 +27,18 @@ SCENARIOS = {
     "growth": growth.scenario,
     "services": services.scenario,
     "queries": queries.scenario,
+    "partitions": partitions.scenario,
+    "backlog": backlog.scenario,
 }
+#: Scenarios that `--scenario` names but a run of every scenario leaves out: they take an hour.
+ON_REQUEST = ("partitions", "backlog")
+
+
+def counts(text: str) -> tuple[int, ...]:
+    """A comma-separated list of counts: `8,400,2000` or `10M,30M`."""
+    scale = {"k": 1_000, "m": 1_000_000}
+    return tuple(int(float(part[:-1]) * scale[part[-1].lower()]) if part[-1].lower() in scale else int(part)
+                 for part in text.split(","))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, help="upsert batches, instead of the size's")
     parser.add_argument("--skip", action="append", default=[], choices=sorted(ingest.PEERS),
                         help="a peer the ingest scenario leaves out (e.g. spark-cow at 10M rows)")
+    parser.add_argument("--partitions", type=counts, default=partitions.PARTITIONS,
+                        help="partitions scenario: the partition counts (default 8,400,2000)")
+    parser.add_argument("--s3", type=counts, metavar="ROWS,BATCH_ROWS,BATCHES",
+                        default=dataclasses.astuple(partitions.S3_SIZE)[:3],
+                        help="partitions scenario: W1's size on S3 (default 100000,20000,3; 0 leaves S3 out)")
+    parser.add_argument("--s3-partitions", type=counts, help="partitions scenario: counts on S3 (default --partitions)")
+    parser.add_argument("--backlog", type=counts, default=backlog.BACKLOGS,
+                        help="backlog scenario: backlog sizes in records (default 10M,30M)")
     args = parser.parse_args(argv)
 
     overrides = {"initial_rows": args.rows, "batch_rows": args.batch_rows, "batches": args.batches}
@@ -51,10 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     sections = {}
     try:
-        for name in args.scenario or SCENARIOS:
+        for name in args.scenario or [name for name in SCENARIOS if name not in ON_REQUEST]:
             print(f"scenario {name}", flush=True)
-            options = {"skip": set(args.skip)} if name == "ingest" else {}
-            sections[name] = SCENARIOS[name](w, work / name, **options)
+            scenario_started = time.monotonic()
+            sections[name] = SCENARIOS[name](w, work / name, **_options(name, args))
+            sections[name].details["scenario_seconds"] = time.monotonic() - scenario_started
+            print(f"scenario {name}: {sections[name].details['scenario_seconds']:.0f}s", flush=True)
     except BaseException:
         print(f"work directory kept for its logs: {work}", file=sys.stderr)
         raise
@@ -70,6 +93,17 @@ def main(argv: list[str] | None = None) -> int:
     written = report.write(args.out, args.size, w, facts, seconds, sections)
     print(f"\n{seconds:.0f}s; wrote " + ", ".join(str(p) for p in written))
     return 0
+
+
+def _options(name: str, args: argparse.Namespace) -> dict:
+    if name == "ingest":
+        return {"skip": set(args.skip)}
+    if name == "partitions":
+        s3 = W1(*args.s3) if args.s3[0] else None
+        return {"partitions": args.partitions, "s3": s3, "s3_partitions": args.s3_partitions}
+    if name == "backlog":
+        return {"backlogs": args.backlog}
+    return {}
 
 
 if __name__ == "__main__":

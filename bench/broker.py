@@ -1,14 +1,20 @@
 """The bench's Kafka broker: the one `KAFKA_BOOTSTRAP_SERVERS` names, else Apache Kafka itself,
-started from its Maven Central jars (`harness.kafka`), as the tests do."""
+started from its Maven Central jars (`harness.kafka`), as the tests do; and a producer fast enough
+for backlogs of tens of millions of events."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import pyarrow as pa
+
+from bench.workload import json_values
 from harness.kafka import KAFKA_VERSION, KafkaBroker
+from streamer.kafka.embedded_broker import create_topic
 
 
 @contextlib.contextmanager
@@ -23,3 +29,50 @@ def kafka(work: Path) -> Iterator[str]:
         print(f"  Kafka: Apache Kafka {KAFKA_VERSION} at {broker.bootstrap} (up in {broker.startup_seconds:.1f}s)",
               flush=True)
         yield broker.bootstrap
+
+
+def produce_json(bootstrap: str, topic: str, tables: Iterable[pa.Table], partitions: int) -> dict:
+    """Events as JSON messages keyed by order id into a new topic of `partitions`, in stream
+    order, as fast as one Python thread goes: the values are built column-wise
+    (`workload.json_values`) a table at a time and produced in a tight loop, so tens of millions
+    of messages take a minute or two, not the hours of a dict per row. Returns what it produced."""
+    from confluent_kafka import Producer
+
+    create_topic(bootstrap, topic, partitions=partitions)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
+                         "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576, "acks": "all"})
+    failed: list = []
+
+    def delivered(error, _message) -> None:
+        if error is not None:
+            failed.append(error)
+
+    started, messages, size = time.monotonic(), 0, 0
+    for table in tables:
+        values = json_values(table)
+        size += len(values.buffers()[2])
+        for key, value in zip(table.column("order_id").to_pylist(), values.to_pylist()):
+            while True:
+                try:
+                    producer.produce(topic, value, key, on_delivery=delivered)
+                    break
+                except BufferError:  # the local queue is full: let the client send
+                    producer.poll(0.05)
+        messages += len(values)
+        producer.poll(0)
+    left = producer.flush(300)
+    if left or failed:
+        raise RuntimeError(f"{left} messages to {topic} not sent, {len(failed)} failed: {failed[:3]}")
+    seconds = time.monotonic() - started
+    print(f"  produced {messages:,} messages ({size / 2**20:,.0f} MiB) to {topic} in {seconds:.1f}s", flush=True)
+    return {"topic": topic, "topic_partitions": partitions, "messages": messages, "message_bytes": size,
+            "produce_seconds": seconds}
+
+
+def delete_topic(bootstrap: str, topic: str) -> None:
+    """Drop a topic whose messages a scenario no longer needs, to give the disk back."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics([topic]).values():
+        future.result(60)

@@ -65,7 +65,7 @@ def scenario(w: W1, work: Path, skip: frozenset[str] = frozenset()) -> Section:
                                  trigger=CONTINUOUS_TRIGGER)
         for name in (name for name in PEERS if name not in skip):
             print(f"  {name}", flush=True)
-            results.append(_peer(name, work / name, w, bootstrap))
+            results.append(peer(name, work / name, w, bootstrap))
     details["batch_mix"] = dict(zip(("updates", "inserts", "deletes"), w.batch_mix))
     title = (f"W1 ingestion: {w.initial_rows:,} rows loaded, then {w.batches} upsert batches of "
              f"{w.batch_rows:,} records ({spark.MASTER} for Spark paths)")
@@ -117,7 +117,7 @@ def _produce(bootstrap: str, files: WorkloadFiles) -> dict:
             "message_bytes": sum(len(value) for _, value, _ in records), "produce_seconds": seconds}
 
 
-def _peer(name: str, work: Path, w: W1, bootstrap: str) -> PathResult:
+def peer(name: str, work: Path, w: W1, bootstrap: str) -> PathResult:
     """Run one peer through `bench.child` and add the memory sampled from outside."""
     work.mkdir(parents=True)
     peer_input, result_path, log_path = work / "input.json", work / "result.json", work / "peer.log"

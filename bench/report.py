@@ -35,13 +35,15 @@ class Section:
     notes: list[str] = field(default_factory=list)
     details: dict = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
+    tables: list[str] = field(default_factory=list)  # more tables of the scenario's own, printed as given
 
     def result(self, name: str) -> PathResult:
         return next(r for r in self.results if r.name == name)
 
     def to_json(self) -> dict:
         return {"title": self.title, "baseline": self.baseline, "notes": self.notes, "details": self.details,
-                "results": [r.to_json() for r in self.results], "checks": [asdict(c) for c in self.checks]}
+                "results": [r.to_json() for r in self.results], "checks": [asdict(c) for c in self.checks],
+                "tables": self.tables}
 
 
 COLUMNS = (  # header, width, value of a result given the baseline's records/s
@@ -72,6 +74,8 @@ def table(section: Section) -> str:
     for r in section.results:
         if r.expected_rows is not None and r.table_rows != r.expected_rows:
             lines.append(f"WRONG: {r.label} holds {r.table_rows:,} rows, W1 leaves {r.expected_rows:,}")
+    for extra in section.tables:
+        lines += ["", extra]
     lines += [f"* {note}" for note in section.notes]
     lines += phase_table(section)
     if section.checks:
@@ -125,7 +129,8 @@ def plots(prefix: Path, section: Section) -> list[Path]:
     ax.set(title=_wrap(f"{section.title}: latency per upsert batch"), xlabel="batch", ylabel="seconds (log scale)")
     ax.set_yscale("log")
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-    ax.legend(fontsize=8)
+    if ax.lines:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(latency, dpi=110)
     plt.close(fig)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import statistics
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -26,7 +27,8 @@ from streamer.config.model import SourceSettings
 from table.mor_table import MorTable
 
 # A micro-batch's line, or the initial load's when a batch query makes it (`source.format: kafka`).
-BATCH_LINE = re.compile(r"^(\S+ \S+) INFO streamer\.sink: orders (?:batch (\d+)|initial load): ([\d,]+) records, .* in ([\d.]+)s")
+BATCH_LINE = re.compile(r"^(\S+ \S+) INFO streamer\.sink: orders (?:batch (\d+)|initial load): ([\d,]+) records, "
+                        r".* (\d+) files -> deltacommit \S+ in ([\d.]+)s")
 PHASE_LINE = re.compile(r"DEBUG streamer\.sink: orders batch (\d+) phases: (.*?)(?:; freshness ([\d.]+)s to ([\d.]+)s)?$")
 CAUGHT_UP = re.compile(r"INFO streamer\.sink: orders batch \d+: .*; lag \S+ 0$", re.MULTILINE)
 SERVICES_OFF = {name: {"mode": "off"} for name in ("compaction", "clustering", "clean", "archive")}
@@ -55,18 +57,39 @@ def config(work: Path, w: W1, bootstrap: str, topic: str, partitions: int) -> di
     }
 
 
-def run(work: Path, w: W1, bootstrap: str, topic: str, partitions: int,
-        trigger: str | None = None, source_format: str = "kafka-arrow") -> tuple[PathResult, PathResult]:
-    """The upsert batches (the baseline every ratio is against) and the whole run (JVM start,
-    initial load through Kafka, upserts): `--once`, or continuous every `trigger`; read with
-    `source_format` (Spark's own `kafka` with its connector's jars from the harness's cache)."""
-    work.mkdir(parents=True)
-    config_path = work / "orders.yaml"
-    settings = config(work, w, bootstrap, topic, partitions)
-    settings["source"]["format"] = source_format
-    if trigger:
-        settings["stream"]["trigger_interval"] = trigger
-    config_path.write_text(yaml.safe_dump(settings, sort_keys=False))
+@dataclass(frozen=True)
+class Batch:
+    """One micro-batch as the sink logged it (-1: the initial load's batch query)."""
+
+    batch_id: int
+    ended: datetime  # when its line was logged, after its commit
+    records: int
+    seconds: float  # the sink's own: Kafka read, decode, upsert and commit
+    files: int  # files its deltacommit wrote
+    phases: dict[str, float]  # its DEBUG phase line, where logged
+
+    @property
+    def started(self) -> datetime:
+        return self.ended - timedelta(seconds=self.seconds)
+
+
+def batches(log: str) -> list[Batch]:
+    """The micro-batches of a job's log, in order."""
+    lines = log.splitlines()
+    phases = {int(m[1]): {name: float(seconds.rstrip("s")) for name, seconds in
+                          (part.split(" ") for part in m[2].split(", "))}
+              for m in map(PHASE_LINE.search, lines) if m}
+    found = []
+    for m in map(BATCH_LINE.match, lines):
+        if m:
+            batch_id = int(m[2]) if m[2] is not None else -1
+            found.append(Batch(batch_id, datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f"), int(m[3].replace(",", "")),
+                               float(m[5]), int(m[4]), phases.get(batch_id, {})))
+    return found
+
+
+def command(config_path: Path, trigger: str | None = None, source_format: str = "kafka-arrow") -> list[str]:
+    """`streamer run` of one config as a user runs it, local[2] with the bench's Spark settings."""
     argv = [sys.executable, "-m", "streamer.cli", "run", str(config_path), "--master", spark.MASTER, "--log-level", "DEBUG"]
     argv += [] if trigger else ["--once"]
     conf = dict(spark.CONF)
@@ -76,45 +99,64 @@ def run(work: Path, w: W1, bootstrap: str, topic: str, partitions: int,
         conf["spark.jars"] = ",".join(str(jar) for jar in kafka_connector().jars)
     for key, value in conf.items():
         argv += ["--conf", f"{key}={value}"]
+    return argv
+
+
+def run(work: Path, w: W1, bootstrap: str, topic: str, partitions: int,
+        trigger: str | None = None, source_format: str = "kafka-arrow", name: str | None = None,
+        table: dict | None = None) -> tuple[PathResult, PathResult]:
+    """The upsert batches (the baseline every ratio is against) and the whole run (JVM start,
+    initial load through Kafka, upserts): `--once`, or continuous every `trigger`; read with
+    `source_format` (Spark's own `kafka` with its connector's jars from the harness's cache).
+    `table` overrides table settings (an `s3://` path and its storage options); `name` the
+    result's name."""
+    work.mkdir(parents=True)
+    config_path = work / "orders.yaml"
+    settings = config(work, w, bootstrap, topic, partitions)
+    settings["source"]["format"] = source_format
+    settings["table"].update(table or {})
+    if trigger:
+        settings["stream"]["trigger_interval"] = trigger
+    config_path.write_text(yaml.safe_dump(settings, sort_keys=False))
     log_path = work / "streamer.log"
 
     def caught_up() -> bool:
         return CAUGHT_UP.search(log_path.read_text()) is not None
 
-    code, wall, rss = run_measured(argv, log_path, stop_when=caught_up if trigger else None)
+    code, wall, rss = run_measured(command(config_path, trigger, source_format), log_path,
+                                   stop_when=caught_up if trigger else None)
+    exited = datetime.now()
     log = log_path.read_text()
     if code != 0:
         raise RuntimeError(f"streamer run exited {code}; log {log_path}:\n" + "\n".join(log.splitlines()[-30:]))
-    lines = [m for m in map(BATCH_LINE.match, log.splitlines()) if m]
-    batch_ids = [int(m[2]) if m[2] is not None else -1 for m in lines]
-    batches = [(datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f"), int(m[3].replace(",", "")), float(m[4])) for m in lines]
-    phases = {int(m[1]): {name: float(seconds.rstrip("s")) for name, seconds in
-                          (part.split(" ") for part in m[2].split(", "))}
-              for m in map(PHASE_LINE.search, log.splitlines()) if m}
-    rows = MorTable.load(str(work / "table")).snapshot(columns=["order_id"]).num_rows
-    details = {"micro_batches": len(batches), "config": settings}
+    done = batches(log)
+    rows = MorTable.load(settings["table"]["path"], settings["table"].get("storage_options")).snapshot(
+        columns=["order_id"]).num_rows
+    details = {"micro_batches": len(done), "config": settings, "exited": exited.isoformat()}
 
     # A micro-batch belongs to the upsert phase when most of its records come after the load.
-    read, load_end, upserts, upsert_phases = 0, None, [], []
-    for batch_id, (ended, records, seconds) in zip(batch_ids, batches):
-        read += records
-        if read - w.initial_rows > records / 2:
-            upserts.append((ended, records, seconds))
-            upsert_phases.append(phases.get(batch_id, {}))
-        else:
-            load_end = ended
-    details["phases"] = {name: statistics.median(p[name] for p in upsert_phases if name in p)
-                         for name in (upsert_phases[0] if upsert_phases else {})}
-    first_started = batches[0][0] - timedelta(seconds=batches[0][2])
-    name, mode = ("ours-continuous", f"trigger {trigger}") if trigger else ("ours", "--once")
+    read, load, upserts = 0, [], []
+    for batch in done:
+        read += batch.records
+        (upserts if read - w.initial_rows > batch.records / 2 else load).append(batch)
+    load_end = load[-1].ended
+    details["phases"] = {name: statistics.median(b.phases[name] for b in upserts if name in b.phases)
+                         for name in (upserts[0].phases if upserts else {})}
+    details["load_records"] = sum(b.records for b in load)
+    details["load_phases"] = {name: sum(b.phases.get(name, 0.0) for b in load) for name in load[0].phases}
+    details["batches"] = [{"batch_id": b.batch_id, "ended": b.ended.isoformat(), "records": b.records,
+                           "seconds": b.seconds, "files": b.files} for b in done]
+    first_started = done[0].started
+    path, mode = ("ours-continuous", f"trigger {trigger}") if trigger else ("ours", "--once")
     ours = "ours"
     if source_format == "kafka":
-        name, ours = f"{name}-spark-kafka", "ours, format kafka"
+        path, ours = f"{path}-spark-kafka", "ours, format kafka"
+    name = name or path
     upsert_result = PathResult(
-        name, f"{ours}: streamer run {mode} (upserts)", sum(r for _, r, _ in upserts),
-        (upserts[-1][0] - load_end).total_seconds(), [s for _, _, s in upserts],
+        name, f"{ours}: streamer run {mode} (upserts)", sum(b.records for b in upserts),
+        (upserts[-1].ended - load_end).total_seconds(), [b.seconds for b in upserts],
         (load_end - first_started).total_seconds(), rows, w.expected_rows(), rss, details)
     whole = PathResult(
-        f"{name}-whole-run", f"{ours}: {mode}, whole run (JVM, load)", read, wall, [s for _, _, s in batches],
+        f"{name}-whole-run", f"{ours}: {mode}, whole run (JVM, load)", read, wall, [b.seconds for b in done],
         None, rows, w.expected_rows(), rss, details)
     return upsert_result, whole

@@ -47,6 +47,14 @@ class W1:
     batches: int
     seed: int = 7
     zipf_exponent: float = 1.0
+    partitions: int = len(REGIONS)  # distinct regions; every batch touches each of them
+
+    @property
+    def regions(self) -> tuple[str, ...]:
+        """The partition values: the named regions at 8, numbered ones at any other count."""
+        if self.partitions == len(REGIONS):
+            return REGIONS
+        return tuple(f"region-{i:05d}" for i in range(self.partitions))
 
     @property
     def upsert_records(self) -> int:
@@ -68,15 +76,16 @@ class W1:
         updates, inserts, deletes = self.batch_mix
         capacity = self.initial_rows + inserts * self.batches
         weight = 1.0 / (rng.permutation(capacity) + 1.0) ** self.zipf_exponent
-        region = rng.integers(0, len(REGIONS), capacity)
+        region = rng.integers(0, self.partitions, capacity)
         customer = rng.integers(0, max(1, capacity // 20), capacity)
         alive = np.zeros(capacity, bool)
         notes = _notes(rng)
+        regions = pa.array(self.regions)
         clock = FIRST_UPDATED_AT
 
         ids = np.arange(self.initial_rows)
         alive[ids] = True
-        yield _events(rng, ids, np.zeros(len(ids), np.int8), region, customer, notes, clock)
+        yield _events(rng, ids, np.zeros(len(ids), np.int8), regions, region[ids], customer[ids], notes, clock)
         clock += len(ids)
         next_id = self.initial_rows
         for _ in range(self.batches):
@@ -88,7 +97,7 @@ class W1:
             ids, kind = ids[order], kind[order]
             alive[ids] = kind != 2
             next_id += inserts
-            yield _events(rng, ids, kind, region, customer, notes, clock)
+            yield _events(rng, ids, kind, regions, region[ids], customer[ids], notes, clock)
             clock += len(ids)
 
     def expected_rows(self) -> int:
@@ -117,17 +126,17 @@ def _notes(rng: np.random.Generator) -> pa.Array:
     return pa.array([row.tobytes().decode() for row in raw])
 
 
-def _events(rng, ids: np.ndarray, kind: np.ndarray, region: np.ndarray, customer: np.ndarray,
+def _events(rng, ids: np.ndarray, kind: np.ndarray, regions: pa.Array, region: np.ndarray, customer: np.ndarray,
             notes: pa.Array, clock: int) -> pa.Table:
-    """Rows for `ids`; kind 0 inserts, 1 updates, 2 deletes."""
+    """Rows for `ids` (`region` and `customer` given per row); kind 0 inserts, 1 updates, 2 deletes."""
     n = len(ids)
     statuses = pa.array(("created",) + UPDATE_STATUSES + ("cancelled",))
     status = np.where(kind == 0, 0, np.where(kind == 2, len(UPDATE_STATUSES) + 1,
                                              rng.integers(1, len(UPDATE_STATUSES) + 1, n)))
     return pa.table({
         "order_id": _padded("ord-", ids, 10),
-        "customer": _padded("cust-", customer[ids], 6),
-        "region": pc.take(pa.array(REGIONS), pa.array(region[ids])),
+        "customer": _padded("cust-", customer, 6),
+        "region": pc.take(regions, pa.array(region)),
         "amount": pa.array(np.round(rng.uniform(5, 900, n), 2)),
         "status": pc.take(statuses, pa.array(status)),
         "note": pc.take(notes, pa.array(rng.integers(0, NOTES, n))),
@@ -165,3 +174,30 @@ class WorkloadFiles:
     def batches(self) -> Iterator[pa.Table]:
         for path in sorted(self.directory.glob("*.parquet"))[1:]:
             yield pq.read_table(path)
+
+
+def json_values(table: pa.Table) -> pa.Array:
+    """The events as JSON objects (what `kafka_records` makes), built column-wise by Arrow's string
+    kernels rather than row by row: fast enough to put tens of millions of messages in a topic.
+    W1's strings are letters, digits, dashes and spaces, so none needs escaping."""
+    parts: list = []
+    for i, field in enumerate(table.schema):
+        column = table.column(i)
+        text = column if pa.types.is_string(field.type) else pc.cast(column, pa.string())
+        quote = '"' if pa.types.is_string(field.type) else ""
+        parts += [("{" if i == 0 else ",") + f'"{field.name}":{quote}', text, quote]
+    parts.append("}")
+    return pc.binary_join_element_wise(*parts, "").combine_chunks()
+
+
+def inserts(records: int, partitions: int = len(REGIONS), chunk_rows: int = 1_000_000,
+            seed: int = 7) -> Iterator[pa.Table]:
+    """A backlog of `records` new orders, W1's load events in chunks of `chunk_rows` (none of the
+    chunks' arrays outlives its chunk, so tens of millions cost one chunk's memory)."""
+    w = W1(initial_rows=0, batch_rows=0, batches=0, seed=seed, partitions=partitions)
+    rng = np.random.default_rng(seed)
+    regions, notes = pa.array(w.regions), _notes(rng)
+    for start in range(0, records, chunk_rows):
+        ids = np.arange(start, min(records, start + chunk_rows))
+        yield _events(rng, ids, np.zeros(len(ids), np.int8), regions, rng.integers(0, partitions, len(ids)),
+                      rng.integers(0, max(1, records // 20), len(ids)), notes, FIRST_UPDATED_AT + start)
