@@ -1,5 +1,5 @@
 """The bench's Kafka broker: the one `KAFKA_BOOTSTRAP_SERVERS` names, else Apache Kafka itself,
-started from its Maven Central jars (`harness.kafka`), as the tests do."""
+started from its Maven Central jars (`streamer.sandbox.kafka_broker`), as the tests do."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from harness.kafka import KAFKA_VERSION, KafkaBroker
+from streamer.sandbox.kafka_broker import KAFKA_VERSION, KafkaBroker
 
 
 @contextlib.contextmanager

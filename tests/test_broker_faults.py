@@ -1,7 +1,7 @@
 """Broker faults: a broker that goes away and comes back under a running job, one that never comes
 back, and a topic whose offsets are gone (deleted and recreated) under a table that holds them.
 
-The outage scenario runs an Apache Kafka of its own (`harness.kafka.KafkaBroker`), stopped and
+The outage scenario runs an Apache Kafka of its own (`streamer.sandbox.kafka_broker.KafkaBroker`), stopped and
 started again on the same port and data, then frozen with SIGSTOP; the other scenarios use the
 session's broker.
 """

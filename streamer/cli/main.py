@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from streamer.cli.kafka import add_kafka_commands, kafka_command
 from table.config.choices import CleanPolicyKind, CompactionStrategyKind, SplitPoint
 
 
@@ -18,7 +19,8 @@ def main(argv: list[str] | None = None) -> int:
         "run", help="stream the tables of a config file or directory into their tables",
         description="Run one streaming query per table config until stopped (SIGTERM/SIGINT stop it "
                     "cleanly), or with --once until what the topics hold now is in the tables."))
-    commands.add_parser("demo", help="embedded broker, sample order changes, a streaming upsert and a report")
+    commands.add_parser("demo", help="a local Apache Kafka, sample order changes, a streaming upsert and a report")
+    add_kafka_commands(commands)
     add_maintenance_commands(commands)
     add_table_commands(commands)
     add_status_commands(commands)
@@ -39,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         from streamer.cli.demo import main as demo
 
         return demo()
+    if args.command == "kafka":
+        return kafka_command(args)
     return 2
 
 
