@@ -28,7 +28,8 @@ __all__ = ["ConfigError", "config_from_mapping", "load_config", "load_configs"]
 
 def config_from_mapping(data: Mapping[str, Any], source_name: str = "<config>", base_dir: Path | None = None) -> JobConfig:
     """A config from parsed YAML; ``source_name`` labels errors, ``base_dir`` (default: the
-    working directory) is where relative schema files are looked up."""
+    working directory) is what relative paths (table, quarantine, checkpoint, schema files) are
+    relative to, as a YAML file's directory is for a file."""
     return _build(data, source_name, (Path.cwd() if base_dir is None else Path(base_dir)) / source_name)
 
 
