@@ -87,7 +87,7 @@ def as_kafka_records(events: list[dict]) -> list[tuple[bytes, bytes, None]]:
 def main() -> int:
     from streamer import app
     from streamer.app import configure_logging
-    from streamer.config.loading import load_configs
+    from streamer.preflight import load_checked
 
     out = Path(os.environ.get("DEMO_OUTPUT", "demo-output")).resolve()
     kafka_dir = Path(os.environ.get("DEMO_KAFKA_DIR") or local_kafka.default_dir())
@@ -116,7 +116,7 @@ def main() -> int:
     print(f"produce  {len(records):,} messages to '{TOPIC}' ({len(MALFORMED)} malformed) "
           f"in {time.monotonic() - started_at:.1f}s")
     configure_logging()
-    configs = load_configs(DEMO_CONFIGS)
+    configs = load_checked(DEMO_CONFIGS)
     print(f"run      streamer run {_shown(DEMO_CONFIGS)} --once")
     spark = app.spark_session(conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"})
     spark.sparkContext.setLogLevel("ERROR")
