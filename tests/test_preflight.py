@@ -4,7 +4,7 @@ alike: each names the file, the key and the fix.
 The mistakes are those a new user makes: a record key or partition field not in the schema, a DDL
 type Spark does not have, an ordering field of a type that cannot order, a transform that names a
 column its source lacks, and a record key changed under an existing table (written here by the
-table engine alone). The DDL reader is held to Spark's own reading of the same DDL.
+table engine alone). (tests/test_schema_evolution.py holds the DDL reader to Spark's own reading.)
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from streamer.cli import main as cli
 from streamer.cli.demo import change_events
 from streamer.config.loading import config_from_mapping
 from streamer.decode.ddl import parse_ddl
-from streamer.decode.formats import spark_normalized
 from streamer.preflight.select_list import transform_columns
 
 BROKER = "127.0.0.1:9"  # nothing listens there: no check here needs a broker
@@ -184,30 +183,6 @@ def test_an_existing_tables_columns_must_take_the_values_fields(tmp_path):
 
 
 # -- the DDL reader --------------------------------------------------------------------------------
-
-DDLS = [
-    "a BOOLEAN, b TINYINT, c SMALLINT, d INT, e BIGINT, f FLOAT, g DOUBLE, h DECIMAL, i DECIMAL(12,3), j STRING, "
-    "k BINARY, l DATE, m TIMESTAMP, n TIMESTAMP_NTZ",
-    "a BYTE, b SHORT, c INTEGER, d LONG, e REAL, f DEC(5), g NUMERIC(7, 2), h TIMESTAMP_LTZ, i void",
-    "a ARRAY<INT>, b MAP<STRING, BIGINT>, c STRUCT<x: INT, y STRING NOT NULL COMMENT 'it''s', z: ARRAY<STRUCT<q DATE>>>",
-    "`we ird` INT NOT NULL COMMENT 'c, d', b string COMMENT \"dq\" 'more', `a``b` long COMMENT 'it\\'s'",
-    "a: int, b: string",
-    "1a INT, order_id STRING NOT NULL",
-]
-
-
-@pytest.mark.spark
-@pytest.mark.parametrize("ddl", DDLS)
-def test_the_ddl_reader_reads_what_spark_reads(spark, ddl):
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    ours, problems = parse_ddl(ddl)
-    sparks = spark_normalized(to_arrow_schema(spark.createDataFrame([], ddl).schema, timezone="UTC",
-                                              prefers_large_types=False))
-
-    assert problems == []
-    assert spark_normalized(ours).equals(sparks, check_metadata=True), (ours, sparks)
-
 
 @pytest.mark.unit
 @pytest.mark.parametrize("ddl, expected", [

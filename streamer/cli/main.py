@@ -157,14 +157,20 @@ def add_table_commands(commands) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     from streamer.app import configure_logging
-    from streamer.config.loading import load_configs
     from streamer.errors import ConfigError
+    from streamer.preflight import load_checked
 
     configure_logging(args.log_level, args.log_format)
     try:
-        configs = load_configs(args.config)
         conf = dict(_key_value(c) for c in args.conf)
-    except (ConfigError, ValueError) as e:
+        configs = load_checked(args.config)
+    except ConfigError as e:
+        for problem in e.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        print(f"{len(e.problems)} problem(s) in {args.config}, found before starting Spark; nothing ran",
+              file=sys.stderr)
+        return 2
+    except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
@@ -185,12 +191,11 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         result = app.run(configs, spark, once=args.once)
     except (StartupError, WriterConflictError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        for line in str(e).splitlines():
+            print(f"error: {line}", file=sys.stderr)
         return 2
     for table in result.tables:
-        status = f"FAILED: {table.error}" if table.error else "ok"
-        print(f"{table.name}: {table.batches} batches, {table.records:,} records, {table.bad:,} bad, "
-              f"last commit {table.last_instant or '-'}: {status}")
+        print(table.line())
     return result.exit_code
 
 
