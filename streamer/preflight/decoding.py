@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
+
 from streamer.config.choices import DecodeFormat
 from streamer.config.model import FormatSettings, JobConfig
 from streamer.decode.ddl import parse_ddl
@@ -30,7 +32,7 @@ def format_spec(config: JobConfig, fmt: FormatSettings, role: str,
     if fmt.format == DecodeFormat.JSON and fmt.schema:
         arrow, problems = parse_ddl(fmt.schema)
         if problems:
-            known = {f.name: f.type for f in spark_normalized(arrow)} | {p.name: None for p in problems if p.name}
+            known = _in_ddl_order(spark_normalized(arrow), problems)
             raise ProblemsFound([ConfigProblem(config.config_path, f"{key}.schema", str(p), f"give {SPARK_TYPES}")
                                  for p in problems], known)
         return FormatSpec(fmt.format, spark_normalized(arrow))
@@ -48,6 +50,22 @@ def format_spec(config: JobConfig, fmt: FormatSettings, role: str,
         raise ProblemsFound([ConfigProblem(config.config_path, where, f"unsupported Avro schema: {e}",
                                            "use records of primitive, logical, array, map, enum and record types")])
     return FormatSpec(fmt.format, spark_normalized(arrow), avro)
+
+
+def _in_ddl_order(good: pa.Schema, problems: list) -> dict[str, pa.DataType | None]:
+    """Every column of a DDL by name, in its order: the types of those that were read, None for
+    those that have a problem."""
+    bad = {p.position: p.name for p in problems}
+    fields = iter(good)
+    known = {}
+    for position in range(1, len(good) + len(bad) + 1):
+        if position in bad:
+            if bad[position]:
+                known[bad[position]] = None
+        else:
+            field = next(fields)
+            known[field.name] = field.type
+    return known
 
 
 def _read_avro_file(config: JobConfig, key: str, schema_file) -> str:
