@@ -11,6 +11,7 @@ from pathlib import Path
 
 from streamer.errors import BrokerStartError, MavenFetchError
 from streamer.sandbox import local_kafka
+from streamer.sandbox.topics import create_topic, partition_count, produce, topic_sizes
 
 DEFAULT_PARTITIONS = 3
 
@@ -46,6 +47,8 @@ def add_kafka_commands(commands) -> None:
 
 
 def kafka_command(args: argparse.Namespace) -> int:
+    from confluent_kafka import KafkaException
+
     directory = args.dir or local_kafka.default_dir()
     try:
         if args.kafka_command == "start":
@@ -58,6 +61,12 @@ def kafka_command(args: argparse.Namespace) -> int:
     except (BrokerStartError, MavenFetchError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KafkaException as e:  # the brokers did not answer, or refused
+        print(f"error: {e.args[0].str()}", file=sys.stderr)
+        return 4
+    except RuntimeError as e:  # records the brokers did not take
+        print(f"error: {e}", file=sys.stderr)
+        return 4
 
 
 def _start(directory: Path, port: int | None) -> int:
@@ -87,8 +96,6 @@ def _status(directory: Path) -> int:
     if not local_kafka.answers(broker):
         print(f"Apache Kafka pid {broker.pid} runs but does not answer at {broker.bootstrap}; see {broker.log_path}")
         return 3
-    from streamer.sandbox.topics import topic_sizes
-
     print(f"Apache Kafka {broker.version} at {broker.bootstrap} (pid {broker.pid}), data in {broker.directory}")
     sizes = topic_sizes(broker.bootstrap)
     for topic, (partitions, records) in sorted(sizes.items()):
@@ -99,8 +106,6 @@ def _status(directory: Path) -> int:
 
 
 def _produce(directory: Path, args: argparse.Namespace) -> int:
-    from streamer.sandbox.topics import create_topic, partition_count, produce
-
     bootstrap = args.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
     if not bootstrap:
         broker = local_kafka.running(directory.resolve())

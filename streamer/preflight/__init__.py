@@ -37,14 +37,7 @@ from streamer.decode.record_decoder import RecordDecoder
 from streamer.errors import ConfigError
 from streamer.preflight.decoding import format_spec
 from streamer.preflight.problem import ConfigProblem, ProblemsFound
-from streamer.preflight.rules import (
-    TRANSFORM_FIX,
-    TableColumns,
-    column_problems,
-    evolution_problems,
-    identity_problems,
-    value_fix,
-)
+from streamer.preflight.rules import TableColumns, column_problems, evolution_problems, identity_problems
 from streamer.preflight.select_list import transform_columns
 from table.mor_table import MorTable
 
@@ -87,14 +80,14 @@ def check(config: JobConfig, registry_timeout: float = REGISTRY_TIMEOUT_SECONDS)
             problems += e.problems
             specs[role] = None
             if role == "value" and e.known is not None and not config.transform:  # what could be read
-                problems += column_problems(config, TableColumns(e.known, True, "the value's fields",
-                                                                 value_fix(config)))
+                problems += column_problems(config, TableColumns.of(e.known, config))
     value, key = specs["value"], specs["key"]
     if value is not None:
         clash = [name for name in value.arrow_schema.names if name in ADDED_COLUMNS]
         if clash:
+            added = ", ".join(name for name in ADDED_COLUMNS if not name.startswith("_"))
             problems.append(ConfigProblem(config.config_path, "decode.value", f"field(s) {clash} take the names of "
-                                          f"columns the decoder adds ({', '.join(ADDED_COLUMNS[:5])})",
+                                          f"columns the decoder adds ({added})",
                                           "rename them in the value's schema, or read them in a transform"))
         elif key is not None:
             problems += _table_problems(config, value, key)
@@ -104,15 +97,12 @@ def check(config: JobConfig, registry_timeout: float = REGISTRY_TIMEOUT_SECONDS)
 
 def _table_problems(config: JobConfig, value: FormatSpec, key: FormatSpec) -> list[ConfigProblem]:
     if not config.transform:
-        columns = TableColumns({f.name: f.type for f in value.arrow_schema}, True, "the value's fields",
-                               value_fix(config))
-        return column_problems(config, columns)
+        return column_problems(config, TableColumns.of_schema(value.arrow_schema, config))
     source = _source_schema(config, value, key)
     known = transform_columns(config.transform, source)
     problems = [ConfigProblem(config.config_path, "transform", text,
                               f"name a column of source: {', '.join(source.names)}") for text in known.problems]
-    columns = TableColumns(known.fields, known.complete, "the transform's columns", TRANSFORM_FIX)
-    return problems + column_problems(config, columns)
+    return problems + column_problems(config, TableColumns.of(known.fields, config, known.complete))
 
 
 def _source_schema(config: JobConfig, value: FormatSpec, key: FormatSpec) -> pa.Schema:
@@ -134,7 +124,8 @@ def _table_on_disk_problems(config: JobConfig, value: FormatSpec | None) -> list
         problems = identity_problems(config, table.config)
         if problems or config.transform or value is None or value.format == DecodeFormat.CONFLUENT_AVRO:
             return problems  # a confluent-avro table's columns follow its recorded reader schema
-        columns = pa.schema([f for f in value.arrow_schema if f.name != t.delete_field])
+        # as the decoder hands them to the table: every value field nullable (bad rows have none)
+        columns = pa.schema([f.with_nullable(True) for f in value.arrow_schema if f.name != t.delete_field])
         return evolution_problems(config, table.schema(), columns)
     except (OSError, ValueError):
         return []
