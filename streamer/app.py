@@ -176,7 +176,8 @@ QUIET_SPARK_LOGGERS = tuple(
 #: Spark's loggers of a failed task, whose lines carry the task's Java (and Python) stack trace:
 #: the executor's (ERROR), and the scheduler's "Lost task" warnings (its ERROR line that the job
 #: is aborted stays). Quiet unless the job logs at DEBUG.
-TASK_FAILURE_LOGGERS = {"org.apache.spark.executor.Executor": "OFF", "org.apache.spark.scheduler.TaskSetManager": "ERROR"}
+TASK_FAILURE_LOGGERS = {"org.apache.spark.executor.Executor": "OFF",
+                        "org.apache.spark.scheduler.TaskSetManager": "ERROR"}
 
 
 def quiet_spark_loggers(spark: SparkSession) -> None:

@@ -56,10 +56,10 @@ def mistakes(tmp_path) -> tuple[Path, dict[str, tuple[str, str]]]:
     files = {
         "a-key": payments(tmp_path, "a-key", table={"record_key": "payment_idd"}),
         "b-partition": payments(tmp_path, "b-partition", table={"partition_by": "curency"}),
-        "c-type": payments(tmp_path, "c-type", decode={"value": {"format": "json", "schema":
-                                                                 "payment_id STRING, currency STRING, amount BIGINTEGER, ts BIGINT"}}),
-        "d-ordering": payments(tmp_path, "d-ordering", decode={"value": {"format": "json", "schema":
-                                                                         "payment_id STRING, currency STRING, ts BOOLEAN"}}),
+        "c-type": payments(tmp_path, "c-type", decode={"value": {
+            "format": "json", "schema": "payment_id STRING, currency STRING, amount BIGINTEGER, ts BIGINT"}}),
+        "d-ordering": payments(tmp_path, "d-ordering", decode={"value": {
+            "format": "json", "schema": "payment_id STRING, currency STRING, ts BOOLEAN"}}),
         "e-transform": payments(tmp_path, "e-transform",
                                 transform="SELECT payment_id, currency, amout * 100 AS cents, tss AS ts FROM source"),
         "orders": orders,

@@ -42,7 +42,8 @@ def test_failed_tables_are_told_in_one_line_each_and_the_summary_tells_what_was_
 
     assert code == 1, out[-3000:]
     assert not STACK.search(out), out
-    summary = {line.split(":", 1)[0]: line for line in out.splitlines() if re.match(r"^(orders|casts): \d+ batches", line)}
+    summary = {line.split(":", 1)[0]: line for line in out.splitlines()
+               if re.match(r"^(orders|casts): \d+ batches", line)}
     named = "; ".join(f"{topic}[0]@{300 + i}: field 'amount': expected double, got \"twelve\"" for i in range(5))
     assert summary["orders"] == (
         f"orders: 0 batches, 0 records, 0 bad committed; batch 0 ({len(records):,} records, 7 bad) failed, nothing "

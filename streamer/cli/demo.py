@@ -178,14 +178,16 @@ def next_steps(broker: local_kafka.LocalBroker, config, events: list[dict], out:
     if out != Path("demo-output").resolve():
         env.append(f"MOR_STREAMER_DATA={shlex.quote(str(out))}")
     prefix = " ".join(env + [""])
-    dir_flag = "" if kafka_dir.resolve() == local_kafka.default_dir().resolve() else f" --dir {shlex.quote(str(kafka_dir))}"
+    own_dir = kafka_dir.resolve() != local_kafka.default_dir().resolve()
+    dir_flag = f" --dir {shlex.quote(str(kafka_dir))}" if own_dir else ""
     order = dict(events[0], status="delivered", updated_at=max(e["updated_at"] for e in events) + 1000, deleted=False)
     table = _shown(Path(config.table.path))
     configs = _shown(DEMO_CONFIGS)
     print()
     print(f"next     Apache Kafka keeps running at {broker.bootstrap}, its data in {broker.directory}")
     print("  send an order change to it:")
-    print(f"    echo {shlex.quote(json.dumps(order))} | {streamer} kafka produce {TOPIC} --key-field order_id{dir_flag}")
+    print(f"    echo {shlex.quote(json.dumps(order))} | {streamer} kafka produce {TOPIC} "
+          f"--key-field order_id{dir_flag}")
     print("  take it into the table, and look:")
     print(f"    {prefix}{streamer} run {configs} --once")
     print(f"    {streamer} query {table} --sql \"SELECT order_id, status, updated_at FROM t "

@@ -82,7 +82,8 @@ def _start(directory: Path, port: int | None) -> int:
 
 def _stop(directory: Path, delete_data: bool) -> int:
     broker = local_kafka.stop(directory, delete_data)
-    state = f"stopped Apache Kafka at {broker.bootstrap} (pid {broker.pid})" if broker else "no local broker was running"
+    state = (f"stopped Apache Kafka at {broker.bootstrap} (pid {broker.pid})" if broker
+             else "no local broker was running")
     kept = f"deleted {directory.resolve()}" if delete_data else f"its data stays in {directory.resolve()}"
     print(f"{state}; {kept}")
     return 0
@@ -91,7 +92,8 @@ def _stop(directory: Path, delete_data: bool) -> int:
 def _status(directory: Path) -> int:
     broker = local_kafka.running(directory.resolve())
     if broker is None:
-        print(f"no local broker runs (directory {directory}); start one with `streamer kafka start{_dir_flag(directory)}`")
+        print(f"no local broker runs (directory {directory}); start one with "
+              f"`streamer kafka start{_dir_flag(directory)}`")
         return 3
     if not local_kafka.answers(broker):
         print(f"Apache Kafka pid {broker.pid} runs but does not answer at {broker.bootstrap}; see {broker.log_path}")

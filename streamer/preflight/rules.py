@@ -113,7 +113,8 @@ def column_problems(config: JobConfig, columns: TableColumns) -> list[ConfigProb
         key = f"services.clustering.sort_columns.{i}"
         found, kind = present(key, name)
         if found and kind is not None and pa.types.is_nested(kind):
-            problem(key, f"column {name!r} is of type {kind}, which cannot be sorted by", "name columns of simple types")
+            problem(key, f"column {name!r} is of type {kind}, which cannot be sorted by",
+                    "name columns of simple types")
     return problems
 
 

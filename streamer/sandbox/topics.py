@@ -144,7 +144,8 @@ def topic_sizes(bootstrap: str, timeout: float = 10.0) -> dict[str, tuple[int, i
     for spec, sign in ((OffsetSpec.latest(), 1), (OffsetSpec.earliest(), -1)):
         offsets = admin.list_offsets({tp: spec for tp in partitions}, request_timeout=timeout)
         for tp, future in offsets.items():
-            held[(tp.topic, tp.partition)] = held.get((tp.topic, tp.partition), 0) + sign * future.result(timeout).offset
+            offset = future.result(timeout).offset
+            held[(tp.topic, tp.partition)] = held.get((tp.topic, tp.partition), 0) + sign * offset
     return {name: (len(md.partitions), sum(held[(name, p)] for p in md.partitions)) for name, md in topics.items()}
 
 
