@@ -81,10 +81,14 @@ def _start(directory: Path, port: int | None) -> int:
 
 
 def _stop(directory: Path, delete_data: bool) -> int:
+    had_data = directory.exists()
     broker = local_kafka.stop(directory, delete_data)
     state = (f"stopped Apache Kafka at {broker.bootstrap} (pid {broker.pid})" if broker
              else "no local broker was running")
-    kept = f"deleted {directory.resolve()}" if delete_data else f"its data stays in {directory.resolve()}"
+    if not had_data:
+        kept = f"no data in {directory.resolve()}"
+    else:
+        kept = f"deleted {directory.resolve()}" if delete_data else f"its data stays in {directory.resolve()}"
     print(f"{state}; {kept}")
     return 0
 
