@@ -1,6 +1,6 @@
 """The bench's Kafka broker: the one `KAFKA_BOOTSTRAP_SERVERS` names, else Apache Kafka itself,
-started from its Maven Central jars (`harness.kafka`), as the tests do; and a producer fast enough
-for backlogs of tens of millions of events."""
+started from its Maven Central jars (`streamer.sandbox.kafka_broker`), as the tests do; and a
+producer fast enough for backlogs of tens of millions of events."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from bench.workload import json_values
-from harness.kafka import KAFKA_VERSION, KafkaBroker
-from streamer.kafka.embedded_broker import create_topic
+from streamer.sandbox.kafka_broker import KAFKA_VERSION, KafkaBroker
+from streamer.sandbox.topics import create_topic
 
 
 @contextlib.contextmanager

@@ -25,7 +25,7 @@ from bench import broker, spark, streaming
 from bench.measure import REPO, PathResult, run_measured
 from bench.report import Check, Section
 from bench.workload import W1
-from streamer.kafka.embedded_broker import create_topic
+from streamer.sandbox.topics import create_topic
 
 TOPIC = "orders-live"
 PARTITIONS = 2

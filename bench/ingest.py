@@ -20,7 +20,7 @@ from bench.measure import PathResult, run_measured
 from bench.peers import PEERS
 from bench.report import Check, Section
 from bench.workload import W1, WorkloadFiles, kafka_records
-from streamer.kafka.embedded_broker import create_topic, produce
+from streamer.sandbox.topics import create_topic, produce
 
 TOPIC = "orders"
 TOPIC_PARTITIONS = 2  # one per core: Spark reads them in parallel

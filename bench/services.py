@@ -46,7 +46,7 @@ from bench.measure import PathResult, run_measured
 from bench.report import Section
 from bench.resize_bytes import latest_sizes
 from bench.workload import W1, WorkloadFiles, kafka_records
-from streamer.kafka.embedded_broker import create_topic, produce
+from streamer.sandbox.topics import create_topic, produce
 from table.failpoints import PAUSE_ENV_VAR
 from table.file_group.layout_stats import after_each_deltacommit
 from table.mor_table import MorTable

@@ -9,7 +9,7 @@ on a free loopback port, its buckets in a directory of its own (jclouds' filesys
         s3.requests.since(mark, bucket="tables")   # Counter({"PUT": 12, "GET": 30, ...})
         s3.restart()      # same port, same data: the objects survive
 
-No Docker and no mock: the jars come from `harness.maven` (fetched once into the clone's
+No Docker and no mock: the jars come from `streamer.sandbox.jars` (fetched once into the clone's
 `.cache/`), the server runs as `java -cp <jars> org.gaul.s3proxy.Main --properties ...` and is
 stopped by its pid. It checks AWS signatures (v2 or v4) against its own random key pair. Its
 request handler logs every request it receives; `RequestLog` counts them by kind from that log.
@@ -29,10 +29,8 @@ import urllib.request
 
 import pyarrow.fs as pafs
 
-from harness import maven
-from harness.kafka import java_executable
-from harness.server_process import ServerProcess
-from streamer.kafka.embedded_broker import free_port
+from streamer.sandbox import jars
+from streamer.sandbox.server_process import ServerProcess, free_port, java_executable
 
 S3PROXY_VERSION = "4.1.0"
 ARTIFACTS = (
@@ -63,9 +61,9 @@ class S3ServerError(RuntimeError):
     """The S3 server did not start or answer."""
 
 
-def s3proxy_jars() -> maven.JarSet:
+def s3proxy_jars() -> jars.JarSet:
     """S3Proxy and its dependencies, fetched on first use."""
-    return maven.fetch("s3proxy", S3PROXY_VERSION, ARTIFACTS)
+    return jars.fetch("s3proxy", S3PROXY_VERSION, ARTIFACTS)
 
 
 def request_kind(method: str, target: str) -> str:

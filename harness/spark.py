@@ -2,7 +2,7 @@
 
     session = SparkSession.builder.config("spark.jars", ",".join(map(str, kafka_connector().jars)))
 
-The connector of the installed PySpark's version is fetched with `harness.maven`. PyPI can serve
+The connector of the installed PySpark's version is fetched with `streamer.sandbox.jars`. PyPI can serve
 a PySpark release before Spark's jars of that version are on Maven Central (4.3.0 was); then the
 newest connector of its major version there is used, as `streamer run` does; when Maven Central
 cannot be asked and the version is not there, `FALLBACK_VERSION` (the fallback logged). Jars
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pyspark
 
-from harness import maven
+from streamer.sandbox import jars
 from streamer.kafka.connector import connector_version, published_versions
 
 FALLBACK_VERSION = "4.2.0"
@@ -39,7 +39,7 @@ def kafka_connector(spark_version: str = pyspark.__version__) -> KafkaConnector:
     version = connector_version(spark_version, published_versions())
     try:
         return _connector(version)
-    except maven.MavenFetchError as e:
+    except jars.MavenFetchError as e:
         if version == FALLBACK_VERSION:
             raise
         log.warning("spark-sql-kafka-0-10 %s cannot be fetched; using %s instead: %s", version, FALLBACK_VERSION, e)
@@ -47,7 +47,7 @@ def kafka_connector(spark_version: str = pyspark.__version__) -> KafkaConnector:
 
 
 def _connector(version: str) -> KafkaConnector:
-    fetched = maven.fetch("spark-sql-kafka", version, [f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"])
+    fetched = jars.fetch("spark-sql-kafka", version, [f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"])
     shipped = {_artifact_name(jar) for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
     return KafkaConnector(version, tuple(j for j in fetched.jars if _artifact_name(j) not in shipped))
 

@@ -28,8 +28,7 @@ from pathlib import Path
 import psutil
 import pyspark
 
-from harness.kafka import java_executable
-from streamer.kafka.embedded_broker import free_port
+from streamer.sandbox.server_process import free_port, java_executable
 
 SPARK_HOME = Path(pyspark.__file__).parent
 #: The master and worker daemons only schedule: a small heap and the quick compiler start them fast.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import sys
 import threading
@@ -25,6 +24,7 @@ from streamer.config.model import JobConfig
 from streamer.errors import StartupError, StopRequested
 from streamer.job import TableJob
 from streamer.kafka.datasource import register_kafka_source
+from streamer.logs.failures import failure_line, query_error_line
 from streamer.logs.lines import LOG_FORMAT_ENV, LOG_LEVEL_ENV, formatter
 from streamer.metrics import Metrics, MetricsServer
 from streamer.scheduler import BackgroundExecutor
@@ -40,12 +40,33 @@ SOURCE_START_SECONDS = 120.0
 
 @dataclass
 class TableOutcome:
+    """What a run did for one table: the batches it committed and their counts, the batch that
+    failed (`failed_batch`, with its counts when it had been read), the table's last deltacommit
+    (`last_instant`; `earlier` when an earlier run made it), and the error that stopped it."""
+
     name: str
     batches: int = 0
     records: int = 0
     bad: int = 0
     last_instant: str | None = None
     error: str | None = None
+    earlier: bool = False
+    failed_batch: str | None = None  # "batch 3", "initial load"
+    failed_records: int = 0
+    failed_bad: int = 0
+
+    def line(self) -> str:
+        """The run's summary of the table, one line."""
+        counts = f"{self.batches} batches, {self.records:,} records, {self.bad:,} bad"
+        last = f"last commit {self.last_instant or '-'}" + (" (an earlier run's)" if self.earlier else "")
+        if not self.error:
+            return f"{self.name}: {counts}, {last}: ok"
+        failed = ""
+        if self.failed_batch:
+            read = (f" ({self.failed_records:,} records, {self.failed_bad:,} bad)"
+                    if self.failed_records or self.failed_bad else "")
+            failed = f"; {self.failed_batch}{read} failed, nothing of it written"
+        return f"{self.name}: {counts} committed{failed}; {last}: FAILED: {self.error}"
 
 
 @dataclass
@@ -102,10 +123,19 @@ JOB_SPARK_SETTINGS = {
 }
 
 
+#: PySpark's loggers that log an analysis or execution error with its query context and stack
+#: traces, before the job tells it in one line. (py4j logs an error raised in the sink, a Python
+#: function the JVM calls, with its traceback at ERROR.)
+PYSPARK_STACK_TRACE_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+
+
 def configure_logging(level: str = "INFO", log_format: str = "text") -> None:
     """One line per event on stderr, text or JSON (`streamer.logs.lines`): batches, starts and
-    stops; py4j's chatter stays out. Spark's Python workers, started later, log at the same level
-    and in the same format (`client_logs.configure_worker_logging`)."""
+    stops. The stack traces PySpark and py4j log of an error stay out unless `level` is DEBUG;
+    the job tells each failure in one line. Spark's Python workers, started later, log at the
+    same level and in the same format (`client_logs.configure_worker_logging`)."""
+    from pyspark.logger import PySparkLogger
+
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter(log_format))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
@@ -113,7 +143,10 @@ def configure_logging(level: str = "INFO", log_format: str = "text") -> None:
     os.environ[LOG_FORMAT_ENV] = log_format
     for ours in ("streamer", "table"):
         logging.getLogger(ours).setLevel(level)
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    shown = level == "DEBUG"
+    logging.getLogger("py4j").setLevel(logging.WARNING if shown else logging.CRITICAL)  # never its INFO chatter
+    for name in PYSPARK_STACK_TRACE_LOGGERS:
+        PySparkLogger.getLogger(name).setLevel(logging.ERROR if shown else logging.CRITICAL)
 
 
 def spark_session(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
@@ -140,14 +173,24 @@ QUIET_SPARK_LOGGERS = tuple(
     for package in ("runtime.", ""))  # the package, and the one of Spark 4.0
 
 
+#: Spark's loggers of a failed task, whose lines carry the task's Java (and Python) stack trace:
+#: the executor's (ERROR), and the scheduler's "Lost task" warnings (its ERROR line that the job
+#: is aborted stays). Quiet unless the job logs at DEBUG.
+TASK_FAILURE_LOGGERS = {"org.apache.spark.executor.Executor": "OFF",
+                        "org.apache.spark.scheduler.TaskSetManager": "ERROR"}
+
+
 def quiet_spark_loggers(spark: SparkSession) -> None:
-    """Turn off Spark's `QUIET_SPARK_LOGGERS` in the driver's JVM."""
+    """Turn off Spark's `QUIET_SPARK_LOGGERS` in the driver's JVM, and its `TASK_FAILURE_LOGGERS`
+    unless the job logs at DEBUG."""
     jvm = spark.sparkContext._jvm
+    levels = dict.fromkeys(QUIET_SPARK_LOGGERS, "OFF")
+    if not log.isEnabledFor(logging.DEBUG):
+        levels.update(TASK_FAILURE_LOGGERS)
     try:
         configurator = jvm.org.apache.logging.log4j.core.config.Configurator
-        off = jvm.org.apache.logging.log4j.Level.OFF
-        for name in QUIET_SPARK_LOGGERS:
-            configurator.setLevel(name, off)
+        for name, level in levels.items():
+            configurator.setLevel(name, jvm.org.apache.logging.log4j.Level.getLevel(level))
     except Exception as e:  # another logging backend under spark-submit: Spark's lines stay
         log.debug("could not quiet Spark's loggers: %s", e)
 
@@ -261,7 +304,7 @@ class _Runner:
         if isinstance(sink_error, StopRequested):
             return None
         if sink_error is not None:
-            return f"{type(sink_error).__name__}: {sink_error}"
+            return failure_line(sink_error)
         exc = job.query.exception() if job.query is not None else None
         return query_error_line(str(exc)) if exc is not None else None
 
@@ -273,13 +316,19 @@ class _Runner:
                 record_error(job.config.table.path, error, job.config.table.storage_options)
             except OSError as e:  # the storage fault that stopped the table, often
                 log.warning("%s: could not record the error with the table: %s", job.name, e)
+        last_instant = totals.last_instant or _last_deltacommit(job)
+        failed = totals.failed if error else None
         return TableOutcome(
             name=job.name,
             batches=totals.batches,
             records=totals.records,
             bad=totals.bad,
-            last_instant=totals.last_instant,
+            last_instant=last_instant,
             error=error,
+            earlier=last_instant is not None and totals.last_instant is None,
+            failed_batch=failed.what if failed else None,
+            failed_records=failed.records if failed else 0,
+            failed_bad=failed.bad if failed else 0,
         )
 
     def _install_signal_handlers(self):
@@ -301,21 +350,15 @@ class _Runner:
         return restore
 
 
+def _last_deltacommit(job: TableJob) -> str | None:
+    """The table's last completed deltacommit, whichever run made it."""
+    try:
+        done = job.table.timeline().completed("deltacommit")
+    except OSError:  # the storage fault that stopped the table, often
+        return None
+    return done[-1].timestamp if done else None
+
+
 def _topics(config: JobConfig) -> str:
     s = config.source
     return ",".join(s.topics) if s.topics else f"/{s.topic_pattern}/"
-
-
-#: `module.SomeError: message` lines of Python tracebacks inside a query's failure.
-_PYTHON_ERROR_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception)): (.+)$")
-
-
-def query_error_line(text: str) -> str:
-    """The line of a query's failure that says what went wrong: the error a Python source or
-    sink raised (Spark wraps it in its own messages and stack traces), else the first line."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    raised = [m for m in map(_PYTHON_ERROR_LINE.match, lines)
-              if m and not m.group(0).startswith(("org.apache.", "java.", "scala.", "py4j."))]
-    if raised:
-        return f"{raised[-1].group(1)}: {raised[-1].group(2)}"
-    return lines[0] if lines else text

@@ -39,8 +39,8 @@ from streamer.kafka.reader import read_ranges
 from streamer.kafka.schema import OFFSET_RANGES_SCHEMA
 
 TopicPartition = tuple[str, int]
-#: Bad records kept for `fail`'s message.
-SAMPLES = 3
+#: Bad records kept for `fail`'s message, which says how many more there were.
+SAMPLES = 5
 #: The columns of a bad record the quarantine table takes.
 BAD_COLUMNS = (KAFKA_TOPIC, KAFKA_PARTITION, KAFKA_OFFSET, KAFKA_TIMESTAMP, RAW_KEY, RAW_VALUE, ERROR)
 

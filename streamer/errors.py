@@ -28,8 +28,16 @@ class ConnectorUnavailable(StreamerError, RuntimeError):
     """Spark could not start with the connector it was asked to fetch; says what to do."""
 
 
+# -- the sandbox: a local Apache Kafka for trying things out ----------------------------------------
+
+
 class BrokerStartError(StreamerError, RuntimeError):
-    """The embedded broker did not come up (the message ends with the tail of its log)."""
+    """The local broker did not come up: what is missing (Java, Maven) and what to install, or
+    the tail of its log."""
+
+
+class MavenFetchError(StreamerError, RuntimeError):
+    """Maven could not fetch an artifact set; the message names the artifact(s) and Maven's errors."""
 
 
 # -- Kafka ---------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """One table's ingestion: its config turned into a decoder, a table, a writer and a streaming query.
 
-Everything that can be wrong with a config (schemas, the transform, the table's keys, the source
-format) is found in `TableJob.prepare`, before any query starts.
+What can be wrong with a config is found before Spark starts (`streamer.preflight`); the rest
+(what Spark's analyser says of a transform, the source format) in `TableJob.prepare`, which
+applies the same rules again to the columns Spark gives, before any query starts.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 import logging
 
 import pyarrow as pa
-from pyspark.errors import AnalysisException
+from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
@@ -34,20 +35,28 @@ from streamer.decode.columns import (
     RAW_VALUE,
 )
 from streamer.decode.evolution import SchemaEvolution, stored_value_schema
-from streamer.decode.formats import FormatSpec
+from streamer.decode.formats import FormatSpec, spark_normalized
 from streamer.decode.record_decoder import RecordDecoder
 from streamer.decode.registry import SchemaRegistryClient
 from streamer.decode.value_schema import compare, evolve_json
 from streamer.errors import StartupError
 from streamer.kafka.offsets import KafkaProgress, end_offsets
 from streamer.kafka.options import SourceOptions
+from streamer.logs.failures import spark_error_line
 from streamer.metrics import Metrics, TableMetrics
+from streamer.preflight import (
+    ProblemsFound,
+    TableColumns,
+    column_problems,
+    evolution_problems,
+    format_spec,
+    identity_problems,
+)
 from streamer.quarantine import QuarantineTable
 from streamer.scheduler import BackgroundExecutor, TableServices
 from streamer.sink import OffsetJumpCheck, SinkSettings, UpsertSink
-from table.errors import SchemaEvolutionError
 from table.mor_table import MorTable, TableSpec
-from table.schema import arrow_schema_from_avro, evolve
+from table.schema import arrow_schema_from_avro
 from table.units import MIB
 from table.storage.file_io import Storage
 from table.timeline.timeline import parse_instant_time
@@ -90,10 +99,10 @@ class TableJob:
                 metrics: Metrics) -> "TableJob":
         """Check the config against schemas and the table on disk, then open the table's writer
         (which rolls back what a crashed run left inflight) and resume pending service plans."""
-        value = _format_spec(config, config.decode.value, "value", spark)
+        value = _format_spec(config, config.decode.value, "value")
         if value.format == DecodeFormat.CONFLUENT_AVRO:
             value = _value_reader_schema(config, value)
-        decoder = build_decoder(config, value, spark)
+        decoder = build_decoder(config, value)
         value_columns = tuple(value.arrow_schema.names)
         table_schema = _table_schema(config, spark, decoder, value_columns)
         t = config.table
@@ -217,7 +226,7 @@ def _kafka_progress(config: JobConfig, kafka: KafkaProgress, checkpoint: StreamC
 
 # ---- decoding ----------------------------------------------------------------------------------
 
-def build_decoder(config: JobConfig, value: FormatSpec, spark: SparkSession) -> RecordDecoder:
+def build_decoder(config: JobConfig, value: FormatSpec) -> RecordDecoder:
     """The decoder of the config's key and value formats. Without a transform, the value's record
     key and ordering fields are required: a record lacking them is a bad record, not a failed batch."""
     d = config.decode
@@ -229,39 +238,20 @@ def build_decoder(config: JobConfig, value: FormatSpec, spark: SparkSession) -> 
                            f"named in table.record_key / table.ordering_field")
     return RecordDecoder(
         value=value,
-        key=_format_spec(config, d.key, "key", spark),
+        key=_format_spec(config, d.key, "key"),
         registry_url=registry.url if registry else None,
         registry_auth=registry.auth if registry else None,
         required_fields=required,
     )
 
 
-def _format_spec(config: JobConfig, fmt: FormatSettings, role: str, spark: SparkSession) -> FormatSpec:
-    if fmt.format in (DecodeFormat.NONE, DecodeFormat.STRING, DecodeFormat.BINARY):
-        return FormatSpec(fmt.format, None)
-    where = f"{config.config_path}: decode.{role}"
-    schema_file = config.schema_file(fmt)
-    avro = None
-    if schema_file is not None:
-        try:
-            avro = schema_file.read_text()
-            json.loads(avro)
-        except (OSError, ValueError) as e:
-            raise StartupError(f"{where}.schema_file: cannot read an Avro schema from {schema_file}: {e}") from e
-    elif fmt.format == DecodeFormat.CONFLUENT_AVRO:
-        avro = _latest_registered_schema(config, role)
-    if fmt.format == DecodeFormat.JSON and fmt.schema:
-        try:
-            arrow = to_arrow_schema(spark.createDataFrame([], fmt.schema).schema, timezone="UTC",
-                                    prefers_large_types=False)
-        except Exception as e:  # Spark's parser says what is wrong with the DDL
-            raise StartupError(f"{where}.schema: not a valid Spark DDL schema: {e}") from e
-    else:
-        try:
-            arrow = arrow_schema_from_avro(avro)
-        except Exception as e:
-            raise StartupError(f"{where}: unsupported Avro schema: {e}") from e
-    return FormatSpec(fmt.format, spark_normalized(arrow), avro)
+def _format_spec(config: JobConfig, fmt: FormatSettings, role: str) -> FormatSpec:
+    """The key's or value's format and fields (`streamer.preflight.decoding`); the registry is
+    asked for the latest schema as the job asks it, its errors raising."""
+    try:
+        return format_spec(config, fmt, role)
+    except ProblemsFound as e:
+        raise StartupError("\n".join(map(str, e.problems))) from None
 
 
 def _value_reader_schema(config: JobConfig, configured: FormatSpec) -> FormatSpec:
@@ -290,27 +280,12 @@ def _confluent_avro_spec(reader_schema: str) -> FormatSpec:
     return FormatSpec(DecodeFormat.CONFLUENT_AVRO, arrow, reader_schema)
 
 
-def _latest_registered_schema(config: JobConfig, role: str) -> str:
-    topics = config.source.topics
-    if not topics:
-        raise StartupError(f"{config.config_path}: decode.{role}.schema_file: required with "
-                           "source.topic_pattern (the registry subject cannot be derived from a pattern)")
-    registry = config.decode.schema_registry
-    subject = f"{topics[0]}-{role}"
-    _, schema = SchemaRegistryClient(registry.url, registry.auth).latest_schema(subject)
-    return schema
-
-
-def spark_normalized(schema: pa.Schema) -> pa.Schema:
-    """The Arrow schema as Spark hands it back: what mapInArrow output and upserts must match."""
-    return to_arrow_schema(from_arrow_schema(schema), timezone="UTC", prefers_large_types=False)
-
-
 # ---- the table ---------------------------------------------------------------------------------
 
 def _table_schema(config: JobConfig, spark: SparkSession, decoder: RecordDecoder,
                   value_columns: tuple[str, ...]) -> pa.Schema:
-    """The table's columns: the value's fields, or what the transform makes of the decoded rows."""
+    """The table's columns: the value's fields, or what the transform makes of the decoded rows
+    (Spark analyses it: the checks before the start could only read its SELECT list)."""
     clash = [c for c in value_columns if c in KAFKA_COLUMNS]
     if clash:
         raise StartupError(f"{config.config_path}: decode.value: field(s) {clash} clash with the Kafka "
@@ -321,36 +296,20 @@ def _table_schema(config: JobConfig, spark: SparkSession, decoder: RecordDecoder
         empty.createOrReplaceTempView("source")
         try:
             columns = spark.sql(config.transform).schema
-        except AnalysisException as e:
-            raise StartupError(f"{config.config_path}: transform: {e}") from e
+        except (AnalysisException, ParseException) as e:
+            raise StartupError(f"{config.config_path}: transform: {spark_error_line(e)}") from None
         finally:
             spark.catalog.dropTempView("source")
         arrow = to_arrow_schema(columns, timezone="UTC", prefers_large_types=False)
     else:
         arrow = pa.schema([source_schema.field(c) for c in value_columns])
+    problems = column_problems(config, TableColumns.of_schema(arrow, config))
+    if problems:
+        raise StartupError("\n".join(map(str, problems)))
     t = config.table
     if t.delete_field:
-        if t.delete_field not in arrow.names:
-            raise StartupError(f"{config.config_path}: table.delete_field: no column '{t.delete_field}' in {arrow.names}")
         arrow = arrow.remove(arrow.get_field_index(t.delete_field))
-    for key, names in (("record_key", t.record_key), ("partition_by", t.partition_by),
-                       ("ordering_field", (t.ordering_field,))):
-        missing = [n for n in names if n not in arrow.names]
-        if missing:
-            raise StartupError(f"{config.config_path}: table.{key}: no column(s) {missing} in the table's columns {arrow.names}")
-    check_sort_columns(config, arrow)
     return arrow
-
-
-def check_sort_columns(config: JobConfig, schema: pa.Schema) -> None:
-    """`services.clustering.sort_columns` must be columns of the table, of types that sort."""
-    for i, name in enumerate(config.services.clustering.sort_columns):
-        where = f"{config.config_path}: services.clustering.sort_columns.{i}"
-        if name not in schema.names:
-            raise StartupError(f"{where}: no column {name!r} in the table's columns {schema.names}")
-        kind = schema.field(name).type
-        if pa.types.is_nested(kind):
-            raise StartupError(f"{where}: column {name!r} is of type {kind}, which cannot be sorted by")
 
 
 def _open_table(config: JobConfig, schema: pa.Schema) -> MorTable:
@@ -364,21 +323,9 @@ def _open_table(config: JobConfig, schema: pa.Schema) -> MorTable:
         except OSError as e:  # full, read-only, no permission
             raise StartupError(f"{config.config_path}: cannot create the table at {t.path}: {e}") from e
     table = MorTable.load(t.path, t.storage_options)
-    c = table.config
-    for key, configured, stored in (
-        ("name", t.name, c.name),
-        ("record_key", list(t.record_key), list(c.record_key_fields)),
-        ("partition_by", list(t.partition_by), list(c.partition_fields)),
-        ("ordering_field", t.ordering_field, c.precombine_field),
-    ):
-        if configured != stored:
-            raise StartupError(f"{config.config_path}: table.{key}: the table at {t.path} has {stored!r}, "
-                               f"the config says {configured!r}; these cannot change once a table exists")
-    try:
-        evolve(table.schema(), schema)
-    except SchemaEvolutionError as e:
-        where = "transform" if config.transform else "decode.value"
-        raise StartupError(f"{config.config_path}: {where}: the table at {t.path} cannot take these columns: {e}") from None
+    problems = identity_problems(config, table.config) or evolution_problems(config, table.schema(), schema)
+    if problems:
+        raise StartupError("\n".join(map(str, problems)))
     return table
 
 

@@ -135,6 +135,7 @@ class BatchTotals:
     records: int = 0
     bad: int = 0
     last_instant: str | None = None
+    failed: BatchReport | None = None  # the batch that failed, with its counts when it was read
 
     def add(self, report: BatchReport) -> None:
         if report.replayed:
@@ -263,6 +264,7 @@ class UpsertSink:
         if self._checkpoint.covers(query_id, batch_id):
             report.replayed = True
             return report
+        self.totals.failed = report  # until it is committed
         commit, written, tally = self._write(df)
         planned = time.monotonic() - written.wall_seconds
         try:
@@ -291,6 +293,7 @@ class UpsertSink:
             raise
         committing = time.monotonic()
         instant = commit.complete(written.stats, extra)  # a failure here leaves it to the next run's rollback
+        self.totals.failed = None
         failpoints.reach("sink.batch_committed")
         report.phases = _phases(written, tally, planned - started, time.monotonic() - committing)
         self._count_writes(report)
@@ -376,10 +379,12 @@ class UpsertSink:
     def _handle_bad(self, tally: BatchTally, query_id: str, batch_id: int, what: str) -> None:
         policy = self.settings.on_error
         if policy == BadRecordPolicy.FAIL:
-            where = "; ".join(f"{t}[{p}]@{o}: {reason}" for t, p, o, reason in tally.first_samples())
+            samples = tally.first_samples()
+            where = "; ".join(f"{t}[{p}]@{o}: {reason}" for t, p, o, reason in samples)
+            more = f"; and {tally.bad - len(samples):,} more" if tally.bad > len(samples) else ""
             raise BadRecordError(
-                f"{self.settings.table_name}: {tally.bad} record(s) of {what} could not be decoded "
-                f"(decode.on_error is 'fail'; nothing of this batch was written): {where}")
+                f"{self.settings.table_name}: {tally.bad:,} record(s) of {what} could not be decoded "
+                f"(decode.on_error is 'fail'; nothing of this batch was written): {where}{more}")
         if policy == BadRecordPolicy.QUARANTINE:
             assert self.quarantine is not None
             self.quarantine.write(tally.bad_table(), query_id, batch_id)

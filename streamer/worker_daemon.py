@@ -31,6 +31,8 @@ import_pyspark_from_its_package()
 
 from pyspark import daemon  # noqa: E402
 
+from streamer.logs.lines import LOG_LEVEL_ENV  # noqa: E402
+
 #: The module of the workers that run tasks, as Spark names it on the daemon's command line.
 TASK_WORKER = "pyspark.worker"
 
@@ -46,7 +48,24 @@ def preload() -> None:
     gc.freeze()
 
 
+def quiet_when_cancelled(worker):
+    """`daemon.worker`, ending without a traceback when the JVM has closed the connection: the
+    task was cancelled (a stage that failed cancels the rest) and the job says why in one line.
+    At DEBUG the traceback stays."""
+
+    def run(sock, authenticated):
+        try:
+            return worker(sock, authenticated)
+        except BrokenPipeError:
+            if os.environ.get(LOG_LEVEL_ENV) == "DEBUG":
+                raise
+            return 1  # the daemon ends this worker
+
+    return run
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == [TASK_WORKER]:
         preload()
+    daemon.worker = quiet_when_cancelled(daemon.worker)
     daemon.manager()

@@ -306,6 +306,18 @@ def _field_column(records: pa.Table | pa.RecordBatch, field: str):
     return column
 
 
+def is_key_type(t: pa.DataType) -> bool:
+    """Whether values of `t` can be record keys or partition values (`java_strings` renders them)."""
+    if pa.types.is_dictionary(t):
+        return is_key_type(t.value_type)
+    if isinstance(t, pa.ExtensionType):
+        return is_key_type(t.storage_type)
+    return any(check(t) for check in (
+        pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view, pa.types.is_integer,
+        pa.types.is_boolean, pa.types.is_floating, pa.types.is_decimal, pa.types.is_date, pa.types.is_timestamp,
+        pa.types.is_time))
+
+
 def java_strings(values: pa.Array) -> pa.Array:
     """`String.valueOf` of each value as Hudi's Avro path sees it; nulls stay null."""
     t = values.type

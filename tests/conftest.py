@@ -2,8 +2,7 @@
 and unique topic names (per test).
 
 Nothing here replaces a real part: the broker is Apache Kafka (or the broker named by
-KAFKA_BOOTSTRAP_SERVERS, or tansu with KAFKA_TEST_BROKER=embedded), Spark is a real local[2]
-session.
+KAFKA_BOOTSTRAP_SERVERS), Spark is a real local[2] session.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ _session_broker: kafka_broker.TestBroker | None = None
 # -- Kafka --------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def kafka_broker_handle(tmp_path_factory) -> kafka_broker.TestBroker:
-    """The session's broker (see tests/kafka_broker.py): `.kind` (external/kafka/embedded),
+    """The session's broker (see tests/kafka_broker.py): `.kind` (external/kafka),
     `.bootstrap`, `.pid` and `.log_path` (the ones this session started)."""
     global _session_broker
     broker = kafka_broker.start_test_broker(tmp_path_factory.mktemp("kafka"))

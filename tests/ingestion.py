@@ -212,8 +212,8 @@ def streamer_process(args: list[str], env: dict | None = None, java_options: str
                             **popen)
 
 
-def run_streamer(args: list[str], env: dict | None = None, timeout: float = 300) -> tuple[int, str]:
-    proc = streamer_process(args, env)
+def run_streamer(args: list[str], env: dict | None = None, timeout: float = 300, **popen) -> tuple[int, str]:
+    proc = streamer_process(args, env, **popen)
     out, _ = proc.communicate(timeout=timeout)
     return proc.returncode, out
 

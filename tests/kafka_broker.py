@@ -3,15 +3,13 @@
 Order of choice (see DESIGN.md, "Testing and measuring"):
 
 1. `KAFKA_BOOTSTRAP_SERVERS` set: that broker (e.g. the Apache Kafka of docker/compose.yaml).
-2. Otherwise Apache Kafka itself, started from its Maven Central jars (`harness.kafka`; the jars
-   are fetched with `mvn` into the clone's `.cache/` on first use).
+2. Otherwise Apache Kafka itself, started from its Maven Central jars
+   (`streamer.sandbox.kafka_broker`; the jars are fetched with `mvn` into the clone's `.cache/` on
+   first use), once for the session.
 
-`KAFKA_TEST_BROKER=embedded` (when 1 is not set) runs the session on the embedded tansu broker
-instead, the demo's zero-setup broker.
-
-The broker-independent helpers (`create_topic`, `produce`, ...) live in
-`streamer.kafka.embedded_broker` because the demo and the benchmarks use them too; they are re-exported
-here so tests import everything Kafka from one place.
+The helpers that feed a broker (`create_topic`, `produce`, ...) live in `streamer.sandbox` because
+the demo, `streamer kafka` and the benchmarks use them too; they are re-exported here so tests
+import everything Kafka from one place.
 """
 
 from __future__ import annotations
@@ -21,12 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness.kafka import KAFKA_VERSION, KafkaBroker  # noqa: F401  (KafkaBroker: re-export)
 from streamer.errors import BrokerStartError  # noqa: F401  (re-export)
-from streamer.kafka.embedded_broker import (  # noqa: F401  (re-exports)
-    EmbeddedBroker,
+from streamer.sandbox.kafka_broker import KAFKA_VERSION, KafkaBroker
+from streamer.sandbox.server_process import free_port  # noqa: F401  (re-export)
+from streamer.sandbox.topics import (  # noqa: F401  (re-exports)
     create_topic,
-    free_port,
     murmur2,
     partition_for_key,
     produce,
@@ -40,7 +37,7 @@ class TestBroker:
 
     __test__ = False  # not a test class, despite the name
 
-    kind: str  # "external" | "kafka" | "embedded"
+    kind: str  # "external" | "kafka"
     bootstrap: str
     description: str
     pid: int | None = None
@@ -64,28 +61,10 @@ def start_kafka(work_dir: Path) -> TestBroker:
     )
 
 
-def start_embedded(log_path: str) -> TestBroker:
-    broker = EmbeddedBroker(log_path=log_path).start()
-    return TestBroker(
-        kind="embedded",
-        bootstrap=broker.bootstrap,
-        description=f"embedded tansu broker pid {broker.pid} at {broker.bootstrap} "
-        f"(up in {broker.startup_seconds:.2f}s, log {broker.log_path})",
-        pid=broker.pid,
-        log_path=broker.log_path,
-        _stop=broker.stop,
-    )
-
-
 def start_test_broker(work_dir: Path) -> TestBroker:
     """Start (or point at) the broker for a test session, per the order in the module doc."""
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
     if external:
         wait_for_broker(external, timeout=30.0)
         return TestBroker(kind="external", bootstrap=external, description=f"external broker {external}")
-    forced = os.environ.get("KAFKA_TEST_BROKER", "").strip().lower()
-    if forced == "embedded":
-        return start_embedded(str(work_dir / "tansu.log"))
-    if forced not in ("", "kafka"):
-        raise ValueError(f"KAFKA_TEST_BROKER={forced!r}: use kafka (the default) or embedded")
     return start_kafka(work_dir)

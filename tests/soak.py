@@ -3,7 +3,7 @@ for a bounded time, then checked.
 
     python -m tests.soak [--minutes 10] [--rate 200] [--partitions 3] [--max-slope 0.2] [--out soak-output] [--keep]
 
-It starts the embedded broker, produces a deterministic change stream (skewed upserts, inserts,
+It starts Apache Kafka (from its Maven Central jars, `streamer.sandbox.kafka_broker`), produces a deterministic change stream (skewed upserts, inserts,
 deletes; the table grows for its first minutes, then keeps its size) at a steady rate while
 the job runs with a 5 s trigger, async compaction, clustering (bucket splits), clean and
 archive, its JVM started with the options the job sets itself (as users run it, not the test
@@ -460,7 +460,7 @@ def instants_by_action(path: str) -> dict[str, int]:
 def soak(args: argparse.Namespace) -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    for leftover in ("tables", "checkpoints", "configs", "job.log", "broker.log", "report.json"):
+    for leftover in ("tables", "checkpoints", "configs", "kafka", "job.log", "broker.log", "report.json"):
         target = out / leftover
         if target.is_dir():
             shutil.rmtree(target)
@@ -471,7 +471,7 @@ def soak(args: argparse.Namespace) -> int:
                     "trigger_seconds": TRIGGER_SECONDS, "cpus": os.cpu_count(), "load_at_start": os.getloadavg()}
     checks: list[Check] = []
     samples: list[Sample] = []
-    broker = kafka_broker.EmbeddedBroker(log_path=str(out / "broker.log")).start()
+    broker = kafka_broker.KafkaBroker(out / "kafka", log_path=out / "broker.log").start()
     job = producer = None
     try:
         kafka_broker.create_topic(broker.bootstrap, TOPIC, partitions=args.partitions)

@@ -1,7 +1,7 @@
 """Broker faults: a broker that goes away and comes back under a running job, one that never comes
 back, and a topic whose offsets are gone (deleted and recreated) under a table that holds them.
 
-The outage scenario runs an Apache Kafka of its own (`harness.kafka.KafkaBroker`), stopped and
+The outage scenario runs an Apache Kafka of its own (`streamer.sandbox.kafka_broker.KafkaBroker`), stopped and
 started again on the same port and data, then frozen with SIGSTOP; the other scenarios use the
 session's broker.
 """
@@ -114,7 +114,8 @@ def test_a_broker_down_for_ten_seconds_gives_a_short_output_one_line_per_retry_n
     assert len(retries) >= 1, out
     error = f"KafkaSourceTimeoutError: Kafka brokers {bootstrap} did not answer"
     assert re.search(rf"ERROR streamer\.app: orders: stopped with an error: {error}.*Connection refused", out), out
-    assert re.search(rf"^orders: 0 batches, 0 records, 0 bad, last commit -: FAILED: {error}", out, re.MULTILINE), out
+    assert re.search(rf"^orders: 0 batches, 0 records, 0 bad committed; last commit -: FAILED: {error}", out,
+                     re.MULTILINE), out
     assert "maxBrokerOutageMs=10000" in out and "source.max_broker_outage_seconds" in out
     assert not MorTable.exists(str(tmp_path / "tables" / "orders")) or \
         MorTable.load(str(tmp_path / "tables" / "orders")).timeline().completed_writes() == []

@@ -105,7 +105,7 @@ def test_full_example_sets_every_key():
 
 def test_examples_directory_loads_every_example(monkeypatch):
     monkeypatch.setenv("KAFKA_PASSWORD", "example-password")
-    monkeypatch.setenv("DATA_DIR", "/srv/lake")
+    monkeypatch.setenv("MOR_STREAMER_DATA", "/srv/lake")
 
     configs = load_configs(EXAMPLES)
 
@@ -512,6 +512,33 @@ def test_missing_schema_file_is_named_with_where_it_was_looked_for(tmp_path):
         f"orders.yaml: decode.value.schema_file: no such file: {tmp_path / 'orders.avsc'} (got 'orders.avsc')",
     )
 
+
+
+def test_relative_table_quarantine_and_checkpoint_paths_resolve_against_the_yaml_directory(tmp_path, monkeypatch):
+    path = write_yaml(tmp_path / "conf" / "orders.yaml", minimal(
+        table={"path": "../lake/orders", "quarantine_path": "bad/orders"},
+        stream={"checkpoint_location": "./checkpoints/orders"}))
+    (tmp_path / "other").mkdir()
+    monkeypatch.chdir(tmp_path / "other")  # loaded from elsewhere than the file's directory
+
+    config = load_config(Path("..") / "conf" / "orders.yaml")
+
+    assert config.table.path == str(tmp_path / "lake" / "orders")
+    assert config.table.quarantine_location == str(tmp_path / "conf" / "bad" / "orders")
+    assert config.checkpoint_location == str(tmp_path / "conf" / "checkpoints" / "orders")
+    assert load_config(path).table.path == config.table.path  # the same from anywhere
+
+
+def test_uris_and_absolute_paths_are_left_as_they_are(tmp_path):
+    path = write_yaml(tmp_path / "orders.yaml", minimal(
+        table={"path": "s3://lake/tables/orders", "quarantine_path": "file:///bad/orders"},
+        stream={"checkpoint_location": "/checkpoints/orders"}))
+
+    config = load_config(path)
+
+    assert config.table.path == "s3://lake/tables/orders"
+    assert config.table.quarantine_location == "file:///bad/orders"
+    assert config.checkpoint_location == "/checkpoints/orders"
 
 # -- Environment variables -----------------------------------------------------------------------
 

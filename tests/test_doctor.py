@@ -275,3 +275,24 @@ def test_a_kafka_connector_in_sparks_ivy_cache_is_found_without_asking_a_reposit
     out = capsys.readouterr().out
     assert re.search(rf"^ok +kafka connector +{kafka_connector.ARTIFACT}:{version} cached at {jars}/", out,
                      re.MULTILINE), out
+
+
+@pytest.mark.unit
+def test_keys_stored_in_two_partitions_are_counted_and_shown(tmp_path, capsys):
+    path = tmp_path / "tables" / "orders"
+    live = committed_table(path, change_events(200, seed=18), {"orders": {0: 200}}).snapshot(
+        columns=["order_id", "customer", "region", "amount", "status", "note", "updated_at"]).to_pylist()
+    moved = [dict(row, region="moved", updated_at=row["updated_at"] + 1, deleted=False) for row in live[:3]]
+    committed_table(path, moved, {"orders": {0: 203}})  # the same order ids, now in region=moved
+    keyed_by_both = configs_of(tmp_path / "both", dead_broker(), table={"path": str(path),
+                                                                        "record_key": ["order_id", "region"]})
+
+    _, checks = doctor(configs_of(tmp_path, dead_broker()), capsys)
+    _, both = doctor(keyed_by_both, capsys)
+
+    verdict, text = checks["keys"]
+    assert verdict == "warning"
+    assert text.startswith(f"3 of {len(live)} keys are in two or more partitions: a key is unique within its "
+                           "partition, and region changed for these (read the keys of ")
+    assert "fix: partition by fields that never change for a key, or add them to table.record_key" in text
+    assert both["keys"] == ("ok", "the partition fields are part of the record key: a key is in one partition")

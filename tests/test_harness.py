@@ -156,9 +156,9 @@ def test_spark_session_runs_on_this_interpreter(spark):
 
 
 def _fetch_clients(cache: str) -> list[str]:
-    from harness import maven
+    from streamer.sandbox import jars as maven_jars
 
-    jars = maven.fetch("clients", "4.4.0", ["org.apache.kafka:kafka-clients:4.4.0"], cache=Path(cache))
+    jars = maven_jars.fetch("clients", "4.4.0", ["org.apache.kafka:kafka-clients:4.4.0"], cache=Path(cache))
     return [j.name for j in jars.jars]
 
 
@@ -172,9 +172,9 @@ def test_maven_fetch_gives_racing_processes_one_complete_jar_set(tmp_path):
 
 
 def test_maven_fetch_names_the_artifact_maven_cannot_resolve(tmp_path):
-    from harness import maven
+    from streamer.sandbox import jars
 
-    with pytest.raises(maven.MavenFetchError, match=r"mvn could not fetch org\.apache\.kafka:kafka-clients:0\.0\.404 "):
-        maven.fetch("missing", "1", ["org.apache.kafka:kafka-clients:0.0.404", "org.slf4j:slf4j-api:1.7.36"],
+    with pytest.raises(jars.MavenFetchError, match=r"mvn could not fetch org\.apache\.kafka:kafka-clients:0\.0\.404 "):
+        jars.fetch("missing", "1", ["org.apache.kafka:kafka-clients:0.0.404", "org.slf4j:slf4j-api:1.7.36"],
                     cache=tmp_path)
     assert not (tmp_path / "missing-1").exists()

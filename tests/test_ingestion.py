@@ -249,8 +249,11 @@ def test_a_malformed_record_stops_the_job_under_fail_and_names_where_it_is(spark
 
     (outcome,) = run_once(spark, [config]).tables
 
-    assert outcome.error is not None
-    assert f"{topic}[0]@{bad_offsets[0]}" in outcome.error and "invalid JSON" in outcome.error
+    assert outcome.error is not None and "invalid JSON" in outcome.error
+    assert all(f"{topic}[0]@{offset}: " in outcome.error for offset in bad_offsets)  # every one named
+    assert (outcome.failed_batch, outcome.failed_records, outcome.failed_bad) == (
+        "batch 0", 3_000 + len(MALFORMED), len(MALFORMED))
+    assert outcome.batches == 0 and outcome.last_instant is None
     table = MorTable.load(config.table.path)
     assert table.timeline().completed_writes() == []  # the batch wrote nothing
 

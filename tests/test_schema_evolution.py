@@ -32,8 +32,9 @@ from streamer import app
 from streamer.app import TableOutcome
 from streamer.config.loading import config_from_mapping
 from streamer.decode.columns import EVOLVING, RAW_VALUE
+from streamer.decode.ddl import parse_ddl
 from streamer.decode.evolution import VALUE_SCHEMA_KEY
-from streamer.decode.formats import FormatSpec
+from streamer.decode.formats import FormatSpec, spark_normalized
 from streamer.decode.record_decoder import RecordDecoder
 from streamer.decode.registry import SchemaRegistryClient, confluent_frame
 from streamer.decode.value_schema import compare, evolve
@@ -336,6 +337,31 @@ def test_a_declared_json_schema_without_a_column_of_the_table_fails_at_start_nam
     with pytest.raises(StartupError, match=r"decode.value: the table at .* cannot take these columns: "
                                            r"the table's column\(s\) \['status', 'quantity', 'weight'\] are missing"):
         app.run([config_from_mapping(config)], spark, once=True)
+
+
+# A json value's declared schema is read without Spark, before Spark starts (`streamer.decode.ddl`):
+# it must read what Spark reads.
+DDLS = [
+    "a BOOLEAN, b TINYINT, c SMALLINT, d INT, e BIGINT, f FLOAT, g DOUBLE, h DECIMAL, i DECIMAL(12,3), j STRING, "
+    "k BINARY, l DATE, m TIMESTAMP, n TIMESTAMP_NTZ",
+    "a BYTE, b SHORT, c INTEGER, d LONG, e REAL, f DEC(5), g NUMERIC(7, 2), h TIMESTAMP_LTZ, i void",
+    "a ARRAY<INT>, b MAP<STRING, BIGINT>, c STRUCT<x: INT, y STRING NOT NULL COMMENT 'it''s', z: ARRAY<STRUCT<q DATE>>>",
+    "`we ird` INT NOT NULL COMMENT 'c, d', b string COMMENT \"dq\" 'more', `a``b` long COMMENT 'it\\'s'",
+    "a: int, b: string",
+    "1a INT, order_id STRING NOT NULL",
+]
+
+
+@pytest.mark.parametrize("ddl", DDLS)
+def test_the_ddl_reader_reads_what_spark_reads(spark, ddl):
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    ours, problems = parse_ddl(ddl)
+    sparks = spark_normalized(to_arrow_schema(spark.createDataFrame([], ddl).schema, timezone="UTC",
+                                              prefers_large_types=False))
+
+    assert problems == []
+    assert spark_normalized(ours).equals(sparks, check_metadata=True), (ours, sparks)
 
 
 # ---- the rules, without Spark or a broker --------------------------------------------------------

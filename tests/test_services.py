@@ -316,26 +316,23 @@ def test_finish_executes_a_clustering_still_pending(tmp_path):
     assert_both_readers_match(path, stream.expected())
 
 
-def test_sort_columns_that_are_not_table_columns_fail_the_job_at_start():
-    from streamer.errors import StartupError
-    from streamer.job import check_sort_columns
+def test_sort_columns_that_are_not_table_columns_are_found_before_the_job_starts():
+    from streamer import preflight
 
     config = config_from_mapping({
         "table": {"name": "orders", "path": "/data/orders", "record_key": "order_id", "ordering_field": "updated_at"},
         "source": {"bootstrap_servers": "broker:9092", "topics": "orders"},
-        "decode": {"value": {"format": "json", "schema": "order_id STRING, updated_at BIGINT"}},
-        "services": {"clustering": {"sort_columns": ["updated_at", "amount"]}},
+        "decode": {"value": {"format": "json", "schema": "order_id STRING, updated_at BIGINT, tags ARRAY<STRING>"}},
+        "services": {"clustering": {"sort_columns": ["updated_at", "amount", "tags"]}},
     }, "orders.yaml")
-    schema = pa.schema([("order_id", pa.string()), ("updated_at", pa.int64()), ("tags", pa.list_(pa.string()))])
 
-    with pytest.raises(StartupError) as raised:
-        check_sort_columns(config, schema)
-    assert "orders.yaml: services.clustering.sort_columns.1: no column 'amount'" in str(raised.value)
-    nested = config.model_copy(update={"services": ServicesSettings.model_validate(
-        {"clustering": {"sort_columns": ["tags"]}})})
-    with pytest.raises(StartupError, match=r"sort_columns\.0: column 'tags' is of type list<item: string>"):
-        check_sort_columns(nested, schema)
-    check_sort_columns(config, schema.append(pa.field("amount", pa.float64())))
+    found = [str(p) for p in preflight.check(config)]
+
+    assert len(found) == 2, found
+    assert ("orders.yaml: services.clustering.sort_columns.1: no column 'amount' in the value's fields "
+            "(order_id, updated_at, tags); fix: ") in found[0]
+    assert ("orders.yaml: services.clustering.sort_columns.2: column 'tags' is of type list<element: string>, "
+            "which cannot be sorted by; fix: ") in found[1]
 
 
 # -- the offline command: streamer cluster ------------------------------------------------------

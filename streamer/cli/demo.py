@@ -1,9 +1,14 @@
-"""`make demo`: an embedded broker, a stream of order changes, `streamer run configs/ --once`, a report.
+"""`make demo`: a local Apache Kafka, a stream of order changes, `streamer run configs/ --once`, a report.
 
-Runs on a bare machine: it starts the embedded Kafka-compatible broker, produces order change
-events (inserts, updates, deletes, late updates, and a few malformed messages) to the `orders`
-topic, runs the ingestion job over the demo table config in `configs/`, and prints what landed,
-checked with hudi-rs.
+Runs on a machine with Java and Maven: it starts the local broker (`streamer kafka start`: Apache
+Kafka from its Maven Central jars), or uses the one running already, recreates the `orders` topic
+there and produces order change events (inserts, updates, deletes, late updates, and a few
+malformed messages) to it, runs the ingestion job over the demo table config in `configs/`, and
+prints what landed, checked with hudi-rs. The broker keeps running: the demo ends with what to
+try next on it, commands to paste.
+
+`DEMO_EVENTS` (30000), `DEMO_OUTPUT` (`demo-output`: tables and checkpoints), `DEMO_CONFIGS`
+(`configs/`) and `DEMO_KAFKA_DIR` (the local broker's directory) change what it does.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shlex
 import shutil
 import sys
 import time
@@ -18,7 +24,9 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
-from streamer.kafka.embedded_broker import EmbeddedBroker, create_topic, produce
+from streamer.errors import BrokerStartError, MavenFetchError
+from streamer.sandbox import local_kafka
+from streamer.sandbox.topics import create_topic, delete_topic, produce
 
 TOPIC = "orders"
 REGIONS = ["emea", "apac", "amer", "latam", "anz", "mena", "nordics", "iberia"]
@@ -79,36 +87,46 @@ def as_kafka_records(events: list[dict]) -> list[tuple[bytes, bytes, None]]:
 def main() -> int:
     from streamer import app
     from streamer.app import configure_logging
-    from streamer.config.loading import load_configs
+    from streamer.preflight import load_checked
 
     out = Path(os.environ.get("DEMO_OUTPUT", "demo-output")).resolve()
+    kafka_dir = Path(os.environ.get("DEMO_KAFKA_DIR") or local_kafka.default_dir())
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     os.environ["MOR_STREAMER_DATA"] = str(out)
     events = change_events(int(os.environ.get("DEMO_EVENTS", "30000")))
 
-    with EmbeddedBroker(log_path=str(out / "broker.log")) as broker:
-        os.environ["KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap
-        print(f"broker   embedded Kafka-compatible broker at {broker.bootstrap} (pid {broker.pid})")
-        create_topic(broker.bootstrap, TOPIC, partitions=3)
-        records = as_kafka_records(events)
-        at = len(records) // 2
-        records[at:at] = [(b"bad", raw, None) for raw in MALFORMED]
-        started = time.monotonic()
-        produce(broker.bootstrap, TOPIC, records)
-        print(f"produce  {len(records):,} messages to '{TOPIC}' ({len(MALFORMED)} malformed) "
-              f"in {time.monotonic() - started:.1f}s")
-        configure_logging()
-        configs = load_configs(DEMO_CONFIGS)
-        print(f"run      streamer run {DEMO_CONFIGS} --once")
-        spark = app.spark_session(conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"})
-        spark.sparkContext.setLogLevel("ERROR")
-        started = time.monotonic()
-        result = app.run(configs, spark, once=True)
-        seconds = time.monotonic() - started
-        spark.stop()
+    print(f"broker   Apache Kafka in {kafka_dir} (its first start fetches the jars with mvn)", flush=True)
+    try:
+        broker, started = local_kafka.start(kafka_dir)
+    except (BrokerStartError, MavenFetchError) as e:
+        print(f"error: the demo needs Apache Kafka, which cannot start here: {e}", file=sys.stderr)
+        return 1
+    os.environ["KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap
+    print(f"broker   Apache Kafka {broker.version} at {broker.bootstrap} (pid {broker.pid}, "
+          f"{'started' if started else 'running already'})")
+    if delete_topic(broker.bootstrap, TOPIC):
+        print(f"topic    '{TOPIC}' deleted, left by an earlier demo")
+    create_topic(broker.bootstrap, TOPIC, partitions=3)
+    records = as_kafka_records(events)
+    at = len(records) // 2
+    records[at:at] = [(b"bad", raw, None) for raw in MALFORMED]
+    started_at = time.monotonic()
+    produce(broker.bootstrap, TOPIC, records)
+    print(f"produce  {len(records):,} messages to '{TOPIC}' ({len(MALFORMED)} malformed) "
+          f"in {time.monotonic() - started_at:.1f}s")
+    configure_logging()
+    configs = load_checked(DEMO_CONFIGS)
+    print(f"run      streamer run {_shown(DEMO_CONFIGS)} --once")
+    spark = app.spark_session(conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"})
+    spark.sparkContext.setLogLevel("ERROR")
+    started_at = time.monotonic()
+    result = app.run(configs, spark, once=True)
+    seconds = time.monotonic() - started_at
+    spark.stop()
     for config, outcome in zip(configs, result.tables):
         report(config, outcome, seconds)
+        next_steps(broker, config, events, out, kafka_dir)
     return result.exit_code
 
 
@@ -149,6 +167,50 @@ def report(config, outcome, seconds: float) -> None:
     print(f"hudi-rs  reads {theirs:,} rows: {verdict} as our snapshot reader")
     if theirs != snapshot.num_rows:
         raise SystemExit(1)
+
+
+def next_steps(broker: local_kafka.LocalBroker, config, events: list[dict], out: Path, kafka_dir: Path) -> None:
+    """What to try next on the broker that keeps running, as commands to paste."""
+    streamer = _streamer_command()
+    env = []
+    if broker.bootstrap != "127.0.0.1:9092":  # the configs' default
+        env.append(f"KAFKA_BOOTSTRAP_SERVERS={broker.bootstrap}")
+    if out != Path("demo-output").resolve():
+        env.append(f"MOR_STREAMER_DATA={shlex.quote(str(out))}")
+    prefix = " ".join(env + [""])
+    own_dir = kafka_dir.resolve() != local_kafka.default_dir().resolve()
+    dir_flag = f" --dir {shlex.quote(str(kafka_dir))}" if own_dir else ""
+    order = dict(events[0], status="delivered", updated_at=max(e["updated_at"] for e in events) + 1000, deleted=False)
+    table = _shown(Path(config.table.path))
+    configs = _shown(DEMO_CONFIGS)
+    print()
+    print(f"next     Apache Kafka keeps running at {broker.bootstrap}, its data in {broker.directory}")
+    print("  send an order change to it:")
+    print(f"    echo {shlex.quote(json.dumps(order))} | {streamer} kafka produce {TOPIC} "
+          f"--key-field order_id{dir_flag}")
+    print("  take it into the table, and look:")
+    print(f"    {prefix}{streamer} run {configs} --once")
+    print(f"    {streamer} query {table} --sql \"SELECT order_id, status, updated_at FROM t "
+          f"WHERE order_id = '{order['order_id']}'\"")
+    print("  a table of your own: README.md, \"Your own table\"")
+    print(f"  stop the broker: {streamer} kafka stop{dir_flag}   (--delete-data also removes its data)")
+
+
+def _streamer_command() -> str:
+    """How to call `streamer` from here: by name when the PATH finds this one."""
+    script = Path(sys.executable).parent / "streamer"
+    if not script.exists() or shutil.which("streamer") == str(script):
+        return "streamer"
+    return _shown(script)
+
+
+def _shown(path: Path) -> str:
+    """A path as short as it stays right from the working directory."""
+    path = path.resolve()
+    try:
+        return shlex.quote(str(path.relative_to(Path.cwd())))
+    except ValueError:
+        return shlex.quote(str(path))
 
 
 if __name__ == "__main__":

@@ -3,10 +3,11 @@
 It is what an operator runs when a pipeline stopped, so no single fault may stop it: each check
 catches its own failure and reports it as a problem; a check that depends on a failed one is left
 out (no brokers answering: no topics to look at). The checks follow the order a job meets them:
-the configs, Java and Spark, Spark's Kafka connector (`format: kafka`); then, per table, the
-brokers, topics, partitions and the retention of the table's offsets, the schema registry, the
-table's storage, its writer lease, pending instants, the timeline and archival, compaction debt
-and the quarantine table.
+the configs (every problem of every file, as `streamer run` finds them before Spark starts:
+`streamer.preflight`), Java and Spark, Spark's Kafka connector (`format: kafka`); then, per
+table, the brokers, topics, partitions and the retention of the table's offsets, the schema
+registry, the table's storage, its writer lease, pending instants, the timeline and archival,
+compaction debt and the quarantine table.
 
 Nothing is changed: no lease is taken, no Spark session started; the only write is a probe file
 in the table's `.hoodie/.aux/` (or the directory that would hold a new table), removed at once.
@@ -24,17 +25,20 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+import pyarrow.compute as pc
+
+from streamer import preflight
 from streamer.checkpoint import table_checkpoint
 from streamer.cli.describe import file_groups
 from streamer.cli.output import human_bytes
 from streamer.config.choices import BadRecordPolicy, SourceFormat
-from streamer.config.loading import load_configs
+from streamer.config.loading import read_configs
 from streamer.config.model import JobConfig
 from streamer.decode.registry import SchemaRegistryClient
-from streamer.errors import BrokersUnreachable, ConfigError, SchemaRegistryError
+from streamer.errors import BrokersUnreachable, SchemaRegistryError
 from streamer.kafka.offsets import KafkaProgress, TopicRanges
 from table.mor_table import MorTable
-from table.schema import COMMIT_TIME
+from table.schema import COMMIT_TIME, PARTITION_PATH, RECORD_KEY
 from table.services.archive import read_archived_instants
 from table.storage.file_io import Storage
 from table.storage.layout import AUX_DIR, METADATA_DIR
@@ -46,6 +50,9 @@ DEFAULT_TIMEOUT_SECONDS = 5.0
 SUPPORTED_JAVA = (17, 21)
 QUARANTINE_ENTRIES_SHOWN = 3
 PENDING_SHOWN = 4
+KEYS_SHOWN = 3
+#: The largest table (its latest file slices) whose keys `doctor` reads to find keys in two partitions.
+KEY_CHECK_MAX_BYTES = 2 * 1024**3
 
 
 class Verdict(StrEnum):
@@ -92,17 +99,31 @@ class Report:
 def diagnose(config_or_dir: str | Path, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> Report:
     """Every check for the tables of a config file or directory; `timeout` bounds each wait for
     the brokers and for the schema registry."""
-    try:
-        configs = load_configs(config_or_dir)
-    except ConfigError as e:
-        return Report([Check("config", Verdict.PROBLEM, problem, "correct the config") for problem in e.problems])
-    names = ", ".join(f"{c.table.name} ({c.config_path})" for c in configs)
-    report = Report([Check("config", Verdict.OK, f"valid: {names}"), java_check(), spark_check()])
+    configs, problems = read_configs(config_or_dir)
+    report = Report([Check("config", Verdict.PROBLEM, problem, "correct the config") for problem in problems])
+    for config in configs:
+        report.checks += _config_checks(config, timeout)
+    if not configs:
+        return report
+    if not report.checks:
+        names = ", ".join(f"{c.table.name} ({c.config_path})" for c in configs)
+        report.checks.append(Check("config", Verdict.OK, f"valid: {names}"))
+    report.checks += [java_check(), spark_check()]
     if any(c.source.format == SourceFormat.KAFKA for c in configs):
         report.checks.append(connector_check())
     for config in configs:
         report.checks += TableDoctor(config, timeout).checks()
     return report
+
+
+def _config_checks(config: JobConfig, timeout: float) -> list[Check]:
+    """The problems `streamer run` finds in a config before Spark starts."""
+    try:
+        found = preflight.check(config, timeout)
+    except Exception as e:  # a check that broke is a problem to report, not a crash
+        return [Check("config", Verdict.PROBLEM, f"{config.config_path}: cannot be checked: {type(e).__name__}: {e}",
+                      "correct the config", config.table.name)]
+    return [Check("config", Verdict.PROBLEM, f"{p.file}: {p.key}: {p.text}", p.fix, config.table.name) for p in found]
 
 
 # -- the environment -----------------------------------------------------------------------------
@@ -201,6 +222,8 @@ class TableDoctor:
         if self.table is not None:
             checks += [self._guarded("writer lease", self.lease), self._guarded("pending", self.pending),
                        self._guarded("timeline", self.timeline), self._guarded("compaction", self.compaction_debt)]
+            if self.config.table.partition_by:
+                checks.append(self._guarded("keys", self.keys_across_partitions))
         if self.config.decode.on_error == BadRecordPolicy.QUARANTINE:
             checks.append(self._guarded("quarantine", self.quarantine))
         return checks
@@ -412,6 +435,39 @@ class TableDoctor:
             fix += "; see the job's log for why compaction does not keep up"
         return self._check("compaction", Verdict.WARNING, f"{found}; {worst.partition}/{worst.file_id} has "
                            f"more than {limit}: reads slow down", fix)
+
+    def keys_across_partitions(self) -> Check:
+        """A record key is unique within its partition only (the bucket index is per partition, as
+        in Hudi): a key whose partition value changes is stored again in its new partition. When
+        the partition fields are not part of the key, this reads every key and its partition
+        (two columns of every file slice) to find such keys, unless the table is larger than
+        `KEY_CHECK_MAX_BYTES`."""
+        t = self.config.table
+        if set(t.partition_by) <= set(t.record_key):
+            return self._check("keys", Verdict.OK, "the partition fields are part of the record key: a key is in one "
+                               "partition")
+        groups = file_groups(self.table).file_groups
+        cost = f"{len(groups):,} file groups, {human_bytes(sum(g.total_bytes for g in groups))}"
+        how = (f"`streamer query {self.path} --sql \"SELECT {RECORD_KEY}, count(*) FROM t GROUP BY {RECORD_KEY} "
+               "HAVING count(*) > 1\"`")
+        if sum(g.total_bytes for g in groups) > KEY_CHECK_MAX_BYTES:
+            return self._check("keys", Verdict.OK, f"not checked whether a key is in two partitions: it would read "
+                               f"the keys of {cost}; {how} lists them")
+        started = time.monotonic()
+        rows = self.table.snapshot(columns=[RECORD_KEY, PARTITION_PATH])
+        keys = rows.group_by(RECORD_KEY).aggregate([(PARTITION_PATH, "list")])
+        spread = keys.filter(pc.greater(pc.list_value_length(keys[f"{PARTITION_PATH}_list"]), 1))
+        read = f"read the keys of {cost} in {time.monotonic() - started:.1f}s"
+        fields = ", ".join(t.partition_by)
+        if spread.num_rows == 0:
+            return self._check("keys", Verdict.OK, f"no key is in two partitions ({keys.num_rows:,} keys; {read})")
+        examples = tuple(f"{key}: {', '.join(sorted(parts))}" for key, parts in zip(
+            spread[RECORD_KEY].to_pylist()[:KEYS_SHOWN], spread[f"{PARTITION_PATH}_list"].to_pylist()))
+        return self._check(
+            "keys", Verdict.WARNING, f"{spread.num_rows:,} of {keys.num_rows:,} keys are in two or more partitions: "
+            f"a key is unique within its partition, and {fields} changed for these ({read})",
+            "partition by fields that never change for a key, or add them to table.record_key; either means a "
+            "new table (docs/operations.md, \"Keys and partitions\")", more=examples)
 
     def quarantine(self) -> Check:
         path = self.config.table.quarantine_location

@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from streamer.cli.kafka import add_kafka_commands, kafka_command
 from table.config.choices import CleanPolicyKind, CompactionStrategyKind, SplitPoint
 
 
@@ -18,7 +19,8 @@ def main(argv: list[str] | None = None) -> int:
         "run", help="stream the tables of a config file or directory into their tables",
         description="Run one streaming query per table config until stopped (SIGTERM/SIGINT stop it "
                     "cleanly), or with --once until what the topics hold now is in the tables."))
-    commands.add_parser("demo", help="embedded broker, sample order changes, a streaming upsert and a report")
+    commands.add_parser("demo", help="a local Apache Kafka, sample order changes, a streaming upsert and a report")
+    add_kafka_commands(commands)
     add_maintenance_commands(commands)
     add_table_commands(commands)
     add_status_commands(commands)
@@ -39,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         from streamer.cli.demo import main as demo
 
         return demo()
+    if args.command == "kafka":
+        return kafka_command(args)
     return 2
 
 
@@ -153,14 +157,20 @@ def add_table_commands(commands) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     from streamer.app import configure_logging
-    from streamer.config.loading import load_configs
     from streamer.errors import ConfigError
+    from streamer.preflight import load_checked
 
     configure_logging(args.log_level, args.log_format)
     try:
-        configs = load_configs(args.config)
         conf = dict(_key_value(c) for c in args.conf)
-    except (ConfigError, ValueError) as e:
+        configs = load_checked(args.config)
+    except ConfigError as e:
+        for problem in e.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        print(f"{len(e.problems)} problem(s) in {args.config}, found before starting Spark; nothing ran",
+              file=sys.stderr)
+        return 2
+    except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
@@ -181,12 +191,11 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         result = app.run(configs, spark, once=args.once)
     except (StartupError, WriterConflictError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        for line in str(e).splitlines():
+            print(f"error: {line}", file=sys.stderr)
         return 2
     for table in result.tables:
-        status = f"FAILED: {table.error}" if table.error else "ok"
-        print(f"{table.name}: {table.batches} batches, {table.records:,} records, {table.bad:,} bad, "
-              f"last commit {table.last_instant or '-'}: {status}")
+        print(table.line())
     return result.exit_code
 
 

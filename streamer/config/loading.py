@@ -23,12 +23,13 @@ from streamer.config.model import CONFIG_DIR, JobConfig, KeyPath, Problem, Probl
 from streamer.config.secrets import is_secret_option
 from streamer.errors import ConfigError
 
-__all__ = ["ConfigError", "config_from_mapping", "load_config", "load_configs"]
+__all__ = ["ConfigError", "config_from_mapping", "load_config", "load_configs", "read_configs"]
 
 
 def config_from_mapping(data: Mapping[str, Any], source_name: str = "<config>", base_dir: Path | None = None) -> JobConfig:
     """A config from parsed YAML; ``source_name`` labels errors, ``base_dir`` (default: the
-    working directory) is where relative schema files are looked up."""
+    working directory) is what relative paths (table, quarantine, checkpoint, schema files) are
+    relative to, as a YAML file's directory is for a file."""
     return _build(data, source_name, (Path.cwd() if base_dir is None else Path(base_dir)) / source_name)
 
 
@@ -40,12 +41,23 @@ def load_config(path: str | Path) -> JobConfig:
 
 def load_configs(path: str | Path) -> list[JobConfig]:
     """The config of a YAML file, or those of every *.yaml / *.yml file of a directory by name."""
+    configs, problems = read_configs(path)
+    if problems:
+        raise ConfigError(problems)
+    return configs
+
+
+def read_configs(path: str | Path) -> tuple[list[JobConfig], list[str]]:
+    """The configs of a file or directory that load, and every problem of those that do not
+    (and between them): what `streamer doctor` and the checks before a start go on with."""
     path = Path(path)
-    if not path.is_dir():
-        return [load_config(path)]
-    files = sorted((f for f in path.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file()), key=lambda f: f.name)
-    if not files:
-        raise ConfigError([f"{path}: no *.yaml or *.yml file in this directory"])
+    if path.is_dir():
+        files = sorted((f for f in path.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file()),
+                       key=lambda f: f.name)
+        if not files:
+            return [], [f"{path}: no *.yaml or *.yml file in this directory"]
+    else:
+        files = [path]
     configs, problems = [], []
     for file in files:
         try:
@@ -54,9 +66,7 @@ def load_configs(path: str | Path) -> list[JobConfig]:
             problems.extend(e.problems)
     problems.extend(_shared_values(configs))
     problems.extend(_one_metrics_endpoint(configs))
-    if problems:
-        raise ConfigError(problems)
-    return configs
+    return configs, problems
 
 
 def _shared_values(configs: list[JobConfig]) -> list[str]:

@@ -12,6 +12,7 @@ renders docs/configuration.md from them.
 from __future__ import annotations
 
 import json
+import os
 import re
 import warnings
 from collections.abc import Mapping
@@ -120,6 +121,18 @@ def _resolve(config_dir: Path, file: Path) -> Path:
     return file if file.is_absolute() else config_dir / file
 
 
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _against_config_dir(location: str | None, info: ValidationInfo) -> str | None:
+    """A local path relative to the YAML file's directory made absolute; a URI (`s3://...`,
+    `file:///...`) and an absolute path stay as they are."""
+    config_dir = (info.context or {}).get(CONFIG_DIR)
+    if location is None or config_dir is None or _URI.match(location) or os.path.isabs(location):
+        return location
+    return os.path.normpath(os.path.abspath(os.path.join(config_dir, location)))
+
+
 # -- Sections ------------------------------------------------------------------------------------
 
 
@@ -130,8 +143,9 @@ class TableSettings(_Section):
         "The table's name in `hoodie.properties`, also the name of its streaming query and the label "
         "of its log lines. Unique among the configs run together; cannot change once the table exists."))
     path: Text = Field(description=(
-        "The table's base path: a local directory or any URI pyarrow's file systems understand "
-        "(`s3://...`, `gs://...`, `hdfs://...`). Unique among the configs run together."))
+        "The table's base path: a local directory, relative to the YAML file's directory unless "
+        "absolute, or any URI pyarrow's file systems understand (`s3://...`, `gs://...`, `hdfs://...`). "
+        "Unique among the configs run together."))
     database: Text = Field("default", description="The database name written to `hoodie.properties` when the table is created.")
     record_key: Names = Field(min_length=1, description=(
         "The column, or list of columns, whose values identify a record. Cannot change once the table exists."))
@@ -156,7 +170,8 @@ class TableSettings(_Section):
         "in parts of about this much: a batch's memory stays bounded whatever the backlog, but for "
         "one file group's share of a batch, which a part always holds whole."))
     quarantine_path: Text | None = Field(None, description=(
-        "Where `decode.on_error: quarantine` writes bad records; by default `<table.path>_quarantine`."))
+        "Where `decode.on_error: quarantine` writes bad records; by default `<table.path>_quarantine`. "
+        "A local path is relative to the YAML file's directory, as `path` is."))
     storage_options: dict[str, OptionValue] = Field({}, description=(
         "How to reach an `s3://` table (and its quarantine table): `aws_access_key_id`, "
         "`aws_secret_access_key`, `aws_session_token`, `aws_region`, `aws_endpoint_url` (an "
@@ -165,6 +180,11 @@ class TableSettings(_Section):
         "(`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`, "
         "`AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`); use `${ENV}` for secrets. Values of the key and "
         "token options never appear in logs or messages."))
+
+    @field_validator("path", "quarantine_path")
+    @classmethod
+    def _relative_to_the_config(cls, location: str | None, info: ValidationInfo) -> str | None:
+        return _against_config_dir(location, info)
 
     @field_validator("storage_options")
     @classmethod
@@ -487,10 +507,16 @@ class StreamSettings(_Section):
         "minute(s) or hour(s). Not used by `streamer run --once`."))
     checkpoint_location: Text | None = Field(None, description=(
         "The Spark checkpoint of the table's query; by default "
-        "`<table.path>/.hoodie/.aux/streaming-checkpoint`. Unique among the configs run together."))
+        "`<table.path>/.hoodie/.aux/streaming-checkpoint`. A local path is relative to the YAML file's "
+        "directory, as `table.path` is. Unique among the configs run together."))
     on_failure: QueryFailurePolicy = Field(QueryFailurePolicy.CONTINUE, description=(
         "When the table's query fails: `continue` lets the other tables run on, `stop_application` "
         "stops them all. The exit status is non-zero either way."))
+
+    @field_validator("checkpoint_location")
+    @classmethod
+    def _relative_to_the_config(cls, location: str | None, info: ValidationInfo) -> str | None:
+        return _against_config_dir(location, info)
 
     @property
     def trigger_seconds(self) -> float:

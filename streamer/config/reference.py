@@ -40,6 +40,11 @@ Any string value may name environment variables: `${NAME}` is replaced by the va
 (an unset variable is an error naming the key), `${NAME:-default}` by the default when the
 variable is unset or empty, and `$${` stands for a literal `${`. Keys are never substituted.
 
+Local paths (`table.path`, `table.quarantine_path`, `stream.checkpoint_location` and the
+`schema_file`s) are relative to the YAML file's directory, so a directory of configs runs the
+same from anywhere; absolute paths and URIs (`s3://...`, `file:///...`) are taken as they are.
+A relative path that an environment variable gives is relative to the file too.
+
 Defaults are written as YAML. YAML reads a bare `off`, `on`, `yes` or `no` as a boolean, so
 quote such a choice: `mode: "off"`."""
 

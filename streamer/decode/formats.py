@@ -6,9 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from streamer.config.choices import DecodeFormat
 from table.schema import arrow_schema_from_avro
+
+
+def spark_normalized(schema: pa.Schema) -> pa.Schema:
+    """The Arrow schema as Spark hands it back: what mapInArrow output and upserts must match.
+    (Pure Python: no Spark session needed.)"""
+    return to_arrow_schema(from_arrow_schema(schema), timezone="UTC", prefers_large_types=False)
 
 
 @dataclass(frozen=True)

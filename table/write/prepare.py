@@ -45,7 +45,7 @@ def prepare_batch(records: pa.Table, spec: BatchSpec, key_generator, dedupe: boo
         if f not in names:
             raise InvalidBatchError(f"field '{f}' is missing from the batch (columns: {sorted(names)})")
     ordering = records[spec.ordering_field]
-    if not _orderable(ordering.type):
+    if not is_orderable_type(ordering.type):
         raise InvalidBatchError(
             f"ordering field '{spec.ordering_field}' has type {ordering.type}; "
             "it must be a number, string, date or timestamp"
@@ -93,7 +93,8 @@ def dedupe_latest(prepared: pa.Table, ordering_field: str, group_column: str | N
     return prepared.take(pc.filter(order, pa.array(first)))
 
 
-def _orderable(t: pa.DataType) -> bool:
+def is_orderable_type(t: pa.DataType) -> bool:
+    """Whether values of `t` can order a record's versions (the ordering field's type)."""
     return (
         pa.types.is_integer(t)
         or pa.types.is_floating(t)

@@ -1,14 +1,15 @@
-"""Maven Central artifacts and their dependencies, fetched once into the clone's cache.
+"""Maven Central artifacts and their dependencies, fetched once into a cache.
 
     jars = fetch("kafka", "4.4.0", ["org.apache.kafka:kafka_2.13:4.4.0"])
     subprocess.run(["java", "-cp", jars.classpath, ...])
 
 `fetch` writes a one-off pom naming the artifacts and runs Maven's `dependency:copy-dependencies`
 (runtime scope) with the Maven of the machine, as configured there (its settings and local
-repository). The jars land in `.cache/jars/<name>-<version>/` at the top of the clone, where a
-later call finds them. Two processes that fetch the same set at once do the work once: a lock file
-serialises them, and the directory appears by an atomic rename, so a fetch killed half-way leaves
-nothing that looks complete.
+repository). The jars land in `<cache>/<name>-<version>/`, where a later call finds them: the
+cache is `.cache/jars/` at the top of a clone when the package runs from one (an editable install,
+the tests), else `~/.cache/mor-streamer/jars/` (`$XDG_CACHE_HOME` when set). Two processes that
+fetch the same set at once do the work once: a lock file serialises them, and the directory
+appears by an atomic rename, so a fetch killed half-way leaves nothing that looks complete.
 """
 
 from __future__ import annotations
@@ -24,14 +25,13 @@ from pathlib import Path
 from typing import Sequence
 from xml.sax.saxutils import escape
 
-CACHE = Path(__file__).resolve().parents[1] / ".cache" / "jars"
+from streamer.errors import MavenFetchError
+
+__all__ = ["JarSet", "MavenFetchError", "default_cache", "fetch"]
+
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 MANIFEST = "artifacts.txt"  # the coordinates a directory was fetched for
 MVN_TIMEOUT_SECONDS = 900
-
-
-class MavenFetchError(RuntimeError):
-    """Maven could not fetch an artifact set; the message names the artifact(s) and Maven's errors."""
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,20 @@ class JarSet:
         return os.pathsep.join(str(j) for j in self.jars)
 
 
-def fetch(name: str, version: str, artifacts: Sequence[str], cache: Path = CACHE) -> JarSet:
+def default_cache() -> Path:
+    """`.cache/jars/` of the clone this package runs from, else the user's cache directory."""
+    clone = Path(__file__).resolve().parents[2]
+    if (clone / "pyproject.toml").is_file() and (clone / "streamer").is_dir():
+        return clone / ".cache" / "jars"
+    user_cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(user_cache) / "mor-streamer" / "jars"
+
+
+def fetch(name: str, version: str, artifacts: Sequence[str], cache: Path | None = None) -> JarSet:
     """The jars of `artifacts` ("group:artifact:version" each) and of their runtime dependencies,
-    in `cache/<name>-<version>/`; fetched with Maven unless already there for the same artifacts."""
+    in `cache/<name>-<version>/` (`default_cache()` unless given); fetched with Maven unless
+    already there for the same artifacts."""
+    cache = default_cache() if cache is None else cache
     for coordinate in artifacts:
         if len(coordinate.split(":")) != 3:
             raise ValueError(f"{coordinate!r}: expected group:artifact:version")
@@ -88,7 +99,8 @@ def _is_complete(directory: Path, manifest: str) -> bool:
 def _copy_dependencies(name: str, version: str, artifacts: Sequence[str], work: Path) -> None:
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise MavenFetchError(f"cannot fetch {', '.join(artifacts)}: no `mvn` on PATH (install Apache Maven)")
+        raise MavenFetchError(f"cannot fetch {', '.join(artifacts)} from Maven Central: no `mvn` on the PATH; "
+                              "install Apache Maven (Debian/Ubuntu: apt-get install maven)")
     (work / "pom.xml").write_text(_pom(name, version, artifacts))
     command = [mvn, "-B", "-q", "-f", str(work / "pom.xml"), f"{DEPENDENCY_PLUGIN}:copy-dependencies",
                f"-DoutputDirectory={work / 'jars'}", "-DincludeScope=runtime"]
@@ -112,6 +124,6 @@ def _pom(name: str, version: str, artifacts: Sequence[str]) -> str:
         for g, a, v in (coordinate.split(":") for coordinate in artifacts))
     artifact_id = re.sub(r"[^A-Za-z0-9_.-]", "-", name)
     return ('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
-            f"<groupId>local.harness</groupId><artifactId>{artifact_id}</artifactId>"
+            f"<groupId>local.sandbox</groupId><artifactId>{artifact_id}</artifactId>"
             f"<version>{escape(version)}</version><packaging>pom</packaging>"
             f"<dependencies>{dependencies}</dependencies></project>\n")

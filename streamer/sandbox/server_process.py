@@ -1,8 +1,9 @@
-"""A server the tests run as a child process: its output in a log file, stopped by its pid
+"""A server run as a child process (a JVM, mostly): its output in a log file, stopped by its pid
 (SIGTERM, then SIGKILL), frozen and thawed to play a hung server, and killed by the kernel with
-the process that started it (`die_with_parent`), so a crashed test run leaves nothing behind.
+the process that started it (`die_with_parent`), so a crashed test run leaves nothing behind; or
+`detach`ed, to outlive it (`streamer kafka start`).
 
-`KafkaBroker` and `S3Server` are such servers; each says how to start and when it answers.
+`KafkaBroker` and the tests' `S3Server` are such servers; each says how to start and when it answers.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -18,11 +20,31 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TypeVar
 
+from streamer.errors import BrokerStartError
+
 Server = TypeVar("Server", bound="ServerProcess")
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free on `host` a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def java_executable() -> str:
+    """`$JAVA_HOME/bin/java`, else the `java` on the PATH."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.access(java, os.X_OK):
+        where = f"JAVA_HOME={home} has no bin/java" if home else "no `java` on the PATH"
+        raise BrokerStartError(f"{where}: install Java 17 or 21 (Debian/Ubuntu: apt-get install "
+                               "openjdk-17-jre-headless) or set JAVA_HOME")
+    return java
+
+
 class ServerProcess(ABC):
-    """The lifecycle shared by the test servers; subclasses define `start()`."""
+    """The lifecycle shared by the servers; subclasses define `start()`."""
 
     #: Seconds `stop()` waits after SIGTERM before SIGKILL.
     STOP_TIMEOUT = 30.0
@@ -80,6 +102,13 @@ class ServerProcess(ABC):
     def wake(self) -> None:
         os.kill(self._running_pid(), signal.SIGCONT)
 
+    def detach(self) -> None:
+        """Let the server outlive this process: it is no longer stopped when this object goes."""
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        self._proc = None
+
     def close(self) -> None:
         """Stop, and remove the work directory if this object made it."""
         self.stop()
@@ -102,14 +131,16 @@ class ServerProcess(ABC):
         return self._proc.pid
 
     def _spawn(self, command: list[str]) -> None:
-        """Start `command` with its output appended to the log, after the command line itself."""
+        """Start `command` with its output appended to the log, after the command line itself. A
+        server that does not die with its parent gets a session of its own: closing the terminal
+        it was started from does not stop it."""
         if self.die_with_parent and shutil.which("setpriv"):
             command = ["setpriv", "--pdeathsig", "KILL", "--", *command]
         with open(self.log_path, "ab") as log:
             log.write(f"$ {' '.join(command)}\n".encode())
             log.flush()
             self._proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                          close_fds=True)
+                                          close_fds=True, start_new_session=not self.die_with_parent)
         # Stop the server when this object is collected or at interpreter exit, if nobody did.
         self._finalizer = weakref.finalize(self, stop_process, self._proc, 10.0)
 

@@ -1,31 +1,33 @@
 """Apache Kafka itself, started from its Maven Central jars: one KRaft process that is both broker
-and controller, on a free loopback port, with its data in a directory of its own.
+and controller, on a loopback port, with its data in a directory of its own.
 
     with KafkaBroker() as kafka:
         kafka.create_topic("orders", partitions=3, config={"retention.ms": "1000"})
         ... kafka.bootstrap ...
         kafka.restart()      # same port, same data: topics and offsets survive
 
-No Docker and no tarball: the jars come from `harness.maven` (fetched once into the clone's
-`.cache/`), the storage is formatted with Kafka's own StorageTool, and the server runs as
-`java -cp <jars> kafka.Kafka server.properties`. Its settings suit tests: one replica for every
-internal topic, no rebalance delay, retention checked every second, no automatic topic creation.
+No Docker and no tarball: the jars come from `streamer.sandbox.jars` (fetched once with Maven),
+the storage is formatted with Kafka's own StorageTool, and the server runs as
+`java -cp <jars> kafka.Kafka server.properties`. Its settings suit one node that is started and
+stopped at will: one replica for every internal topic, no rebalance delay, records kept whatever
+their age unless a topic says otherwise, retention checked every second. A directory that holds
+a broker's data already is started again on the ports it was made with.
 """
 
 from __future__ import annotations
 
 import base64
 import os
-import shutil
+import re
 import subprocess
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from harness import maven
-from harness.server_process import ServerProcess
 from streamer.errors import BrokerStartError
-from streamer.kafka.embedded_broker import create_topic, free_port, wait_for_broker
+from streamer.sandbox import jars
+from streamer.sandbox.server_process import ServerProcess, free_port, java_executable
+from streamer.sandbox.topics import create_topic, wait_for_broker
 
 KAFKA_VERSION = "4.4.0"
 LOG4J_VERSION = "2.25.5"  # the log4j-api Kafka depends on; its slf4j binding must match
@@ -39,8 +41,8 @@ JVM_OPTIONS = (
     "-Djava.awt.headless=true",
 )
 
-# Settings for one node that tests start and stop at will (`overrides` replace any of them).
-TEST_SETTINGS = {
+# Settings for one node started and stopped at will (`overrides` replace any of them).
+SINGLE_NODE_SETTINGS = {
     "num.partitions": "1",
     "default.replication.factor": "1",
     "min.insync.replicas": "1",
@@ -52,7 +54,6 @@ TEST_SETTINGS = {
     "share.coordinator.state.topic.replication.factor": "1",
     "share.coordinator.state.topic.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
-    "auto.create.topics.enable": "false",
     # Records are kept whatever their timestamps (tests produce some from years ago) unless a
     # topic's retention.ms says otherwise; then retention and deletion happen within seconds.
     "log.retention.ms": "-1",
@@ -89,17 +90,9 @@ Configuration:
 """
 
 
-def kafka_jars() -> maven.JarSet:
+def kafka_jars() -> jars.JarSet:
     """Apache Kafka's server jars and a log4j binding, fetched on first use."""
-    return maven.fetch("kafka", KAFKA_VERSION, ARTIFACTS)
-
-
-def java_executable() -> str:
-    home = os.environ.get("JAVA_HOME")
-    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
-    if not java or not os.access(java, os.X_OK):
-        raise BrokerStartError("no `java` to run Apache Kafka: install Java 17+ or set JAVA_HOME")
-    return java
+    return jars.fetch("kafka", KAFKA_VERSION, ARTIFACTS)
 
 
 def random_cluster_id() -> str:
@@ -115,16 +108,19 @@ def random_cluster_id() -> str:
 class KafkaBroker(ServerProcess):
     """One Apache Kafka node (`process.roles=broker,controller`) as a child process.
 
-    `start()` formats the storage the first time, starts the server and waits until it answers
-    metadata requests; `stop()` is a controlled shutdown (SIGTERM), `restart()` comes back on the
-    same ports and data, `hang()` and `wake()` freeze and thaw it (`ServerProcess`).
+    `start()` formats the storage the first time (on `port`, else a free one), starts the server
+    and waits until it answers metadata requests; `stop()` is a controlled shutdown (SIGTERM),
+    `restart()` comes back on the same ports and data, `hang()` and `wake()` freeze and thaw it
+    (`ServerProcess`). Topics are created on demand only with `auto_create_topics`.
     """
 
     def __init__(self, work_dir: str | os.PathLike[str] | None = None, host: str = "127.0.0.1",
                  log_path: str | os.PathLike[str] | None = None, overrides: Mapping[str, str] | None = None,
-                 startup_timeout: float = 90.0, die_with_parent: bool | None = None):
+                 startup_timeout: float = 90.0, die_with_parent: bool | None = None, port: int | None = None,
+                 auto_create_topics: bool = False):
         super().__init__(work_dir, host, log_path, startup_timeout, die_with_parent, temp_prefix="kafka-")
-        self.overrides = dict(overrides or {})
+        self.overrides = {"auto.create.topics.enable": str(auto_create_topics).lower(), **(overrides or {})}
+        self.port = port
         self.controller_port: int | None = None
         self.startup_seconds: float | None = None
 
@@ -138,9 +134,17 @@ class KafkaBroker(ServerProcess):
     def start(self) -> KafkaBroker:
         if self.is_running():
             return self
+        java_executable()  # before fetching jars it could not run
         classpath = kafka_jars().classpath
-        if self.port is None:  # first start: new ports, new storage
-            self.port, self.controller_port = free_port(self.host), free_port(self.host)
+        if self.has_data:  # started before, maybe by another process: its ports
+            port, self.controller_port = self._stored_ports()
+            if self.port not in (None, port):
+                raise BrokerStartError(f"the broker data in {self.work_dir} was made for port {port}, not {self.port}: "
+                                       "start it on its port, or delete the directory for a new broker")
+            self.port = port
+        else:  # first start: new storage
+            self.port = self.port or free_port(self.host)
+            self.controller_port = free_port(self.host)
             self._write_config()
             self._java(classpath, "kafka.tools.StorageTool", "format", "--cluster-id", random_cluster_id(),
                        "--config", str(self._properties), "--ignore-formatted")
@@ -158,10 +162,21 @@ class KafkaBroker(ServerProcess):
         """Create a topic with topic-level `config` (e.g. retention.ms) and wait for its leaders."""
         return create_topic(self.bootstrap, name, partitions=partitions, config=config)
 
+    @property
+    def has_data(self) -> bool:
+        """Whether the work directory holds a formatted broker already."""
+        return (self.work_dir / "data" / "meta.properties").is_file() and self._properties.is_file()
+
     # -- internals ---------------------------------------------------------------------------------
     @property
     def _properties(self) -> Path:
         return self.work_dir / "server.properties"
+
+    def _stored_ports(self) -> tuple[int, int]:
+        """The broker and controller ports of the stored `listeners`."""
+        settings = dict(line.split("=", 1) for line in self._properties.read_text().splitlines() if "=" in line)
+        ports = dict(re.findall(r"(PLAINTEXT|CONTROLLER)://[^,]*:(\d+)", settings.get("listeners", "")))
+        return int(ports["PLAINTEXT"]), int(ports["CONTROLLER"])
 
     def _write_config(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -175,7 +190,7 @@ class KafkaBroker(ServerProcess):
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "log.dirs": str(self.work_dir / "data"),
-            **TEST_SETTINGS,
+            **SINGLE_NODE_SETTINGS,
             **self.overrides,
         }
         self._properties.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
@@ -191,6 +206,3 @@ class KafkaBroker(ServerProcess):
         if done.returncode != 0:
             raise BrokerStartError(f"{main} {' '.join(args)} failed (exit {done.returncode}):\n"
                                    f"{(done.stdout + done.stderr)[-4000:]}")
-
-    def _spawn_broker(self, classpath: str) -> None:
-        self._spawn(self._command(classpath, "kafka.Kafka", str(self._properties)))

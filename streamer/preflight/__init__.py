@@ -1,0 +1,131 @@
+"""Every problem of a config that can be found before Spark starts, for `streamer run` and
+`streamer doctor` alike: a start that fails takes a Spark session's start first (about 10 s), so
+every problem of every file is found at once, without one.
+
+On top of the YAML checks of `streamer.config.loading` (keys, types, values), for each config:
+
+- the declared schemas: the json format's DDL (its types), Avro schema files; with
+  `confluent-avro` and no schema file, the latest registered schema when the registry answers;
+- value fields that take the names of the columns the decoder adds (`kafka_key`, `kafka_topic`, ...);
+- the table's columns: the value's fields, or the columns of a transform as far as they can be
+  known without Spark (`streamer.preflight.select_list`: `*`, column references and aliases;
+  references to columns source does not have are problems);
+- `table.record_key` and `table.partition_by` (columns there, of types a key can take),
+  `table.ordering_field` (there, and of a type that orders), `table.delete_field`,
+  `services.clustering.sort_columns` (there, and not nested);
+- an existing table (its `.hoodie/hoodie.properties`): its name, record key, partition and
+  ordering fields as configured, and, without a transform, its columns able to take the
+  value's (Hudi's schema evolution on write).
+
+What only Spark can say is checked when the job starts, each in one line: a transform's
+expressions (functions, casts, WHERE, and the columns it names inside them), the types of its
+computed columns, and the key checks against the columns of a transform that could not be read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from streamer.config.choices import DecodeFormat
+from streamer.config.loading import read_configs
+from streamer.config.model import JobConfig
+from streamer.decode.columns import ADDED_COLUMNS, ERROR, EVOLVING, RAW_KEY, RAW_VALUE
+from streamer.decode.formats import FormatSpec
+from streamer.decode.record_decoder import RecordDecoder
+from streamer.errors import ConfigError
+from streamer.preflight.decoding import format_spec
+from streamer.preflight.problem import ConfigProblem, ProblemsFound
+from streamer.preflight.rules import TableColumns, column_problems, evolution_problems, identity_problems
+from streamer.preflight.select_list import transform_columns
+from table.mor_table import MorTable
+
+__all__ = [
+    "REGISTRY_TIMEOUT_SECONDS",
+    "ConfigProblem",
+    "ProblemsFound",
+    "TableColumns",
+    "check",
+    "column_problems",
+    "evolution_problems",
+    "format_spec",
+    "identity_problems",
+    "load_checked",
+]
+
+#: How long the schema registry has to give a value schema to the checks.
+REGISTRY_TIMEOUT_SECONDS = 5.0
+
+
+def load_checked(path: str | Path, registry_timeout: float = REGISTRY_TIMEOUT_SECONDS) -> list[JobConfig]:
+    """The configs of a file or directory, once every one of them passed every check; else
+    `ConfigError` with every problem of every file, one line each."""
+    configs, problems = read_configs(path)
+    for config in configs:
+        problems += [str(p) for p in check(config, registry_timeout)]
+    if problems:
+        raise ConfigError(problems)
+    return configs
+
+
+def check(config: JobConfig, registry_timeout: float = REGISTRY_TIMEOUT_SECONDS) -> list[ConfigProblem]:
+    """Every problem of one loaded config that can be found without Spark (see the module doc)."""
+    problems: list[ConfigProblem] = []
+    specs: dict[str, FormatSpec | None] = {}
+    for role, fmt in (("value", config.decode.value), ("key", config.decode.key)):
+        try:
+            specs[role] = format_spec(config, fmt, role, registry_timeout)
+        except ProblemsFound as e:
+            problems += e.problems
+            specs[role] = None
+            if role == "value" and e.known is not None and not config.transform:  # what could be read
+                problems += column_problems(config, TableColumns.of(e.known, config))
+    value, key = specs["value"], specs["key"]
+    if value is not None:
+        clash = [name for name in value.arrow_schema.names if name in ADDED_COLUMNS]
+        if clash:
+            added = ", ".join(name for name in ADDED_COLUMNS if not name.startswith("_"))
+            problems.append(ConfigProblem(config.config_path, "decode.value", f"field(s) {clash} take the names of "
+                                          f"columns the decoder adds ({added})",
+                                          "rename them in the value's schema, or read them in a transform"))
+        elif key is not None:
+            problems += _table_problems(config, value, key)
+    problems += _table_on_disk_problems(config, value)
+    return problems
+
+
+def _table_problems(config: JobConfig, value: FormatSpec, key: FormatSpec) -> list[ConfigProblem]:
+    if not config.transform:
+        return column_problems(config, TableColumns.of_schema(value.arrow_schema, config))
+    source = _source_schema(config, value, key)
+    known = transform_columns(config.transform, source)
+    problems = [ConfigProblem(config.config_path, "transform", text,
+                              f"name a column of source: {', '.join(source.names)}") for text in known.problems]
+    return problems + column_problems(config, TableColumns.of(known.fields, config, known.complete))
+
+
+def _source_schema(config: JobConfig, value: FormatSpec, key: FormatSpec) -> pa.Schema:
+    """The columns of the view `source` a transform reads: the decoder's, less its bookkeeping."""
+    registry = config.decode.schema_registry
+    decoder = RecordDecoder(value=value, key=key, registry_url=registry.url if registry else None,
+                            registry_auth=registry.auth if registry else None)
+    return pa.schema([f for f in decoder.output_schema if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING)])
+
+
+def _table_on_disk_problems(config: JobConfig, value: FormatSpec | None) -> list[ConfigProblem]:
+    """The table's identity, and its columns, against the config; nothing when there is no table
+    yet or it cannot be read (the job's start and `doctor`'s storage check say why)."""
+    t = config.table
+    try:
+        if not MorTable.exists(t.path, t.storage_options):
+            return []
+        table = MorTable.load(t.path, t.storage_options)
+        problems = identity_problems(config, table.config)
+        if problems or config.transform or value is None or value.format == DecodeFormat.CONFLUENT_AVRO:
+            return problems  # a confluent-avro table's columns follow its recorded reader schema
+        # as the decoder hands them to the table: every value field nullable (bad rows have none)
+        columns = pa.schema([f.with_nullable(True) for f in value.arrow_schema if f.name != t.delete_field])
+        return evolution_problems(config, table.schema(), columns)
+    except (OSError, ValueError):
+        return []

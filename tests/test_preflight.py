@@ -1,0 +1,234 @@
+"""Config problems found before Spark starts, all at once, by `streamer run` and `streamer doctor`
+alike: each names the file, the key and the fix.
+
+The mistakes are those a new user makes: a record key or partition field not in the schema, a DDL
+type Spark does not have, an ordering field of a type that cannot order, a transform that names a
+column its source lacks, and a record key changed under an existing table (written here by the
+table engine alone). (tests/test_schema_evolution.py holds the DDL reader to Spark's own reading.)
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from ingestion import committed_table, order_config, run_streamer, write_config
+
+from streamer import preflight
+from streamer.cli import main as cli
+from streamer.cli.demo import change_events
+from streamer.config.loading import config_from_mapping
+from streamer.decode.ddl import parse_ddl
+from streamer.preflight.select_list import transform_columns
+
+BROKER = "127.0.0.1:9"  # nothing listens there: no check here needs a broker
+PAYMENTS_SCHEMA = "payment_id STRING, currency STRING, amount DOUBLE, ts BIGINT"
+#: Lines Spark prints as its JVM starts.
+SPARK_STARTED = re.compile(r"log4j|SparkContext|spark-submit|NativeCodeLoader")
+
+
+def payments(tmp: Path, name: str, **changes) -> dict:
+    config = {
+        "table": {"name": name, "path": f"tables/{name}", "record_key": "payment_id", "partition_by": "currency",
+                  "ordering_field": "ts"},
+        "source": {"bootstrap_servers": BROKER, "topics": name},
+        "decode": {"value": {"format": "json", "schema": PAYMENTS_SCHEMA}},
+    }
+    for section, values in changes.items():
+        if isinstance(values, dict):
+            config.setdefault(section, {}).update(values)
+        else:
+            config[section] = values
+    return config
+
+
+@pytest.fixture
+def mistakes(tmp_path) -> tuple[Path, dict[str, tuple[str, str]]]:
+    """A directory of configs, each with one mistake; per file, the key blamed and a phrase of the
+    problem it must name."""
+    configs = tmp_path / "configs"
+    committed_table(configs / "tables" / "orders", change_events(50, seed=3), {"orders": {0: 50}})
+    orders = order_config(tmp_path, "orders", BROKER, "orders")
+    orders["table"].update(path="tables/orders", record_key="customer")  # the table's key is order_id
+    del orders["stream"]["checkpoint_location"]
+    files = {
+        "a-key": payments(tmp_path, "a-key", table={"record_key": "payment_idd"}),
+        "b-partition": payments(tmp_path, "b-partition", table={"partition_by": "curency"}),
+        "c-type": payments(tmp_path, "c-type", decode={"value": {
+            "format": "json", "schema": "payment_id STRING, currency STRING, amount BIGINTEGER, ts BIGINT"}}),
+        "d-ordering": payments(tmp_path, "d-ordering", decode={"value": {
+            "format": "json", "schema": "payment_id STRING, currency STRING, ts BOOLEAN"}}),
+        "e-transform": payments(tmp_path, "e-transform",
+                                transform="SELECT payment_id, currency, amout * 100 AS cents, tss AS ts FROM source"),
+        "orders": orders,
+    }
+    for name, config in files.items():
+        config["table"]["name"] = name.replace("-", "_")
+        write_config(configs, config).rename(configs / f"{name}.yaml")
+    expected = {
+        "a-key": ("table.record_key", "no column 'payment_idd' in the value's fields (payment_id, currency, amount, "
+                                      "ts); did you mean 'payment_id'?; fix: name one of them, or add the field to "
+                                      "decode.value.schema"),
+        "b-partition": ("table.partition_by", "no column 'curency' in the value's fields (payment_id, currency, "
+                                              "amount, ts); did you mean 'currency'?; fix: "),
+        "c-type": ("decode.value.schema", "column 'amount': unknown type 'BIGINTEGER'; did you mean BIGINT?; fix: "
+                                          "give a Spark SQL type"),
+        "d-ordering": ("table.ordering_field", "column 'ts' is of type bool, which cannot order the versions of a "
+                                               "record; fix: name a number, string, date or timestamp column"),
+        "e-transform": ("transform", "column 'tss' is not a column of source; did you mean 'ts'?; fix: name a "
+                                     "column of source: payment_id, currency, amount, ts, kafka_key, kafka_topic"),
+        "orders": ("table.record_key", f"the table at {configs / 'tables' / 'orders'} has ['order_id'], the config "
+                                       "says ['customer']; it cannot change once a table exists; fix: set "
+                                       "table.record_key: [order_id]; or, to change it, write a new table"),
+    }
+    return configs, expected
+
+
+@pytest.mark.unit
+def test_run_reports_every_mistake_of_every_file_at_once_without_starting_spark(mistakes, tmp_path):
+    configs, expected = mistakes
+
+    code, out = run_streamer(["run", str(configs), "--once"], timeout=120)
+
+    assert code == 2, out
+    assert not SPARK_STARTED.search(out), out  # found before any JVM started
+    errors = [line for line in out.splitlines() if line.startswith("error: ")]
+    for name, (key, phrase) in expected.items():
+        assert any(line.startswith(f"error: {configs / name}.yaml: {key}: ") and phrase in line for line in errors), \
+            (name, out)
+    assert len(errors) == len(expected), out
+    assert out.splitlines()[-1] == f"{len(expected)} problem(s) in {configs}, found before starting Spark; nothing ran"
+
+
+@pytest.mark.unit
+def test_doctor_reports_the_same_mistakes_each_with_its_fix(mistakes, capsys):
+    configs, expected = mistakes
+
+    code = cli.main(["doctor", str(configs), "--timeout", "0.5"])
+
+    out = capsys.readouterr().out
+    assert code == 1
+    problems = [line for line in out.splitlines() if re.match(r"^problem +\S+ +config ", line)]
+    for name, (key, phrase) in expected.items():
+        assert any(re.search(rf" config +{re.escape(f'{configs / name}.yaml: {key}: ')}", line) and phrase in line
+                   for line in problems), (name, out)
+    assert len(problems) == len(expected), out
+    assert re.search(r"^ok +java ", out, re.MULTILINE)  # and the other checks go on
+
+
+@pytest.mark.unit
+def test_a_file_with_several_mistakes_has_them_all_reported(tmp_path):
+    config = config_from_mapping(payments(tmp_path, "payments",
+                                          table={"record_key": "payment_idd", "partition_by": "curency"},
+                                          decode={"value": {"format": "json", "schema":
+                                                            "payment_id STRING, currency STRING, amount BIGINTEGER, "
+                                                            "ts TIMESTMP"}}), "payments.yaml", tmp_path)
+
+    found = [(p.key, p.text) for p in preflight.check(config)]
+
+    assert found == [
+        ("decode.value.schema", "column 'amount': unknown type 'BIGINTEGER'; did you mean BIGINT?"),
+        ("decode.value.schema", "column 'ts': unknown type 'TIMESTMP'; did you mean TIMESTAMP?"),
+        ("table.record_key", "no column 'payment_idd' in the value's fields (payment_id, currency, amount, ts); "
+                             "did you mean 'payment_id'?"),
+        ("table.partition_by", "no column 'curency' in the value's fields (payment_id, currency, amount, ts); "
+                               "did you mean 'currency'?"),
+    ]
+
+
+@pytest.mark.unit
+def test_keys_must_be_of_types_a_hudi_key_takes_and_columns_may_not_take_the_decoders_names(tmp_path):
+    config = config_from_mapping(payments(tmp_path, "payments", table={"partition_by": "tags"}, decode={"value": {
+        "format": "json", "schema": f"{PAYMENTS_SCHEMA}, tags ARRAY<STRING>"}}), "payments.yaml", tmp_path)
+    clash = config_from_mapping(payments(tmp_path, "payments", decode={"value": {
+        "format": "json", "schema": f"{PAYMENTS_SCHEMA}, kafka_offset BIGINT"}}), "payments.yaml", tmp_path)
+
+    (problem,) = preflight.check(config)
+    (clashing,) = preflight.check(clash)
+
+    assert (problem.key, problem.text) == ("table.partition_by", "column 'tags' is of type list<element: string>, "
+                                                                 "which cannot be a partition value")
+    assert clashing.key == "decode.value" and "['kafka_offset'] take the names of columns the decoder adds" in \
+        clashing.text
+
+
+@pytest.mark.unit
+def test_a_transform_whose_columns_are_known_is_checked_against_the_table_keys(tmp_path):
+    select = "SELECT payment_id AS id, upper(currency) AS currency, ts FROM source WHERE amount > 0"
+    renamed = config_from_mapping(payments(tmp_path, "p", transform=select), "p.yaml", tmp_path)
+    computed = config_from_mapping(payments(tmp_path, "p", transform="SELECT *, amount * 2 FROM source"),
+                                   "p.yaml", tmp_path)
+
+    (problem,) = preflight.check(renamed)
+
+    assert (problem.key, problem.text) == ("table.record_key", "no column 'payment_id' in the transform's columns "
+                                                               "(id, currency, ts)")
+    assert problem.fix == "name one of them, or select the column in the transform"
+    assert preflight.check(computed) == []  # a column Spark names itself: the list is not known whole
+
+
+@pytest.mark.unit
+def test_an_existing_tables_columns_must_take_the_values_fields(tmp_path):
+    committed_table(tmp_path / "tables" / "orders", change_events(20, seed=4), {"orders": {0: 20}})
+    mapping = order_config(tmp_path, "orders", BROKER, "orders")
+    mapping["decode"]["value"]["schema"] = "order_id STRING, region STRING, updated_at BIGINT, deleted BOOLEAN"
+
+    (problem,) = preflight.check(config_from_mapping(mapping, "orders.yaml", tmp_path))
+
+    assert problem.key == "decode.value"
+    assert problem.text.startswith(f"the table at {tmp_path / 'tables' / 'orders'} cannot take these columns: ")
+    assert problem.fix.startswith("keep the table's columns, with the same or wider types")
+
+
+# -- the DDL reader --------------------------------------------------------------------------------
+
+@pytest.mark.unit
+@pytest.mark.parametrize("ddl, expected", [
+    ("a INTEGR", "column 'a': unknown type 'INTEGR'; did you mean INTEGER?"),
+    ("a VARCHAR(10)", "column 'a': type VARCHAR is not supported here: use STRING"),
+    ("a INTERVAL DAY", "column 'a': type INTERVAL is not supported here: the json format cannot decode intervals"),
+    ("a DECIMAL(40, 2)", "column 'a': DECIMAL(40, 2): the precision is 1 to 38 and the scale at most the precision"),
+    ("a ARRAY<INT", "column 'a': '>' after the element type of ARRAY<... expected at the end"),
+    ("a MAP<STRING INT>", "column 'a': ',' expected after the key type of MAP<..., got 'INT'"),
+    ("a INT DEFAULT 1", "column 'a': unexpected 'DEFAULT' after the type"),
+    ("a STRUCT<x FOO>", "column 'a': unknown type 'FOO' for field 'x'; use a Spark SQL type: BOOLEAN, INT"),
+    ("a", "column 'a': a type expected at the end"),
+    ("", "column 1: no columns"),
+])
+def test_a_bad_ddl_column_is_named_with_what_is_wrong(ddl, expected):
+    _, problems = parse_ddl(ddl)
+
+    assert len(problems) == 1 and str(problems[0]).startswith(expected), problems
+
+
+# -- a transform's columns ---------------------------------------------------------------------------
+
+SOURCE = pa.schema([("order_id", pa.string()), ("amount", pa.float64()), ("region", pa.string()),
+                    ("kafka_key", pa.struct([("id", pa.int64())])), ("kafka_timestamp", pa.timestamp("us", "UTC"))])
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("sql, fields, complete, problems", [
+    ("SELECT * FROM source", {f.name: f.type for f in SOURCE}, True, []),
+    ("select *, upper(region) AS code from source", {**{f.name: f.type for f in SOURCE}, "code": None}, True, []),
+    ("SELECT * EXCEPT (amount, kafka_key) FROM source",
+     {"order_id": pa.string(), "region": pa.string(), "kafka_timestamp": pa.timestamp("us", "UTC")}, True, []),
+    ("SELECT s.order_id id, kafka_key.id AS key_id, `region` FROM source s WHERE s.amount > 1",
+     {"id": pa.string(), "key_id": pa.int64(), "region": pa.string()}, True, []),
+    ("SELECT order_id, amount * 2 FROM source", {"order_id": pa.string()}, False, []),
+    ("SELECT CASE WHEN amount > 1 THEN 'big' END size, count(*) n FROM source GROUP BY 1",
+     {"size": None, "n": None}, True, []),
+    ("SELECT order_idd, kafka_key.idd FROM source -- two typos",
+     {"order_idd": None, "idd": None}, True,
+     ["column 'order_idd' is not a column of source; did you mean 'order_id'?",
+      "kafka_key.idd: 'kafka_key' has no field 'idd' (its fields: id)"]),
+    ("WITH x AS (SELECT * FROM source) SELECT * FROM x", {}, False, []),
+    ("SELECT a.order_id FROM source a JOIN source b ON a.order_id = b.order_id", {}, False, []),
+    ("SELECT order_id FROM source UNION SELECT region FROM source", {}, False, []),
+])
+def test_a_transforms_select_list_is_read_as_far_as_it_can_be_known(sql, fields, complete, problems):
+    found = transform_columns(sql, SOURCE)
+
+    assert (found.fields, found.complete, found.problems) == (fields, complete, problems)
