@@ -199,6 +199,36 @@ def test_requests_per_micro_batch_on_s3_do_not_grow_with_the_tables_history(s3_s
         f"{k} {statistics.mean(c[k] for c in early):.1f}/{statistics.mean(c[k] for c in late):.1f}" for k in kinds))
 
 
+@pytest.mark.unit
+def test_requests_per_micro_batch_on_s3_do_not_grow_with_the_partitions_it_touches(s3_server, terminal_summary):
+    """Plain deltacommits touching every file group of 2 and of 40 partitions: the same LISTs,
+    HEADs, GETs and DELETEs, and PUTs that are the data files plus the same few."""
+    counts = {}
+    for partitions in (2, 40):
+        path = f"s3://{new_bucket(s3_server)}/orders"
+        events = [dict(e, region=f"r{int(e['order_id'].split('-')[1]) % partitions:02d}")  # a key keeps its partition
+                  for e in settled_change_events(2_400, seed=94)]
+        table = new_table(path, s3_server.storage_options)
+        per_batch = []
+        with table.writer(WriteOptions(initial_buckets=2, delete_field="deleted")) as writer:
+            for batch in batches(events, 800):
+                mark = s3_server.requests.mark()
+                writer.upsert(batch)
+                time.sleep(0.05)  # the server logs a request after answering it
+                per_batch.append((s3_server.requests.since(mark, bucket=path.split("/")[2]),
+                                  len(writer.last_commit.write_stats())))
+        assert our_rows(path, s3_server.storage_options) == expected_rows(events)
+        counts[partitions] = per_batch[1:]  # after the load, which creates the partitions
+    for (few, few_files), (many, many_files) in zip(counts[2], counts[40]):
+        assert many_files == 20 * few_files
+        assert {k: many[k] for k in ("LIST", "HEAD", "GET", "DELETE")} == \
+            {k: few[k] for k in ("LIST", "HEAD", "GET", "DELETE")}
+        assert many["PUT"] - many_files == few["PUT"] - few_files
+    terminal_summary.append("S3 requests per plain deltacommit, 2 and 40 partitions of 2 buckets: " + "; ".join(
+        f"{n} partitions: " + " ".join(f"{k} {c[k]}" for k in ("PUT", "GET", "LIST", "HEAD", "DELETE"))
+        + f" ({files} data files)" for n, ((c, files), *_) in counts.items()))
+
+
 @pytest.mark.e2e
 def test_the_job_on_s3_killed_mid_batch_and_cut_off_from_a_frozen_server_ends_with_the_oracles_rows(
         s3_server, kafka_bootstrap, kafka_topic, tmp_path):
