@@ -265,80 +265,112 @@ def pack(routed: pa.Table, tasks: _WriteTasks) -> pa.RecordBatch:
 
 class TaskShare:
     """What the shuffle gives one write task: packed values, held in memory up to the commit's
-    `task_memory_bytes` and on the task's local disk beyond, with each file group's rows and
-    partition counted as they arrive. A share too large to hold is written in parts: groups
-    taken in turn until a part holds about `task_memory_bytes`, each part read back from disk
-    (a value at a time, so that what was read is not kept mapped), its groups' rows picked out."""
+    `task_memory_bytes` and on the task's local disk beyond, with each file group's partition
+    noted as it arrives. Spilled rows go to one of `SPILL_BUCKETS` files by a hash of their
+    file group, so that a share too large to hold is written in parts, each a run of buckets
+    of about `task_memory_bytes` read back alone: every row is written once and read once."""
 
     def __init__(self, memory_bytes: int, directory: str | None = None):
         self.memory_bytes = memory_bytes
         self._directory = directory
-        self._held: list[pa.Buffer] = []
-        self._spill = None  # the local file the values go to once they pass memory_bytes
-        self._extents: list[tuple[int, int]] = []  # each spilled value's offset and length
+        self._held: list[pa.Table] = []
+        self._buckets: list[_SpillBucket] | None = None  # once the share passes memory_bytes
         self.bytes = 0
-        self.rows: dict[str, int] = {}  # file id -> rows
-        self.partitions: dict[str, str] = {}  # file id -> partition path
+        self.partitions: dict[str, str] = {}  # file id -> partition path, for every group received
 
     def __enter__(self) -> "TaskShare":
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._spill is not None:
-            self._spill.close()  # a temporary file: gone once closed
+        for bucket in self._buckets or ():
+            bucket.close()
 
     def add(self, value: pa.Buffer) -> None:
         rows = pa.ipc.open_stream(value).read_all()
-        counts = pc.value_counts(rows[FILE_ID].combine_chunks())
-        for file_id, count in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()):
-            self.rows[file_id] = self.rows.get(file_id, 0) + count
-        new = [f for f in counts.field("values").to_pylist() if f not in self.partitions]
+        groups = pc.dictionary_encode(rows[FILE_ID].combine_chunks())
+        new = [f for f in groups.dictionary.to_pylist() if f not in self.partitions]
         if new:
             first = pc.index_in(pa.array(new, pa.string()), value_set=rows[FILE_ID].combine_chunks())
             self.partitions.update(zip(new, rows[PARTITION_PATH].take(first).to_pylist()))
         self.bytes += value.size
-        if self._spill is None and self.bytes > self.memory_bytes:
-            self._spill = tempfile.TemporaryFile(dir=self._directory, prefix="mor-write-")
-            for held in self._held:
-                self._append(held)
-            self._held = []
-        if self._spill is not None:
-            self._append(value)
+        if self._buckets is None and self.bytes > self.memory_bytes:
+            self._buckets = [_SpillBucket(self._directory) for _ in range(SPILL_BUCKETS)]
+            held, self._held = self._held, []
+            for table in held:
+                self._spill(table)
+        if self._buckets is None:
+            self._held.append(rows)
         else:
-            self._held.append(value)
+            self._spill(rows, groups)
 
-    def _append(self, value: pa.Buffer) -> None:
-        self._extents.append((self._spill.tell(), value.size))
-        self._spill.write(value)
+    def _spill(self, rows: pa.Table, groups: pa.DictionaryArray | None = None) -> None:
+        if groups is None:
+            groups = pc.dictionary_encode(rows[FILE_ID].combine_chunks())
+        bucket_of_group = np.array([_spill_bucket(f) for f in groups.dictionary.to_pylist()], dtype=np.int64)
+        bucket_of_row = bucket_of_group[np.asarray(groups.indices)]
+        order = np.argsort(bucket_of_row, kind="stable")
+        ordered = rows.take(pa.array(order))
+        start = 0
+        for bucket, count in enumerate(np.bincount(bucket_of_row, minlength=SPILL_BUCKETS).tolist()):
+            if count:
+                self._buckets[bucket].write(ordered.slice(start, count))
+                start += count
 
-    def parts(self) -> list[set[str] | None]:
-        """The groups of each part, in file id order; [None]: one part of every group."""
-        if self._spill is None:
-            return [None] if self.rows else []
-        total_rows = sum(self.rows.values())
-        row_bytes = self.bytes / max(1, total_rows)
-        parts: list[set[str]] = []
+    def parts(self) -> list[list[int] | None]:
+        """The buckets of each part, a run of them of about `memory_bytes`; [None]: one part of
+        everything, held in memory."""
+        if self._buckets is None:
+            return [None] if self._held else []
+        parts: list[list[int]] = []
         size = self.memory_bytes
-        for file_id in sorted(self.rows):
-            if size + self.rows[file_id] * row_bytes > self.memory_bytes and (not parts or parts[-1]):
-                parts.append(set())
+        for i, bucket in enumerate(self._buckets):
+            if not bucket.bytes:
+                continue
+            if size + bucket.bytes > self.memory_bytes:
+                parts.append([])
                 size = 0
-            parts[-1].add(file_id)
-            size += self.rows[file_id] * row_bytes
+            parts[-1].append(i)
+            size += bucket.bytes
         return parts
 
-    def read(self, file_ids: set[str] | None) -> pa.Table:
-        """The rows of the groups `file_ids` (every row: None)."""
-        if self._spill is None:
-            tables = [pa.ipc.open_stream(value).read_all() for value in self._held]
-        else:
-            wanted = pa.array(sorted(file_ids or self.rows), pa.string())
-            tables = []
-            for offset, length in self._extents:
-                self._spill.seek(offset)
-                rows = pa.ipc.open_stream(pa.py_buffer(self._spill.read(length))).read_all()
-                tables.append(rows.filter(pc.is_in(rows[FILE_ID], value_set=wanted)))
+    def read(self, part: list[int] | None) -> pa.Table:
+        """The rows of one part."""
+        tables = self._held if part is None else [self._buckets[i].read() for i in part]
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
+#: The files a write task's spilled rows are spread over, by file group.
+SPILL_BUCKETS = 64
+
+
+def _spill_bucket(file_id: str) -> int:
+    return zlib.crc32(file_id.encode()) % SPILL_BUCKETS
+
+
+class _SpillBucket:
+    """One local file of spilled rows, an Arrow IPC stream written as they come, read back once."""
+
+    def __init__(self, directory: str | None):
+        self._directory = directory
+        self._file = None
+        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
+        self.bytes = 0
+
+    def write(self, rows: pa.Table) -> None:
+        if self._writer is None:
+            self._file = tempfile.TemporaryFile(dir=self._directory, prefix="mor-write-")
+            self._writer = pa.ipc.new_stream(pa.PythonFile(self._file, mode="w"), rows.schema)
+        self._writer.write_table(rows)
+        self.bytes += rows.nbytes
+
+    def read(self) -> pa.Table:
+        self._writer.close()
+        self._file.seek(0)
+        return pa.ipc.open_stream(pa.PythonFile(self._file, mode="r")).read_all()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()  # a temporary file: gone once closed
 
 
 def _write_file_groups(ctx: CommitContext, routing_bc, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -352,12 +384,12 @@ def _write_file_groups(ctx: CommitContext, routing_bc, batches: Iterator[pa.Reco
         for batch in batches:
             for value in batch.column(PACKED):
                 share.add(value.as_buffer())
-        if not share.rows:
+        if not share.partitions:
             return
         started = time.perf_counter()  # the shuffle's wait is not the write's
         routing: Routing = routing_bc.value
         writer = WriteTask(task.partitionId(), task.stageId(), task.taskAttemptId())
-        targets = {f: routing.target(f, share.partitions[f]) for f in sorted(share.rows)}
+        targets = {f: routing.target(f, p) for f, p in sorted(share.partitions.items())}
         mark_file_groups(ctx, list(targets.values()), writer)
         stats: list[WriteStat] = []
         for part in share.parts():
