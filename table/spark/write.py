@@ -23,6 +23,7 @@ adaptive query execution on.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import time
@@ -60,6 +61,9 @@ _STAT_ARROW = pa.schema([("stat", pa.string()), ("seconds", pa.float64())])
 _TASK_POSITION_SHIFT = 33
 #: Write tasks per core: one wave of tasks, each writing several file groups one after another.
 TASKS_PER_CORE = 1
+#: The largest packed value: the JVM holds each one whole, and one larger than half a G1 heap
+#: region (1 MiB on a 1 GiB heap) is allocated among the long-lived objects, which grows the heap.
+PACKED_VALUE_BYTES = 256 * 1024
 
 #: An input batch to the batches of table rows it holds (the streamer's: Kafka records, or the
 #: offset ranges to read them from, decoded).
@@ -240,8 +244,8 @@ class _Lap:
 
 
 def pack(routed: pa.Table, tasks: _WriteTasks) -> pa.RecordBatch:
-    """One row per write task the rows go to: its shuffle key and its rows, those of all its file
-    groups, as one Arrow IPC stream."""
+    """Rows of packed values for each write task the rows go to: its shuffle key and its rows,
+    those of all its file groups, as Arrow IPC streams of at most about `PACKED_VALUE_BYTES`."""
     if routed.num_rows == 0:
         return pa.RecordBatch.from_pydict({WRITE_TASK: pa.array([], pa.int32()), PACKED: pa.array([], pa.binary())})
     groups = pc.dictionary_encode(routed[FILE_ID].combine_chunks())
@@ -251,13 +255,17 @@ def pack(routed: pa.Table, tasks: _WriteTasks) -> pa.RecordBatch:
     ordered = routed.take(pa.array(np.argsort(task_of_row, kind="stable")))
     sink = pa.BufferOutputStream()
     keys, ends, start = [], [0], 0
+    row_bytes = ordered.nbytes / ordered.num_rows
     for task, count in enumerate(counts.tolist()):
-        if count:
-            with pa.ipc.new_stream(sink, ordered.schema) as stream:
-                stream.write_table(ordered.slice(start, count))
-            keys.append(tasks.keys[task])
-            ends.append(sink.tell())
-            start += count
+        pieces = max(1, math.ceil(count * row_bytes / PACKED_VALUE_BYTES))
+        for piece in range(pieces):
+            rows = count // pieces + (piece < count % pieces)
+            if rows:
+                with pa.ipc.new_stream(sink, ordered.schema) as stream:
+                    stream.write_table(ordered.slice(start, rows))
+                keys.append(tasks.keys[task])
+                ends.append(sink.tell())
+                start += rows
     offsets = pa.py_buffer(np.array(ends, dtype=np.int32).tobytes())
     streams = pa.Array.from_buffers(pa.binary(), len(keys), [None, offsets, sink.getvalue()])
     return pa.RecordBatch.from_arrays([pa.array(keys, pa.int32()), streams], names=[WRITE_TASK, PACKED])

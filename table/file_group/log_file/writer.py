@@ -151,9 +151,12 @@ def _encode_parquet(table: pa.Table, schema_json: str) -> _Bytes:
     table = table.replace_schema_metadata({"parquet.avro.schema": schema_json, "writer.model.name": "avro"})
     sink = pa.BufferOutputStream()
     # Readers take a block whole, so statistics would only cost time; the meta columns that are
-    # the same in every row of a block are the ones a dictionary surely pays for.
+    # the same in every row of a block are the ones a dictionary surely pays for. Readers take the
+    # block's schema from its header (or parquet-avro's key), so the Arrow schema, which would
+    # carry that Avro schema a second time, is left out: a few KiB a block, a block a file group.
     constant = [c for c in _CONSTANT_META_COLUMNS if c in table.column_names]
-    pq.write_table(table, sink, compression=PARQUET_COMPRESSION, write_statistics=False, use_dictionary=constant)
+    pq.write_table(table, sink, compression=PARQUET_COMPRESSION, write_statistics=False, use_dictionary=constant,
+                   store_schema=False)
     return sink.getvalue()
 
 
