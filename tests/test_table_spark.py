@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from oracle import Oracle
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, IsNotNull, LessThan, StringStartsWith
@@ -78,9 +79,14 @@ def test_write_tasks_given_more_than_they_hold_write_their_file_groups_in_parts(
             oracle.apply_batch(batch)
             df = spark.createDataFrame(pa.Table.from_pylist(batch, schema=SCHEMA).to_pandas())
             assert upsert_dataframe(writer, df) is not None
-            written = [s.file_id for s in writer.last_commit.write_stats()]
+            stats = writer.last_commit.write_stats()
+            written = [s.file_id for s in stats]
             view = writer.file_system_view(table.timeline())
-            assert len(written) == len(set(written)) == len(view.all_file_groups())  # each group once, in one part
+            assert len(written) == len(set(written)) == len(view.all_file_groups())  # each group one file
+            if n == 0:  # groups larger than a task holds: base files written a piece of their keys at a time
+                assert max(pq.ParquetFile(path / s.path).metadata.num_row_groups for s in stats) > 1
+            else:  # and log files of a block per piece
+                assert max(s.total_log_blocks for s in stats) > 2
 
     expected = strip(oracle.rows(), DATA_COLUMNS)
     assert strip(by_key(table.snapshot()), DATA_COLUMNS) == expected
@@ -99,12 +105,31 @@ def test_a_task_share_past_its_memory_goes_to_disk_and_is_read_back_in_parts_of_
             share.add(value)
         assert share.bytes == sum(v.size for v in values) > 200_000
         assert share.partitions == {f"g{i:02d}": f"p{i // 10}" for i in range(40)}
-        read = [share.read(part) for part in share.parts()]
-    assert len(read) > 2
-    groups = [set(table[FILE_ID].to_pylist()) for table in read]
-    assert sum(map(len, groups)) == len(set().union(*groups)) == 40  # each group whole in one part
-    assert all(table.nbytes < 2 * 200_000 for table in read)
-    assert sorted(r for t in read for r in t["payload"].to_pylist()) == sorted(rows["payload"].to_pylist())
+        pieces = list(share.pieces())
+    assert len(pieces) > 2 and all(finished for _, finished in pieces)
+    groups = [set(table[FILE_ID].to_pylist()) for table, _ in pieces]
+    assert sum(map(len, groups)) == len(set().union(*groups)) == 40  # each group whole in one piece
+    assert all(table.nbytes < 2 * 200_000 for table, _ in pieces)
+    assert sorted(r for t, _ in pieces for r in t["payload"].to_pylist()) == sorted(rows["payload"].to_pylist())
+
+
+@pytest.mark.unit
+def test_a_file_group_larger_than_a_task_holds_comes_in_pieces_of_its_keys_the_last_one_finishing_it():
+    rows = pa.table({FILE_ID: ["big"] * 12_000 + ["small"] * 100,
+                     "_hoodie_partition_path": ["p"] * 12_100,
+                     "_hoodie_record_key": [f"k{i:06d}" for i in range(12_100)],
+                     "payload": [f"x{i:08d}" * 4 for i in range(12_100)]})
+    tasks = _WriteTasks(1, (0,), {})
+    values = [pack(rows.slice(i, 1000), tasks).column(PACKED)[0].as_buffer() for i in range(0, 12_100, 1000)]
+    with TaskShare(memory_bytes=100_000) as share:
+        for value in values:
+            share.add(value)
+        pieces = list(share.pieces())
+    big = [(table, finished) for table, finished in pieces if "big" in table[FILE_ID].to_pylist()]
+    assert len(big) > 3 and [finished for _, finished in big] == [False] * (len(big) - 1) + [True]
+    keys = [k for table, _ in big for k in table["_hoodie_record_key"].to_pylist()]
+    assert len(keys) == len(set(keys)) == 12_000  # each key in one piece only
+    assert all(table.nbytes < 2 * 100_000 for table, _ in pieces)
 
 
 def test_writes_leave_no_accumulator_or_broadcast_behind(spark, tmp_path):

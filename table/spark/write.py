@@ -41,10 +41,11 @@ from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from table.schema import PARTITION_PATH
+from table.index import consistent_hashing as ring
+from table.schema import PARTITION_PATH, RECORD_KEY
 from table.timeline.commit_metadata import WriteStat
 from table.write.delta_commit import DeltaCommit
-from table.write.file_group_writer import CommitContext, WriteTask, mark_file_groups, write_marked_groups
+from table.write.file_group_writer import CommitContext, TaskFiles, WriteTask, mark_file_groups
 from table.write.prepare import POSITION, dedupe_latest
 from table.write.routing import FILE_ID, Routing
 from table.write.writer import TableWriter
@@ -324,27 +325,28 @@ class TaskShare:
                 self._buckets[bucket].write(ordered.slice(start, count))
                 start += count
 
-    def parts(self) -> list[list[int] | None]:
-        """The buckets of each part, a run of them of about `memory_bytes`; [None]: one part of
-        everything, held in memory."""
+    def pieces(self) -> Iterator[tuple[pa.Table, bool]]:
+        """The share in pieces of about `memory_bytes`, each with whether it is the last piece
+        of every group it holds: runs of buckets; a bucket larger than that (a group larger
+        than the task holds) split by record key into pieces of it, the last one finishing its
+        groups, so that each key is still in one piece only."""
         if self._buckets is None:
-            return [None] if self._held else []
-        parts: list[list[int]] = []
-        size = self.memory_bytes
-        for i, bucket in enumerate(self._buckets):
-            if not bucket.bytes:
+            if self._held:
+                yield (pa.concat_tables(self._held) if len(self._held) > 1 else self._held[0]), True
+            return
+        run: list[_SpillBucket] = []
+        size = 0
+        for bucket in (b for b in self._buckets if b.bytes):
+            if run and size + bucket.bytes > self.memory_bytes:
+                yield pa.concat_tables([b.read() for b in run]), True
+                run, size = [], 0
+            if bucket.bytes > self.memory_bytes:
+                yield from bucket.split_by_key(math.ceil(bucket.bytes / self.memory_bytes), self._directory)
                 continue
-            if size + bucket.bytes > self.memory_bytes:
-                parts.append([])
-                size = 0
-            parts[-1].append(i)
+            run.append(bucket)
             size += bucket.bytes
-        return parts
-
-    def read(self, part: list[int] | None) -> pa.Table:
-        """The rows of one part."""
-        tables = self._held if part is None else [self._buckets[i].read() for i in part]
-        return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        if run:
+            yield pa.concat_tables([b.read() for b in run]), True
 
 
 #: The files a write task's spilled rows are spread over, by file group.
@@ -372,9 +374,33 @@ class _SpillBucket:
         self.bytes += rows.nbytes
 
     def read(self) -> pa.Table:
+        return pa.Table.from_batches(list(self._batches()))
+
+    def split_by_key(self, count: int, directory: str | None) -> Iterator[tuple[pa.Table, bool]]:
+        """The rows in `count` pieces by a hash of their record key, read a batch at a time."""
+        shards = [_SpillBucket(directory) for _ in range(count)]
+        try:
+            for batch in self._batches():
+                shard = ring.hash_values(batch.column(RECORD_KEY)) % count
+                order = np.argsort(shard, kind="stable")
+                ordered = batch.take(pa.array(order))
+                start = 0
+                for i, rows in enumerate(np.bincount(shard, minlength=count).tolist()):
+                    if rows:
+                        shards[i].write(pa.Table.from_batches([ordered.slice(start, rows)]))
+                        start += rows
+            for i, piece in enumerate(shards):
+                if piece.bytes:
+                    yield piece.read(), i == count - 1
+                    piece.close()
+        finally:
+            for piece in shards:
+                piece.close()
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
         self._writer.close()
         self._file.seek(0)
-        return pa.ipc.open_stream(pa.PythonFile(self._file, mode="r")).read_all()
+        yield from pa.ipc.open_stream(pa.PythonFile(self._file, mode="r"))
 
     def close(self) -> None:
         if self._file is not None:
@@ -399,10 +425,10 @@ def _write_file_groups(ctx: CommitContext, routing_bc, batches: Iterator[pa.Reco
         writer = WriteTask(task.partitionId(), task.stageId(), task.taskAttemptId())
         targets = {f: routing.target(f, p) for f, p in sorted(share.partitions.items())}
         mark_file_groups(ctx, list(targets.values()), writer)
-        stats: list[WriteStat] = []
-        for part in share.parts():
-            rows = dedupe_latest(share.read(part), ctx.ordering_field, group_column=FILE_ID)
-            stats += write_marked_groups(ctx, writer, targets, rows)
+        files = TaskFiles(ctx, writer, targets)
+        for rows, finished in share.pieces():
+            files.write(dedupe_latest(rows, ctx.ordering_field, group_column=FILE_ID), finished)
+        stats = files.close()
         ctx.storage.sync_files([stat.path for stat in stats])
     reported = [json.dumps(s.to_dict()) for s in stats] or [None]
     seconds = [time.perf_counter() - started] + [0.0] * (len(reported) - 1)

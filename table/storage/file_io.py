@@ -109,7 +109,8 @@ class Storage:
         self.options = dict(options or {})
         self._fs: pafs.FileSystem | None = None
         self._root: str | None = None
-        self._made: set[str] = set()  # parent directories `write_new` made (or found)
+        self._made: set[str] = set()  # parent directories `open_new` made (or found): a write of many
+        # files into few partitions makes each once
 
     def __getstate__(self) -> dict:
         return {"base_uri": self.base_uri, "options": self.options}
@@ -220,25 +221,29 @@ class Storage:
         not asked first whether it exists (a HEAD a file). On a local disk the file is created
         exclusively (FileExistsError when it exists) and, unless `durable` is False, synced:
         a writer of many files passes False and syncs them together with `sync_files`."""
+        with self.open_new(rel) as out:
+            out.write(data)
+            if durable and self.is_local:
+                out.flush()
+                os.fsync(out.fileno())
+
+    def open_new(self, rel: str):
+        """A data file of a pending instant written as a stream (a large base file written a row
+        group at a time), as `write_new` writes it whole: created exclusively on a local disk
+        and not synced (see `sync_files`); on an object store a PUT, or a multipart upload
+        when it grows."""
         target = self.full_path(rel)
         if not self.is_local:
-            with self.filesystem.open_output_stream(target) as out:
-                out.write(data)
-            return
+            return self.filesystem.open_output_stream(target)
         parent = _parent(rel)
-        if parent not in self._made:  # a write of many files into few partitions makes each once
+        if parent not in self._made:
             self.makedirs(parent)
             self._made.add(parent)
         try:
-            f = open(target, "xb")
+            return open(target, "xb")
         except FileNotFoundError:  # the directory was deleted since (a partition dropped)
             self.makedirs(parent)
-            f = open(target, "xb")
-        with f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
+            return open(target, "xb")
 
     def sync_files(self, rels: list[str]) -> None:
         """Make files written with `durable=False` durable, all before this returns: on a local

@@ -9,7 +9,7 @@ and the task's identity fix before any row is looked at."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -21,7 +21,7 @@ from table import failpoints
 from table.file_group.base_file import parquet_options
 from table.file_group.log_file.avro_binary import conform, log_schema
 from table.file_group.log_file.block import DataBlock, DeleteBlock, LogBlock
-from table.file_group.log_file.writer import write_log_files
+from table.file_group.log_file.writer import encode_blocks, write_log_bytes
 from table.schema import (
     COMMIT_SEQNO,
     COMMIT_TIME,
@@ -94,59 +94,147 @@ def mark_file_groups(ctx: CommitContext, targets: list[FileGroupTarget], task: W
 def write_file_groups(ctx: CommitContext, task: WriteTask, routing: Routing, rows: pa.Table) -> list[WriteStat]:
     """A task's share of a commit: `rows`, routed (`FILE_ID`) and one per key of each group, into
     their file groups: one marker file names every file the task may write, then the groups are
-    written (`write_marked_groups`) and their files synced together. Returns the stats of the
-    files written."""
+    written (`TaskFiles`) and their files synced together. Returns the stats of the files written."""
     groups = _TaskGroups.of(rows)
     targets = {f: routing.target(f, p) for f, p in zip(groups.file_ids, groups.partitions)}
     mark_file_groups(ctx, list(targets.values()), task)
-    stats = _write_groups(ctx, task, targets, groups)
+    files = TaskFiles(ctx, task, targets)
+    files.write(groups.rows)
+    stats = files.close()
     ctx.storage.sync_files([stat.path for stat in stats])
     return stats
 
 
-def write_marked_groups(ctx: CommitContext, task: WriteTask, targets: Mapping[str, FileGroupTarget],
-                        rows: pa.Table) -> list[WriteStat]:
-    """Write some of the groups a task marked (`mark_file_groups`), from `rows` (routed, one per
-    key of each group): a task with more rows than it holds at once writes its groups in parts.
-    The files are not synced: the task syncs all of them before it reports their stats."""
-    return _write_groups(ctx, task, targets, _TaskGroups.of(rows))
+class TaskFiles:
+    """The files of the file groups a task marked (`mark_file_groups`), written from its rows in
+    pieces: a piece holds some groups' rows, one per key. A group whose rows come in several
+    pieces (a group larger than the task holds at once, its keys split among them) gets a row
+    group of its base file, or a block of its log file, from each: its base file is written as a
+    stream, its log file once its last piece is in. The meta columns, the types and the blocks'
+    records are made for all of a piece's rows at once, so that a group costs its file and little
+    more. Files are not synced: the task syncs all of them (`Storage.sync_files`) before it
+    reports their stats."""
+
+    def __init__(self, ctx: CommitContext, task: WriteTask, targets: Mapping[str, FileGroupTarget]):
+        self.ctx = ctx
+        self.task = task
+        self.targets = targets
+        self.files = {f: planned_file(ctx, t, task) for f, t in targets.items()}
+        self._written_rows = 0  # numbers the rows of the task's pieces (their sequence numbers)
+        self._bases: dict[str, _BaseStream] = {}
+        self._logs: dict[str, _PendingLog] = {}
+        self._stats: list[WriteStat] = []
+
+    def write(self, rows: pa.Table, finished: bool = True) -> None:
+        """One piece: rows routed (`FILE_ID`), one per key of each group; with `finished` it is
+        the last piece of each group it holds."""
+        ctx = self.ctx
+        groups = _TaskGroups.of(rows)
+        targets = [self.targets[f] for f in groups.file_ids]
+        names = [self.files[f].file_name if t.base_instant is None else t.file_id
+                 for f, t in zip(groups.file_ids, targets)]
+        records = _with_meta_columns(ctx, groups.rows, pc.take(pa.array(names, pa.string()), groups.codes),
+                                     self.task.partition_id, self._written_rows)
+        self._written_rows += records.num_rows
+        log_records = conform(records, log_schema(ctx.log_schema_json).arrow) \
+            if _logs_with_upserts(targets, groups) else records
+        row_bytes = records.nbytes / max(1, records.num_rows)
+        blocks: list[tuple[str, LogBlock]] = []
+        for g, (file_id, target) in enumerate(zip(groups.file_ids, targets)):
+            start, upserts, deletes = groups.runs(g)
+            if target.base_instant is None:
+                if upserts:  # deleting keys from a group that does not exist yet: nothing to do
+                    self._write_base(file_id, records.slice(start, upserts), row_bytes, finished)
+                continue
+            pending = self._logs.setdefault(file_id, _PendingLog())
+            if upserts:
+                blocks.append((file_id, DataBlock.create(log_records.slice(start, upserts), ctx.instant,
+                                                         ctx.log_schema_json, ctx.log_block_format)))
+                pending.upserts += upserts
+            if deletes:
+                removed = groups.rows.slice(start + upserts, deletes)
+                blocks.append((file_id, DeleteBlock.create(
+                    record_keys=removed[RECORD_KEY], partition_paths=removed[PARTITION_PATH],
+                    ordering_values=removed[ctx.ordering_field], instant=ctx.instant)))
+                pending.deletes += deletes
+        for (file_id, _), encoded in zip(blocks, encode_blocks([block for _, block in blocks])):
+            self._logs[file_id].blocks.append(encoded)
+        if finished:
+            self._finish_logs([f for f in groups.file_ids if f in self._logs])
+
+    def close(self) -> list[WriteStat]:
+        """Finish the files still open; the stats of every file the task wrote."""
+        for file_id in list(self._bases):
+            self._finish_base(file_id)
+        self._finish_logs(list(self._logs))
+        return self._stats
+
+    def _write_base(self, file_id: str, records: pa.Table, row_bytes: float, finished: bool) -> None:
+        stream = self._bases.get(file_id)
+        if stream is None and finished:  # the whole group at once: one write of the whole file
+            sink = pa.BufferOutputStream()
+            pq.write_table(records, sink, **parquet_options(records, row_bytes))
+            data = sink.getvalue()
+            self.ctx.storage.write_new(self.files[file_id].path, data, durable=False)
+            self._base_written(file_id, records.num_rows, data.size)
+            return
+        options = parquet_options(records, row_bytes)
+        row_group_size = options.pop("row_group_size")
+        if stream is None:
+            out = self.ctx.storage.open_new(self.files[file_id].path)
+            stream = self._bases[file_id] = _BaseStream(out, pq.ParquetWriter(out, records.schema, **options))
+        stream.writer.write_table(records, row_group_size=row_group_size)
+        stream.rows += records.num_rows
+        if finished:
+            self._finish_base(file_id)
+
+    def _finish_base(self, file_id: str) -> None:
+        stream = self._bases.pop(file_id)
+        stream.writer.close()
+        size = stream.out.tell()
+        stream.out.close()
+        self._base_written(file_id, stream.rows, size)
+
+    def _base_written(self, file_id: str, rows: int, size: int) -> None:
+        failpoints.reach("deltacommit.base_file_written")
+        target, file = self.targets[file_id], self.files[file_id]
+        self._stats.append(WriteStat(
+            file_id=target.file_id, path=file.path, partition_path=target.partition_path, prev_commit="null",
+            num_writes=rows, num_inserts=rows, num_update_writes=0, num_deletes=0,
+            total_write_bytes=size, file_size_in_bytes=size))
+
+    def _finish_logs(self, file_ids: list[str]) -> None:
+        for file_id in file_ids:
+            pending = self._logs.pop(file_id)
+            if not pending.blocks:
+                continue
+            target, file = self.targets[file_id], self.files[file_id]
+            size = write_log_bytes(self.ctx.storage, file.path, b"".join(pending.blocks), durable=False)
+            failpoints.reach("deltacommit.log_file_written")
+            self._stats.append(WriteStat(
+                file_id=target.file_id, path=file.path, partition_path=target.partition_path,
+                prev_commit=target.base_instant, num_writes=pending.upserts, num_inserts=0,
+                num_update_writes=pending.upserts, num_deletes=pending.deletes, total_write_bytes=size,
+                file_size_in_bytes=size, log_version=target.log_version, log_offset=0,
+                base_file=target.base_file_name, log_files=[file.file_name], total_log_blocks=len(pending.blocks)))
 
 
-def _write_groups(ctx: CommitContext, task: WriteTask, targets: Mapping[str, FileGroupTarget],
-                  groups: "_TaskGroups") -> list[WriteStat]:
-    """The meta columns, the types and the log schema's layout are made for all the rows at once,
-    so that a group costs its file and little more."""
-    group_targets = [targets[f] for f in groups.file_ids]
-    files = [planned_file(ctx, t, task) for t in group_targets]
-    names = [file.file_name if t.base_instant is None else t.file_id for file, t in zip(files, group_targets)]
-    records = _with_meta_columns(ctx, groups.rows, pc.take(pa.array(names, pa.string()), groups.codes),
-                                 task.partition_id)
-    log_records = conform(records, log_schema(ctx.log_schema_json).arrow) \
-        if _logs_with_upserts(group_targets, groups) else records
-    row_bytes = records.nbytes / max(1, records.num_rows)
-    stats: list[WriteStat] = []
-    logs: list[tuple[MarkedFile, FileGroupTarget, list[LogBlock], int, int]] = []
-    for g, (target, file) in enumerate(zip(group_targets, files)):
-        start, upserts, deletes = groups.runs(g)
-        if target.base_instant is None:
-            if upserts:  # deleting keys from a group that does not exist yet: nothing to do
-                base = records.slice(start, upserts)
-                stats.append(_write_base_file(ctx.storage, target, base, file, parquet_options(base, row_bytes)))
-            continue
-        blocks: list[LogBlock] = []
-        if upserts:
-            blocks.append(DataBlock.create(log_records.slice(start, upserts), ctx.instant, ctx.log_schema_json,
-                                           ctx.log_block_format))
-        if deletes:
-            removed = groups.rows.slice(start + upserts, deletes)
-            blocks.append(DeleteBlock.create(record_keys=removed[RECORD_KEY], partition_paths=removed[PARTITION_PATH],
-                                             ordering_values=removed[ctx.ordering_field], instant=ctx.instant))
-        logs.append((file, target, blocks, upserts, deletes))
-    sizes = write_log_files(ctx.storage, [(file.path, blocks) for file, _, blocks, _, _ in logs], durable=False)
-    for (file, target, blocks, upserts, deletes), size in zip(logs, sizes):
-        failpoints.reach("deltacommit.log_file_written")
-        stats.append(_log_file_stat(target, file, size, len(blocks), upserts, deletes))
-    return stats
+@dataclass
+class _BaseStream:
+    """A base file written a row group at a time."""
+
+    out: object  # the output stream
+    writer: pq.ParquetWriter
+    rows: int = 0
+
+
+@dataclass
+class _PendingLog:
+    """A log file's blocks, encoded, until the group's last piece is in."""
+
+    blocks: list[bytes] = field(default_factory=list)
+    upserts: int = 0
+    deletes: int = 0
 
 
 def _logs_with_upserts(targets: list[FileGroupTarget], groups: "_TaskGroups") -> bool:
@@ -171,7 +259,8 @@ class _TaskGroups:
         codes = np.asarray(groups.indices).astype(np.int64)
         key = codes * 2 + np.asarray(rows[IS_DELETE].combine_chunks()).astype(np.int64)
         order = np.argsort(key, kind="stable")
-        ordered = rows.take(pa.array(order))
+        in_order = bool(np.all(order[1:] > order[:-1]))  # a piece read back ordered: no copy
+        ordered = rows if in_order else rows.take(pa.array(order))
         counts = np.bincount(key, minlength=2 * len(groups.dictionary)).reshape(-1, 2)
         starts = np.concatenate([[0], np.cumsum(counts.sum(axis=1))[:-1]])
         partitions = ordered[PARTITION_PATH].take(pa.array(starts)).to_pylist() if len(starts) else []
@@ -182,11 +271,12 @@ class _TaskGroups:
         return int(self.starts[g]), int(self.counts[g, 0]), int(self.counts[g, 1])
 
 
-def _with_meta_columns(ctx: CommitContext, rows: pa.Table, file_names: pa.Array, task_id: int) -> pa.Table:
+def _with_meta_columns(ctx: CommitContext, rows: pa.Table, file_names: pa.Array, task_id: int,
+                       first_position: int = 0) -> pa.Table:
     """The rows with Hudi's meta columns first, data columns in the table's types: the commit's
     time, a sequence number unique in the task, key, partition, and the file name of each row's group."""
     n = rows.num_rows
-    positions = pa.array(np.arange(n, dtype=np.int64)).cast(pa.string())
+    positions = pa.array(np.arange(first_position, first_position + n, dtype=np.int64)).cast(pa.string())
     meta = {
         COMMIT_TIME: pa.repeat(pa.scalar(ctx.instant, pa.string()), n),
         COMMIT_SEQNO: pc.binary_join_element_wise(f"{ctx.instant}_{task_id}_", positions, ""),
@@ -197,45 +287,3 @@ def _with_meta_columns(ctx: CommitContext, rows: pa.Table, file_names: pa.Array,
     columns = [meta[m] for m in META_FIELDS] + [rows[f.name].cast(f.type) for f in ctx.data_schema]
     fields = [pa.field(m, pa.string()) for m in META_FIELDS] + list(ctx.data_schema)
     return pa.Table.from_arrays(columns, schema=pa.schema(fields))
-
-
-def _write_base_file(storage: Storage, target: FileGroupTarget, records: pa.Table, file: MarkedFile,
-                     options: dict) -> WriteStat:
-    sink = pa.BufferOutputStream()
-    pq.write_table(records, sink, **options)
-    data = sink.getvalue()
-    storage.write_new(file.path, data, durable=False)
-    failpoints.reach("deltacommit.base_file_written")
-    return WriteStat(
-        file_id=target.file_id,
-        path=file.path,
-        partition_path=target.partition_path,
-        prev_commit="null",
-        num_writes=records.num_rows,
-        num_inserts=records.num_rows,
-        num_update_writes=0,
-        num_deletes=0,
-        total_write_bytes=data.size,
-        file_size_in_bytes=data.size,
-    )
-
-
-def _log_file_stat(target: FileGroupTarget, file: MarkedFile, size: int, blocks: int, upserts: int,
-                   deletes: int) -> WriteStat:
-    return WriteStat(
-        file_id=target.file_id,
-        path=file.path,
-        partition_path=target.partition_path,
-        prev_commit=target.base_instant,
-        num_writes=upserts,
-        num_inserts=0,
-        num_update_writes=upserts,
-        num_deletes=deletes,
-        total_write_bytes=size,
-        file_size_in_bytes=size,
-        log_version=target.log_version,
-        log_offset=0,
-        base_file=target.base_file_name,
-        log_files=[file.file_name],
-        total_log_blocks=blocks,
-    )

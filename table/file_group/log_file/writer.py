@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Union
 
@@ -51,26 +51,28 @@ _CONSTANT_META_COLUMNS = ("_hoodie_commit_time", "_hoodie_partition_path", "_hoo
 def write_log_file(storage: Storage, rel_path: str, blocks: Sequence[LogBlock], durable: bool = True) -> int:
     """Create a new log file holding `blocks`; never appends. Returns the bytes written. With
     `durable` False the caller syncs it (`Storage.sync_files`), with the other files it writes."""
-    return next(write_log_files(storage, [(rel_path, blocks)], durable))
+    return write_log_bytes(storage, rel_path, b"".join(encode_blocks(blocks)), durable)
 
 
-def write_log_files(storage: Storage, files: Sequence[tuple[str, Sequence[LogBlock]]],
-                    durable: bool = True) -> Iterator[int]:
-    """Create new log files (one write's files of many file groups), each holding its blocks,
-    yielding the bytes of each once it is written. The blocks' contents are encoded together, a
-    column at a time over all the files' records (Parquet blocks, whole files in themselves, one
-    by one), so that a file costs what its records cost, not a round of encoding calls of its own."""
-    contents = _encode_contents([block for _, blocks in files for block in blocks])
-    for rel_path, blocks in files:
-        data = b"".join(part for block in blocks for part in _block_parts(block, contents[id(block)]))
-        failpoints.torn_write("logfile.torn_write", data, lambda part, path=rel_path: storage.write_new(path, part))
-        storage.write_new(rel_path, data, durable=durable)
-        yield len(data)
+def write_log_bytes(storage: Storage, rel_path: str, data: bytes, durable: bool = True) -> int:
+    """Create a new log file of blocks already encoded (`encode_blocks`); returns its size."""
+    failpoints.torn_write("logfile.torn_write", data, lambda part: storage.write_new(rel_path, part))
+    storage.write_new(rel_path, data, durable=durable)
+    return len(data)
+
+
+def encode_blocks(blocks: Sequence[LogBlock]) -> list[bytes]:
+    """Each block's bytes, magic to reverse pointer. The contents of like blocks (one write's
+    delete blocks of many file groups, its Avro data blocks) are encoded together, a column at a
+    time over all their records, so that a block costs what its records cost, not a round of
+    encoding calls of its own; a Parquet block is a whole file in itself, encoded alone."""
+    contents = _encode_contents(blocks)
+    return [b"".join(_block_parts(block, contents[id(block)])) for block in blocks]
 
 
 def encode_block(block: LogBlock) -> bytes:
     """One block, magic to reverse pointer, exactly as HoodieLogFormatWriter lays it out."""
-    return b"".join(_block_parts(block, _encode_contents([block])[id(block)]))
+    return encode_blocks([block])[0]
 
 
 _Bytes = Union[bytes, pa.Buffer]
