@@ -158,7 +158,7 @@ def test_async_compaction_executes_in_the_background_while_the_writer_keeps_comm
 # -- clustering: bucket splits, merges and sorts -------------------------------------------------
 
 # Buckets of 17 KiB and more split at 10 KiB; nothing is small enough to merge.
-SMALL_BUCKETS = {"initial_buckets": 2, "split_threshold_mb": 0.01, "merge_threshold_mb": 0.001}
+SMALL_BUCKETS = {"initial_buckets": 2, "split_threshold_mb": 0.006, "merge_threshold_mb": 0.001}
 ONLY_CLUSTERING = {"compaction": {"mode": "off"}, "clean": {"mode": "off"}, "archive": {"mode": "off"}}
 SPLITS = ClusteringPolicy(split_threshold_bytes=10 * 1024, merge_threshold_bytes=1024, min_buckets=2)
 
