@@ -238,11 +238,12 @@ class SourceSettings(_Section):
     max_offsets_per_trigger: int | None = Field(None, gt=0, description=(
         "The most records one micro-batch reads, over all partitions; unbounded when null."))
     initial_load_max_records: int = Field(1_000_000, ge=0, description=(
-        "A table without commits, whose query has no Spark checkpoint yet, takes its backlog (up to "
-        "this many records) in one commit written as base files, instead of `max_offsets_per_trigger` "
-        "at a time: its first micro-batch with `kafka-arrow`, one batch query before the stream with "
-        "`kafka`. The job's memory grows with it (about 3 GB at 1,000,000 records of 200 bytes); "
-        "0 turns this off."))
+        "With `max_offsets_per_trigger` set, a table without commits, whose query has no Spark "
+        "checkpoint yet, takes its backlog (up to this many records) in one commit written as base "
+        "files, instead of `max_offsets_per_trigger` at a time: its first micro-batch with "
+        "`kafka-arrow`, one batch query before the stream with `kafka`. Without "
+        "`max_offsets_per_trigger` the first micro-batch takes the whole backlog anyway; either way "
+        "the job's memory does not grow with it (`table.write_task_memory_mb`). 0 turns this off."))
     fail_on_data_loss: bool = Field(True, description=(
         "Fail when offsets to read are no longer in Kafka (expired by retention, a topic recreated); "
         "`false` logs a warning, goes on from the earliest offset Kafka holds, and records the jump in "
