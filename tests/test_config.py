@@ -109,8 +109,10 @@ def test_examples_directory_loads_every_example(monkeypatch):
 
     configs = load_configs(EXAMPLES)
 
-    assert [c.table.name for c in configs] == ["clicks", "orders", "payments"]
-    clicks, _, payments = configs
+    assert [c.table.name for c in configs] == ["accounts", "clicks", "orders", "payments"]
+    accounts, clicks, _, payments = configs
+    assert accounts.decode.value.envelope == "debezium"
+    assert accounts.decode.envelope_columns == {"position": "source_position", "op": "source_op"}
     assert clicks.table.path == "/srv/lake/tables/clicks"
     assert clicks.source.reader_options()["subscribePattern"] == r"clicks\..*"
     assert clicks.decode.schema_registry.url == "http://localhost:8081"
