@@ -25,6 +25,7 @@ import yaml
 from ingestion import JobOutput, has_read, run_streamer, streamer_process, write_config
 
 from harness.kafka_connect import debezium_postgres_config
+from streamer.cli import main as cli
 from streamer.sink import BATCH_STATS_KEY
 from table.file_group.fs_view import list_partitions
 from table.mor_table import MorTable
@@ -263,3 +264,21 @@ def test_the_json_stream_without_schemas_mirrors_the_table_with_the_declared_col
     table_path = yaml.safe_load(path.read_text())["table"]["path"]
     assert_mirrors(table_path, source, hudi_judge)
     assert len(list_partitions(MorTable.load(table_path).storage)) == len(REGIONS)
+
+
+def test_doctor_reads_the_newest_change_event_against_the_config(mirrored, kafka_bootstrap, capsys):
+    _, tmp = mirrored
+    healthy = cdc_config(tmp / "doctor", kafka_bootstrap, "with-schemas")
+    assert cli.main(["doctor", str(healthy), "--timeout", "5"]) == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if "change events" in line]
+    assert line.startswith("ok") and "a postgresql change event" in line and "by the log position" in line
+
+    by_visits = cdc_config(tmp / "doctor-visits", kafka_bootstrap, "with-schemas", table={"ordering_field": "visits"})
+    cli.main(["doctor", str(by_visits), "--timeout", "5"])
+    [line] = [line for line in capsys.readouterr().out.splitlines() if "change events" in line]
+    assert line.startswith("warning") and "ordered by 'visits', not by the log position" in line
+
+    unkeyed = cdc_config(tmp / "doctor-keys", kafka_bootstrap, "without-schemas", table={"record_key": ["account"]})
+    assert cli.main(["doctor", str(unkeyed), "--timeout", "5"]) == 1
+    [line] = [line for line in capsys.readouterr().out.splitlines() if "change events" in line]
+    assert line.startswith("problem") and "no field(s) ['account']" in line

@@ -204,6 +204,7 @@ class RecordDecoder:
             valid = error.is_null()
             fields = [pc.if_else(valid, f, pa.scalar(None, f.type)) for f in fields]
             skipped = pc.if_else(valid, skipped, pa.scalar(None, pa.string()))
+            delete = delete & np.asarray(valid, dtype=bool)
         else:
             error = pa.nulls(length, pa.string())
         kept = sorted(errors.keys() | evolving.keys())  # rows whose bytes the sink needs
