@@ -1,15 +1,21 @@
-"""JSON as Kafka Connect's `JsonConverter` writes it: `{"schema": ..., "payload": ...}` with
+"""JSON as Kafka Connect's `JsonConverter` writes it: `{"schema":...,"payload":...}` with
 `schemas.enable`, the payload alone without. Both read alike, vectorised: the payload's members
 mapped to the struct's fields by name.
 
-With `schemas.enable` every record also says what its row looks like: Connect's schema of one
-struct field of the payload (Debezium's `after`). `ConnectJsonDecoder.decode_deferring_evolving`
-reads each record's field names and types (a signature, vectorised) and compares each new
-signature once with the reader schema (`streamer.decode.value_schema`): records whose row fits
-decode; records whose row evolves it (a column added), or that the table cannot take (a type
-narrowed, a NOT NULL column added), are left undecoded and returned apart with an id, for the
-sink to evolve the table's schema or to stop it (`streamer.decode.evolution`). Their writer
-schemas, as Avro, are kept by id (`writer_schemas`) for the driver.
+`JsonConverter` writes the schema first, then `,"payload":`, then the payload and the closing
+brace, without spaces. So a record that starts with `{"schema"` is cut there, a whole batch at a
+time with Arrow's string kernels: the payload is parsed as a record without schema, and the
+schema is kept as text, never parsed but for one record of each distinct text. That keeps a
+record with its schema (several times the payload's bytes) about as cheap as one without. A
+record that does not cut so (a `,"payload":` inside the schema, spaces) is parsed whole.
+
+With the schema, each record also says what its row looks like: Connect's schema of one struct
+field of the payload (Debezium's `after`). `ConnectJsonDecoder.decode_deferring_evolving`
+compares each distinct schema once with the reader schema (`streamer.decode.value_schema`):
+records whose row fits decode; records whose row evolves it (a column added), or that the table
+cannot take (a type changed, a NOT NULL column added), are left undecoded and returned apart
+with an id, for the sink to evolve the table's schema or to stop it
+(`streamer.decode.evolution`). Their writer schemas, as Avro, are kept by id (`writer_schemas`).
 """
 
 from __future__ import annotations
@@ -28,11 +34,10 @@ from streamer.decode.value_schema import WriterSchemaChange, compare
 
 PAYLOAD = "payload"
 SCHEMA = "schema"
-_WRAPPED_START = b'{"schema"'
-_FIELD_SCHEMA = pa.struct([("field", pa.string()), ("type", pa.string()), ("optional", pa.bool_())])
-#: The part of Connect's schema the signature needs: the fields of each top-level struct field.
-SCHEMA_OUTLINE = pa.struct([("fields", pa.list_(pa.struct([("field", pa.string()),
-                                                             ("fields", pa.list_(_FIELD_SCHEMA))])))])
+_WRAPPED_START = b'{"schema":'
+_PAYLOAD_MARK = b',"payload":'
+#: Lengths of schema looked for in one batch before its other records are parsed whole.
+_MAX_SCHEMA_LENGTHS = 8
 #: Connect's primitive types as Avro types.
 _CONNECT_AVRO = {"int8": "int", "int16": "int", "int32": "int", "int64": "long", "float": "float",
                  "double": "double", "boolean": "boolean", "string": "string", "bytes": "bytes"}
@@ -43,25 +48,20 @@ Evolving = dict[int, int]
 class ConnectJsonDecoder:
     """Connect's JSON, with or without its schemas, to records of `struct`. With `row_field` and
     the row's Avro `reader_schema`, records whose Connect schema of `row_field` changes the
-    reader schema can be deferred (`decode_deferring_evolving`).
-
-    `JsonConverter` writes `{"schema":...,"payload":...}` in that order and without spaces, so
-    records that start so are parsed as payload and schema, the others as the payload itself:
-    each with the parse schema of its own shape, which keeps the vectorised parse as fast as for
-    one shape (declaring both shapes at once makes it about three times slower)."""
+    reader schema can be deferred (`decode_deferring_evolving`). A `sparse` field
+    (`(field, when_field, when_value)`) is parsed only for the records whose `when_field` is
+    `when_value`: Debezium's `before`, which only deletes need."""
 
     def __init__(self, struct: pa.StructType, row_field: str | None = None, reader_schema: str | None = None,
-                 reserved_names: tuple[str, ...] = ()):
+                 reserved_names: tuple[str, ...] = (), sparse: tuple[str, str, str] | None = None):
         self._type = struct
         self._row_field = row_field
         self._reader = json.loads(reader_schema) if reader_schema else None
         self._reserved = reserved_names
-        wrapped = [pa.field(PAYLOAD, struct)]
-        if row_field is not None:
-            wrapped.append(pa.field(SCHEMA, SCHEMA_OUTLINE))
-        self._bare = JsonDecoder(struct)
-        self._wrapped = JsonDecoder(pa.struct(wrapped))
-        self._changes: dict[str, tuple[int, WriterSchemaChange]] = {}  # signature -> (id, change)
+        self._sparse = sparse
+        self._shapes = _Shapes(pa.struct([f for f in struct if sparse is None or f.name != sparse[0]]))
+        self._sparse_shapes = None if sparse is None else _Shapes(pa.struct([struct.field(sparse[0])]))
+        self._changes: dict[bytes, tuple[int, WriterSchemaChange]] = {}  # schema text -> (id, change)
         self.writer_schemas: dict[int, str] = {}  # id -> the row's writer schema, Avro JSON
 
     def decode(self, raw: pa.Array) -> Decoded:
@@ -69,16 +69,15 @@ class ConnectJsonDecoder:
         return value, errors
 
     def decode_deferring_evolving(self, raw: pa.Array) -> tuple[Decoded, Evolving]:
-        value, outline, errors = self._parse(raw)
-        if self._row_field is None or self._reader is None or outline is None:
+        value, schemas, errors = self._parse(raw)
+        if self._row_field is None or self._reader is None or schemas is None:
             return (value, errors), {}
-        signatures = self._signatures(outline)
         evolving: Evolving = {}
-        for signature in pc.unique(signatures.drop_null()).to_pylist():
-            rows = np.flatnonzero(np.asarray(pc.fill_null(pc.equal(signatures, signature), False)))
-            change = self._change(signature, raw[int(rows[0])].as_py())
-            if change is not None:
-                evolving.update(dict.fromkeys(rows.tolist(), change))
+        for text in pc.unique(schemas.drop_null()).to_pylist():
+            schema_id = self._change(text)
+            if schema_id is not None:
+                rows = np.flatnonzero(np.asarray(pc.fill_null(pc.equal(schemas, text), False)))
+                evolving.update(dict.fromkeys(rows.tolist(), schema_id))
         if evolving:
             deferred = np.zeros(len(raw), dtype=bool)
             deferred[list(evolving)] = True
@@ -86,57 +85,130 @@ class ConnectJsonDecoder:
         return (value, errors), evolving
 
     def _parse(self, raw: pa.Array) -> tuple[pa.Array, pa.Array | None, dict[int, str]]:
-        """The payloads, the schema outlines (None when no record has one) and the reasons of
-        the bad records."""
-        wrapped = np.asarray(pc.fill_null(pc.equal(pc.binary_slice(raw, 0, len(_WRAPPED_START)), _WRAPPED_START),
-                                          False), dtype=bool)
-        if not wrapped.any():
-            value, errors = self._bare.decode(raw)
-            return value, None, errors
-        if wrapped.all():
-            parsed, errors = self._wrapped.decode(raw)
-            return pc.struct_field(parsed, PAYLOAD), self._outline(parsed), errors
-        rows, others = np.flatnonzero(wrapped), np.flatnonzero(~wrapped)
-        parsed, errors = self._wrapped.decode(raw.take(pa.array(rows)))
-        bare, bare_errors = self._bare.decode(raw.take(pa.array(others)))
-        length = len(raw)
-        value = pc.coalesce(scatter(pc.struct_field(parsed, PAYLOAD), rows, length), scatter(bare, others, length))
-        outline = self._outline(parsed)
-        errors = {int(rows[row]): reason for row, reason in errors.items()}
-        errors.update({int(others[row]): reason for row, reason in bare_errors.items()})
-        return value, None if outline is None else scatter(outline, rows, length), errors
+        """The payloads, each record's schema text (None when no record has one) and the
+        reasons of the bad records."""
+        value, schemas, errors = self._shapes.parse(raw)
+        if self._sparse is None:
+            return value, schemas, errors
+        name, when_field, when_value = self._sparse
+        needed = np.flatnonzero(np.asarray(pc.fill_null(pc.equal(pc.struct_field(value, when_field), when_value),
+                                                        False), dtype=bool))
+        if len(needed):
+            sparse, _, _ = self._sparse_shapes.parse(raw.take(pa.array(needed)))
+            column = scatter(pc.struct_field(sparse, name), needed, len(raw))
+        else:
+            column = pa.nulls(len(raw), self._type.field(name).type)
+        children = [column if f.name == name else pc.struct_field(value, f.name) for f in self._type]
+        return pa.StructArray.from_arrays(children, fields=list(self._type), mask=value.is_null()), schemas, errors
 
-    def _outline(self, parsed: pa.StructArray) -> pa.Array | None:
-        return pc.struct_field(parsed, SCHEMA) if self._row_field is not None else None
-
-    def _signatures(self, outline: pa.Array) -> pa.Array:
-        """Per record, its row's fields as `name:type?` (optional) or `name:type!`, joined; null
-        for records without Connect's schema."""
-        fields = pc.struct_field(outline, "fields")
-        flat = pc.list_flatten(fields)
-        owners = pc.list_parent_indices(fields)
-        is_row = pc.fill_null(pc.equal(pc.struct_field(flat, "field"), self._row_field), False)
-        row_fields, rows = pc.struct_field(flat, "fields").filter(is_row), owners.filter(is_row)
-        items = pc.list_flatten(row_fields)
-        mark = pc.if_else(pc.fill_null(pc.struct_field(items, "optional"), False), "?", "!")
-        texts = pc.binary_join_element_wise(pc.struct_field(items, "field"), ":", pc.struct_field(items, "type"), mark, "")
-        lengths = np.asarray(pc.fill_null(pc.list_value_length(row_fields), 0), dtype=np.int32)
-        offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
-        joined = pc.binary_join(pa.ListArray.from_arrays(offsets, texts), ",")
-        return scatter(joined, np.asarray(rows, dtype=np.int64), len(outline))
-
-    def _change(self, signature: str, record: bytes) -> int | None:
-        """The id of the record's row schema when it changes the reader schema; None when it fits."""
-        known = self._changes.get(signature)
+    def _change(self, schema_text: bytes) -> int | None:
+        """The id of a schema's row when it changes the reader schema; None when it fits."""
+        known = self._changes.get(schema_text)
         if known is None:
-            writer = row_writer_schema(json.loads(record)[SCHEMA], self._row_field)
+            try:
+                connect_schema = json.loads(schema_text)
+            except ValueError:  # not cut where the payload starts: the payload's parse says so
+                return None
+            writer = row_writer_schema(connect_schema, self._row_field)
             change = compare(self._reader, writer, self._reserved, additions_nullable=True)
             text = json.dumps(writer, separators=(",", ":"), sort_keys=True)
             schema_id = zlib.crc32(text.encode()) & 0x7FFFFFFF
             self.writer_schemas[schema_id] = text
-            known = self._changes[signature] = (schema_id, change)
+            known = self._changes[schema_text] = (schema_id, change)
         schema_id, change = known
         return schema_id if change.evolves or change.problem is not None else None
+
+
+class _Shapes:
+    """Parses a batch of records of both shapes into `struct`, keeping the schema texts."""
+
+    def __init__(self, struct: pa.StructType):
+        self._type = struct
+        self._bare = JsonDecoder(struct)
+        self._whole = JsonDecoder(pa.struct([pa.field(PAYLOAD, struct)]))
+
+    def parse(self, raw: pa.Array) -> tuple[pa.Array, pa.Array | None, dict[int, str]]:
+        length = len(raw)
+        starts = pc.binary_slice(raw, 0, len(_WRAPPED_START))
+        wrapped = np.asarray(pc.fill_null(pc.equal(starts, _WRAPPED_START), False), dtype=bool)
+        if not wrapped.any():
+            value, errors = self._bare.decode(raw)
+            return value, None, errors
+        offsets = _payload_offsets(raw, wrapped)
+        cut = offsets > 0
+        payload_rows, payloads, schema_texts = [], [], []
+        for offset in np.unique(offsets[cut]).tolist():  # one slice per length of schema: one or a few
+            rows = np.flatnonzero(offsets == offset)
+            records = raw.take(pa.array(rows)) if len(rows) < length else raw
+            payload_rows.append(rows)
+            payloads.append(pc.binary_slice(records, offset + len(_PAYLOAD_MARK), -1))
+            schema_texts.append(pc.binary_slice(records, len(_WRAPPED_START), offset))
+        rest = np.flatnonzero(~cut)
+        errors: dict[int, str] = {}
+        parts: list[tuple[np.ndarray, pa.Array]] = []
+        schemas: list[tuple[np.ndarray, pa.Array]] = []
+        if payload_rows:
+            rows = np.concatenate(payload_rows)
+            value, part_errors = self._bare.decode(pa.concat_arrays(payloads))
+            parts.append((rows, value))
+            schemas.append((rows, pa.concat_arrays(schema_texts)))
+            errors.update({int(rows[row]): reason for row, reason in part_errors.items()})
+        if len(rest):
+            bare = rest[~wrapped[rest]]
+            whole = rest[wrapped[rest]]
+            if len(bare):
+                value, part_errors = self._bare.decode(raw.take(pa.array(bare)))
+                parts.append((bare, value))
+                errors.update({int(bare[row]): reason for row, reason in part_errors.items()})
+            if len(whole):
+                records = raw.take(pa.array(whole))
+                value, part_errors = self._whole.decode(records)
+                parts.append((whole, pc.struct_field(value, PAYLOAD)))
+                schemas.append((whole, _schema_texts(records)))
+                errors.update({int(whole[row]): reason for row, reason in part_errors.items()})
+        value = _gather(parts, length)
+        return value, _gather(schemas, length), errors
+
+
+def _payload_offsets(raw: pa.Array, wrapped: np.ndarray) -> np.ndarray:
+    """Where each wrapped record's `,"payload":` starts (-1 for records that do not cut): found
+    in the first record of each length of schema, and checked at the same place in all the others
+    at once, since a schema is the same text in most records."""
+    ends = np.asarray(pc.fill_null(pc.equal(pc.binary_slice(raw, -1), b"}"), False), dtype=bool)
+    offsets = np.full(len(raw), -1, dtype=np.int64)
+    remaining = wrapped & ends
+    for _ in range(_MAX_SCHEMA_LENGTHS):
+        candidates = np.flatnonzero(remaining)
+        if not len(candidates):
+            break
+        offset = raw[int(candidates[0])].as_py().find(_PAYLOAD_MARK)
+        if offset < 0:
+            remaining[candidates[0]] = False
+            continue
+        marks = pc.binary_slice(raw, offset, offset + len(_PAYLOAD_MARK))
+        found = remaining & np.asarray(pc.fill_null(pc.equal(marks, _PAYLOAD_MARK), False), dtype=bool)
+        offsets[found] = offset
+        remaining &= ~found
+    return offsets
+
+
+def _gather(parts: list[tuple[np.ndarray, pa.Array]], length: int) -> pa.Array:
+    """The parts' values at their rows, in one array of `length`."""
+    if len(parts) == 1 and len(parts[0][0]) == length and (parts[0][0] == np.arange(length)).all():
+        return parts[0][1]
+    rows = np.concatenate([rows for rows, _ in parts])
+    return scatter(pa.concat_arrays([values for _, values in parts]), rows, length)
+
+
+def _schema_texts(records: pa.Array) -> pa.Array:
+    """The schema of records that did not cut, as JSON text: one by one, as they are rare."""
+    texts = []
+    for record in records.to_pylist():
+        try:
+            texts.append(json.dumps(json.loads(record)[SCHEMA], separators=(",", ":")).encode())
+        except (ValueError, KeyError, TypeError):
+            texts.append(None)
+    return pa.array(texts, pa.binary())
 
 
 def row_writer_schema(connect_schema: dict, row_field: str) -> dict:

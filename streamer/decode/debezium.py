@@ -120,15 +120,20 @@ class ChangeEvents:
         delete = _flag(pc.equal(op, DELETE_OP)) & present
         skipped = self._skipped(envelopes, present)
         errors = self._errors(envelopes, op, present, upsert, delete, skipped)
-        before, after = pc.struct_field(envelopes, "before"), pc.struct_field(envelopes, "after")
-        takes_before = pa.array(delete)
-        fields = [pc.if_else(takes_before, pc.struct_field(before, i), pc.struct_field(after, i))
-                  for i in range(self.row.num_fields)]
+        after = pc.struct_field(envelopes, "after")
+        if delete.any():
+            before, takes_before = pc.struct_field(envelopes, "before"), pa.array(delete)
+            fields = [pc.if_else(takes_before, pc.struct_field(before, i), pc.struct_field(after, i))
+                      for i in range(self.row.num_fields)]
+        else:
+            fields = [pc.struct_field(after, i) for i in range(self.row.num_fields)]
         fields += [self._column(field, envelopes) for field, _ in self.columns.columns]
         return Unpacked(fields, delete, skipped, errors)
 
     def _skipped(self, envelopes: pa.StructArray, present: np.ndarray) -> pa.Array:
         op = pc.struct_field(envelopes, "op")
+        if _flag(pc.is_in(op, pa.array((*UPSERT_OPS, DELETE_OP)))).all():
+            return pa.nulls(len(envelopes), pa.string())  # changes of rows only, as most batches are
         kinds = pc.if_else(pc.is_null(op), _non_change_kind(envelopes), _skip_kind_of_op(op))
         return pc.if_else(pa.array(present), kinds, pa.scalar(None, pa.string()))
 
@@ -160,10 +165,12 @@ def log_position(source: pa.StructArray) -> pa.Array:
     """Each change's position in its database's log, comparable among the changes of one
     connector (see the module's docstring); null where the source does not give it."""
     connector = pc.struct_field(source, "connector")
+    is_pg = pc.fill_null(pc.equal(connector, "postgresql"), False)
+    if pc.all(is_pg).as_py():
+        return pc.struct_field(source, "lsn")
     number = pc.struct_field(pc.extract_regex(pc.struct_field(source, "file"), _BINLOG_NUMBER), 0)
     binlog = pc.add(pc.multiply(pc.cast(number, pa.int64(), safe=False), BINLOG_FILE_FACTOR),
                     pc.struct_field(source, "pos"))
-    is_pg = pc.fill_null(pc.equal(connector, "postgresql"), False)
     is_mysql = pc.fill_null(pc.equal(connector, "mysql"), False)
     return pc.if_else(is_pg, pc.struct_field(source, "lsn"), pc.if_else(is_mysql, binlog, pc.struct_field(source, "ts_ms")))
 
