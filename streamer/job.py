@@ -417,6 +417,9 @@ def _table_schema(config: JobConfig, spark: SparkSession, decoder: RecordDecoder
         arrow = arrow.remove(arrow.get_field_index(t.delete_field))
     elif DELETE in arrow.names:  # the decoder's marker of deletes (tombstones, change events)
         arrow = arrow.remove(arrow.get_field_index(DELETE))
+    elif decoder.deletes.made:
+        raise StartupError(f"{config.config_path}: transform: deletes (tombstones, change events) are marked in "
+                           f"the column '{DELETE}' of source; the query must keep it (SELECT *, or name it)")
     for key, names in (("record_key", t.record_key), ("partition_by", t.partition_by),
                        ("ordering_field", (t.ordering_field,))):
         missing = [n for n in names if n not in arrow.names]

@@ -111,7 +111,6 @@ class RecordDecoder:
         self._value = _decoder_for(value, registry, reserved_names=ADDED_COLUMNS, envelope=envelope is not None)
         self._key = _decoder_for(key, registry, connect=envelope is not None)
         key_type = key.decoded_type()
-        self._key_type = key_type
         value_fields = self._events.output_fields if self._events is not None else [
             f.with_nullable(True) for f in row_type]
         key_fields = [] if key_type is None else [pa.field(KAFKA_KEY, key_type)]
