@@ -111,7 +111,7 @@ class TableJob:
         deletes = decoder.deletes
         writer = table.writer(
             WriteOptions(initial_buckets=config.index.initial_buckets,
-                         delete_field=deletes.column if deletes.made else None,
+                         delete_field=deletes.column if deletes.made else t.delete_field,
                          log_block_format=t.log_block_format),
             description=f"mor-streamer job '{t.name}' ({config.config_path})",
         )
@@ -280,11 +280,12 @@ def _deletes(config: JobConfig, value: FormatSpec, key: FormatSpec) -> Deletes:
             raise StartupError(f"{config.config_path}: decode.tombstones: delete needs an integer table.ordering_field "
                                f"('{t.ordering_field}' is {ordering}): a tombstone carries no ordering value, so its "
                                "delete has 0, which orders it by commit, as Hudi's deletes without one")
-    if t.delete_field is not None:
-        column = t.delete_field
-    else:
-        column = DELETE
-    return Deletes(tombstones, envelope, needed, t.ordering_field, column)
+    if config.transform and not debezium and tombstones != TombstonePolicy.DELETE:
+        return Deletes(tombstones)  # the writer reads the delete field, if any, of the transform's rows
+    if config.transform and t.delete_field is not None and t.delete_field not in value.arrow_schema.names:
+        raise StartupError(f"{config.config_path}: decode.tombstones: delete marks deletes in table.delete_field "
+                           f"'{t.delete_field}', which the value does not have (the transform makes it)")
+    return Deletes(tombstones, envelope, needed, t.ordering_field, t.delete_field or DELETE)
 
 
 def _key_spec(config: JobConfig, value: FormatSpec, spark: SparkSession) -> FormatSpec:
