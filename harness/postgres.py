@@ -9,7 +9,9 @@ The binaries are installed when they are missing (`apt-get install postgresql`, 
 automatic cluster turned off, so that nothing else starts); the server runs directly, never as a
 system service: `initdb` into the work directory, then `postgres` as a child process stopped by its
 pid. PostgreSQL refuses to run as root, so under root both run as the `postgres` user the package
-creates. Durability is traded for speed (`fsync=off`): the data lives as long as the test run.
+creates, which owns the work directory (the directories above it get search permission only, so
+that it can reach it). Durability is traded for speed (`fsync=off`): the data lives as long as
+the test run.
 """
 
 from __future__ import annotations

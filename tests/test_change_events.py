@@ -183,7 +183,8 @@ def test_a_delete_that_lacks_a_partition_field_is_a_bad_record_naming_it():
     rows = decode(decoder, [event("d", before={"region": "emea", "id": 1, "name": None, "visits": None})],
                   [{"region": "emea", "id": 1}])
     assert written(rows) == [("bad", "a delete without field 'name': neither the change's `before` nor the "
-                                     "Kafka key has it")]
+                                     "Kafka key has it (PostgreSQL puts every column in `before` with ALTER TABLE "
+                                     "... REPLICA IDENTITY FULL)")]
 
 
 # -- tombstones -----------------------------------------------------------------------------------

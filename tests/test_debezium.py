@@ -198,7 +198,7 @@ def cdc_config(tmp: Path, bootstrap: str, prefix: str, declared: str | None = No
     for section, values in sections.items():
         config.setdefault(section, {}).update(values)
 
-    return write_config(tmp / "configs" / name, config)
+    return write_config(tmp / "configs", config)
 
 
 def source_rows(table: dict) -> dict:
@@ -263,18 +263,6 @@ def test_the_json_stream_with_schemas_mirrors_the_table_across_a_kill_and_the_ad
     assert ignored.get("tombstone", 0) == 0, "tombstones of a table partitioned by a key column are deletes"
 
 
-def test_the_json_stream_without_schemas_mirrors_the_table_with_the_declared_columns(
-        mirrored, kafka_bootstrap, hudi_judge):
-    source, tmp = mirrored
-    declared = "region STRING, id INT, name STRING, balance DOUBLE, visits BIGINT, active BOOLEAN, tier STRING"
-    path = cdc_config(tmp, kafka_bootstrap, "without-schemas", declared)
-    code, out = run_streamer(["run", str(path), "--once"])
-    assert code == 0, out[-5000:]
-    table_path = yaml.safe_load(path.read_text())["table"]["path"]
-    assert_mirrors(table_path, source, hudi_judge)
-    assert len(list_partitions(MorTable.load(table_path).storage)) == len(REGIONS)
-
-
 def test_doctor_reads_the_newest_change_event_against_the_config(mirrored, kafka_bootstrap, capsys):
     _, tmp = mirrored
     healthy = cdc_config(tmp / "doctor", kafka_bootstrap, "with-schemas")
@@ -326,19 +314,13 @@ def as_avro(registry: SchemaRegistryClient, subject: str, record: dict | None) -
     return confluent_frame(registry.register(subject, json.dumps(schema)), out.getvalue())
 
 
-def test_the_same_changes_in_avro_through_a_schema_registry_mirror_the_table(
-        mirrored, kafka_bootstrap, schema_registry_url, hudi_judge):
-    """Confluent's Avro converter is not on Maven Central, so Kafka Connect here writes JSON; the
-    with-schemas topic's change events are written again as that converter writes them (Avro of
-    their Connect schemas, one registered schema before ALTER TABLE and one after) to a topic of
-    the same partitions, and the job reads that one with `confluent-avro`. Its reader schema is the
-    row before ALTER TABLE, so the added column is followed from the registry."""
-    source, tmp = mirrored
-    registry = SchemaRegistryClient(schema_registry_url)
-    topic = "avro.public.accounts"
-    partitions = end_offsets(kafka_bootstrap, "with-schemas.public.accounts")
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "avro-copy", "enable.auto.commit": False})
-    consumer.assign([TopicPartition("with-schemas.public.accounts", p, 0) for p in partitions])
+def avro_copy(bootstrap: str, registry: SchemaRegistryClient, source_topic: str, topic: str) -> dict:
+    """The change events of `source_topic` (Connect's JSON with schemas) written again to `topic`, of
+    the same partitions, as Confluent's Avro converter writes them; the row schema of the first
+    change (before ALTER TABLE), as Avro."""
+    partitions = end_offsets(bootstrap, source_topic)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "avro-copy", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(source_topic, p, 0) for p in partitions])
     records, deadline = [], time.monotonic() + 60
     while len(records) < sum(partitions.values()) and time.monotonic() < deadline:
         message = consumer.poll(0.5)
@@ -347,23 +329,52 @@ def test_the_same_changes_in_avro_through_a_schema_registry_mirror_the_table(
     consumer.close()
     assert len(records) == sum(partitions.values())
     records.sort(key=lambda m: (m.partition(), m.offset()))
-    kafka_broker.create_topic(kafka_bootstrap, topic, partitions=len(partitions))
-    kafka_broker.produce(kafka_bootstrap, topic, [
+    kafka_broker.create_topic(bootstrap, topic, partitions=len(partitions))
+    kafka_broker.produce(bootstrap, topic, [
         (as_avro(registry, f"{topic}-key", json.loads(m.key())),
          as_avro(registry, f"{topic}-value", json.loads(m.value()) if m.value() else None), m.partition())
         for m in records])
-
     first = json.loads(min((m for m in records if m.value()), key=lambda m: m.timestamp()[1]).value())["schema"]
-    row = avro_of_connect(next(f for f in first["fields"] if f["field"] == "after"), set())
+    return avro_of_connect(next(f for f in first["fields"] if f["field"] == "after"), set())
+
+
+@pytest.fixture(scope="module")
+def one_application(mirrored, kafka_bootstrap, schema_registry_url):
+    """Two more tables of the same changes in one `streamer run <directory> --once`: the JSON
+    topic without Connect's schemas, every column declared; and the same events in Avro through
+    a schema registry. Confluent's Avro converter is not on Maven Central, so Kafka Connect writes
+    JSON here: the with-schemas topic is written again as that converter writes it (one registered
+    schema before ALTER TABLE and one after), and the Avro table's reader schema is the row before
+    ALTER TABLE, so that the added column is followed from the registry."""
+    _, tmp = mirrored
+    row = avro_copy(kafka_bootstrap, SchemaRegistryClient(schema_registry_url), "with-schemas.public.accounts",
+                    "avro.public.accounts")
     assert "tier" not in [f["name"] for f in row["fields"]], "the first change is from before ALTER TABLE"
-    (tmp / "avro").mkdir()
-    (tmp / "avro" / "row.avsc").write_text(json.dumps(row))
-    path = cdc_config(tmp / "avro", kafka_bootstrap, "avro", decode={
-        "key": {"format": "confluent-avro"},
-        "value": {"format": "confluent-avro", "envelope": "debezium", "schema_file": str(tmp / "avro" / "row.avsc")},
-        "schema_registry": {"url": schema_registry_url}})
-    code, out = run_streamer(["run", str(path), "--once"])
+    work = tmp / "one-application"
+    work.mkdir()
+    (work / "row.avsc").write_text(json.dumps(row))
+    declared = "region STRING, id INT, name STRING, balance DOUBLE, visits BIGINT, active BOOLEAN, tier STRING"
+    paths = {
+        "without-schemas": cdc_config(work, kafka_bootstrap, "without-schemas", declared),
+        "avro": cdc_config(work, kafka_bootstrap, "avro", decode={
+            "key": {"format": "confluent-avro"},
+            "value": {"format": "confluent-avro", "envelope": "debezium", "schema_file": str(work / "row.avsc")},
+            "schema_registry": {"url": schema_registry_url}}),
+    }
+    code, out = run_streamer(["run", str(work / "configs"), "--once"])
     assert code == 0, out[-5000:]
-    table_path = yaml.safe_load(path.read_text())["table"]["path"]
+    return {name: yaml.safe_load(path.read_text())["table"]["path"] for name, path in paths.items()}
+
+
+def test_the_json_stream_without_schemas_mirrors_the_table_with_the_declared_columns(
+        mirrored, one_application, hudi_judge):
+    table_path = one_application["without-schemas"]
+    assert_mirrors(table_path, mirrored[0], hudi_judge)
+    assert len(list_partitions(MorTable.load(table_path).storage)) == len(REGIONS)
+
+
+def test_the_same_changes_in_avro_through_a_schema_registry_mirror_the_table_and_follow_the_added_column(
+        mirrored, one_application, hudi_judge):
+    table_path = one_application["avro"]
     assert "tier" in MorTable.load(table_path).schema().names
-    assert_mirrors(table_path, source, hudi_judge)
+    assert_mirrors(table_path, mirrored[0], hudi_judge)

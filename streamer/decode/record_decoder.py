@@ -281,8 +281,12 @@ def _delete_checks(value_type: pa.StructType, deletes: Deletes) -> list[tuple[in
     unknown = [n for n in needed if n not in names]
     if unknown:
         raise ValueError(f"fields {unknown} that a delete needs are not value fields; the value has {names}")
-    where = ("the change's `before` nor the Kafka key" if deletes.envelope is not None else "the value nor the Kafka key")
-    return [(names.index(n), f"a delete without field {n!r}: neither {where} has it") for n in needed]
+    if deletes.envelope is not None:
+        where, hint = "the change's `before` nor the Kafka key", (
+            " (PostgreSQL puts every column in `before` with ALTER TABLE ... REPLICA IDENTITY FULL)")
+    else:
+        where, hint = "the value nor the Kafka key", ""
+    return [(names.index(n), f"a delete without field {n!r}: neither {where} has it{hint}") for n in needed]
 
 
 def _key_fills(value_type: pa.StructType, key_type: pa.DataType | None, deletes: Deletes) -> list[tuple[int, int | None]]:
