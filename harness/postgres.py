@@ -58,7 +58,8 @@ def postgres_bin_dir() -> Path:
                      PACKAGE]):
         done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(command)} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-2000:]}")
+            output = (done.stdout + done.stderr)[-2000:]
+            raise RuntimeError(f"{' '.join(command)} failed (exit {done.returncode}):\n{output}")
     found = _newest_bin_dir()
     if found is None:
         raise RuntimeError(f"apt-get installed {PACKAGE} but no /usr/lib/postgresql/*/bin/postgres is there")
@@ -102,8 +103,8 @@ class PostgresServer(ServerProcess):
         while True:
             if not self.is_running():
                 raise RuntimeError(f"PostgreSQL exited while starting; log {self.log_path}:\n{self.log_tail()}")
-            ready = subprocess.run([str(self.bin_dir / "pg_isready"), "-h", self.host, "-p", str(self.port), "-U", USER],
-                                   capture_output=True, stdin=subprocess.DEVNULL)
+            ready = subprocess.run([str(self.bin_dir / "pg_isready"), "-h", self.host, "-p", str(self.port),
+                                    "-U", USER], capture_output=True, stdin=subprocess.DEVNULL)
             if ready.returncode == 0:
                 return self
             if time.monotonic() > deadline:

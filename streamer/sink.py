@@ -345,7 +345,8 @@ class UpsertSink:
             schema = pa.schema([decoder.output_schema.field(c) for c in value_columns])
             commit = self.writer.begin_delta_commit(self.writer.check_schema(schema))
             return commit, write_dataframe(commit, df, step)
-        decoded_schema = pa.schema([f for f in decoder.output_schema if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING, SKIPPED)])
+        decoded_schema = pa.schema([f for f in decoder.output_schema
+                                    if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING, SKIPPED)])
         step = DecodeStep(decoder, tuple(decoded_schema.names), keep_bad_rows, tally, self.settings.source)
         decoded = df.mapInArrow(step.decoded_batches, from_arrow_schema(decoded_schema))
         decoded.createOrReplaceTempView("source")  # the batch's own session: queries never share it

@@ -124,7 +124,8 @@ def newest_values(source, found: TopicRanges, timeout: float) -> list[tuple[str,
             "enable.auto.commit": False}
     consumer = Consumer(client_config(conf, f"doctor's consumer at {source.bootstrap_servers}")[0])
     try:
-        wanted = {(t, p): held for t, parts in found.ranges.items() for p, held in parts.items() if held.end > held.earliest}
+        wanted = {(t, p): held for t, parts in found.ranges.items() for p, held in parts.items()
+                  if held.end > held.earliest}
         consumer.assign([TopicPartition(t, p, max(held.earliest, held.end - SAMPLED_PER_PARTITION))
                          for (t, p), held in wanted.items()])
         newest: dict[tuple[str, int], tuple[int, str, bytes]] = {}
@@ -378,12 +379,14 @@ class TableDoctor:
         try:
             event = change_event(config, value, self.timeout)
         except (ValueError, KeyError, SchemaRegistryError, BadRecord) as e:
-            return self._check("change events", Verdict.PROBLEM, f"{where} does not read as a Debezium change event: {e}",
+            return self._check("change events", Verdict.PROBLEM,
+                               f"{where} does not read as a Debezium change event: {e}",
                                "point source.topics at the connector's table topics (<topic.prefix>.<schema>.<table>), "
                                "and decode.value.format at its converter (json or confluent-avro)")
         if "op" not in event or not isinstance(event.get("source"), dict):
-            return self._check("change events", Verdict.PROBLEM, f"{where} is not a Debezium change event (no op or "
-                               "source)", "point source.topics at the connector's table topics, or turn value.envelope off")
+            return self._check("change events", Verdict.PROBLEM, f"{where} is not a Debezium change event (no op "
+                               "or source)", "point source.topics at the connector's table topics, or turn "
+                               "value.envelope off")
         t = config.table
         row = event.get("after") or event.get("before") or {}
         position_column = config.decode.envelope_columns.get(EnvelopeField.POSITION)
@@ -398,13 +401,14 @@ class TableDoctor:
         undeclared = sorted(set(row) - set(declared)) if declared is not None else []
         connector = event["source"].get("connector", "?")
         if t.ordering_field != position_column:
-            return self._check("change events", Verdict.WARNING, f"{where}: a {connector} change event; a key's changes "
-                               f"are ordered by {t.ordering_field!r}, not by the log position",
+            return self._check("change events", Verdict.WARNING, f"{where}: a {connector} change event; a key's "
+                               f"changes are ordered by {t.ordering_field!r}, not by the log position",
                                "keep the position (decode.envelope_columns: {position: <column>}) and make that column "
                                "table.ordering_field")
-        if undeclared and config.decode.value.format == DecodeFormat.JSON and not value.lstrip().startswith(b'{"schema"'):
-            return self._check("change events", Verdict.WARNING, f"{where}: the row's column(s) {undeclared} are not in "
-                               "decode.value.schema, and without Connect's schemas they are not mirrored",
+        schemaless = config.decode.value.format == DecodeFormat.JSON and not value.lstrip().startswith(b'{"schema"')
+        if undeclared and schemaless:
+            return self._check("change events", Verdict.WARNING, f"{where}: the row's column(s) {undeclared} are not "
+                               "in decode.value.schema, and without Connect's schemas they are not mirrored",
                                "declare them, or turn the converter's schemas.enable on so that new columns follow")
         return self._check("change events", Verdict.OK, f"{where}: a {connector} change event; its row has the table's "
                            f"keys, and {t.ordering_field!r} orders a key's changes by the log position")

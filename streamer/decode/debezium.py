@@ -113,7 +113,6 @@ class ChangeEvents:
     def unpack(self, envelopes: pa.StructArray) -> Unpacked:
         """Null envelopes (tombstones, bad records) unpack to null rows that are neither deletes
         nor skipped: the record decoder decides about them."""
-        length = len(envelopes)
         op = pc.struct_field(envelopes, "op")
         present = np.asarray(envelopes.is_valid())
         upsert = _flag(pc.is_in(op, pa.array(UPSERT_OPS))) & present
@@ -166,13 +165,14 @@ def log_position(source: pa.StructArray) -> pa.Array:
     connector (see the module's docstring); null where the source does not give it."""
     connector = pc.struct_field(source, "connector")
     is_pg = pc.fill_null(pc.equal(connector, "postgresql"), False)
-    if pc.all(is_pg).as_py():
-        return pc.struct_field(source, "lsn")
+    lsn = pc.struct_field(source, "lsn")
+    if pc.all(pc.or_(is_pg, pc.is_null(connector))).as_py():  # PostgreSQL's (and tombstones, without source)
+        return lsn
     number = pc.struct_field(pc.extract_regex(pc.struct_field(source, "file"), _BINLOG_NUMBER), 0)
     binlog = pc.add(pc.multiply(pc.cast(number, pa.int64(), safe=False), BINLOG_FILE_FACTOR),
                     pc.struct_field(source, "pos"))
     is_mysql = pc.fill_null(pc.equal(connector, "mysql"), False)
-    return pc.if_else(is_pg, pc.struct_field(source, "lsn"), pc.if_else(is_mysql, binlog, pc.struct_field(source, "ts_ms")))
+    return pc.if_else(is_pg, lsn, pc.if_else(is_mysql, binlog, pc.struct_field(source, "ts_ms")))
 
 
 def _skip_kind_of_op(op: pa.Array) -> pa.Array:

@@ -289,7 +289,8 @@ def _delete_checks(value_type: pa.StructType, deletes: Deletes) -> list[tuple[in
     return [(names.index(n), f"a delete without field {n!r}: neither {where} has it{hint}") for n in needed]
 
 
-def _key_fills(value_type: pa.StructType, key_type: pa.DataType | None, deletes: Deletes) -> list[tuple[int, int | None]]:
+def _key_fills(value_type: pa.StructType, key_type: pa.DataType | None,
+               deletes: Deletes) -> list[tuple[int, int | None]]:
     """(value field index, key field index) of the fields a delete takes from the Kafka key
     when it lacks them: fields of a structured key by name; a plain key is the record key when
     it is one field (the key field index is then None)."""
