@@ -20,10 +20,11 @@ from pyspark.sql.streaming import StreamingQuery
 
 from streamer import initial_load
 from streamer.checkpoint import StreamCheckpoint, table_checkpoint
-from streamer.config.choices import BadRecordPolicy, DecodeFormat, SourceFormat
+from streamer.config.choices import BadRecordPolicy, DecodeFormat, Envelope, SourceFormat, TombstonePolicy
 from streamer.config.model import FormatSettings, JobConfig
 from streamer.decode.columns import (
     ADDED_COLUMNS,
+    DELETE,
     ERROR,
     EVOLVING,
     KAFKA_KEY,
@@ -33,10 +34,12 @@ from streamer.decode.columns import (
     KAFKA_TOPIC,
     RAW_KEY,
     RAW_VALUE,
+    SKIPPED,
 )
+from streamer.decode.debezium import COLUMN_TYPES, EnvelopeColumns
 from streamer.decode.evolution import SchemaEvolution, stored_value_schema
 from streamer.decode.formats import FormatSpec, spark_normalized
-from streamer.decode.record_decoder import RecordDecoder
+from streamer.decode.record_decoder import Deletes, RecordDecoder
 from streamer.decode.registry import SchemaRegistryClient
 from streamer.decode.value_schema import compare, evolve_json
 from streamer.errors import StartupError
@@ -51,6 +54,7 @@ from streamer.preflight import (
     evolution_problems,
     format_spec,
     identity_problems,
+    key_spec,
 )
 from streamer.quarantine import QuarantineTable
 from streamer.scheduler import BackgroundExecutor, TableServices
@@ -100,22 +104,25 @@ class TableJob:
         """Check the config against schemas and the table on disk, then open the table's writer
         (which rolls back what a crashed run left inflight) and resume pending service plans."""
         value = _format_spec(config, config.decode.value, "value")
-        if value.format == DecodeFormat.CONFLUENT_AVRO:
+        if _follows_writer_schemas(config, value):
             value = _value_reader_schema(config, value)
         decoder = build_decoder(config, value)
-        value_columns = tuple(value.arrow_schema.names)
+        value_columns = decoder.value_columns
         table_schema = _table_schema(config, spark, decoder, value_columns)
         t = config.table
         table = _open_table(config, table_schema)
         evolution = None
-        if value.format == DecodeFormat.CONFLUENT_AVRO:
+        if _follows_writer_schemas(config, value):
             registry = config.decode.schema_registry
             evolution = SchemaEvolution(
                 t.name, value.avro_schema, decoder,
-                lambda reader: decoder.with_value(_confluent_avro_spec(reader)),
-                SchemaRegistryClient(registry.url, registry.auth))
+                lambda reader: decoder.with_value(_reader_spec(value.format, reader)),
+                SchemaRegistryClient(registry.url, registry.auth) if registry else None,
+                strict=config.decode.value.envelope == Envelope.DEBEZIUM)
+        deletes = decoder.deletes
         writer = table.writer(
-            WriteOptions(initial_buckets=config.index.initial_buckets, delete_field=t.delete_field,
+            WriteOptions(initial_buckets=config.index.initial_buckets,
+                         delete_field=deletes.column if deletes.made else t.delete_field,
                          log_block_format=t.log_block_format, task_memory_bytes=int(t.write_task_memory_mb * MIB)),
             description=f"mor-streamer job '{t.name}' ({config.config_path})",
         )
@@ -231,18 +238,80 @@ def build_decoder(config: JobConfig, value: FormatSpec) -> RecordDecoder:
     key and ordering fields are required: a record lacking them is a bad record, not a failed batch."""
     d = config.decode
     registry = d.schema_registry
+    columns = [*value.arrow_schema.names, *d.envelope_columns.values()]
     required = () if config.transform else (*config.table.record_key, config.table.ordering_field)
-    missing = [f for f in required if f not in value.arrow_schema.names]
+    missing = [f for f in required if f not in columns]
     if missing:
         raise StartupError(f"{config.config_path}: decode.value: the value schema has no field(s) {missing} "
-                           f"named in table.record_key / table.ordering_field")
-    return RecordDecoder(
-        value=value,
-        key=_format_spec(config, d.key, "key"),
-        registry_url=registry.url if registry else None,
-        registry_auth=registry.auth if registry else None,
-        required_fields=required,
-    )
+                           f"named in table.record_key / table.ordering_field"
+                           + (" (nor does decode.envelope_columns)" if d.value.envelope == Envelope.DEBEZIUM else ""))
+    key = _key_spec(config, value)
+    try:
+        return RecordDecoder(
+            value=value,
+            key=key,
+            registry_url=registry.url if registry else None,
+            registry_auth=registry.auth if registry else None,
+            required_fields=required,
+            deletes=_deletes(config, value, key),
+        )
+    except ValueError as e:
+        raise StartupError(f"{config.config_path}: decode: {e}") from e
+
+
+def _deletes(config: JobConfig, value: FormatSpec, key: FormatSpec) -> Deletes:
+    """Which records delete keys: the value's delete field, tombstones as the config (or the
+    envelope's default) says, Debezium's change events."""
+    d, t = config.decode, config.table
+    debezium = d.value.envelope == Envelope.DEBEZIUM
+    envelope = EnvelopeColumns(tuple(d.envelope_columns.items())) if debezium else None
+    needed = (*t.record_key, *(f for f in t.partition_by if f not in t.record_key))
+    key_type = key.decoded_type()
+    if key_type is not None and pa.types.is_struct(key_type):
+        lacking = [f for f in needed if key_type.get_field_index(f) < 0]
+    elif key_type is not None and pa.types.is_string(key_type) and len(needed) == 1:
+        lacking = []
+    else:
+        lacking = list(needed)
+    tombstones = d.tombstones
+    if tombstones is None:
+        tombstones = TombstonePolicy.BAD if not debezium else (
+            TombstonePolicy.SKIP if lacking else TombstonePolicy.DELETE)
+        if debezium and lacking:
+            log.info("%s: tombstones are skipped: the Kafka key lacks %s, so a tombstone cannot say which row "
+                     "to delete; the delete event before each tombstone deletes the row", t.name, lacking)
+    if tombstones == TombstonePolicy.DELETE:
+        if lacking:
+            raise StartupError(f"{config.config_path}: decode.tombstones: delete needs a key that gives every record "
+                               f"key and partition field; the key ({d.key.format}) lacks {lacking}")
+        columns = {f.name: f.type for f in value.arrow_schema}
+        columns.update({name: COLUMN_TYPES[field] for field, name in d.envelope_columns.items()})
+        ordering = columns.get(t.ordering_field)
+        if ordering is not None and not pa.types.is_integer(ordering):
+            raise StartupError(f"{config.config_path}: decode.tombstones: delete needs an integer table.ordering_field "
+                               f"('{t.ordering_field}' is {ordering}): a tombstone carries no ordering value, so its "
+                               "delete has 0, which orders it by commit, as Hudi's deletes without one")
+    if config.transform and not debezium and tombstones != TombstonePolicy.DELETE:
+        return Deletes(tombstones)  # the writer reads the delete field, if any, of the transform's rows
+    if config.transform and t.delete_field is not None and t.delete_field not in value.arrow_schema.names:
+        raise StartupError(f"{config.config_path}: decode.tombstones: delete marks deletes in table.delete_field "
+                           f"'{t.delete_field}', which the value does not have (the transform makes it)")
+    return Deletes(tombstones, envelope, needed, t.ordering_field, t.delete_field or DELETE)
+
+
+def _key_spec(config: JobConfig, value: FormatSpec) -> FormatSpec:
+    """The key's format and fields (`streamer.preflight.decoding`)."""
+    try:
+        return key_spec(config, value)
+    except ProblemsFound as e:
+        raise StartupError("\n".join(map(str, e.problems))) from None
+
+
+def _follows_writer_schemas(config: JobConfig, value: FormatSpec) -> bool:
+    """Whether the value's reader schema evolves with the stream: `confluent-avro`, and Debezium's
+    envelope in JSON (with Connect's schemas in the records)."""
+    return value.format == DecodeFormat.CONFLUENT_AVRO or (
+        value.format == DecodeFormat.JSON and config.decode.value.envelope == Envelope.DEBEZIUM)
 
 
 def _format_spec(config: JobConfig, fmt: FormatSettings, role: str) -> FormatSpec:
@@ -267,17 +336,19 @@ def _value_reader_schema(config: JobConfig, configured: FormatSpec) -> FormatSpe
         return configured
     change = compare(json.loads(recorded), json.loads(configured.avro_schema), ADDED_COLUMNS)
     if change.problem is not None:
-        if config.decode.value.schema_file is not None:
-            raise StartupError(f"{config.config_path}: decode.value.schema_file: {config.schema_file(config.decode.value)} "
-                               f"{change.problem} (the reader schema recorded by the table at {config.table.path})")
+        if config.decode.value.schema_file is not None or config.decode.value.schema is not None:
+            which = "schema_file" if config.decode.value.schema_file is not None else "schema"
+            raise StartupError(f"{config.config_path}: decode.value.{which}: the configured schema {change.problem} "
+                               f"(the reader schema recorded by the table at {config.table.path})")
         log.warning("%s: the latest schema registered for '%s-value' %s; its records will be refused",
                     config.table.name, config.source.topics[0], change.problem)
-    return _confluent_avro_spec(evolve_json(recorded, change) if change.evolves else recorded)
+    return _reader_spec(configured.format, evolve_json(recorded, change) if change.evolves else recorded)
 
 
-def _confluent_avro_spec(reader_schema: str) -> FormatSpec:
+def _reader_spec(fmt: DecodeFormat, reader_schema: str) -> FormatSpec:
+    """The value's format with this Avro reader schema and its fields."""
     arrow = spark_normalized(arrow_schema_from_avro(reader_schema))
-    return FormatSpec(DecodeFormat.CONFLUENT_AVRO, arrow, reader_schema)
+    return FormatSpec(fmt, arrow, reader_schema)
 
 
 # ---- the table ---------------------------------------------------------------------------------
@@ -290,7 +361,8 @@ def _table_schema(config: JobConfig, spark: SparkSession, decoder: RecordDecoder
     if clash:
         raise StartupError(f"{config.config_path}: decode.value: field(s) {clash} clash with the Kafka "
                            f"columns the decoder adds ({', '.join(KAFKA_COLUMNS)})")
-    source_schema = pa.schema([f for f in decoder.output_schema if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING)])
+    source_schema = pa.schema([f for f in decoder.output_schema
+                               if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING, SKIPPED)])
     if config.transform:
         empty = spark.createDataFrame([], from_arrow_schema(source_schema))
         empty.createOrReplaceTempView("source")
@@ -309,6 +381,11 @@ def _table_schema(config: JobConfig, spark: SparkSession, decoder: RecordDecoder
     t = config.table
     if t.delete_field:
         arrow = arrow.remove(arrow.get_field_index(t.delete_field))
+    elif DELETE in arrow.names:  # the decoder's marker of deletes (tombstones, change events)
+        arrow = arrow.remove(arrow.get_field_index(DELETE))
+    elif decoder.deletes.made:
+        raise StartupError(f"{config.config_path}: transform: deletes (tombstones, change events) are marked in "
+                           f"the column '{DELETE}' of source; the query must keep it (SELECT *, or name it)")
     return arrow
 
 

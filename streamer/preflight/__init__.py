@@ -35,7 +35,7 @@ from streamer.decode.columns import ADDED_COLUMNS, ERROR, EVOLVING, RAW_KEY, RAW
 from streamer.decode.formats import FormatSpec
 from streamer.decode.record_decoder import RecordDecoder
 from streamer.errors import ConfigError
-from streamer.preflight.decoding import format_spec
+from streamer.preflight.decoding import format_spec, key_spec
 from streamer.preflight.problem import ConfigProblem, ProblemsFound
 from streamer.preflight.rules import TableColumns, column_problems, evolution_problems, identity_problems
 from streamer.preflight.select_list import transform_columns
@@ -51,6 +51,7 @@ __all__ = [
     "evolution_problems",
     "format_spec",
     "identity_problems",
+    "key_spec",
     "load_checked",
 ]
 
@@ -73,9 +74,10 @@ def check(config: JobConfig, registry_timeout: float = REGISTRY_TIMEOUT_SECONDS)
     """Every problem of one loaded config that can be found without Spark (see the module doc)."""
     problems: list[ConfigProblem] = []
     specs: dict[str, FormatSpec | None] = {}
-    for role, fmt in (("value", config.decode.value), ("key", config.decode.key)):
+    for role in ("value", "key"):
         try:
-            specs[role] = format_spec(config, fmt, role, registry_timeout)
+            specs[role] = (format_spec(config, config.decode.value, role, registry_timeout) if role == "value"
+                           else key_spec(config, specs["value"], registry_timeout))
         except ProblemsFound as e:
             problems += e.problems
             specs[role] = None
