@@ -8,7 +8,7 @@ Debezium's PostgreSQL connector as a plugin, writing into the broker the tests u
 The worker runs `org.apache.kafka.connect.cli.ConnectStandalone` with no connector; tests add
 theirs through its REST API (standalone mode serves it too), each with a replication slot and
 topic prefix of its own. Debezium's jars (`io.debezium:debezium-connector-postgres`, fetched by
-`harness.maven`) sit in a plugin directory, isolated from the worker's classpath as Connect loads
+`streamer.sandbox.jars`) sit in a plugin directory, isolated from the worker's classpath as Connect loads
 any plugin. Offsets go to a file and are flushed every second, so that a test knows soon when
 Debezium has handed a change to Kafka (`PostgresServer` shows it as the slot's confirmed LSN).
 """
@@ -23,10 +23,9 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from harness import maven
-from harness.kafka import KAFKA_VERSION, LOG4J_VERSION, java_executable
-from harness.server_process import ServerProcess
-from streamer.kafka.embedded_broker import free_port
+from streamer.sandbox import jars
+from streamer.sandbox.kafka_broker import KAFKA_VERSION, LOG4J_VERSION
+from streamer.sandbox.server_process import ServerProcess, free_port, java_executable
 
 DEBEZIUM_VERSION = "3.6.1.Final"
 CONNECT_ARTIFACTS = (
@@ -61,12 +60,12 @@ Configuration:
 """
 
 
-def connect_jars() -> maven.JarSet:
-    return maven.fetch("kafka-connect", KAFKA_VERSION, CONNECT_ARTIFACTS)
+def connect_jars() -> jars.JarSet:
+    return jars.fetch("kafka-connect", KAFKA_VERSION, CONNECT_ARTIFACTS)
 
 
-def debezium_postgres_jars() -> maven.JarSet:
-    return maven.fetch("debezium-postgres", DEBEZIUM_VERSION, [DEBEZIUM_POSTGRES])
+def debezium_postgres_jars() -> jars.JarSet:
+    return jars.fetch("debezium-postgres", DEBEZIUM_VERSION, [DEBEZIUM_POSTGRES])
 
 
 class KafkaConnect(ServerProcess):

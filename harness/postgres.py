@@ -25,8 +25,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from harness.server_process import ServerProcess
-from streamer.kafka.embedded_broker import free_port
+from streamer.sandbox.server_process import ServerProcess, free_port
 
 USER = "postgres"  # the superuser initdb makes, and the system user that runs the server under root
 PACKAGE = "postgresql"
