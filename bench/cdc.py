@@ -20,15 +20,13 @@ The issue's target: the envelope costs at most 15% of either.
 from __future__ import annotations
 
 import json
-import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
 import yaml
 
-from bench import broker, spark, streaming
+from bench import broker, streaming
 from bench.measure import PathResult, run_measured
 from bench.report import Check, Section
 from bench.workload import SCHEMA, VALUE_DDL, W1, kafka_records
@@ -36,8 +34,8 @@ from streamer.config.choices import EnvelopeField, TombstonePolicy
 from streamer.decode.debezium import EnvelopeColumns
 from streamer.decode.formats import FormatSpec
 from streamer.decode.record_decoder import Deletes, RecordDecoder
-from streamer.kafka.embedded_broker import create_topic, produce
 from streamer.kafka.schema import ARROW_SCHEMA_WITHOUT_HEADERS
+from streamer.sandbox.topics import create_topic, produce
 from table.schema import to_avro_schema
 
 PARTITIONS = 2
@@ -188,21 +186,16 @@ def job(work: Path, w: W1, bootstrap: str, topic: str) -> PathResult:
                               "envelope_columns": {"position": "source_position"}}
     config_path = work / "orders.yaml"
     config_path.write_text(yaml.safe_dump(settings, sort_keys=False))
-    argv = [sys.executable, "-m", "streamer.cli", "run", str(config_path), "--once", "--master", spark.MASTER]
-    for key, value in spark.CONF.items():
-        argv += ["--conf", f"{key}={value}"]
     log_path = work / "streamer.log"
-    code, wall, rss = run_measured(argv, log_path)
+    code, wall, rss = run_measured(streaming.command(config_path), log_path)
     log = log_path.read_text()
     if code != 0:
         return PathResult(f"job-{topic}", f"job: {topic}", 0, 0.0, peak_rss=rss,
                           details={"error": f"exit {code}, log {log_path}:\n" + "\n".join(log.splitlines()[-20:])})
-    lines = [m for m in map(streaming.BATCH_LINE.match, log.splitlines()) if m]
-    ended = [datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f") for m in lines]
-    records = [int(m[3].replace(",", "")) for m in lines]
-    seconds = [float(m[4]) for m in lines]
+    done = streaming.batches(log)
+    seconds = [b.seconds for b in done]
     # The first batch is the initial load; the rest are the upsert batches.
-    upserts = sum(records[1:])
-    span = (ended[-1] - ended[0]).total_seconds() if len(ended) > 1 else 0.0
+    upserts = sum(b.records for b in done[1:])
+    span = (done[-1].ended - done[0].ended).total_seconds() if len(done) > 1 else 0.0
     return PathResult(f"job-{topic}", f"job: streamer run --once, {topic}", upserts, span, seconds[1:],
-                      seconds[0] if seconds else None, peak_rss=rss, details={"micro_batches": len(lines)})
+                      seconds[0] if seconds else None, peak_rss=rss, details={"micro_batches": len(done)})
