@@ -20,7 +20,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from streamer import initial_load
 from streamer.checkpoint import StreamCheckpoint, table_checkpoint
-from streamer.config.choices import BadRecordPolicy, DecodeFormat, Envelope, SourceFormat, TombstonePolicy
+from streamer.config.choices import BadRecordPolicy, DecodeFormat, Envelope, SourceFormat
 from streamer.config.model import FormatSettings, JobConfig
 from streamer.decode.columns import (
     ADDED_COLUMNS,
@@ -36,7 +36,6 @@ from streamer.decode.columns import (
     RAW_VALUE,
     SKIPPED,
 )
-from streamer.decode.debezium import COLUMN_TYPES, EnvelopeColumns
 from streamer.decode.evolution import SchemaEvolution, stored_value_schema
 from streamer.decode.formats import FormatSpec, spark_normalized
 from streamer.decode.record_decoder import Deletes, RecordDecoder
@@ -51,7 +50,9 @@ from streamer.preflight import (
     ProblemsFound,
     TableColumns,
     column_problems,
+    deletes,
     evolution_problems,
+    follows_writer_schemas,
     format_spec,
     identity_problems,
     key_spec,
@@ -104,7 +105,7 @@ class TableJob:
         """Check the config against schemas and the table on disk, then open the table's writer
         (which rolls back what a crashed run left inflight) and resume pending service plans."""
         value = _format_spec(config, config.decode.value, "value")
-        if _follows_writer_schemas(config, value):
+        if follows_writer_schemas(config):
             value = _value_reader_schema(config, value)
         decoder = build_decoder(config, value)
         value_columns = decoder.value_columns
@@ -112,7 +113,7 @@ class TableJob:
         t = config.table
         table = _open_table(config, table_schema)
         evolution = None
-        if _follows_writer_schemas(config, value):
+        if follows_writer_schemas(config):
             registry = config.decode.schema_registry
             evolution = SchemaEvolution(
                 t.name, value.avro_schema, decoder,
@@ -260,43 +261,14 @@ def build_decoder(config: JobConfig, value: FormatSpec) -> RecordDecoder:
 
 
 def _deletes(config: JobConfig, value: FormatSpec, key: FormatSpec) -> Deletes:
-    """Which records delete keys: the value's delete field, tombstones as the config (or the
-    envelope's default) says, Debezium's change events."""
-    d, t = config.decode, config.table
-    debezium = d.value.envelope == Envelope.DEBEZIUM
-    envelope = EnvelopeColumns(tuple(d.envelope_columns.items())) if debezium else None
-    needed = (*t.record_key, *(f for f in t.partition_by if f not in t.record_key))
-    key_type = key.decoded_type()
-    if key_type is not None and pa.types.is_struct(key_type):
-        lacking = [f for f in needed if key_type.get_field_index(f) < 0]
-    elif key_type is not None and pa.types.is_string(key_type) and len(needed) == 1:
-        lacking = []
-    else:
-        lacking = list(needed)
-    tombstones = d.tombstones
-    if tombstones is None:
-        tombstones = TombstonePolicy.BAD if not debezium else (
-            TombstonePolicy.SKIP if lacking else TombstonePolicy.DELETE)
-        if debezium and lacking:
-            log.info("%s: tombstones are skipped: the Kafka key lacks %s, so a tombstone cannot say which row "
-                     "to delete; the delete event before each tombstone deletes the row", t.name, lacking)
-    if tombstones == TombstonePolicy.DELETE:
-        if lacking:
-            raise StartupError(f"{config.config_path}: decode.tombstones: delete needs a key that gives every record "
-                               f"key and partition field; the key ({d.key.format}) lacks {lacking}")
-        columns = {f.name: f.type for f in value.arrow_schema}
-        columns.update({name: COLUMN_TYPES[field] for field, name in d.envelope_columns.items()})
-        ordering = columns.get(t.ordering_field)
-        if ordering is not None and not pa.types.is_integer(ordering):
-            raise StartupError(f"{config.config_path}: decode.tombstones: delete needs an integer table.ordering_field "
-                               f"('{t.ordering_field}' is {ordering}): a tombstone carries no ordering value, so its "
-                               "delete has 0, which orders it by commit, as Hudi's deletes without one")
-    if config.transform and not debezium and tombstones != TombstonePolicy.DELETE:
-        return Deletes(tombstones)  # the writer reads the delete field, if any, of the transform's rows
-    if config.transform and t.delete_field is not None and t.delete_field not in value.arrow_schema.names:
-        raise StartupError(f"{config.config_path}: decode.tombstones: delete marks deletes in table.delete_field "
-                           f"'{t.delete_field}', which the value does not have (the transform makes it)")
-    return Deletes(tombstones, envelope, needed, t.ordering_field, t.delete_field or DELETE)
+    """Which records delete keys (`streamer.preflight.deletes`)."""
+    found = deletes(config, value, key)
+    if found.problems:
+        raise StartupError("\n".join(map(str, found.problems)))
+    if config.decode.tombstones is None and found.deletes.envelope is not None and found.key_lacks:
+        log.info("%s: tombstones are skipped: the Kafka key lacks %s, so a tombstone cannot say which row to "
+                 "delete; the delete event before each tombstone deletes the row", config.table.name, found.key_lacks)
+    return found.deletes
 
 
 def _key_spec(config: JobConfig, value: FormatSpec) -> FormatSpec:
@@ -305,13 +277,6 @@ def _key_spec(config: JobConfig, value: FormatSpec) -> FormatSpec:
         return key_spec(config, value)
     except ProblemsFound as e:
         raise StartupError("\n".join(map(str, e.problems))) from None
-
-
-def _follows_writer_schemas(config: JobConfig, value: FormatSpec) -> bool:
-    """Whether the value's reader schema evolves with the stream: `confluent-avro`, and Debezium's
-    envelope in JSON (with Connect's schemas in the records)."""
-    return value.format == DecodeFormat.CONFLUENT_AVRO or (
-        value.format == DecodeFormat.JSON and config.decode.value.envelope == Envelope.DEBEZIUM)
 
 
 def _format_spec(config: JobConfig, fmt: FormatSettings, role: str) -> FormatSpec:

@@ -63,6 +63,14 @@ def format_spec(config: JobConfig, fmt: FormatSettings, role: str,
     return _spec(config, fmt.format, spark_normalized(arrow), avro, envelope)
 
 
+def follows_writer_schemas(config: JobConfig) -> bool:
+    """Whether the value's reader schema evolves with the stream: `confluent-avro`, and Debezium's
+    envelope in JSON (with Connect's schemas in the records)."""
+    value = config.decode.value
+    return value.format == DecodeFormat.CONFLUENT_AVRO or (
+        value.format == DecodeFormat.JSON and value.envelope == Envelope.DEBEZIUM)
+
+
 def key_spec(config: JobConfig, value: FormatSpec | None, registry_timeout: float | None = None) -> FormatSpec | None:
     """The key's format with the fields it decodes to, as `format_spec`; `json` without a schema
     (Debezium's keys) has the record key's fields, typed as in the value (None without it)."""
