@@ -37,6 +37,7 @@ from streamer.config.choices import BadRecordPolicy, DecodeFormat, Envelope, Env
 from streamer.config.loading import read_configs
 from streamer.config.model import JobConfig
 from streamer.decode.avro import parse_avro, read_avro
+from streamer.decode.ddl import parse_ddl
 from streamer.decode.decoded import BadRecord
 from streamer.decode.registry import CONFLUENT_HEADER_SIZE, SchemaRegistryClient, confluent_schema_id
 from streamer.errors import BrokersUnreachable, SchemaRegistryError
@@ -186,19 +187,7 @@ def change_event(config: JobConfig, value: bytes, timeout: float) -> dict:
 def declared_columns(config: JobConfig) -> list[str] | None:
     """The column names of a declared Spark DDL schema (`name TYPE, ...`); None otherwise."""
     ddl = config.decode.value.schema
-    if ddl is None:
-        return None
-    names, depth, start = [], 0, 0
-    for i, char in enumerate(ddl + ","):
-        if char in "<(":
-            depth += 1
-        elif char in ">)":
-            depth -= 1
-        elif char == "," and depth == 0:
-            column = ddl[start:i].strip()
-            names.append(column[1:].split("`")[0] if column.startswith("`") else column.split()[0])
-            start = i + 1
-    return names
+    return None if ddl is None else parse_ddl(ddl)[0].names
 
 
 # -- the environment -----------------------------------------------------------------------------
