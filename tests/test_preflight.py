@@ -9,6 +9,7 @@ table engine alone). (tests/test_schema_evolution.py holds the DDL reader to Spa
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -216,6 +217,30 @@ def test_a_debezium_table_orders_by_an_envelope_column_and_its_schemaless_key_gi
 
     assert preflight.check(example) == []
     assert preflight.check(transformed) == []
+
+
+@pytest.mark.unit
+def test_an_avro_schema_file_is_the_change_events_and_a_confluent_avro_one_the_rows(tmp_path):
+    row = {"type": "record", "name": "Value", "fields": [
+        {"name": "region", "type": "string"}, {"name": "id", "type": "int"}, {"name": "name", "type": ["null", "string"]}]}
+    envelope = {"type": "record", "name": "Envelope", "fields": [
+        {"name": "before", "type": ["null", row], "default": None}, {"name": "after", "type": ["null", "Value"]},
+        {"name": "op", "type": "string"}, {"name": "ts_ms", "type": ["null", "long"]}]}
+    (tmp_path / "row.avsc").write_text(json.dumps(row))
+    (tmp_path / "envelope.avsc").write_text(json.dumps(envelope))
+    registry = {"url": "http://127.0.0.1:9"}  # never asked: the schema files say it all
+    plain = config_from_mapping(accounts(tmp_path, decode={"value": {
+        "format": "avro", "envelope": "debezium", "schema_file": "envelope.avsc"}}), "accounts.yaml", tmp_path)
+    confluent = config_from_mapping(accounts(tmp_path, decode={"value": {
+        "format": "confluent-avro", "envelope": "debezium", "schema_file": "row.avsc"}, "schema_registry": registry}),
+        "accounts.yaml", tmp_path)
+    not_an_event = config_from_mapping(accounts(tmp_path, decode={"value": {
+        "format": "avro", "envelope": "debezium", "schema_file": "row.avsc"}}), "accounts.yaml", tmp_path)
+
+    assert preflight.check(plain) == [] and preflight.check(confluent) == []
+    assert preflight.format_spec(plain, plain.decode.value, "value").arrow_schema.names == ["region", "id", "name"]
+    assert [(p.key, p.text) for p in preflight.check(not_an_event)] == [
+        ("decode.value.schema_file", f"{tmp_path / 'row.avsc'} is not a Debezium change event's (no `after` record)")]
 
 
 @pytest.mark.unit

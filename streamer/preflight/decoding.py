@@ -2,9 +2,10 @@
 `streamer.decode.ddl`, Avro schema files read and converted, and, for `confluent-avro` without a
 schema file, the latest schema registered for the topic (when the registry answers).
 
-With Debezium's envelope the value's fields are the row's (`after`'s): an Avro schema file or a
-registered schema is the change event's, whose `after` record is taken; with `json`, the row's
-declared fields get an Avro reader schema, which Connect's schemas in the stream evolve."""
+With Debezium's envelope the value's fields are the row's (`after`'s): the `avro` format's schema
+file, and the latest registered schema, are the change event's, whose `after` record is taken
+(a `confluent-avro` schema file is the row's reader schema); with `json`, the row's declared
+fields get an Avro reader schema, which Connect's schemas in the stream evolve."""
 
 from __future__ import annotations
 
@@ -50,10 +51,10 @@ def format_spec(config: JobConfig, fmt: FormatSettings, role: str,
         if avro is None:
             return None
     row = avro
-    if envelope and fmt.format != DecodeFormat.JSON:
+    if envelope and fmt.format == DecodeFormat.AVRO:  # the records' own schema: the change event's
         row = _envelope_row(config, key, schema_file, avro)
-        if fmt.format == DecodeFormat.CONFLUENT_AVRO:  # the latest change event's row is the reader schema
-            avro = row
+    elif envelope and fmt.format == DecodeFormat.CONFLUENT_AVRO and schema_file is None:
+        avro = row = _envelope_row(config, key, schema_file, avro)  # the latest event's row: the reader schema
     try:
         arrow = arrow_schema_from_avro(row)
     except Exception as e:  # the converter says what it cannot take
