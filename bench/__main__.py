@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import backlog, continuous, growth, ingest, machine, partitions, queries, report, services
+from bench import backlog, cdc, continuous, growth, ingest, machine, partitions, queries, report, services
 from bench.workload import SIZES, W1
 
 SCENARIOS = {
@@ -27,6 +27,7 @@ SCENARIOS = {
     "growth": growth.scenario,
     "services": services.scenario,
     "queries": queries.scenario,
+    "cdc": cdc.scenario,
     "partitions": partitions.scenario,
     "backlog": backlog.scenario,
 }

@@ -5,7 +5,8 @@ records is decoded on the executor that routes it, and only its good rows go on.
 `kafka-arrow` source the step also reads the records, from the offset ranges the source planned,
 so they never cross into the JVM. What the
 driver needs besides the rows (the offsets read per Kafka partition, the counts, the bad records
-the policy keeps, the schema ids of records that evolve the table's schema) is added to a
+the policy keeps, the records that write nothing by kind, the schema ids of records that evolve
+the table's schema, with those schemas and where each first came) is added to a
 `BatchTally` accumulator in the same pass, so no Spark job reads the batch a second time.
 
 Each entry of the tally is keyed by the Kafka partition and the first offset of the Arrow batch
@@ -32,6 +33,7 @@ from streamer.decode.columns import (
     KAFKA_TOPIC,
     RAW_KEY,
     RAW_VALUE,
+    SKIPPED,
 )
 from streamer.decode.record_decoder import RecordDecoder
 from streamer.kafka.options import SourceOptions
@@ -55,6 +57,7 @@ class SliceRead:
     oldest_timestamp: int | None  # Kafka timestamps, microseconds since the epoch
     newest_timestamp: int | None
     fetch_seconds: float = 0.0  # reading it from Kafka, when the step read it
+    skipped: tuple[tuple[str, int], ...] = ()  # (kind, count) of the records that write nothing
 
 
 @dataclass
@@ -65,12 +68,17 @@ class BatchTally:
     bad_rows: dict[tuple[str, int, int], bytes] = field(default_factory=dict)  # Arrow IPC of BAD_COLUMNS
     samples: dict[tuple[str, int, int], str] = field(default_factory=dict)  # (topic, partition, offset) -> reason
     evolving: set[int] = field(default_factory=set)  # schema ids that evolve the reader schema
+    writer_schemas: dict[int, str] = field(default_factory=dict)  # those ids' schemas, where the decoder has them
+    evolving_at: dict[int, tuple[str, int, int]] = field(default_factory=dict)  # id -> its first record
 
     def merge(self, other: "BatchTally") -> "BatchTally":
         self.reads.update(other.reads)
         self.bad_rows.update(other.bad_rows)
         self.samples.update(other.samples)
         self.evolving |= other.evolving
+        self.writer_schemas.update(other.writer_schemas)
+        for schema_id, where in other.evolving_at.items():
+            self.evolving_at[schema_id] = min(where, self.evolving_at.get(schema_id, where))
         return self
 
     @property
@@ -80,6 +88,15 @@ class BatchTally:
     @property
     def bad(self) -> int:
         return sum(r.bad for r in self.reads.values())
+
+    @property
+    def skipped(self) -> dict[str, int]:
+        """Records that write nothing (heartbeats, truncates, skipped tombstones...), by kind."""
+        counts: dict[str, int] = {}
+        for read in self.reads.values():
+            for kind, count in read.skipped:
+                counts[kind] = counts.get(kind, 0) + count
+        return counts
 
     def offsets_read(self) -> dict[str, dict[int, int]]:
         """topic -> partition -> the next offset to read after this batch."""
@@ -162,10 +179,14 @@ class DecodeStep:
         error = decoded.column(ERROR)
         bad = error.is_valid()
         deferred = decoded.column(EVOLVING).is_valid() if EVOLVING in decoded.schema.names else None
+        skipped = decoded.column(SKIPPED) if SKIPPED in decoded.schema.names else None
         self.tally.add(self._tally(decoded, bad, deferred, fetch_seconds))
-        good = pc.invert(bad) if deferred is None else pc.invert(pc.or_(bad, deferred))
+        dropped = bad
+        for other in (deferred, None if skipped is None else skipped.is_valid()):
+            if other is not None:
+                dropped = pc.or_(dropped, other)
         rows = decoded.select(list(self.columns))
-        return rows if error.null_count == len(error) and deferred is None else rows.filter(good)
+        return rows if dropped.true_count == 0 else rows.filter(pc.invert(dropped))
 
     def _tally(self, decoded: pa.RecordBatch, bad: pa.BooleanArray, deferred: pa.BooleanArray | None,
                fetch_seconds: float) -> BatchTally:
@@ -181,12 +202,17 @@ class DecodeStep:
             runs = [(t, p, np.asarray(i)) for t, p, i in zip(grouped["t"].to_pylist(), grouped["p"].to_pylist(),
                                                              grouped["i_list"].to_numpy(zero_copy_only=False))]
         bad_rows = np.asarray(bad)
+        kinds = decoded.column(SKIPPED) if SKIPPED in decoded.schema.names else None
         for topic, partition, rows in runs:
             first = int(offsets[rows].min())
             span = pc.min_max(stamps.take(pa.array(rows)))
+            skipped = ()
+            if kinds is not None and kinds.null_count < len(kinds):
+                counts = pc.value_counts(kinds.take(pa.array(rows)).drop_null()).to_pylist()
+                skipped = tuple(sorted((c["values"], c["counts"]) for c in counts))
             tally.reads[(topic, partition, first)] = SliceRead(
                 int(offsets[rows].max()), len(rows), int(bad_rows[rows].sum()), span["min"].as_py(), span["max"].as_py(),
-                fetch_seconds * len(rows) / len(offsets))
+                fetch_seconds * len(rows) / len(offsets), skipped)
         if bad_rows.any():
             where = np.flatnonzero(bad_rows)
             errors = decoded.column(ERROR).take(pa.array(where[:SAMPLES])).to_pylist()
@@ -200,6 +226,12 @@ class DecodeStep:
                 key = (topics[int(where[0])].as_py(), partitions[int(where[0])].as_py(), int(offsets[where[0]]))
                 tally.bad_rows[key] = sink.getvalue().to_pybytes()
         if deferred is not None and deferred.true_count:
-            ids = pc.unique(pc.filter(decoded.column(EVOLVING), deferred))
-            tally.evolving.update(ids.to_pylist())
+            column = decoded.column(EVOLVING)
+            ids = pc.unique(pc.filter(column, deferred)).to_pylist()
+            tally.evolving.update(ids)
+            known = self.decoder.writer_schemas
+            tally.writer_schemas.update({i: known[i] for i in ids if i in known})
+            for schema_id in ids:
+                row = int(pc.index(column, schema_id).as_py())
+                tally.evolving_at[schema_id] = (topics[row].as_py(), partitions[row].as_py(), int(offsets[row]))
         return tally

@@ -20,10 +20,11 @@ from pyspark.sql.streaming import StreamingQuery
 
 from streamer import initial_load
 from streamer.checkpoint import StreamCheckpoint, table_checkpoint
-from streamer.config.choices import BadRecordPolicy, DecodeFormat, SourceFormat
+from streamer.config.choices import BadRecordPolicy, DecodeFormat, Envelope, SourceFormat
 from streamer.config.model import FormatSettings, JobConfig
 from streamer.decode.columns import (
     ADDED_COLUMNS,
+    DELETE,
     ERROR,
     EVOLVING,
     KAFKA_KEY,
@@ -33,10 +34,11 @@ from streamer.decode.columns import (
     KAFKA_TOPIC,
     RAW_KEY,
     RAW_VALUE,
+    SKIPPED,
 )
 from streamer.decode.evolution import SchemaEvolution, stored_value_schema
 from streamer.decode.formats import FormatSpec, spark_normalized
-from streamer.decode.record_decoder import RecordDecoder
+from streamer.decode.record_decoder import Deletes, RecordDecoder
 from streamer.decode.registry import SchemaRegistryClient
 from streamer.decode.value_schema import compare, evolve_json
 from streamer.errors import StartupError
@@ -48,9 +50,12 @@ from streamer.preflight import (
     ProblemsFound,
     TableColumns,
     column_problems,
+    deletes,
     evolution_problems,
+    follows_writer_schemas,
     format_spec,
     identity_problems,
+    key_spec,
 )
 from streamer.quarantine import QuarantineTable
 from streamer.scheduler import BackgroundExecutor, TableServices
@@ -100,22 +105,25 @@ class TableJob:
         """Check the config against schemas and the table on disk, then open the table's writer
         (which rolls back what a crashed run left inflight) and resume pending service plans."""
         value = _format_spec(config, config.decode.value, "value")
-        if value.format == DecodeFormat.CONFLUENT_AVRO:
+        if follows_writer_schemas(config):
             value = _value_reader_schema(config, value)
         decoder = build_decoder(config, value)
-        value_columns = tuple(value.arrow_schema.names)
+        value_columns = decoder.value_columns
         table_schema = _table_schema(config, spark, decoder, value_columns)
         t = config.table
         table = _open_table(config, table_schema)
         evolution = None
-        if value.format == DecodeFormat.CONFLUENT_AVRO:
+        if follows_writer_schemas(config):
             registry = config.decode.schema_registry
             evolution = SchemaEvolution(
                 t.name, value.avro_schema, decoder,
-                lambda reader: decoder.with_value(_confluent_avro_spec(reader)),
-                SchemaRegistryClient(registry.url, registry.auth))
+                lambda reader: decoder.with_value(_reader_spec(value.format, reader)),
+                SchemaRegistryClient(registry.url, registry.auth) if registry else None,
+                strict=config.decode.value.envelope == Envelope.DEBEZIUM)
+        deletes = decoder.deletes
         writer = table.writer(
-            WriteOptions(initial_buckets=config.index.initial_buckets, delete_field=t.delete_field,
+            WriteOptions(initial_buckets=config.index.initial_buckets,
+                         delete_field=deletes.column if deletes.made else t.delete_field,
                          log_block_format=t.log_block_format, task_memory_bytes=int(t.write_task_memory_mb * MIB)),
             description=f"mor-streamer job '{t.name}' ({config.config_path})",
         )
@@ -231,18 +239,44 @@ def build_decoder(config: JobConfig, value: FormatSpec) -> RecordDecoder:
     key and ordering fields are required: a record lacking them is a bad record, not a failed batch."""
     d = config.decode
     registry = d.schema_registry
+    columns = [*value.arrow_schema.names, *d.envelope_columns.values()]
     required = () if config.transform else (*config.table.record_key, config.table.ordering_field)
-    missing = [f for f in required if f not in value.arrow_schema.names]
+    missing = [f for f in required if f not in columns]
     if missing:
         raise StartupError(f"{config.config_path}: decode.value: the value schema has no field(s) {missing} "
-                           f"named in table.record_key / table.ordering_field")
-    return RecordDecoder(
-        value=value,
-        key=_format_spec(config, d.key, "key"),
-        registry_url=registry.url if registry else None,
-        registry_auth=registry.auth if registry else None,
-        required_fields=required,
-    )
+                           f"named in table.record_key / table.ordering_field"
+                           + (" (nor does decode.envelope_columns)" if d.value.envelope == Envelope.DEBEZIUM else ""))
+    key = _key_spec(config, value)
+    try:
+        return RecordDecoder(
+            value=value,
+            key=key,
+            registry_url=registry.url if registry else None,
+            registry_auth=registry.auth if registry else None,
+            required_fields=required,
+            deletes=_deletes(config, value, key),
+        )
+    except ValueError as e:
+        raise StartupError(f"{config.config_path}: decode: {e}") from e
+
+
+def _deletes(config: JobConfig, value: FormatSpec, key: FormatSpec) -> Deletes:
+    """Which records delete keys (`streamer.preflight.deletes`)."""
+    found = deletes(config, value, key)
+    if found.problems:
+        raise StartupError("\n".join(map(str, found.problems)))
+    if config.decode.tombstones is None and found.deletes.envelope is not None and found.key_lacks:
+        log.info("%s: tombstones are skipped: the Kafka key lacks %s, so a tombstone cannot say which row to "
+                 "delete; the delete event before each tombstone deletes the row", config.table.name, found.key_lacks)
+    return found.deletes
+
+
+def _key_spec(config: JobConfig, value: FormatSpec) -> FormatSpec:
+    """The key's format and fields (`streamer.preflight.decoding`)."""
+    try:
+        return key_spec(config, value)
+    except ProblemsFound as e:
+        raise StartupError("\n".join(map(str, e.problems))) from None
 
 
 def _format_spec(config: JobConfig, fmt: FormatSettings, role: str) -> FormatSpec:
@@ -267,17 +301,19 @@ def _value_reader_schema(config: JobConfig, configured: FormatSpec) -> FormatSpe
         return configured
     change = compare(json.loads(recorded), json.loads(configured.avro_schema), ADDED_COLUMNS)
     if change.problem is not None:
-        if config.decode.value.schema_file is not None:
-            raise StartupError(f"{config.config_path}: decode.value.schema_file: {config.schema_file(config.decode.value)} "
-                               f"{change.problem} (the reader schema recorded by the table at {config.table.path})")
+        if config.decode.value.schema_file is not None or config.decode.value.schema is not None:
+            which = "schema_file" if config.decode.value.schema_file is not None else "schema"
+            raise StartupError(f"{config.config_path}: decode.value.{which}: the configured schema {change.problem} "
+                               f"(the reader schema recorded by the table at {config.table.path})")
         log.warning("%s: the latest schema registered for '%s-value' %s; its records will be refused",
                     config.table.name, config.source.topics[0], change.problem)
-    return _confluent_avro_spec(evolve_json(recorded, change) if change.evolves else recorded)
+    return _reader_spec(configured.format, evolve_json(recorded, change) if change.evolves else recorded)
 
 
-def _confluent_avro_spec(reader_schema: str) -> FormatSpec:
+def _reader_spec(fmt: DecodeFormat, reader_schema: str) -> FormatSpec:
+    """The value's format with this Avro reader schema and its fields."""
     arrow = spark_normalized(arrow_schema_from_avro(reader_schema))
-    return FormatSpec(DecodeFormat.CONFLUENT_AVRO, arrow, reader_schema)
+    return FormatSpec(fmt, arrow, reader_schema)
 
 
 # ---- the table ---------------------------------------------------------------------------------
@@ -290,7 +326,8 @@ def _table_schema(config: JobConfig, spark: SparkSession, decoder: RecordDecoder
     if clash:
         raise StartupError(f"{config.config_path}: decode.value: field(s) {clash} clash with the Kafka "
                            f"columns the decoder adds ({', '.join(KAFKA_COLUMNS)})")
-    source_schema = pa.schema([f for f in decoder.output_schema if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING)])
+    source_schema = pa.schema([f for f in decoder.output_schema
+                               if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING, SKIPPED)])
     if config.transform:
         empty = spark.createDataFrame([], from_arrow_schema(source_schema))
         empty.createOrReplaceTempView("source")
@@ -309,6 +346,11 @@ def _table_schema(config: JobConfig, spark: SparkSession, decoder: RecordDecoder
     t = config.table
     if t.delete_field:
         arrow = arrow.remove(arrow.get_field_index(t.delete_field))
+    elif DELETE in arrow.names:  # the decoder's marker of deletes (tombstones, change events)
+        arrow = arrow.remove(arrow.get_field_index(DELETE))
+    elif decoder.deletes.made:
+        raise StartupError(f"{config.config_path}: transform: deletes (tombstones, change events) are marked in "
+                           f"the column '{DELETE}' of source; the query must keep it (SELECT *, or name it)")
     return arrow
 
 

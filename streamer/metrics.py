@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from streamer.decode.debezium import SKIP_KINDS
+
 if TYPE_CHECKING:
     from streamer.sink import BatchReport
 
@@ -56,6 +58,8 @@ class Metrics:
         self.records_written = counter("records_written", "Rows upserted (the commits' write stats).")
         self.records_deleted = counter("records_deleted", "Keys deleted (the commits' write stats).")
         self.records_bad = counter("records_bad", "Records that could not be decoded (skipped or quarantined).")
+        self.records_ignored = counter("records_ignored", "Records that write nothing, by kind: tombstones "
+                                       "skipped, Debezium's truncates, heartbeats, schema changes...", ("table", "kind"))
         self.batches = counter("batches", "Micro-batches committed.")
         self.batch_seconds = Histogram(PREFIX + "batch_duration_seconds", "A micro-batch from its start to its "
                                        "services' end.", t, buckets=SECONDS_BUCKETS, registry=r)
@@ -143,6 +147,8 @@ class TableMetrics:
         for family in (m.records_read, m.records_written, m.records_deleted, m.records_bad, m.batches,
                        m.backpressure, m.backpressure_seconds, m.pending_compactions, m.pending_resizes):
             family.labels(table)  # present from the start, at 0
+        for kind in SKIP_KINDS:
+            m.records_ignored.labels(table, kind)
         m.batch_seconds.labels(table)
         m.commit_latency.labels(table)
         for service in SERVICES:
@@ -171,6 +177,8 @@ class TableMetrics:
         m.records_written.labels(t).inc(report.upserted)
         m.records_deleted.labels(t).inc(report.deleted)
         m.records_bad.labels(t).inc(report.bad)
+        for kind, count in report.ignored.items():
+            m.records_ignored.labels(t, kind).inc(count)
         m.batch_seconds.labels(t).observe(seconds)
         for phase, spent in report.phases.items():
             m.phase_seconds.labels(t, phase).inc(spent)

@@ -32,7 +32,8 @@ from streamer.checkpoint import (
     table_checkpoint,
 )
 from streamer.config.choices import BadRecordPolicy
-from streamer.decode.columns import ERROR, EVOLVING, RAW_KEY, RAW_VALUE
+from streamer.decode.columns import ERROR, EVOLVING, RAW_KEY, RAW_VALUE, SKIPPED
+from streamer.decode.debezium import TRUNCATE
 from streamer.decode.evolution import VALUE_SCHEMA_KEY, SchemaEvolution
 from streamer.decode.record_decoder import RecordDecoder
 from streamer.errors import BadRecordError, SchemaEvolutionFailed, StopRequested, TableWriteError
@@ -95,6 +96,7 @@ class BatchReport:
     files_written: int = 0
     bad: int = 0
     bad_policy: BadRecordPolicy = BadRecordPolicy.FAIL
+    ignored: dict[str, int] = field(default_factory=dict)  # records that write nothing, by kind
     instant: str | None = None
     replayed: bool = False
     seconds: float = 0.0
@@ -120,10 +122,12 @@ class BatchReport:
             return f"{self.table} {self.what}: already committed by this query, skipped (replay)"
         dropped = "quarantined" if self.bad_policy == BadRecordPolicy.QUARANTINE else "skipped"
         bad = f", {self.bad:,} {dropped}" if self.bad else ""
+        ignored = (", ignored: " + ", ".join(f"{n:,} {kind}" for kind, n in sorted(self.ignored.items()))
+                   if self.ignored else "")
         lag = "; lag " + ", ".join(f"{t} {n:,}" for t, n in sorted(self.lag.items())) if self.lag else ""
         return (f"{self.table} {self.what}: {self.records:,} records, {self.upserted:,} upserted, "
-                f"{self.deleted:,} deleted{bad}, {self.files_written} files -> deltacommit {self.instant} "
-                f"in {self.seconds:.1f}s{lag}")
+                f"{self.deleted:,} deleted{bad}{ignored}, {self.files_written} files -> deltacommit "
+                f"{self.instant} in {self.seconds:.1f}s{lag}")
 
 
 @dataclass
@@ -268,14 +272,19 @@ class UpsertSink:
         commit, written, tally = self._write(df)
         planned = time.monotonic() - written.wall_seconds
         try:
-            report.records, report.bad = tally.records, tally.bad
+            report.records, report.bad, report.ignored = tally.records, tally.bad, tally.skipped
             read = tally.offsets_read() if planned_ends is None else planned_ends
             if report.bad:
                 self._handle_bad(tally, query_id, batch_id, report.what)
+            if report.ignored.get(TRUNCATE):
+                log.warning("%s %s: %d truncate event(s) ignored: the table keeps the rows the database "
+                            "truncated (a mirror deletes row by row; see 'Mirroring a database' in the docs)",
+                            s.table_name, report.what, report.ignored[TRUNCATE])
             checkpoint = self._checkpoint.advanced(query_id, batch_id, read)
-            extra = {CHECKPOINT_KEY: checkpoint.to_json(),
-                     BATCH_STATS_KEY: json.dumps({"records": report.records, "bad": report.bad,
-                                                  "badPolicy": s.on_error})}
+            stats = {"records": report.records, "bad": report.bad, "badPolicy": s.on_error}
+            if report.ignored:
+                stats["ignored"] = report.ignored
+            extra = {CHECKPOINT_KEY: checkpoint.to_json(), BATCH_STATS_KEY: json.dumps(stats)}
             if self.evolution is not None:
                 extra[VALUE_SCHEMA_KEY] = self.evolution.reader_schema
             lost = self._lost_offsets(query_id, tally.first_offsets())
@@ -322,7 +331,7 @@ class UpsertSink:
             if not evolving:
                 return commit, written, tally.value
             _abandon_quietly(commit)
-            if not self.evolution.evolve(evolving):
+            if not self.evolution.evolve(evolving, tally.value.writer_schemas, tally.value.evolving_at):
                 break
         raise SchemaEvolutionFailed(f"{self.settings.table_name}: records of writer schema id(s) "
                                     f"{sorted(evolving)} evolve the table's schema, but it could not be evolved")
@@ -339,7 +348,8 @@ class UpsertSink:
             schema = pa.schema([decoder.output_schema.field(c) for c in value_columns])
             commit = self.writer.begin_delta_commit(self.writer.check_schema(schema))
             return commit, write_dataframe(commit, df, step)
-        decoded_schema = pa.schema([f for f in decoder.output_schema if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING)])
+        decoded_schema = pa.schema([f for f in decoder.output_schema
+                                    if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING, SKIPPED)])
         step = DecodeStep(decoder, tuple(decoded_schema.names), keep_bad_rows, tally, self.settings.source)
         decoded = df.mapInArrow(step.decoded_batches, from_arrow_schema(decoded_schema))
         decoded.createOrReplaceTempView("source")  # the batch's own session: queries never share it

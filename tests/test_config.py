@@ -109,8 +109,10 @@ def test_examples_directory_loads_every_example(monkeypatch):
 
     configs = load_configs(EXAMPLES)
 
-    assert [c.table.name for c in configs] == ["clicks", "orders", "payments"]
-    clicks, _, payments = configs
+    assert [c.table.name for c in configs] == ["accounts", "clicks", "orders", "payments"]
+    accounts, clicks, _, payments = configs
+    assert accounts.decode.value.envelope == "debezium"
+    assert accounts.decode.envelope_columns == {"position": "source_position", "op": "source_op"}
     assert clicks.table.path == "/srv/lake/tables/clicks"
     assert clicks.source.reader_options()["subscribePattern"] == r"clicks\..*"
     assert clicks.decode.schema_registry.url == "http://localhost:8081"
@@ -468,6 +470,38 @@ def test_schema_rules_of_structured_formats(tmp_path, side, fmt, schema, schema_
         assert getattr(config.decode, side).format == fmt
     else:
         assert problems_of(data, tmp_path) == (f"orders.yaml: decode.{side}{expected}",)
+
+
+DEBEZIUM_VALUE = {"format": "json", "envelope": "debezium", "schema": "order_id STRING, updated_at BIGINT"}
+
+
+def test_a_debezium_table_may_leave_its_json_key_without_a_schema_and_keep_envelope_fields():
+    config = config_from_mapping(minimal(
+        table={"ordering_field": "lsn"},
+        decode={"key": {"format": "json"}, "value": DEBEZIUM_VALUE, "envelope_columns": {"position": "lsn"},
+                "tombstones": "delete"}))
+    assert (config.decode.value.envelope, config.decode.envelope_columns) == ("debezium", {"position": "lsn"})
+    assert config.decode.tombstones == "delete"
+
+
+@pytest.mark.parametrize(("changes", "expected"), [
+    ({"decode": {"envelope_columns": {"position": "lsn"}}},
+     "decode.envelope_columns: only allowed with value.envelope: debezium"),
+    ({"decode": {"key": {"format": "json"}}},
+     "decode.key: format json needs exactly one of schema (Spark DDL) or schema_file (.avsc)"),
+    ({"decode": {"key": {"format": "none"}, "tombstones": "delete"}},
+     "decode.tombstones: delete needs a key to delete: key.format is none"),
+    ({"decode": {"value": DEBEZIUM_VALUE, "envelope_columns": {"position": "a", "op": "a"}}},
+     "decode.envelope_columns.op: column 'a' is named twice"),
+    ({"decode": {"value": DEBEZIUM_VALUE}, "table": {"delete_field": "deleted"}},
+     "table.delete_field: not allowed with decode.value.envelope: debezium: the change events say which records "
+     "are deletes"),
+    ({"decode": {"envelope_columns": {"lsn": "lsn"}, "value": DEBEZIUM_VALUE}},
+     "decode.envelope_columns.lsn: should be 'position', 'op', 'source_ts_ms' or 'ts_ms' (got 'lsn')"),
+])
+def test_change_event_settings_that_do_not_fit_name_the_key(changes, expected):
+    problems = problems_of(minimal(**changes))
+    assert any(p.startswith(f"orders.yaml: {expected}") for p in problems), problems
 
 
 @pytest.mark.parametrize("fmt", ["none", "string", "binary"])

@@ -102,7 +102,7 @@ def test_a_healthy_table_passes_every_check(kafka_bootstrap, kafka_topic, tmp_pa
     assert code == 0, checks
     assert {subject: verdict for subject, (verdict, _) in checks.items()} == {
         s: "ok" for s in ("brokers", "topics", "partitions", "offsets held", "storage", "writer lease", "pending",
-                          "timeline", "compaction")}
+                          "timeline", "compaction", "keys")}
     assert checks["topics"][1] == f"{topic} (2 partitions)"
     assert checks["offsets held"][1] == "yes; the table is 400 records behind"
 

@@ -9,6 +9,7 @@ table engine alone). (tests/test_schema_evolution.py holds the DDL reader to Spa
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from ingestion import committed_table, order_config, run_streamer, write_config
 from streamer import preflight
 from streamer.cli import main as cli
 from streamer.cli.demo import change_events
-from streamer.config.loading import config_from_mapping
+from streamer.config.loading import config_from_mapping, load_config
 from streamer.decode.ddl import parse_ddl
 from streamer.preflight.select_list import transform_columns
 
@@ -180,6 +181,102 @@ def test_an_existing_tables_columns_must_take_the_values_fields(tmp_path):
     assert problem.key == "decode.value"
     assert problem.text.startswith(f"the table at {tmp_path / 'tables' / 'orders'} cannot take these columns: ")
     assert problem.fix.startswith("keep the table's columns, with the same or wider types")
+
+
+# -- change events ---------------------------------------------------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "configs" / "examples" / "accounts-postgres-cdc.yaml"
+ACCOUNTS_ROW = "region STRING, id INT, name STRING, balance DOUBLE, visits BIGINT, active BOOLEAN"
+
+
+def accounts(tmp: Path, **changes) -> dict:
+    """A table mirrored from Debezium's change events, as the example config has it."""
+    config = {
+        "table": {"name": "accounts", "path": "tables/accounts", "record_key": ["region", "id"],
+                  "partition_by": "region", "ordering_field": "source_position"},
+        "source": {"bootstrap_servers": BROKER, "topics": "pg.public.accounts"},
+        "decode": {"key": {"format": "json"},
+                   "value": {"format": "json", "envelope": "debezium", "schema": ACCOUNTS_ROW},
+                   "envelope_columns": {"position": "source_position", "op": "source_op"}},
+    }
+    for section, values in changes.items():
+        if isinstance(values, dict):
+            config.setdefault(section, {}).update(values)
+        else:
+            config[section] = values
+    return config
+
+
+@pytest.mark.unit
+def test_a_debezium_table_orders_by_an_envelope_column_and_its_schemaless_key_gives_the_record_key(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("MOR_STREAMER_DATA", str(tmp_path))  # the example's table path
+    example = load_config(EXAMPLE)
+    transformed = config_from_mapping(accounts(tmp_path, transform="SELECT *, upper(name) AS label FROM source"),
+                                      "accounts.yaml", tmp_path)
+
+    assert preflight.check(example) == []
+    assert preflight.check(transformed) == []
+
+
+@pytest.mark.unit
+def test_an_avro_schema_file_is_the_change_events_and_a_confluent_avro_one_the_rows(tmp_path):
+    row = {"type": "record", "name": "Value", "fields": [
+        {"name": "region", "type": "string"}, {"name": "id", "type": "int"}, {"name": "name", "type": ["null", "string"]}]}
+    envelope = {"type": "record", "name": "Envelope", "fields": [
+        {"name": "before", "type": ["null", row], "default": None}, {"name": "after", "type": ["null", "Value"]},
+        {"name": "op", "type": "string"}, {"name": "ts_ms", "type": ["null", "long"]}]}
+    (tmp_path / "row.avsc").write_text(json.dumps(row))
+    (tmp_path / "envelope.avsc").write_text(json.dumps(envelope))
+    registry = {"url": "http://127.0.0.1:9"}  # never asked: the schema files say it all
+    plain = config_from_mapping(accounts(tmp_path, decode={"value": {
+        "format": "avro", "envelope": "debezium", "schema_file": "envelope.avsc"}}), "accounts.yaml", tmp_path)
+    confluent = config_from_mapping(accounts(tmp_path, decode={"value": {
+        "format": "confluent-avro", "envelope": "debezium", "schema_file": "row.avsc"}, "schema_registry": registry}),
+        "accounts.yaml", tmp_path)
+    not_an_event = config_from_mapping(accounts(tmp_path, decode={"value": {
+        "format": "avro", "envelope": "debezium", "schema_file": "row.avsc"}}), "accounts.yaml", tmp_path)
+
+    assert preflight.check(plain) == [] and preflight.check(confluent) == []
+    assert preflight.format_spec(plain, plain.decode.value, "value").arrow_schema.names == ["region", "id", "name"]
+    assert [(p.key, p.text) for p in preflight.check(not_an_event)] == [
+        ("decode.value.schema_file", f"{tmp_path / 'row.avsc'} is not a Debezium change event's (no `after` record)")]
+
+
+@pytest.mark.unit
+def test_run_refuses_a_debezium_config_whose_ordering_column_is_misspelt_without_starting_spark(tmp_path):
+    configs = tmp_path / "configs"
+    write_config(configs, accounts(tmp_path, table={"ordering_field": "source_postion"}))
+
+    code, out = run_streamer(["run", str(configs), "--once"], timeout=120)
+
+    assert code == 2, out
+    assert not SPARK_STARTED.search(out), out
+    assert "table.ordering_field: no column 'source_postion' in the value's fields (region, id, name, balance, " \
+           "visits, active, source_position, source_op); did you mean 'source_position'?" in out, out
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("changes, key, phrase", [
+    ({"table": {"partition_by": "name"}, "decode": {"tombstones": "delete"}},
+     "decode.tombstones", "delete needs a key that gives every record key and partition field; the key (json) "
+                          "lacks ['name']"),
+    ({"table": {"ordering_field": "name"}, "decode": {"tombstones": "delete"}},
+     "decode.tombstones", "delete needs an integer table.ordering_field ('name' is string)"),
+    ({"decode": {"envelope_columns": {"position": "balance"}}},
+     "decode.envelope_columns.position", "column 'balance' is a field of the value's row"),
+    ({"decode": {"envelope_columns": {"position": "source_position", "op": "kafka_topic"}}},
+     "decode.envelope_columns.op", "column 'kafka_topic' is one the decoder adds"),
+    ({"transform": "SELECT region, id, name, source_position FROM source"},
+     "transform", "deletes (tombstones, change events) are marked in the column '_delete' of source, which the "
+                  "query leaves out"),
+])
+def test_change_event_settings_that_cannot_work_are_found_before_spark(tmp_path, changes, key, phrase):
+    config = config_from_mapping(accounts(tmp_path, **changes), "accounts.yaml", tmp_path)
+
+    found = [(p.key, p.text) for p in preflight.check(config)]
+
+    assert any(k == key and phrase in text for k, text in found), found
 
 
 # -- the DDL reader --------------------------------------------------------------------------------

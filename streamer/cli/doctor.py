@@ -6,8 +6,9 @@ out (no brokers answering: no topics to look at). The checks follow the order a 
 the configs (every problem of every file, as `streamer run` finds them before Spark starts:
 `streamer.preflight`), Java and Spark, Spark's Kafka connector (`format: kafka`); then, per
 table, the brokers, topics, partitions and the retention of the table's offsets, the schema
-registry, the table's storage, its writer lease, pending instants, the timeline and archival,
-compaction debt and the quarantine table.
+registry, the change events of a Debezium topic against the config, the table's storage, its
+writer lease, pending instants, the timeline and archival, compaction debt and the quarantine
+table.
 
 Nothing is changed: no lease is taken, no Spark session started; the only write is a probe file
 in the table's `.hoodie/.aux/` (or the directory that would hold a new table), removed at once.
@@ -15,6 +16,7 @@ in the table's `.hoodie/.aux/` (or the directory that would hold a new table), r
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -31,12 +33,17 @@ from streamer import preflight
 from streamer.checkpoint import table_checkpoint
 from streamer.cli.describe import file_groups
 from streamer.cli.output import human_bytes
-from streamer.config.choices import BadRecordPolicy, SourceFormat
+from streamer.config.choices import BadRecordPolicy, DecodeFormat, Envelope, EnvelopeField, SourceFormat
 from streamer.config.loading import read_configs
 from streamer.config.model import JobConfig
-from streamer.decode.registry import SchemaRegistryClient
+from streamer.decode.avro import parse_avro, read_avro
+from streamer.decode.ddl import parse_ddl
+from streamer.decode.decoded import BadRecord
+from streamer.decode.registry import CONFLUENT_HEADER_SIZE, SchemaRegistryClient, confluent_schema_id
 from streamer.errors import BrokersUnreachable, SchemaRegistryError
 from streamer.kafka.offsets import KafkaProgress, TopicRanges
+from streamer.kafka.options import SourceOptions
+from streamer.logs.clients import client_config
 from table.mor_table import MorTable
 from table.schema import COMMIT_TIME, PARTITION_PATH, RECORD_KEY
 from table.services.archive import read_archived_instants
@@ -49,6 +56,8 @@ DEFAULT_TIMEOUT_SECONDS = 5.0
 #: Java releases Spark 4 runs on.
 SUPPORTED_JAVA = (17, 21)
 QUARANTINE_ENTRIES_SHOWN = 3
+#: Records read back from the end of each partition to find its newest change event.
+SAMPLED_PER_PARTITION = 3
 PENDING_SHOWN = 4
 KEYS_SHOWN = 3
 #: The largest table (its latest file slices) whose keys `doctor` reads to find keys in two partitions.
@@ -124,6 +133,61 @@ def _config_checks(config: JobConfig, timeout: float) -> list[Check]:
         return [Check("config", Verdict.PROBLEM, f"{config.config_path}: cannot be checked: {type(e).__name__}: {e}",
                       "correct the config", config.table.name)]
     return [Check("config", Verdict.PROBLEM, f"{p.file}: {p.key}: {p.text}", p.fix, config.table.name) for p in found]
+
+
+# -- change events -------------------------------------------------------------------------------
+
+def newest_values(source, found: TopicRanges, timeout: float) -> list[tuple[str, bytes]]:
+    """("topic[partition]@offset", value) of the newest record with a value in each partition
+    (looking back a few records past tombstones), oldest partition first."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    options = SourceOptions.parse(source.reader_options())
+    conf = {**options.consumer_config(), "group.id": f"mor-streamer-doctor-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False}
+    consumer = Consumer(client_config(conf, f"doctor's consumer at {source.bootstrap_servers}")[0])
+    try:
+        wanted = {(t, p): held for t, parts in found.ranges.items() for p, held in parts.items()
+                  if held.end > held.earliest}
+        consumer.assign([TopicPartition(t, p, max(held.earliest, held.end - SAMPLED_PER_PARTITION))
+                         for (t, p), held in wanted.items()])
+        newest: dict[tuple[str, int], tuple[int, str, bytes]] = {}
+        deadline = time.monotonic() + timeout
+        remaining = set(wanted)
+        while remaining and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None or message.error():
+                continue
+            tp = (message.topic(), message.partition())
+            if message.value() is not None:
+                newest[tp] = (message.timestamp()[1], f"{tp[0]}[{tp[1]}]@{message.offset()}", message.value())
+            if message.offset() >= wanted[tp].end - 1:
+                remaining.discard(tp)
+        return [(where, value) for _, where, value in sorted(newest.values())]
+    finally:
+        consumer.close()
+
+
+def change_event(config: JobConfig, value: bytes, timeout: float) -> dict:
+    """A record's value read as the config's format says, without the table's schema: a dict."""
+    fmt = config.decode.value.format
+    if fmt == DecodeFormat.JSON:
+        record = json.loads(value)
+        return record["payload"] if isinstance(record, dict) and "schema" in record and "payload" in record else record
+    if fmt == DecodeFormat.CONFLUENT_AVRO:
+        settings = config.decode.schema_registry
+        schema_id = confluent_schema_id(value)
+        text = SchemaRegistryClient(settings.url, settings.auth, timeout=timeout).schema_by_id(schema_id)
+        if text is None:
+            raise KeyError(f"schema id {schema_id} is not in the registry")
+        return read_avro(value, CONFLUENT_HEADER_SIZE, parse_avro(text), None)
+    return read_avro(value, 0, parse_avro(config.schema_file(config.decode.value).read_text()), None)
+
+
+def declared_columns(config: JobConfig) -> list[str] | None:
+    """The column names of a declared Spark DDL schema (`name TYPE, ...`); None otherwise."""
+    ddl = config.decode.value.schema
+    return None if ddl is None else parse_ddl(ddl)[0].names
 
 
 # -- the environment -----------------------------------------------------------------------------
@@ -258,8 +322,11 @@ class TableDoctor:
                                 "correct the security settings under source.options")]
         finally:
             progress.close()
-        return [self._check("brokers", Verdict.OK, f"{servers} answered"), self._topics(found),
-                self._partitions(found), self._retention(found)]
+        checks = [self._check("brokers", Verdict.OK, f"{servers} answered"), self._topics(found),
+                  self._partitions(found), self._retention(found)]
+        if self.config.decode.value.envelope == Envelope.DEBEZIUM:
+            checks.append(self._guarded("change events", lambda: self.change_events(found)))
+        return checks
 
     def _topics(self, found: TopicRanges) -> Check:
         source = self.config.source
@@ -312,6 +379,52 @@ class TableDoctor:
                                "the earliest offset held (fail_on_data_loss: false)")
         return self._check("offsets held", Verdict.PROBLEM, "; ".join(lost),
                            "to accept the loss, set source.fail_on_data_loss: false and restart")
+
+    def change_events(self, found: TopicRanges) -> Check:
+        """The newest record of each partition, read as Debezium's change event: that it is
+        one, that its row has the fields the table needs, and that the table orders a key's
+        changes by the log position."""
+        config = self.config
+        newest = newest_values(config.source, found, self.timeout)
+        if not newest:
+            return self._check("change events", Verdict.OK, "no change events in the topics yet")
+        where, value = newest[-1]
+        try:
+            event = change_event(config, value, self.timeout)
+        except (ValueError, KeyError, SchemaRegistryError, BadRecord) as e:
+            return self._check("change events", Verdict.PROBLEM,
+                               f"{where} does not read as a Debezium change event: {e}",
+                               "point source.topics at the connector's table topics (<topic.prefix>.<schema>.<table>), "
+                               "and decode.value.format at its converter (json or confluent-avro)")
+        if "op" not in event or not isinstance(event.get("source"), dict):
+            return self._check("change events", Verdict.PROBLEM, f"{where} is not a Debezium change event (no op "
+                               "or source)", "point source.topics at the connector's table topics, or turn "
+                               "value.envelope off")
+        t = config.table
+        row = event.get("after") or event.get("before") or {}
+        position_column = config.decode.envelope_columns.get(EnvelopeField.POSITION)
+        needed = [*t.record_key, *t.partition_by, *([] if t.ordering_field in config.decode.envelope_columns.values()
+                                                    else [t.ordering_field])]
+        lacking = [f for f in dict.fromkeys(needed) if f not in row]
+        if lacking:
+            return self._check("change events", Verdict.PROBLEM, f"the row of {where} has no field(s) {lacking} that "
+                               f"table.record_key, partition_by or ordering_field name; it has {sorted(row)}",
+                               "name the source table's columns in the table's keys")
+        declared = declared_columns(config)
+        undeclared = sorted(set(row) - set(declared)) if declared is not None else []
+        connector = event["source"].get("connector", "?")
+        if t.ordering_field != position_column:
+            return self._check("change events", Verdict.WARNING, f"{where}: a {connector} change event; a key's "
+                               f"changes are ordered by {t.ordering_field!r}, not by the log position",
+                               "keep the position (decode.envelope_columns: {position: <column>}) and make that column "
+                               "table.ordering_field")
+        schemaless = config.decode.value.format == DecodeFormat.JSON and not value.lstrip().startswith(b'{"schema"')
+        if undeclared and schemaless:
+            return self._check("change events", Verdict.WARNING, f"{where}: the row's column(s) {undeclared} are not "
+                               "in decode.value.schema, and without Connect's schemas they are not mirrored",
+                               "declare them, or turn the converter's schemas.enable on so that new columns follow")
+        return self._check("change events", Verdict.OK, f"{where}: a {connector} change event; its row has the table's "
+                           f"keys, and {t.ordering_field!r} orders a key's changes by the log position")
 
     def registry(self) -> Check:
         settings = self.config.decode.schema_registry

@@ -66,3 +66,27 @@ class ServiceMode(Choice):
     OFF = "off"
     INLINE = "inline"
     ASYNC = "async"
+
+
+class Envelope(Choice):
+    """What wraps the row in a value: nothing, or a change event of Debezium's."""
+
+    NONE = "none"
+    DEBEZIUM = "debezium"
+
+
+class TombstonePolicy(Choice):
+    """What a record whose value is null (a tombstone) does."""
+
+    DELETE = "delete"
+    SKIP = "skip"
+    BAD = "bad"
+
+
+class EnvelopeField(Choice):
+    """The fields of a change event that can be kept as table columns."""
+
+    POSITION = "position"
+    OP = "op"
+    SOURCE_TS_MS = "source_ts_ms"
+    TS_MS = "ts_ms"

@@ -17,7 +17,7 @@ import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     BaseModel,
@@ -35,11 +35,14 @@ from pydantic import (
 from streamer.config.choices import (
     BadRecordPolicy,
     DecodeFormat,
+    Envelope,
+    EnvelopeField,
     QueryFailurePolicy,
     RecordFormat,
     ServiceMode,
     SourceFormat,
     StartingOffsets,
+    TombstonePolicy,
 )
 from streamer.config.secrets import redact_options
 from table.config.choices import CleanPolicyKind, CompactionStrategyKind, LogBlockFormat, SplitPoint
@@ -58,6 +61,7 @@ __all__ = [
     "FormatSettings",
     "IndexSettings",
     "JobConfig",
+    "KeyFormatSettings",
     "MetricsSettings",
     "SchemaRegistrySettings",
     "SourceSettings",
@@ -362,11 +366,16 @@ with warnings.catch_warnings():
             "Once a table exists, a value's reader schema is the one its last commit recorded, "
             "evolved by this one or the latest registered one."))
 
+        #: Whether `json` may go without a schema (a key of change events: the record key's fields).
+        _json_schema_optional: ClassVar[bool] = False
+
         @model_validator(mode="after")
         def _schema_fits_format(self, info: ValidationInfo) -> FormatSettings:
             has_ddl, has_file = self.schema is not None, self.schema_file is not None
             problems: list[Problem] = []
-            if self.format == DecodeFormat.JSON and has_ddl == has_file:
+            if self.format == DecodeFormat.JSON and has_ddl and has_file:
+                problems.append(((), "format json needs exactly one of schema (Spark DDL) or schema_file (.avsc)"))
+            if self.format == DecodeFormat.JSON and not has_ddl and not has_file and not self._json_schema_optional:
                 problems.append(((), "format json needs exactly one of schema (Spark DDL) or schema_file (.avsc)"))
             if self.format == DecodeFormat.AVRO and has_ddl:
                 problems.append((("schema",), "not allowed with format avro; give the Avro schema in schema_file"))
@@ -388,11 +397,25 @@ with warnings.catch_warnings():
             return self
 
 
+class KeyFormatSettings(FormatSettings):
+    """How the Kafka key bytes are decoded. With Debezium's envelope, `json` may go without a
+    schema: the key's fields are then the record key's, typed as in the value."""
+
+    _json_schema_optional: ClassVar[bool] = True
+
+
 class ValueFormatSettings(FormatSettings):
     """The value's format: required, and only the structured formats."""
 
     format: RecordFormat = Field(description=(
         "`json`, `avro` or `confluent-avro`; the record's fields become columns."))
+    envelope: Envelope = Field(Envelope.NONE, description=(
+        "`none`: the record is the row. `debezium`: the record is a change event of Debezium's (`before`, "
+        "`after`, `op`, `source`), in Kafka Connect's JSON with or without its schemas, or Avro through the "
+        "registry; `schema`/`schema_file` then give the row's fields (`after`'s). `c`, `r` and `u` upsert "
+        "`after`, `d` deletes the key, and truncates, heartbeats and schema-change messages write nothing "
+        "(counted by kind). With Connect's JSON schemas or the registry, a nullable column added in the "
+        "database becomes a column of the table. See docs/operations.md, \"Mirroring a database\"."))
 
 
 class SchemaRegistrySettings(_Section):
@@ -425,7 +448,7 @@ class SchemaRegistrySettings(_Section):
 class DecodeSettings(_Section):
     """Decoding of Kafka keys and values into columns, and what to do with undecodable rows."""
 
-    key: FormatSettings = Field(FormatSettings(), description="How the Kafka key is decoded.")
+    key: KeyFormatSettings = Field(KeyFormatSettings(), description="How the Kafka key is decoded.")
     value: ValueFormatSettings = Field(description=(
         "How the Kafka value is decoded; its fields are the table's columns unless `transform` makes others."))
     schema_registry: SchemaRegistrySettings | None = Field(None, description=(
@@ -436,13 +459,39 @@ class DecodeSettings(_Section):
         "field or changes a field's type other than by widening): `fail` stops the table's query and "
         "writes nothing of the batch; `skip` drops and counts it; `quarantine` writes it, with the "
         "reason, to the quarantine table."))
+    tombstones: TombstonePolicy | None = Field(None, description=(
+        "What a record whose value is null (a tombstone) does: `delete` deletes its key (Flink's "
+        "upsert-kafka semantics; the key must decode to the record key and partition fields, and a "
+        "tombstone, which carries no ordering value, deletes in commit order); `skip` drops and counts it; "
+        "`bad` makes it a bad record (`on_error` decides). Default: `delete` with the Debezium envelope "
+        "when the key gives the partition fields, else `skip` there (Debezium's delete event before "
+        "each tombstone deletes the row); `bad` without an envelope."))
+    envelope_columns: dict[EnvelopeField, Text] = Field({}, description=(
+        "With the Debezium envelope, envelope fields kept as table columns, by column name: `position` "
+        "(the change's place in the database's log: PostgreSQL's LSN, MySQL's binlog file number times "
+        "10^12 plus the position, else the source's `ts_ms`: the column to use as `table.ordering_field`), "
+        "`op`, `source_ts_ms` (when the database made the change), `ts_ms` (when Debezium read it). "
+        "E.g. `{position: source_position, op: source_op}`."))
 
     @model_validator(mode="after")
     def _registry_iff_confluent_avro(self) -> DecodeSettings:
         needed = "confluent-avro" in (self.key.format, self.value.format)
+        problems: list[Problem] = []
         if needed != (self.schema_registry is not None):
             rule = "required" if needed else "only allowed"
-            _raise_problems([(("schema_registry",), f"{rule} when key or value format is confluent-avro")])
+            problems.append((("schema_registry",), f"{rule} when key or value format is confluent-avro"))
+        debezium = self.value.envelope == Envelope.DEBEZIUM
+        if self.envelope_columns and not debezium:
+            problems.append((("envelope_columns",), "only allowed with value.envelope: debezium"))
+        names = list(self.envelope_columns.values())
+        problems.extend((("envelope_columns", field), f"column {name!r} is named twice")
+                        for field, name in self.envelope_columns.items() if names.count(name) > 1)
+        if (self.key.format == DecodeFormat.JSON and self.key.schema is None and self.key.schema_file is None
+                and not debezium):
+            problems.append((("key",), "format json needs exactly one of schema (Spark DDL) or schema_file (.avsc)"))
+        if self.tombstones == TombstonePolicy.DELETE and self.key.format == DecodeFormat.NONE:
+            problems.append((("tombstones",), "delete needs a key to delete: key.format is none"))
+        _raise_problems(problems)
         return self
 
 
@@ -720,6 +769,13 @@ class JobConfig(_Section):
     services: ServicesSettings = Field(ServicesSettings(), description="Compaction, clustering, cleaning and archival.")
     metrics: MetricsSettings = Field(MetricsSettings(), description="The Prometheus and health endpoints.")
     _config_path: Path = PrivateAttr(Path("<config>"))
+
+    @model_validator(mode="after")
+    def _change_events_say_what_deletes(self) -> JobConfig:
+        if self.decode.value.envelope == Envelope.DEBEZIUM and self.table.delete_field is not None:
+            _raise_problems([(("table", "delete_field"), "not allowed with decode.value.envelope: debezium: "
+                              "the change events say which records are deletes")])
+        return self
 
     @field_validator("transform")
     @classmethod

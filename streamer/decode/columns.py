@@ -1,6 +1,8 @@
 """The columns a decoded batch has besides the value's fields: the decoded key, the record's Kafka
 coordinates, and what the sink needs of bad records (`_error`, `_raw_key`, `_raw_value`) and of
-records whose writer schema evolves the table's (`_evolving_schema`)."""
+records whose writer schema evolves the table's (`_evolving_schema`), and of change events (`_delete`
+marks a delete of the row's key, `_skipped` names why a record writes nothing: a heartbeat, a
+truncate, a skipped tombstone)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ ERROR = "_error"
 RAW_KEY = "_raw_key"
 RAW_VALUE = "_raw_value"
 EVOLVING = "_evolving_schema"
+DELETE = "_delete"
+SKIPPED = "_skipped"
 
 KAFKA_COORDINATES = (  # (input column, output field)
     ("topic", pa.field(KAFKA_TOPIC, pa.string())),
@@ -24,5 +28,8 @@ KAFKA_COORDINATES = (  # (input column, output field)
 )
 ERROR_FIELDS = (pa.field(ERROR, pa.string()), pa.field(RAW_KEY, pa.binary()), pa.field(RAW_VALUE, pa.binary()))
 EVOLVING_FIELD = pa.field(EVOLVING, pa.int32())
-ADDED_COLUMNS = (KAFKA_KEY, *(f.name for _, f in KAFKA_COORDINATES), *(f.name for f in ERROR_FIELDS), EVOLVING)
+DELETE_FIELD = pa.field(DELETE, pa.bool_())
+SKIPPED_FIELD = pa.field(SKIPPED, pa.string())
+ADDED_COLUMNS = (KAFKA_KEY, *(f.name for _, f in KAFKA_COORDINATES), *(f.name for f in ERROR_FIELDS), EVOLVING,
+                 DELETE, SKIPPED)
 """The columns the decoder adds to the value's fields: no value field may take these names."""

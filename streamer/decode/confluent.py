@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamer.decode.avro import parse_avro, read_avro
+from streamer.decode.debezium import envelope_row
 from streamer.decode.decoded import BadRecord, Decoded, decode_each
 from streamer.decode.registry import CONFLUENT_HEADER_SIZE, SchemaRegistryClient, confluent_schema_id
 from streamer.decode.value_schema import WriterSchemaChange, compare
@@ -45,13 +46,15 @@ class ConfluentAvroDecoder:
     writer schema does not fit the reader schema (`streamer.decode.value_schema`) is a bad record."""
 
     def __init__(self, reader_schema: str, struct: pa.StructType, registry: SchemaRegistryClient,
-                 reserved_names: tuple[str, ...]):
+                 reserved_names: tuple[str, ...], envelope: bool = False):
         self._reader = parse_avro(reader_schema)
         self._reader_avro = json.loads(reader_schema)
         self._type = struct
         self._registry = registry
         self._reserved_names = reserved_names
+        self._envelope = envelope
         self._changes: dict[int, WriterSchemaChange] = {}
+        self.writer_schemas: dict[int, str] = {}  # id -> the writer schema (its row, with an envelope)
 
     def decode(self, raw: pa.Array) -> Decoded:
         return self._decode(raw, set())
@@ -75,7 +78,8 @@ class ConfluentAvroDecoder:
         reader schema; records that cannot be read say why when decoded."""
         try:
             schema_id = confluent_schema_id(header)
-            return self._change(schema_id, self._writer_schema(schema_id, unknown_ids)).evolves
+            change = self._change(schema_id, self._writer_schema(schema_id, unknown_ids))
+            return change.evolves or (self._envelope and change.problem is not None)
         except (ValueError, BadRecord):
             return False
 
@@ -90,7 +94,7 @@ class ConfluentAvroDecoder:
             if problem is not None:
                 raise BadRecord(f"writer schema id {schema_id} {problem}")
             try:
-                return read_avro(data, CONFLUENT_HEADER_SIZE, writer.parsed, self._reader)
+                return read_avro(data, CONFLUENT_HEADER_SIZE, writer.parsed, None if self._envelope else self._reader)
             except BadRecord as bad:
                 raise BadRecord(f"{bad.reason} (writer schema id {schema_id})") from None
 
@@ -99,7 +103,13 @@ class ConfluentAvroDecoder:
     def _change(self, schema_id: int, writer: _WriterSchema) -> WriterSchemaChange:
         change = self._changes.get(schema_id)
         if change is None:
-            change = self._changes[schema_id] = compare(self._reader_avro, writer.avro, self._reserved_names)
+            row = envelope_row(writer.avro) if self._envelope else writer.avro
+            if row is None:  # not a change event (a heartbeat): nothing of the row to compare
+                change = WriterSchemaChange()
+            else:
+                change = compare(self._reader_avro, row, self._reserved_names, additions_nullable=self._envelope)
+                self.writer_schemas[schema_id] = json.dumps(row, separators=(",", ":"))
+            self._changes[schema_id] = change
         return change
 
     def _writer_schema(self, schema_id: int, unknown_ids: set[int]) -> _WriterSchema:

@@ -48,9 +48,12 @@ class WriterSchemaChange:
         return self.problem is None and bool(self.added or self.widened)
 
 
-def compare(reader: AvroSchema, writer: AvroSchema, reserved: Collection[str] = ()) -> WriterSchemaChange:
+def compare(reader: AvroSchema, writer: AvroSchema, reserved: Collection[str] = (),
+            additions_nullable: bool = False) -> WriterSchemaChange:
     """How records of `writer` relate to the `reader` schema. `reserved` are names a new field
-    may not take (the columns the decoder adds)."""
+    may not take (the columns the decoder adds). With `additions_nullable`, a new field that the
+    writer declares without null (a database's NOT NULL column) does not fit: the rows already in
+    the table have no value for it."""
     try:
         writer_types = {f.name: f.type for f in arrow_schema_from_avro(writer)}
     except (TypeError, ValueError, KeyError) as e:
@@ -83,6 +86,10 @@ def compare(reader: AvroSchema, writer: AvroSchema, reserved: Collection[str] = 
             continue
         if name in reserved:
             return WriterSchemaChange(problem=f"adds field '{name}', the name of a column the decoder adds")
+        if additions_nullable and not _is_nullable(field["type"]):
+            return WriterSchemaChange(problem=(
+                f"adds field '{name}' ({type_name(field['type'])}) as required (NOT NULL); the rows the "
+                "table holds have no value for it, so only a column that may be null can be added"))
         added.append({"name": name, "type": _nullable(field["type"]), "default": None})
     change = WriterSchemaChange(tuple(added), tuple(widened))
     if change.added:
@@ -137,6 +144,10 @@ def _promotes(writer: pa.DataType, reader: pa.DataType) -> bool:
         pa.binary(): (pa.string(),),
     }
     return reader in promotions.get(writer, ())
+
+
+def _is_nullable(avro: Any) -> bool:
+    return avro == "null" or (isinstance(avro, list) and "null" in avro)
 
 
 def _nullable(avro: Any) -> list:

@@ -6,10 +6,15 @@ On top of the YAML checks of `streamer.config.loading` (keys, types, values), fo
 
 - the declared schemas: the json format's DDL (its types), Avro schema files; with
   `confluent-avro` and no schema file, the latest registered schema when the registry answers;
-- value fields that take the names of the columns the decoder adds (`kafka_key`, `kafka_topic`, ...);
-- the table's columns: the value's fields, or the columns of a transform as far as they can be
-  known without Spark (`streamer.preflight.select_list`: `*`, column references and aliases;
-  references to columns source does not have are problems);
+- value fields that take the names of the columns the decoder adds (`kafka_key`, `kafka_topic`, ...),
+  and envelope columns that take a value field's or one of those;
+- what deletes needs (`streamer.preflight.deletes`): tombstones that delete need a key that gives
+  the record key and partition fields, and an integer ordering field;
+- the table's columns: the value's fields (with Debezium's envelope, the row's fields and the
+  envelope fields kept as columns), or the columns of a transform as far as they can be known
+  without Spark (`streamer.preflight.select_list`: `*`, column references and aliases;
+  references to columns source does not have are problems; a transform over deletes keeps
+  their marker);
 - `table.record_key` and `table.partition_by` (columns there, of types a key can take),
   `table.ordering_field` (there, and of a type that orders), `table.delete_field`,
   `services.clustering.sort_columns` (there, and not nested);
@@ -28,14 +33,14 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from streamer.config.choices import DecodeFormat
 from streamer.config.loading import read_configs
 from streamer.config.model import JobConfig
-from streamer.decode.columns import ADDED_COLUMNS, ERROR, EVOLVING, RAW_KEY, RAW_VALUE
+from streamer.decode.columns import ADDED_COLUMNS, DELETE, ERROR, EVOLVING, RAW_KEY, RAW_VALUE, SKIPPED
 from streamer.decode.formats import FormatSpec
-from streamer.decode.record_decoder import RecordDecoder
+from streamer.decode.record_decoder import Deletes, RecordDecoder
 from streamer.errors import ConfigError
-from streamer.preflight.decoding import format_spec
+from streamer.preflight.decoding import follows_writer_schemas, format_spec, key_spec
+from streamer.preflight.deletes import deletes, row_columns
 from streamer.preflight.problem import ConfigProblem, ProblemsFound
 from streamer.preflight.rules import TableColumns, column_problems, evolution_problems, identity_problems
 from streamer.preflight.select_list import transform_columns
@@ -48,10 +53,14 @@ __all__ = [
     "TableColumns",
     "check",
     "column_problems",
+    "deletes",
     "evolution_problems",
+    "follows_writer_schemas",
     "format_spec",
     "identity_problems",
+    "key_spec",
     "load_checked",
+    "row_columns",
 ]
 
 #: How long the schema registry has to give a value schema to the checks.
@@ -73,9 +82,10 @@ def check(config: JobConfig, registry_timeout: float = REGISTRY_TIMEOUT_SECONDS)
     """Every problem of one loaded config that can be found without Spark (see the module doc)."""
     problems: list[ConfigProblem] = []
     specs: dict[str, FormatSpec | None] = {}
-    for role, fmt in (("value", config.decode.value), ("key", config.decode.key)):
+    for role in ("value", "key"):
         try:
-            specs[role] = format_spec(config, fmt, role, registry_timeout)
+            specs[role] = (format_spec(config, config.decode.value, role, registry_timeout) if role == "value"
+                           else key_spec(config, specs["value"], registry_timeout))
         except ProblemsFound as e:
             problems += e.problems
             specs[role] = None
@@ -83,34 +93,61 @@ def check(config: JobConfig, registry_timeout: float = REGISTRY_TIMEOUT_SECONDS)
                 problems += column_problems(config, TableColumns.of(e.known, config))
     value, key = specs["value"], specs["key"]
     if value is not None:
-        clash = [name for name in value.arrow_schema.names if name in ADDED_COLUMNS]
-        if clash:
-            added = ", ".join(name for name in ADDED_COLUMNS if not name.startswith("_"))
-            problems.append(ConfigProblem(config.config_path, "decode.value", f"field(s) {clash} take the names of "
-                                          f"columns the decoder adds ({added})",
-                                          "rename them in the value's schema, or read them in a transform"))
-        elif key is not None:
+        clashes = _clashes(config, value)
+        problems += clashes
+        if not clashes and key is not None:
             problems += _table_problems(config, value, key)
     problems += _table_on_disk_problems(config, value)
     return problems
 
 
+def _clashes(config: JobConfig, value: FormatSpec) -> list[ConfigProblem]:
+    """Value fields and envelope columns that take the names of the decoder's columns or each other's."""
+    added = ", ".join(name for name in ADDED_COLUMNS if not name.startswith("_"))
+    clash = [name for name in value.arrow_schema.names if name in ADDED_COLUMNS]
+    if clash:
+        return [ConfigProblem(config.config_path, "decode.value", f"field(s) {clash} take the names of columns the "
+                              f"decoder adds ({added})", "rename them in the value's schema, or read them in a "
+                              "transform")]
+    return [ConfigProblem(config.config_path, f"decode.envelope_columns.{field}", f"column {name!r} is "
+                          + ("a field of the value's row" if name in value.arrow_schema.names
+                             else f"one the decoder adds ({added})"), "give the envelope field another name")
+            for field, name in config.decode.envelope_columns.items()
+            if name in value.arrow_schema.names or name in ADDED_COLUMNS]
+
+
 def _table_problems(config: JobConfig, value: FormatSpec, key: FormatSpec) -> list[ConfigProblem]:
+    found = deletes(config, value, key)
+    problems = list(found.problems)
     if not config.transform:
-        return column_problems(config, TableColumns.of_schema(value.arrow_schema, config))
-    source = _source_schema(config, value, key)
+        return problems + column_problems(config, TableColumns.of_schema(row_columns(config, value), config))
+    source = _source_schema(config, value, key, found.deletes, problems)
     known = transform_columns(config.transform, source)
-    problems = [ConfigProblem(config.config_path, "transform", text,
-                              f"name a column of source: {', '.join(source.names)}") for text in known.problems]
-    return problems + column_problems(config, TableColumns.of(known.fields, config, known.complete))
+    problems += [ConfigProblem(config.config_path, "transform", text,
+                               f"name a column of source: {', '.join(source.names)}") for text in known.problems]
+    problems += column_problems(config, TableColumns.of(known.fields, config, known.complete))
+    if DELETE in source.names and known.complete and DELETE not in known.fields:
+        problems.append(ConfigProblem(config.config_path, "transform", f"deletes (tombstones, change events) are "
+                                      f"marked in the column '{DELETE}' of source, which the query leaves out",
+                                      f"keep it: SELECT *, or name {DELETE}"))
+    return problems
 
 
-def _source_schema(config: JobConfig, value: FormatSpec, key: FormatSpec) -> pa.Schema:
-    """The columns of the view `source` a transform reads: the decoder's, less its bookkeeping."""
+def _source_schema(config: JobConfig, value: FormatSpec, key: FormatSpec, deletes: Deletes,
+                   problems: list[ConfigProblem]) -> pa.Schema:
+    """The columns of the view `source` a transform reads: the decoder's, less its bookkeeping.
+    A decoder the settings of deletes cannot make is a problem; the one without them goes on."""
     registry = config.decode.schema_registry
-    decoder = RecordDecoder(value=value, key=key, registry_url=registry.url if registry else None,
-                            registry_auth=registry.auth if registry else None)
-    return pa.schema([f for f in decoder.output_schema if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING)])
+    settings = dict(value=value, key=key, registry_url=registry.url if registry else None,
+                    registry_auth=registry.auth if registry else None)
+    try:
+        decoder = RecordDecoder(**settings, deletes=deletes)
+    except ValueError as e:
+        problems.append(ConfigProblem(config.config_path, "decode", str(e), "name fields of the value in "
+                                      "table.record_key, table.partition_by and table.ordering_field"))
+        decoder = RecordDecoder(**settings)
+    bookkeeping = (ERROR, RAW_KEY, RAW_VALUE, EVOLVING, SKIPPED)
+    return pa.schema([f for f in decoder.output_schema if f.name not in bookkeeping])
 
 
 def _table_on_disk_problems(config: JobConfig, value: FormatSpec | None) -> list[ConfigProblem]:
@@ -122,10 +159,10 @@ def _table_on_disk_problems(config: JobConfig, value: FormatSpec | None) -> list
             return []
         table = MorTable.load(t.path, t.storage_options)
         problems = identity_problems(config, table.config)
-        if problems or config.transform or value is None or value.format == DecodeFormat.CONFLUENT_AVRO:
-            return problems  # a confluent-avro table's columns follow its recorded reader schema
+        if problems or config.transform or value is None or follows_writer_schemas(config):
+            return problems  # such a table's columns follow its recorded reader schema
         # as the decoder hands them to the table: every value field nullable (bad rows have none)
-        columns = pa.schema([f.with_nullable(True) for f in value.arrow_schema if f.name != t.delete_field])
+        columns = pa.schema([f.with_nullable(True) for f in row_columns(config, value) if f.name != t.delete_field])
         return evolution_problems(config, table.schema(), columns)
     except (OSError, ValueError):
         return []

@@ -1,6 +1,11 @@
 """What a config's key and value decode to, found without Spark: the json format's DDL read by
 `streamer.decode.ddl`, Avro schema files read and converted, and, for `confluent-avro` without a
-schema file, the latest schema registered for the topic (when the registry answers)."""
+schema file, the latest schema registered for the topic (when the registry answers).
+
+With Debezium's envelope the value's fields are the row's (`after`'s): the `avro` format's schema
+file, and the latest registered schema, are the change event's, whose `after` record is taken
+(a `confluent-avro` schema file is the row's reader schema); with `json`, the row's declared
+fields get an Avro reader schema, which Connect's schemas in the stream evolve."""
 
 from __future__ import annotations
 
@@ -8,14 +13,15 @@ import json
 
 import pyarrow as pa
 
-from streamer.config.choices import DecodeFormat
+from streamer.config.choices import DecodeFormat, Envelope
 from streamer.config.model import FormatSettings, JobConfig
 from streamer.decode.ddl import parse_ddl
+from streamer.decode.debezium import envelope_row
 from streamer.decode.formats import FormatSpec, spark_normalized
 from streamer.decode.registry import SchemaRegistryClient
 from streamer.errors import SchemaRegistryError
 from streamer.preflight.problem import ConfigProblem, ProblemsFound
-from table.schema import arrow_schema_from_avro
+from table.schema import arrow_schema_from_avro, to_avro_schema
 
 SPARK_TYPES = "a Spark SQL type (BOOLEAN, INT, BIGINT, DOUBLE, DECIMAL(p, s), STRING, DATE, TIMESTAMP, ...)"
 
@@ -29,13 +35,14 @@ def format_spec(config: JobConfig, fmt: FormatSettings, role: str,
     if fmt.format in (DecodeFormat.NONE, DecodeFormat.STRING, DecodeFormat.BINARY):
         return FormatSpec(fmt.format, None)
     key = f"decode.{role}"
+    envelope = role == "value" and config.decode.value.envelope == Envelope.DEBEZIUM
     if fmt.format == DecodeFormat.JSON and fmt.schema:
         arrow, problems = parse_ddl(fmt.schema)
         if problems:
             known = _in_ddl_order(spark_normalized(arrow), problems)
             raise ProblemsFound([ConfigProblem(config.config_path, f"{key}.schema", str(p), f"give {SPARK_TYPES}")
                                  for p in problems], known)
-        return FormatSpec(fmt.format, spark_normalized(arrow))
+        return _spec(config, fmt.format, spark_normalized(arrow), None, envelope)
     schema_file = config.schema_file(fmt)
     if schema_file is not None:
         avro = _read_avro_file(config, key, schema_file)
@@ -43,13 +50,57 @@ def format_spec(config: JobConfig, fmt: FormatSettings, role: str,
         avro = _latest_registered(config, role, registry_timeout)
         if avro is None:
             return None
+    row = avro
+    if envelope and fmt.format == DecodeFormat.AVRO:  # the records' own schema: the change event's
+        row = _envelope_row(config, key, schema_file, avro)
+    elif envelope and fmt.format == DecodeFormat.CONFLUENT_AVRO and schema_file is None:
+        avro = row = _envelope_row(config, key, schema_file, avro)  # the latest event's row: the reader schema
     try:
-        arrow = arrow_schema_from_avro(avro)
+        arrow = arrow_schema_from_avro(row)
     except Exception as e:  # the converter says what it cannot take
         where = f"{key}.schema_file" if schema_file is not None else key
         raise ProblemsFound([ConfigProblem(config.config_path, where, f"unsupported Avro schema: {e}",
                                            "use records of primitive, logical, array, map, enum and record types")])
-    return FormatSpec(fmt.format, spark_normalized(arrow), avro)
+    return _spec(config, fmt.format, spark_normalized(arrow), avro, envelope)
+
+
+def follows_writer_schemas(config: JobConfig) -> bool:
+    """Whether the value's reader schema evolves with the stream: `confluent-avro`, and Debezium's
+    envelope in JSON (with Connect's schemas in the records)."""
+    value = config.decode.value
+    return value.format == DecodeFormat.CONFLUENT_AVRO or (
+        value.format == DecodeFormat.JSON and value.envelope == Envelope.DEBEZIUM)
+
+
+def key_spec(config: JobConfig, value: FormatSpec | None, registry_timeout: float | None = None) -> FormatSpec | None:
+    """The key's format with the fields it decodes to, as `format_spec`; `json` without a schema
+    (Debezium's keys) has the record key's fields, typed as in the value (None without it)."""
+    key = config.decode.key
+    if key.format == DecodeFormat.JSON and key.schema is None and key.schema_file is None:
+        if value is None:
+            return None
+        fields = [value.arrow_schema.field(name) for name in config.table.record_key
+                  if name in value.arrow_schema.names]
+        return FormatSpec(DecodeFormat.JSON, pa.schema(fields))
+    return format_spec(config, key, "key", registry_timeout)
+
+
+def _spec(config: JobConfig, fmt: DecodeFormat, arrow: pa.Schema, avro: str | None, envelope: bool) -> FormatSpec:
+    if envelope and fmt == DecodeFormat.JSON:  # the row's reader schema, which the stream evolves
+        avro = json.dumps(to_avro_schema(arrow, config.table.name))
+    return FormatSpec(fmt, arrow, avro)
+
+
+def _envelope_row(config: JobConfig, key: str, schema_file, avro: str) -> str:
+    """The row's Avro schema in a change event's: its `after` record."""
+    row = envelope_row(json.loads(avro))
+    if row is None:
+        where, which = ((f"{key}.schema_file", f"{schema_file}") if schema_file is not None else
+                        (key, f"the latest schema registered for '{config.source.topics[0]}-value'"))
+        raise ProblemsFound([ConfigProblem(config.config_path, where, f"{which} is not a Debezium change event's "
+                                           "(no `after` record)", "give the change event's schema, or turn "
+                                           "decode.value.envelope off")])
+    return json.dumps(row)
 
 
 def _in_ddl_order(good: pa.Schema, problems: list) -> dict[str, pa.DataType | None]:

@@ -262,7 +262,8 @@ class _TaskGroups:
         in_order = bool(np.all(order[1:] > order[:-1]))  # a piece read back ordered: no copy
         ordered = rows if in_order else rows.take(pa.array(order))
         counts = np.bincount(key, minlength=2 * len(groups.dictionary)).reshape(-1, 2)
-        starts = np.concatenate([[0], np.cumsum(counts.sum(axis=1))[:-1]])
+        sizes = counts.sum(axis=1)
+        starts = np.cumsum(sizes) - sizes  # none for a task without rows
         partitions = ordered[PARTITION_PATH].take(pa.array(starts)).to_pylist() if len(starts) else []
         return cls(ordered, pa.array(codes[order]), groups.dictionary.to_pylist(), partitions, starts, counts)
 

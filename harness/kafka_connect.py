@@ -1,0 +1,194 @@
+"""Kafka Connect for tests: one standalone worker from Apache Kafka's own Maven Central jars, with
+Debezium's PostgreSQL connector as a plugin, writing into the broker the tests use.
+
+    with KafkaConnect(bootstrap) as connect:
+        connect.add_connector("pg", debezium_postgres_config(pg, "pg", "public.accounts"))
+        connect.wait_running("pg")
+
+The worker runs `org.apache.kafka.connect.cli.ConnectStandalone` with no connector; tests add
+theirs through its REST API (standalone mode serves it too), each with a replication slot and
+topic prefix of its own. Debezium's jars (`io.debezium:debezium-connector-postgres`, fetched by
+`streamer.sandbox.jars`) sit in a plugin directory, isolated from the worker's classpath as Connect loads
+any plugin. Offsets go to a file and are flushed every second, so that a test knows soon when
+Debezium has handed a change to Kafka (`PostgresServer` shows it as the slot's confirmed LSN).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+
+from streamer.sandbox import jars
+from streamer.sandbox.kafka_broker import KAFKA_VERSION, LOG4J_VERSION
+from streamer.sandbox.server_process import ServerProcess, free_port, java_executable
+
+DEBEZIUM_VERSION = "3.6.1.Final"
+CONNECT_ARTIFACTS = (
+    f"org.apache.kafka:connect-runtime:{KAFKA_VERSION}",
+    f"org.apache.kafka:connect-json:{KAFKA_VERSION}",
+    f"org.apache.logging.log4j:log4j-slf4j-impl:{LOG4J_VERSION}",
+)
+DEBEZIUM_POSTGRES = f"io.debezium:debezium-connector-postgres:{DEBEZIUM_VERSION}"
+JVM_OPTIONS = ("-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
+JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
+
+_LOG4J2 = """\
+Configuration:
+  Appenders:
+    Console:
+      name: stdout
+      target: SYSTEM_OUT
+      PatternLayout:
+        pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Root:
+      level: INFO
+      AppenderRef:
+        ref: stdout
+    Logger:
+      - name: org.apache.kafka.common.config.AbstractConfig
+        level: WARN
+      - name: org.apache.kafka.clients
+        level: WARN
+      - name: org.reflections
+        level: ERROR
+"""
+
+
+def connect_jars() -> jars.JarSet:
+    return jars.fetch("kafka-connect", KAFKA_VERSION, CONNECT_ARTIFACTS)
+
+
+def debezium_postgres_jars() -> jars.JarSet:
+    return jars.fetch("debezium-postgres", DEBEZIUM_VERSION, [DEBEZIUM_POSTGRES])
+
+
+class KafkaConnect(ServerProcess):
+    """A standalone Kafka Connect worker as a child process, its REST API on a free loopback port."""
+
+    def __init__(self, bootstrap: str, work_dir: str | os.PathLike[str] | None = None, host: str = "127.0.0.1",
+                 log_path: str | os.PathLike[str] | None = None, startup_timeout: float = 120.0,
+                 die_with_parent: bool | None = None):
+        super().__init__(work_dir, host, log_path, startup_timeout, die_with_parent, temp_prefix="kafka-connect-")
+        self.bootstrap = bootstrap
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> KafkaConnect:
+        if self.is_running():
+            return self
+        classpath = connect_jars().classpath
+        plugins = self.work_dir / "plugins"
+        if self.port is None:
+            self.port = free_port(self.host)
+            plugins.mkdir(parents=True, exist_ok=True)
+            (plugins / "debezium-connector-postgres").symlink_to(debezium_postgres_jars().directory)
+            self._write_config(plugins)
+        self._spawn([java_executable(), *JVM_OPTIONS, f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.yaml'}",
+                     "-cp", classpath, "org.apache.kafka.connect.cli.ConnectStandalone",
+                     str(self.work_dir / "worker.properties")])
+        deadline = time.monotonic() + self.startup_timeout
+        while True:
+            if not self.is_running():
+                raise RuntimeError(f"Kafka Connect exited while starting; log {self.log_path}:\n{self.log_tail()}")
+            try:
+                plugins_found = self._call("GET", "/connector-plugins")
+                if any(p["class"].endswith("PostgresConnector") for p in plugins_found):
+                    return self
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                self.stop(timeout=5.0)
+                raise RuntimeError(f"Kafka Connect did not serve its REST API with Debezium's connector within "
+                                   f"{self.startup_timeout:.0f}s; log {self.log_path}:\n{self.log_tail()}")
+            time.sleep(0.5)
+
+    # -- connectors ------------------------------------------------------------------------------
+    def add_connector(self, name: str, config: Mapping[str, str]) -> None:
+        self._call("POST", "/connectors", {"name": name, "config": dict(config)})
+
+    def delete_connector(self, name: str) -> None:
+        self._call("DELETE", f"/connectors/{name}")
+
+    def wait_running(self, name: str, timeout: float = 120.0) -> None:
+        """Until the connector and its task run; a failed task raises with its trace."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                status = self._call("GET", f"/connectors/{name}/status")
+            except urllib.error.HTTPError:
+                status = {}
+            tasks = status.get("tasks", [])
+            failed = [t for t in tasks if t.get("state") == "FAILED"]
+            if failed:
+                raise RuntimeError(f"connector {name} failed: {failed[0].get('trace', '')[:3000]}")
+            if status.get("connector", {}).get("state") == "RUNNING" and tasks and all(
+                    t.get("state") == "RUNNING" for t in tasks):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"connector {name} not running after {timeout:.0f}s: {status}\n{self.log_tail()}")
+            time.sleep(0.5)
+
+    def _call(self, method: str, path: str, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json", "Accept": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            text = response.read()
+        return json.loads(text) if text else None
+
+    def _write_config(self, plugins: Path) -> None:
+        settings = {
+            "bootstrap.servers": self.bootstrap,
+            "listeners": f"http://{self.host}:{self.port}",
+            "plugin.path": str(plugins),
+            "plugin.discovery": "hybrid_warn",
+            "offset.storage.file.filename": str(self.work_dir / "offsets"),
+            "offset.flush.interval.ms": "1000",
+            "key.converter": JSON_CONVERTER,
+            "value.converter": JSON_CONVERTER,
+            "topic.creation.enable": "true",
+        }
+        (self.work_dir / "worker.properties").write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        (self.work_dir / "log4j2.yaml").write_text(_LOG4J2)
+
+
+def debezium_postgres_config(host: str, port: int, database: str, slot: str, topic_prefix: str,
+                             tables: str, partitions: int = 3, schemas: bool = True,
+                             **overrides: str) -> dict[str, str]:
+    """A Debezium PostgreSQL connector with `pgoutput` (PostgreSQL's own plugin: nothing to install
+    in the server), its own slot and publication, JSON keys and values (with Connect's schemas
+    when `schemas`), tombstones after deletes, and topics of `partitions` partitions that Connect
+    creates."""
+    return {
+        "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+        "tasks.max": "1",
+        "plugin.name": "pgoutput",
+        "database.hostname": host,
+        "database.port": str(port),
+        "database.user": "postgres",
+        "database.password": "",
+        "database.dbname": database,
+        "slot.name": slot,
+        "publication.name": f"{slot}_publication",
+        "publication.autocreate.mode": "filtered",
+        "table.include.list": tables,
+        "topic.prefix": topic_prefix,
+        "tombstones.on.delete": "true",
+        "snapshot.mode": "initial",
+        "key.converter": JSON_CONVERTER,
+        "key.converter.schemas.enable": "true" if schemas else "false",
+        "value.converter": JSON_CONVERTER,
+        "value.converter.schemas.enable": "true" if schemas else "false",
+        "topic.creation.default.partitions": str(partitions),
+        "topic.creation.default.replication.factor": "1",
+        "poll.interval.ms": "100",
+        **overrides,
+    }

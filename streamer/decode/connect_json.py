@@ -1,0 +1,228 @@
+"""JSON as Kafka Connect's `JsonConverter` writes it: `{"schema":...,"payload":...}` with
+`schemas.enable`, the payload alone without. Both read alike, vectorised: the payload's members
+mapped to the struct's fields by name.
+
+`JsonConverter` writes the schema first, then `,"payload":`, then the payload and the closing
+brace, without spaces. So a record that starts with `{"schema"` is cut there, a whole batch at a
+time with Arrow's string kernels: the payload is parsed as a record without schema, and the
+schema is kept as text, never parsed but for one record of each distinct text. That keeps a
+record with its schema (several times the payload's bytes) about as cheap as one without. A
+record that does not cut so (a `,"payload":` inside the schema, spaces) is parsed whole.
+
+With the schema, each record also says what its row looks like: Connect's schema of one struct
+field of the payload (Debezium's `after`). `ConnectJsonDecoder.decode_deferring_evolving`
+compares each distinct schema once with the reader schema (`streamer.decode.value_schema`):
+records whose row fits decode; records whose row evolves it (a column added), or that the table
+cannot take (a type changed, a NOT NULL column added), are left undecoded and returned apart
+with an id, for the sink to evolve the table's schema or to stop it
+(`streamer.decode.evolution`). Their writer schemas, as Avro, are kept by id (`writer_schemas`).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streamer.decode.decoded import Decoded, scatter
+from streamer.decode.json import JsonDecoder
+from streamer.decode.value_schema import WriterSchemaChange, compare
+
+PAYLOAD = "payload"
+SCHEMA = "schema"
+_WRAPPED_START = b'{"schema":'
+_PAYLOAD_MARK = b',"payload":'
+#: Lengths of schema looked for in one batch before its other records are parsed whole.
+_MAX_SCHEMA_LENGTHS = 8
+#: Connect's primitive types as Avro types.
+_CONNECT_AVRO = {"int8": "int", "int16": "int", "int32": "int", "int64": "long", "float": "float",
+                 "double": "double", "boolean": "boolean", "string": "string", "bytes": "bytes"}
+
+Evolving = dict[int, int]
+
+
+class ConnectJsonDecoder:
+    """Connect's JSON, with or without its schemas, to records of `struct`. With `row_field` and
+    the row's Avro `reader_schema`, records whose Connect schema of `row_field` changes the
+    reader schema can be deferred (`decode_deferring_evolving`). A `sparse` field
+    (`(field, when_field, when_value)`) is parsed only for the records whose `when_field` is
+    `when_value`: Debezium's `before`, which only deletes need."""
+
+    def __init__(self, struct: pa.StructType, row_field: str | None = None, reader_schema: str | None = None,
+                 reserved_names: tuple[str, ...] = (), sparse: tuple[str, str, str] | None = None):
+        self._type = struct
+        self._row_field = row_field
+        self._reader = json.loads(reader_schema) if reader_schema else None
+        self._reserved = reserved_names
+        self._sparse = sparse
+        self._shapes = _Shapes(pa.struct([f for f in struct if sparse is None or f.name != sparse[0]]))
+        self._sparse_shapes = None if sparse is None else _Shapes(pa.struct([struct.field(sparse[0])]))
+        self._changes: dict[bytes, tuple[int, WriterSchemaChange]] = {}  # schema text -> (id, change)
+        self.writer_schemas: dict[int, str] = {}  # id -> the row's writer schema, Avro JSON
+
+    def decode(self, raw: pa.Array) -> Decoded:
+        value, _, errors = self._parse(raw)
+        return value, errors
+
+    def decode_deferring_evolving(self, raw: pa.Array) -> tuple[Decoded, Evolving]:
+        value, schemas, errors = self._parse(raw)
+        if self._row_field is None or self._reader is None or schemas is None:
+            return (value, errors), {}
+        evolving: Evolving = {}
+        for text in pc.unique(schemas.drop_null()).to_pylist():
+            schema_id = self._change(text)
+            if schema_id is not None:
+                rows = np.flatnonzero(np.asarray(pc.fill_null(pc.equal(schemas, text), False)))
+                evolving.update(dict.fromkeys(rows.tolist(), schema_id))
+        if evolving:
+            deferred = np.zeros(len(raw), dtype=bool)
+            deferred[list(evolving)] = True
+            value = pc.if_else(pa.array(deferred), pa.scalar(None, value.type), value)
+        return (value, errors), evolving
+
+    def _parse(self, raw: pa.Array) -> tuple[pa.Array, pa.Array | None, dict[int, str]]:
+        """The payloads, each record's schema text (None when no record has one) and the
+        reasons of the bad records."""
+        value, schemas, errors = self._shapes.parse(raw)
+        if self._sparse is None:
+            return value, schemas, errors
+        name, when_field, when_value = self._sparse
+        needed = np.flatnonzero(np.asarray(pc.fill_null(pc.equal(pc.struct_field(value, when_field), when_value),
+                                                        False), dtype=bool))
+        if len(needed):
+            sparse, _, _ = self._sparse_shapes.parse(raw.take(pa.array(needed)))
+            column = scatter(pc.struct_field(sparse, name), needed, len(raw))
+        else:
+            column = pa.nulls(len(raw), self._type.field(name).type)
+        children = [column if f.name == name else pc.struct_field(value, f.name) for f in self._type]
+        return pa.StructArray.from_arrays(children, fields=list(self._type), mask=value.is_null()), schemas, errors
+
+    def _change(self, schema_text: bytes) -> int | None:
+        """The id of a schema's row when it changes the reader schema; None when it fits."""
+        known = self._changes.get(schema_text)
+        if known is None:
+            try:
+                connect_schema = json.loads(schema_text)
+            except ValueError:  # not cut where the payload starts: the payload's parse says so
+                return None
+            writer = row_writer_schema(connect_schema, self._row_field)
+            change = compare(self._reader, writer, self._reserved, additions_nullable=True)
+            text = json.dumps(writer, separators=(",", ":"), sort_keys=True)
+            schema_id = zlib.crc32(text.encode()) & 0x7FFFFFFF
+            self.writer_schemas[schema_id] = text
+            known = self._changes[schema_text] = (schema_id, change)
+        schema_id, change = known
+        return schema_id if change.evolves or change.problem is not None else None
+
+
+class _Shapes:
+    """Parses a batch of records of both shapes into `struct`, keeping the schema texts."""
+
+    def __init__(self, struct: pa.StructType):
+        self._type = struct
+        self._bare = JsonDecoder(struct)
+        self._whole = JsonDecoder(pa.struct([pa.field(PAYLOAD, struct)]))
+
+    def parse(self, raw: pa.Array) -> tuple[pa.Array, pa.Array | None, dict[int, str]]:
+        length = len(raw)
+        starts = pc.binary_slice(raw, 0, len(_WRAPPED_START))
+        wrapped = np.asarray(pc.fill_null(pc.equal(starts, _WRAPPED_START), False), dtype=bool)
+        if not wrapped.any():
+            value, errors = self._bare.decode(raw)
+            return value, None, errors
+        offsets = _payload_offsets(raw, wrapped)
+        cut = offsets > 0
+        payload_rows, payloads, schema_texts = [], [], []
+        for offset in np.unique(offsets[cut]).tolist():  # one slice per length of schema: one or a few
+            rows = np.flatnonzero(offsets == offset)
+            records = raw.take(pa.array(rows)) if len(rows) < length else raw
+            payload_rows.append(rows)
+            payloads.append(pc.binary_slice(records, offset + len(_PAYLOAD_MARK), -1))
+            schema_texts.append(pc.binary_slice(records, len(_WRAPPED_START), offset))
+        rest = np.flatnonzero(~cut)
+        errors: dict[int, str] = {}
+        parts: list[tuple[np.ndarray, pa.Array]] = []
+        schemas: list[tuple[np.ndarray, pa.Array]] = []
+        if payload_rows:
+            rows = np.concatenate(payload_rows)
+            value, part_errors = self._bare.decode(pa.concat_arrays(payloads))
+            parts.append((rows, value))
+            schemas.append((rows, pa.concat_arrays(schema_texts)))
+            errors.update({int(rows[row]): reason for row, reason in part_errors.items()})
+        if len(rest):
+            bare = rest[~wrapped[rest]]
+            whole = rest[wrapped[rest]]
+            if len(bare):
+                value, part_errors = self._bare.decode(raw.take(pa.array(bare)))
+                parts.append((bare, value))
+                errors.update({int(bare[row]): reason for row, reason in part_errors.items()})
+            if len(whole):
+                records = raw.take(pa.array(whole))
+                value, part_errors = self._whole.decode(records)
+                parts.append((whole, pc.struct_field(value, PAYLOAD)))
+                schemas.append((whole, _schema_texts(records)))
+                errors.update({int(whole[row]): reason for row, reason in part_errors.items()})
+        value = _gather(parts, length)
+        return value, _gather(schemas, length), errors
+
+
+def _payload_offsets(raw: pa.Array, wrapped: np.ndarray) -> np.ndarray:
+    """Where each wrapped record's `,"payload":` starts (-1 for records that do not cut): found
+    in the first record of each length of schema, and checked at the same place in all the others
+    at once, since a schema is the same text in most records."""
+    ends = np.asarray(pc.fill_null(pc.equal(pc.binary_slice(raw, -1), b"}"), False), dtype=bool)
+    offsets = np.full(len(raw), -1, dtype=np.int64)
+    remaining = wrapped & ends
+    for _ in range(_MAX_SCHEMA_LENGTHS):
+        candidates = np.flatnonzero(remaining)
+        if not len(candidates):
+            break
+        offset = raw[int(candidates[0])].as_py().find(_PAYLOAD_MARK)
+        if offset < 0:
+            remaining[candidates[0]] = False
+            continue
+        marks = pc.binary_slice(raw, offset, offset + len(_PAYLOAD_MARK))
+        found = remaining & np.asarray(pc.fill_null(pc.equal(marks, _PAYLOAD_MARK), False), dtype=bool)
+        offsets[found] = offset
+        remaining &= ~found
+    return offsets
+
+
+def _gather(parts: list[tuple[np.ndarray, pa.Array]], length: int) -> pa.Array:
+    """The parts' values at their rows, in one array of `length`."""
+    if len(parts) == 1 and len(parts[0][0]) == length and (parts[0][0] == np.arange(length)).all():
+        return parts[0][1]
+    rows = np.concatenate([rows for rows, _ in parts])
+    return scatter(pa.concat_arrays([values for _, values in parts]), rows, length)
+
+
+def _schema_texts(records: pa.Array) -> pa.Array:
+    """The schema of records that did not cut, as JSON text: one by one, as they are rare."""
+    texts = []
+    for record in records.to_pylist():
+        try:
+            texts.append(json.dumps(json.loads(record)[SCHEMA], separators=(",", ":")).encode())
+        except (ValueError, KeyError, TypeError):
+            texts.append(None)
+    return pa.array(texts, pa.binary())
+
+
+def row_writer_schema(connect_schema: dict, row_field: str) -> dict:
+    """The Avro record of a Connect struct field (Debezium's `after`): its fields, nullable where
+    Connect says optional. A type without a primitive Avro equivalent (a struct, an array, a map)
+    is named `connect.<type>`, which no table column can take: the comparison says so."""
+    row = next((f for f in connect_schema.get("fields", ()) if f.get("field") == row_field), None)
+    if row is None:
+        return {"type": "record", "name": "row", "fields": []}
+    fields = []
+    for field in row.get("fields", ()):
+        avro: Any = _CONNECT_AVRO.get(field["type"], f"connect.{field['type']}")
+        if field.get("optional", False):
+            fields.append({"name": field["field"], "type": ["null", avro], "default": None})
+        else:
+            fields.append({"name": field["field"], "type": avro})
+    return {"type": "record", "name": row.get("name", "row").replace(".", "_"), "fields": fields}
