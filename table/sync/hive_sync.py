@@ -88,20 +88,29 @@ class HiveSync:
     def table_names(self) -> tuple[str, str]:
         return f"{self.target.table_name}_rt", f"{self.target.table_name}_ro"
 
+    @property
+    def metastore_uris(self) -> str | None:
+        """The URIs of the metastore connected to, None while not connected."""
+        return self._client.uris if self._client is not None else None
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
             self._client = None
 
-    def sync(self) -> SyncResult:
+    def sync(self, repair: bool = False) -> SyncResult:
         """Bring the registration up to the table's last completed write; CatalogSyncError when
-        the metastore refuses or does not answer (nothing is left half-recorded)."""
+        the metastore refuses or does not answer (nothing is left half-recorded). `repair`
+        rewrites both tables' columns, formats and properties and reconciles their partitions
+        with those on storage, whatever `last_commit_time_sync` says."""
         started = time.monotonic()
         names = tuple(f"{self.target.database}.{n}" for n in self.table_names)
         timeline = self.table.timeline()
         last = timeline.last_completed_write()
         if last is None:
             return SyncResult(None, names)
+        if repair:
+            self._forget()
         try:
             client = self._client or self._connect()
             self._client = client
@@ -112,7 +121,7 @@ class HiveSync:
                                       self.target.database, self.target.table_name)
             created, changed, added, dropped = [], [], 0, 0
             for definition in definitions:
-                outcome = self._sync_table(client, definition, timeline, last.timestamp)
+                outcome = self._sync_table(client, definition, timeline, last.timestamp, repair)
                 created += [definition.qualified_name] if outcome[0] else []
                 changed += [definition.qualified_name] if outcome[1] else []
                 added, dropped = added + outcome[2], dropped + outcome[3]
@@ -126,7 +135,7 @@ class HiveSync:
                           time.monotonic() - started)
 
     def _sync_table(self, client: HiveMetastoreClient, definition: HiveTable, timeline,
-                    instant: str) -> tuple[bool, bool, int, int]:
+                    instant: str, repair: bool) -> tuple[bool, bool, int, int]:
         """(created, columns changed, partitions added, partitions dropped) for one table."""
         name = definition.name
         shape = (definition.columns, definition.partition_keys, tuple(sorted(definition.table_properties.items())))
@@ -139,8 +148,8 @@ class HiveSync:
             self._columns[name] = shape
             self._partitions[name] = set()
         synced = client.parameter(j_table, LAST_COMMIT_TIME_SYNC)
-        columns_changed = False
-        if self._columns.get(name) != shape:
+        columns_changed = repair and not created
+        if not columns_changed and self._columns.get(name) != shape:
             stored = client.columns(j_table)
             columns_changed = stored != list(definition.columns) or any(
                 client.parameter(j_table, k) != v for k, v in definition.table_properties.items())
@@ -149,7 +158,7 @@ class HiveSync:
         registered = self._partitions[name]
         added = dropped = 0
         if definition.partition_keys:
-            changes = partition_changes(self.table.storage, timeline, synced)
+            changes = partition_changes(self.table.storage, timeline, None if repair else synced)
             by_name = {partition_name(self.table.config, partition_values(self.table.config, p)): p
                        for p in changes.written}
             new = {n: p for n, p in by_name.items() if n not in registered}
