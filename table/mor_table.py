@@ -18,6 +18,7 @@ from table.config.properties import TableConfig
 from table.errors import InvalidBatchError, InvalidRequestError, TableExistsError, TableNotFoundError
 from table.file_group.fs_view import FileSlice, FileSystemView
 from table.keys import KeyGenerator
+from table.read.merge import MergeRule
 from table.read.predicate import Predicate
 from table.read.reader import SliceReadSpec, read_base_file, read_file_slice, table_schema_with_meta
 from table.schema import COMMIT_TIME, arrow_schema_from_avro, avro_schema_json
@@ -159,7 +160,7 @@ class MorTable:
         if missing:
             raise InvalidRequestError(f"unknown column(s) {missing}; the table has {schema.names}")
         return SliceReadSpec(visible, self.config.precombine_field, schema, tuple(columns) if columns else None,
-                             predicates)
+                             predicates, MergeRule.of(self.config.payload_class))
 
     def snapshot(self, columns: list[str] | None = None, as_of: str | None = None,
                  predicates: Sequence[Predicate] = ()) -> pa.Table:
