@@ -35,6 +35,7 @@ METADATA_TABLE_DIR = f"{METADATA_DIR}/metadata"
 METADATA_PARTITIONS = "hoodie.table.metadata.partitions"
 METADATA_PARTITIONS_INFLIGHT = "hoodie.table.metadata.partitions.inflight"
 BACKUP_PATH = f"{PROPERTIES_PATH}.backup"  # what Hudi's readers fall back to while the file is rewritten
+CHECKSUM_PATH = f"{METADATA_DIR}/.hoodie.properties.crc"  # Hadoop's local checksum of hoodie.properties
 
 
 def drop_metadata_table(table: MorTable) -> bool:
@@ -60,8 +61,11 @@ def drop_metadata_table(table: MorTable) -> bool:
 
 def _rewrite_properties(storage: Storage, config: TableConfig) -> None:
     """hoodie.properties rewritten as Hudi's `HoodieTableConfig.modify` does: a backup first,
-    then the file, then the backup removed."""
+    then the file, then the backup removed. On a local disk Hadoop keeps a checksum beside each
+    file it wrote (`.hoodie.properties.crc`) and refuses a file that no longer matches it, so the
+    stale checksum goes first."""
     storage.write_bytes(BACKUP_PATH, storage.read_bytes(PROPERTIES_PATH))
+    storage.delete(CHECKSUM_PATH)
     config.save(storage, overwrite=True)
     storage.delete(BACKUP_PATH)
 
