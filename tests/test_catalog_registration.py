@@ -128,6 +128,10 @@ def test_partition_changes_come_from_the_commits_after_the_last_sync_and_a_first
             "successDeleteFiles": [], "failedDeleteFiles": [], "isPartitionDeleted": True}}}))
     dropped = partition_changes(storage, table.timeline(), synced)
     assert dropped.dropped == {"region=mena", "region=latam"} and dropped.written == set()
+    # a first sync lists the table, less what the timeline dropped (its directory is still there)
+    listed = partition_changes(storage, table.timeline(), None)
+    assert (storage.base_uri and (tmp_path / "t" / "region=mena").is_dir())
+    assert listed.complete and listed.written == {"region=emea", "region=apac", "region=amer"}
     # a write after the drop brings a partition back
     with table.writer(write_options()) as writer:
         writer.upsert(pa.Table.from_pylist([row("y-1", 3000, False, rng) | {"region": "latam"}], schema=SCHEMA))

@@ -37,11 +37,19 @@ def partition_changes(storage: Storage, timeline: Timeline, synced: str | None) 
     """Partitions changed after the instant `synced` (None: never synced)."""
     writes = timeline.completed_writes()
     if synced is None or not writes or synced < writes[0].timestamp:
-        return PartitionChanges(frozenset(p for p in list_partitions(storage) if p), frozenset(), complete=True)
+        # a dropped partition's directory stays until a clean deletes it: the timeline says it is gone
+        gone = _changes_after(timeline, None).dropped
+        on_storage = {p for p in list_partitions(storage) if p and p not in gone}
+        return PartitionChanges(frozenset(on_storage), gone, complete=True)
+    return _changes_after(timeline, synced)
+
+
+def _changes_after(timeline: Timeline, synced: str | None) -> PartitionChanges:
+    writes = timeline.completed_writes()
     written: dict[str, str] = {}  # partition -> latest write after `synced`
     deleted: dict[str, str] = {}  # partition -> latest delete after `synced`
     for instant in writes:
-        if instant.timestamp <= synced:
+        if synced is not None and instant.timestamp <= synced:
             continue
         content = timeline.read_content(instant)
         if instant.action == Action.REPLACE_COMMIT:
@@ -54,7 +62,7 @@ def partition_changes(storage: Storage, timeline: Timeline, synced: str | None) 
             metadata = CommitMetadata.from_json(content)
         written.update({p: instant.timestamp for p in metadata.partition_to_write_stats})
     for clean in timeline.completed(Action.CLEAN):
-        if clean.timestamp <= synced:
+        if synced is not None and clean.timestamp <= synced:
             continue
         for partition, cleaned in (deserialize_plan("HoodieCleanMetadata", timeline.read_content(clean))
                                    ["partitionMetadata"] or {}).items():

@@ -148,13 +148,13 @@ class HiveSync:
             self._columns[name] = shape
             self._partitions[name] = set()
         synced = client.parameter(j_table, LAST_COMMIT_TIME_SYNC)
-        columns_changed = repair and not created
-        if not columns_changed and self._columns.get(name) != shape:
-            stored = client.columns(j_table)
-            columns_changed = stored != list(definition.columns) or any(
+        columns_changed = rewrite = False
+        if not created and (repair or self._columns.get(name) != shape):
+            columns_changed = client.columns(j_table) != list(definition.columns)
+            rewrite = repair or columns_changed or any(
                 client.parameter(j_table, k) != v for k, v in definition.table_properties.items())
         if name not in self._partitions:
-            self._partitions[name] = client.partition_names(definition) if definition.partition_keys else set()
+            self._partitions[name] = client.partition_names(definition.database, name) if definition.partition_keys else set()
         registered = self._partitions[name]
         added = dropped = 0
         if definition.partition_keys:
@@ -170,14 +170,14 @@ class HiveSync:
             base = hive_location(self.table.base_uri)
             client.add_partitions(definition, j_table, [(partition_values(self.table.config, p), f"{base}/{p}")
                                                         for p in new.values()])
-            registered |= new.keys()
+            registered.update(new)
             for partition in sorted(gone):
                 client.drop_partition(definition, partition)
                 registered.discard(partition)
             added, dropped = len(new), len(gone)
         properties = {**definition.table_properties, **self.target.table_properties, LAST_COMMIT_TIME_SYNC: instant}
-        client.alter_table(definition, j_table, properties if columns_changed or created else
-                           {LAST_COMMIT_TIME_SYNC: instant}, columns=columns_changed)
+        client.alter_table(definition, j_table, properties if rewrite or created else {LAST_COMMIT_TIME_SYNC: instant},
+                           formats=rewrite, columns=columns_changed)
         if columns_changed:
             log.info("updated the columns of %s: %s", definition.qualified_name,
                      ", ".join(f"{c} {t}" for c, t in definition.columns))

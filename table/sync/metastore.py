@@ -3,10 +3,9 @@ through py4j.
 
 The JVM is the job's Spark driver (`spark._jvm`): PySpark ships Hive's metastore client, so
 nothing is added, and the client reads the Hadoop and Hive settings users already give Spark
-(`hive-site.xml`, `spark.hadoop.hive.metastore.*`: Kerberos, SASL, timeouts). It is made as
-Hudi's `HMSDDLExecutor` makes it, `Hive.get(conf).getMSC()`, so a distribution whose Hive
-client speaks to another catalog through `hive.metastore.client.factory.class` (AWS Glue on EMR)
-is used the same way. A call the metastore refuses, or a metastore that does not answer within
+(`hive-site.xml`, `spark.hadoop.hive.metastore.*`: Kerberos, SASL, timeouts). Each client is
+Hive's `HiveMetaStoreClient` behind its retrying proxy, with a connection of its own, never an
+embedded metastore. A call the metastore refuses, or a metastore that does not answer within
 `timeout_seconds`, raises `CatalogSyncError` naming the operation and Hive's message.
 """
 
@@ -43,7 +42,9 @@ class HiveMetastoreClient:
         for key, value in (settings or {}).items():
             conf.set(key, str(value))
         self.uris = conf.get(URIS)
-        self._client = self._call("connect", lambda: jvm.org.apache.hadoop.hive.ql.metadata.Hive.getWithoutRegisterFns(conf).getMSC())
+        # a connection of its own (Hive's `Hive.get` caches one per thread, which a close would share)
+        self._client = self._call("connect", lambda: jvm.org.apache.hadoop.hive.metastore.RetryingMetaStoreClient
+                                  .getProxy(conf, False))
 
     def close(self) -> None:
         try:
@@ -96,19 +97,21 @@ class HiveMetastoreClient:
         return j_table.getParameters().get(key)
 
     def alter_table(self, table: HiveTable, j_table: Any, properties: Mapping[str, str],
-                    columns: bool = False) -> None:
-        """Update the stored table: `properties` set, and with `columns` its columns, serde and
-        formats as `table` has them, cascaded to every partition (new columns read as null in
-        partitions registered before them)."""
+                    formats: bool = False, columns: bool = False) -> None:
+        """Update the stored table: `properties` set; with `formats` its formats, serde and serde
+        properties as `table` has them; with `columns` its columns, cascaded to every partition
+        (new columns then read as null in partitions registered before them)."""
         for key, value in properties.items():
             j_table.putToParameters(key, value)
         context = self._jvm.org.apache.hadoop.hive.metastore.api.EnvironmentContext()
-        if columns:
-            sd = j_table.getSd()
-            sd.setCols(self._fields(table.columns))
+        sd = j_table.getSd()
+        if formats:
             sd.setInputFormat(table.input_format)
             sd.setOutputFormat(table.output_format)
+            sd.getSerdeInfo().setSerializationLib(table.serde)
             sd.getSerdeInfo().setParameters(self._map(table.serde_properties))
+        if columns:
+            sd.setCols(self._fields(table.columns))
             if table.partition_keys:
                 context.putToProperties("CASCADE", "true")
         self._call(f"alter table {table.qualified_name}", lambda: self._client.alter_table_with_environmentContext(
@@ -116,9 +119,10 @@ class HiveMetastoreClient:
 
     # -- partitions --------------------------------------------------------------------------
 
-    def partition_names(self, table: HiveTable) -> set[str]:
-        return set(self._call(f"list partitions of {table.qualified_name}",
-                              lambda: self._client.listPartitionNames(table.database, table.name, -1)))
+    def partition_names(self, database: str, name: str) -> set[str]:
+        """The names (`field=value/...`) of a table's registered partitions."""
+        return set(self._call(f"list partitions of {database}.{name}",
+                              lambda: self._client.listPartitionNames(database, name, -1)))
 
     def add_partitions(self, table: HiveTable, j_table: Any, partitions: Iterable[tuple[list[str], str]]) -> None:
         """Register partitions given as (values, location), with the table's storage descriptor;
