@@ -103,10 +103,13 @@ class CatalogSync:
             if self.metrics is not None:
                 self.metrics.catalog_synced(commits_behind(self.table.timeline(), self.state.synced_instant), None, False)
             return
-        if self._thread is not None:
-            self._wanted.set()
-        else:
-            self.sync_now()
+        self._wake_or_sync()
+
+    def catch_up(self) -> None:
+        """At start: a catalog left behind (a stop before the last sync, a metastore that was down)
+        is synced without waiting for the next commit."""
+        if commits_behind(self.table.timeline(), self.state.synced_instant):
+            self._wake_or_sync()
 
     def sync_now(self, repair: bool = False) -> SyncResult | None:
         """Sync here and now (`repair`: see `HiveSync.sync`); the result, or None when it failed
@@ -134,6 +137,12 @@ class CatalogSync:
         self._sync.close()
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _wake_or_sync(self) -> None:
+        if self._thread is not None:
+            self._wanted.set()
+        else:
+            self.sync_now()
 
     def _due(self) -> bool:
         s = self.settings

@@ -142,6 +142,8 @@ class TableJob:
                               evolution=evolution, offset_jumps=offset_jumps, observe=table_metrics.batch_committed)
             table_metrics.lag_source = lambda: lag_kafka.partition_lag(sink.checkpoint.offsets)
             services.resume()
+            if catalog is not None:
+                catalog.catch_up()
         except BaseException:
             writer.close()
             kafka.close()
