@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import continuous, growth, ingest, machine, queries, report, services
+from bench import continuous, growth, ingest, machine, queries, report, services, sync
 from bench.workload import SIZES
 
 SCENARIOS = {
@@ -25,6 +25,7 @@ SCENARIOS = {
     "growth": growth.scenario,
     "services": services.scenario,
     "queries": queries.scenario,
+    "sync": sync.scenario,
 }
 
 
