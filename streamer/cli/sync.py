@@ -1,8 +1,9 @@
 """`streamer sync CONFIG`: register or repair each configured table's catalog entries offline.
 
 For tables written before `sync:` was on, for a catalog that lost them, or for one registered by
-hand: both tables get the table's columns, Hudi's formats and properties, and the partitions on
-storage (registered ones no longer there are dropped). It needs no writer lease, so it may run
+hand: both tables get the table's columns, Hudi's formats and properties, and the table's
+partitions (those on storage less those the timeline dropped; registered ones not among them are
+dropped). It needs no writer lease, so it may run
 while the job streams. The client is the job's: Hive's, in a local Spark driver's JVM, with the
 same `--conf` settings and `hive-site.xml` a `streamer run` would have.
 """

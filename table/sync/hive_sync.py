@@ -101,8 +101,9 @@ class HiveSync:
     def sync(self, repair: bool = False) -> SyncResult:
         """Bring the registration up to the table's last completed write; CatalogSyncError when
         the metastore refuses or does not answer (nothing is left half-recorded). `repair`
-        rewrites both tables' columns, formats and properties and reconciles their partitions
-        with those on storage, whatever `last_commit_time_sync` says."""
+        rewrites both tables' formats, serde and properties (and their columns where they
+        differ) and reconciles their partitions with the table's, whatever
+        `last_commit_time_sync` says."""
         started = time.monotonic()
         names = tuple(f"{self.target.database}.{n}" for n in self.table_names)
         timeline = self.table.timeline()
