@@ -75,18 +75,18 @@ class MetadataTableGuard:
 
     def __init__(self, table: MorTable):
         self.table = table
-        self._checked_up_to: str | None = None
-        self._own: set[str] = set()
+        self._checked = False
+        self._seen = ""  # the newest completed write at the last check
+        self._own: set[str] = set()  # instants this writer began since
 
     def check(self, timeline: Timeline | None = None, own_instant: str | None = None) -> bool:
         """Before `own_instant` completes: drop the metadata table if writes this writer did not
         begin completed since the last check (always at the first); True if one was dropped."""
-        writes = (timeline or Timeline.load(self.table.storage)).completed_writes()
-        newer = [i.timestamp for i in writes if self._checked_up_to is None or i.timestamp > self._checked_up_to]
-        foreign = self._checked_up_to is None or any(t not in self._own for t in newer)
-        if writes:
-            self._checked_up_to = max(self._checked_up_to or "", writes[-1].timestamp)
-        self._own = {t for t in self._own if self._checked_up_to is None or t > self._checked_up_to}
+        writes = [i.timestamp for i in (timeline or Timeline.load(self.table.storage)).completed_writes()]
+        foreign = not self._checked or any(t > self._seen and t not in self._own for t in writes)
+        self._checked = True
+        self._seen = max([self._seen, *writes])
+        self._own = {t for t in self._own if t > self._seen}
         if own_instant is not None:
             self._own.add(own_instant)
         return drop_metadata_table(self.table) if foreign else False
