@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 from oracle import Oracle
 from test_hudi_conformance import difference, project
-from test_table_engine import DATA_COLUMNS, SCHEMA, change_batch, make_table, row, write_options
+from test_table_engine import SCHEMA, change_batch, make_table, row, write_options
 
 from streamer.catalog import CatalogSync
 from streamer.config.model import SyncSettings
