@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import backlog, cdc, continuous, growth, ingest, machine, partitions, queries, report, services
+from bench import backlog, cdc, continuous, growth, ingest, machine, partitions, queries, report, services, sync
 from bench.workload import SIZES, W1
 
 SCENARIOS = {
@@ -28,6 +28,7 @@ SCENARIOS = {
     "services": services.scenario,
     "queries": queries.scenario,
     "cdc": cdc.scenario,
+    "sync": sync.scenario,
     "partitions": partitions.scenario,
     "backlog": backlog.scenario,
 }

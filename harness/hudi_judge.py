@@ -209,6 +209,10 @@ class HudiJudge:
     def sql(self, statement: str) -> pa.Table:
         return self._call({"op": "sql", "sql": statement})[1]
 
+    def table(self, name: str) -> pa.Table:
+        """Every row of a catalog table, read by name (`db.table`) after a refresh."""
+        return self._call({"op": "table", "name": name})[1]
+
     # -- writes ------------------------------------------------------------------------------
 
     def write(self, path: str | Path, rows: pa.Table, options: dict[str, str], mode: str = "append") -> None:

@@ -210,7 +210,7 @@ def run(configs: list[JobConfig], spark: SparkSession, once: bool = False) -> Ru
         result = _Runner(spark, jobs, once).run()
         if once:
             for job in jobs:
-                job.services.finish()
+                job.finish()
         elif not executor.wait_idle(STOP_GRACE_SECONDS):
             log.warning("a background table service is still running; it is abandoned and its plan "
                         "is executed again at the next start")

@@ -19,8 +19,9 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
 
 from streamer import initial_load
+from streamer.catalog import CatalogSync, metastore_connector, sync_target
 from streamer.checkpoint import StreamCheckpoint, table_checkpoint
-from streamer.config.choices import BadRecordPolicy, DecodeFormat, Envelope, SourceFormat
+from streamer.config.choices import BadRecordPolicy, DecodeFormat, Envelope, ServiceMode, SourceFormat
 from streamer.config.model import FormatSettings, JobConfig
 from streamer.decode.columns import (
     ADDED_COLUMNS,
@@ -64,6 +65,7 @@ from table.mor_table import MorTable, TableSpec
 from table.schema import arrow_schema_from_avro
 from table.units import MIB
 from table.storage.file_io import Storage
+from table.sync import HiveSync
 from table.timeline.timeline import parse_instant_time
 from table.write.writer import TableWriter, WriteOptions
 
@@ -81,8 +83,10 @@ class TableJob:
 
     def __init__(self, config: JobConfig, table: MorTable, writer: TableWriter, decoder: RecordDecoder,
                  sink: UpsertSink, quarantine: QuarantineTable | None, services: TableServices,
-                 starting_offsets: str | None, kafka: KafkaProgress, metrics: TableMetrics, lag_kafka: KafkaProgress):
+                 starting_offsets: str | None, kafka: KafkaProgress, metrics: TableMetrics, lag_kafka: KafkaProgress,
+                 catalog: CatalogSync | None = None):
         self.config = config
+        self.catalog = catalog
         self.metrics = metrics
         self.lag_kafka = lag_kafka  # the endpoints' own client: a slow answer never holds up a batch
         self.decoder = decoder
@@ -142,17 +146,22 @@ class TableJob:
             table_metrics.last_commit_before(_last_commit_time(table))
             services = TableServices(config.services, table, writer, executor, index=config.index,
                                      metrics=table_metrics)
+            catalog = _catalog_sync(config, table, spark, table_metrics)
+            after_commit = services.after_commit if catalog is None else _one_then_other(services.after_commit,
+                                                                                         catalog.after_commit)
             starting = _resume_offsets(config, table, spark)
             offset_jumps = OffsetJumpCheck(kafka.earliest_offsets, started_from_table=starting is not None)
             kafka_arrow = config.source.format == SourceFormat.KAFKA_ARROW
             source = SourceOptions.parse(config.source.reader_options()) if kafka_arrow else None
             sink = UpsertSink(SinkSettings(t.name, value_columns, config.decode.on_error, config.transform,
                                            config.checkpoint_location, source),
-                              table, writer, decoder, quarantine, after_commit=services.after_commit,
+                              table, writer, decoder, quarantine, after_commit=after_commit,
                               progress=lambda checkpoint: _kafka_progress(config, kafka, checkpoint),
                               evolution=evolution, offset_jumps=offset_jumps, observe=table_metrics.batch_committed)
             table_metrics.lag_source = lambda: lag_kafka.partition_lag(sink.checkpoint.offsets)
             services.resume()
+            if catalog is not None:
+                catalog.catch_up()
         except BaseException:
             writer.close()
             kafka.close()
@@ -160,7 +169,8 @@ class TableJob:
             if quarantine is not None:
                 quarantine.close()
             raise
-        return cls(config, table, writer, decoder, sink, quarantine, services, starting, kafka, table_metrics, lag_kafka)
+        return cls(config, table, writer, decoder, sink, quarantine, services, starting, kafka, table_metrics, lag_kafka,
+                   catalog)
 
     def start(self, spark: SparkSession, once: bool) -> StreamingQuery:
         source = self.config.source
@@ -206,12 +216,37 @@ class TableJob:
         return stream.select(*RECORD_COLUMNS).observe(
             self.name, F.count(F.lit(1)).alias("records"), F.max("timestamp").alias("latest_kafka_timestamp"))
 
+    def finish(self) -> None:
+        """For `--once`: background services done and pending plans executed, then the catalog
+        synced to what they left."""
+        self.services.finish()
+        if self.catalog is not None:
+            self.catalog.finish()
+
     def close(self) -> None:
+        if self.catalog is not None:
+            self.catalog.close()
         self.kafka.close()
         self.lag_kafka.close()
         self.writer.close()
         if self.quarantine is not None:
             self.quarantine.close()
+
+
+def _catalog_sync(config: JobConfig, table: MorTable, spark: SparkSession, metrics: TableMetrics) -> CatalogSync | None:
+    """The table's catalog sync, through Hive's client in the driver's JVM; None without `sync:`
+    (or with `mode: off`, which leaves it to `streamer sync`)."""
+    if config.sync is None or config.sync.mode == ServiceMode.OFF:
+        return None
+    connect = metastore_connector(config.sync, spark._jvm, spark._jsc.hadoopConfiguration())
+    return CatalogSync(config.sync, table, HiveSync(table, sync_target(config), connect), metrics)
+
+
+def _one_then_other(first, then):
+    def both() -> None:
+        first()
+        then()
+    return both
 
 
 def _last_commit_time(table: MorTable) -> float | None:

@@ -94,6 +94,12 @@ class Metrics:
         self.backpressure = counter("backpressure", "Times the stream was held until compaction brought the log "
                                     "files per file group under the bound.")
         self.backpressure_seconds = counter("backpressure_seconds", "Seconds the stream was held by the bound.")
+        self.catalog_behind = gauge("catalog_commits_behind", "Completed writes of the table the metastore's "
+                                    "registration (last_commit_time_sync) does not reach yet.")
+        self.catalog_syncs = counter("catalog_syncs", "Catalog syncs, failed ones included.")
+        self.catalog_failures = counter("catalog_sync_failures", "Catalog syncs that failed (retried at the next commit).")
+        self.catalog_seconds = Histogram(PREFIX + "catalog_sync_duration_seconds", "Duration of catalog syncs.", t,
+                                         buckets=SECONDS_BUCKETS, registry=r)
         self.triggers_without_commit = gauge("triggers_without_commit", "Trigger intervals records have waited "
                                              "in Kafka without a commit.")
         self.state = gauge("table_state", "1 for the state /health gives the table, 0 for the others.",
@@ -217,6 +223,16 @@ class TableMetrics:
     def plans_pending(self, compactions: int, resizes: int) -> None:
         self._m.pending_compactions.labels(self.table).set(compactions)
         self._m.pending_resizes.labels(self.table).set(resizes)
+
+    def catalog_synced(self, commits_behind: int, seconds: float | None, failed: bool) -> None:
+        """A catalog sync ended (`seconds` None: nothing was due, only the distance changed)."""
+        m, t = self._m, self.table
+        m.catalog_behind.labels(t).set(commits_behind)
+        if seconds is not None:
+            m.catalog_syncs.labels(t).inc()
+            m.catalog_seconds.labels(t).observe(seconds)
+            if failed:
+                m.catalog_failures.labels(t).inc()
 
     def held_back(self, seconds: float) -> None:
         self._m.backpressure.labels(self.table).inc()

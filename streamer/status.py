@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
+from streamer.catalog import catalog_status
 from streamer.checkpoint import table_checkpoint
 from streamer.config.model import JobConfig
 from streamer.errors import BrokersUnreachable
@@ -51,6 +52,8 @@ class TableStatus:
     lag_unknown: str | None = None  # why the lag is unknown: "<brokers> unreachable (<cause>)"
     pending: list[str] = field(default_factory=list)  # "<instant> <action> <state>"
     last_error: dict | None = None  # {"time", "message"}
+    catalog: dict | None = None  # the catalog sync (`streamer.catalog.CatalogStatus`), with `sync:`
+    catalog_line: str | None = None
     problem: str | None = None
 
     def to_dict(self) -> dict:
@@ -74,6 +77,8 @@ class TableStatus:
         else:
             out.append("  lag      no offsets committed yet")
         out += [f"  pending  {p}" for p in self.pending]
+        if self.catalog_line:
+            out.append(f"  catalog  {self.catalog_line}")
         if self.last_error:
             message = self.last_error["message"].splitlines()[0] if self.last_error["message"] else ""
             out.append(f"  last error at {self.last_error['time']}: {message}")
@@ -110,7 +115,9 @@ def table_status(config: JobConfig, kafka_timeout: float = DEFAULT_KAFKA_TIMEOUT
     try:
         status.exists = MorTable.exists(path, config.table.storage_options)
         if status.exists:
-            _read_table(status, MorTable.load(path, config.table.storage_options))
+            table = MorTable.load(path, config.table.storage_options)
+            _read_table(status, table)
+            _read_catalog(status, config, table)
     except (OSError, ValueError) as e:  # unreadable storage, a torn or foreign .hoodie
         status.problem = f"cannot read the table at {path}: {e}"
         return status
@@ -137,6 +144,13 @@ def _read_table(status: TableStatus, table: MorTable) -> None:
         failed = datetime.strptime(status.last_error["time"], _ERROR_TIME_FORMAT).replace(tzinfo=UTC)
         if last is None or failed >= parse_instant_time(last.timestamp).replace(microsecond=0):
             status.problem = "the job stopped with the last error, and nothing was committed since"
+
+
+def _read_catalog(status: TableStatus, config: JobConfig, table: MorTable) -> None:
+    """How far the catalog's registration is behind the table, as the job last recorded it."""
+    found = catalog_status(config, table, table.timeline())
+    if found is not None:
+        status.catalog, status.catalog_line = asdict(found), found.line()
 
 
 def _read_lag(status: TableStatus, config: JobConfig, timeout: float, down: dict[str, str]) -> None:

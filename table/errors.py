@@ -83,3 +83,11 @@ class CompactionConflictError(TableError, RuntimeError):
 
 class ClusteringConflictError(TableError, RuntimeError):
     """Another live executor is running the same clustering plan."""
+
+
+# -- catalogs ------------------------------------------------------------------------------------
+
+
+class CatalogSyncError(TableError, RuntimeError):
+    """A catalog (Hive Metastore) refused or could not be reached to register a table; the table
+    itself is unchanged."""

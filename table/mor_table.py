@@ -18,9 +18,10 @@ from table.config.properties import TableConfig
 from table.errors import InvalidBatchError, InvalidRequestError, TableExistsError, TableNotFoundError
 from table.file_group.fs_view import FileSlice, FileSystemView
 from table.keys import KeyGenerator
+from table.read.merge import MergeRule
 from table.read.predicate import Predicate
 from table.read.reader import SliceReadSpec, read_base_file, read_file_slice, table_schema_with_meta
-from table.schema import COMMIT_TIME, arrow_schema_from_avro, avro_schema_json
+from table.schema import COMMIT_TIME, META_FIELDS, arrow_schema_from_avro, avro_schema_json
 from table.storage.file_io import Storage
 from table.storage.layout import METADATA_DIR
 from table.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata
@@ -131,10 +132,12 @@ class MorTable:
         return None
 
     def schema(self, timeline: Timeline | None = None) -> pa.Schema:
-        """The table's columns (no meta fields): the last commit's schema, else the created one."""
+        """The table's columns (no meta fields): the last commit's schema, else the created one.
+        Some of Hudi's commits (its `ALTER TABLE ... DROP PARTITION`) record the meta fields too."""
         metadata = self.last_commit_metadata(timeline)
         avro = metadata.extra_metadata[SCHEMA_KEY] if metadata else self.config.create_schema
-        return arrow_schema_from_avro(avro)
+        schema = arrow_schema_from_avro(avro)
+        return pa.schema([f for f in schema if f.name not in META_FIELDS], metadata=schema.metadata)
 
     def file_system_view(self, as_of: str | None = None, timeline: Timeline | None = None,
                          partition_paths: list[str] | None = None, include_replaced: bool = False) -> FileSystemView:
@@ -166,7 +169,7 @@ class MorTable:
         if missing:
             raise InvalidRequestError(f"unknown column(s) {missing}; the table has {schema.names}")
         return SliceReadSpec(visible, self.config.precombine_field, schema, tuple(columns) if columns else None,
-                             predicates)
+                             predicates, MergeRule.of(self.config.payload_class))
 
     def snapshot(self, columns: list[str] | None = None, as_of: str | None = None,
                  predicates: Sequence[Predicate] = ()) -> pa.Table:

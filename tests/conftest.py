@@ -188,14 +188,31 @@ def kafka_connect(kafka_bootstrap, tmp_path_factory):
         connect.close()
 
 
+# -- a Hive Metastore ----------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def hive_metastore(tmp_path_factory):
+    """Apache Hive's standalone metastore (harness/hive_metastore.py, embedded Derby) for the whole
+    run, fetched on first use, stopped by its pid at the end. The judge's catalog is this one."""
+    from harness.hive_metastore import HiveMetastore
+
+    server = HiveMetastore(tmp_path_factory.mktemp("hive-metastore")).start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
 # -- Apache Hudi, the judge --------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def hudi_judge(tmp_path_factory):
+def hudi_judge(tmp_path_factory, hive_metastore):
     """One Spark 3.5 session with Apache Hudi 0.15's bundle for the whole run (a server process,
-    see harness/hudi_judge.py), installed on first use; stopped by its pid at the end."""
+    see harness/hudi_judge.py), installed on first use; stopped by its pid at the end. Its
+    catalog is the session's Hive Metastore, so it reads synced tables by name."""
     from harness.hudi_judge import HudiJudge
 
-    judge = HudiJudge.start(tmp_path_factory.mktemp("hudi-judge"))
+    judge = HudiJudge.start(tmp_path_factory.mktemp("hudi-judge"),
+                            spark_conf={"spark.sql.catalogImplementation": "hive",
+                                        "spark.hadoop.hive.metastore.uris": hive_metastore.uri})
     try:
         yield judge
     finally:

@@ -150,7 +150,7 @@ def test_unknown_key_without_a_close_match_lists_the_allowed_keys():
 
 def test_config_path_in_the_yaml_is_an_unknown_key():
     assert problems_of(minimal(config_path="/etc/other.yaml")) == (
-        "orders.yaml: config_path: unknown key; allowed keys: table, source, decode, transform, index, stream, services, metrics",
+        "orders.yaml: config_path: unknown key; allowed keys: table, source, decode, transform, index, stream, services, metrics, sync",
     )
 
 

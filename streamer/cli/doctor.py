@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 import uuid
@@ -30,6 +31,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 
 from streamer import preflight
+from streamer.catalog import catalog_status
 from streamer.checkpoint import table_checkpoint
 from streamer.cli.describe import file_groups
 from streamer.cli.output import human_bytes
@@ -290,7 +292,29 @@ class TableDoctor:
                 checks.append(self._guarded("keys", self.keys_across_partitions))
         if self.config.decode.on_error == BadRecordPolicy.QUARANTINE:
             checks.append(self._guarded("quarantine", self.quarantine))
+        if self.config.sync is not None:
+            checks.append(self._guarded("catalog", self.catalog))
         return checks
+
+    # -- catalog -----------------------------------------------------------------------------
+
+    def catalog(self) -> Check:
+        """The metastore answers on its Thrift port, and the job's last sync did not fail."""
+        sync = self.config.sync
+        for host, port in sync.thrift_endpoints():
+            try:
+                socket.create_connection((host, port), timeout=self.timeout).close()
+            except OSError as e:
+                return self._check("catalog", Verdict.PROBLEM, f"the metastore at thrift://{host}:{port} does not "
+                                   f"answer ({e}); commits go on, the catalog falls behind",
+                                   "start the metastore, or correct sync.metastore_uris")
+        found = catalog_status(self.config, self.table, self.table.timeline()) if self.table is not None else None
+        if found is not None and found.failing_since:
+            return self._check("catalog", Verdict.WARNING, found.line(),
+                               "fix what the error names; the job retries after each commit, or run "
+                               "`streamer sync CONFIG` once it is fixed")
+        where = sync.metastore_uris or "hive.metastore.uris of the Hadoop configuration"
+        return self._check("catalog", Verdict.OK, found.line() if found is not None else f"{where}: nothing synced yet")
 
     def _check(self, subject: str, verdict: Verdict, found: str, fix: str | None = None,
                more: tuple[str, ...] = ()) -> Check:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from streamer.cli.kafka import add_kafka_commands, kafka_command
+from streamer.cli.sync import add_sync_command, sync_command
 from table.config.choices import CleanPolicyKind, CompactionStrategyKind, SplitPoint
 
 
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     add_maintenance_commands(commands)
     add_table_commands(commands)
     add_status_commands(commands)
+    add_sync_command(commands)
     args = parser.parse_args(argv)
     if args.command == "status":
         return status_command(args)
@@ -33,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
         return table_command(args)
     if args.command == "run":
         return run_command(args)
+    if args.command == "sync":
+        return sync_command(args)
     if args.command in ("compact", "cluster", "clean", "archive"):
         from streamer.cli.maintenance import run_offline
 

@@ -729,6 +729,62 @@ class ServicesSettings(_Section):
         return self
 
 
+class SyncSettings(_Section):
+    """Registering the table in a Hive Metastore as Hudi's `HiveSyncTool` does: `<table_name>_rt`
+    (snapshot) and `<table_name>_ro` (read-optimized), with Hudi's input formats and the properties
+    Spark, Hive, Trino and Presto read a Hudi table by. Partitions added or dropped since the
+    last sync are read from the timeline; new columns are added; the database is created when
+    missing. A sync that fails never fails the commit: it is retried at the next one, and
+    `streamer status`, `streamer doctor` and `mor_streamer_catalog_commits_behind` show it.
+    The client is Hive's own, in the job's JVM (see docs/operations.md)."""
+
+    mode: ServiceMode = Field(ServiceMode.INLINE, description=(
+        "`inline`: synced after a deltacommit, before the next micro-batch; `async`: by a background "
+        "thread of the table's own, the stream going on meanwhile; `off`: only by `streamer sync`."))
+    metastore_uris: Text | None = Field(None, description=(
+        "The metastore's Thrift URIs, `thrift://host:9083[,thrift://...]`; null takes "
+        "`hive.metastore.uris` from the job's Hadoop configuration (`hive-site.xml`, "
+        "`spark.hadoop.hive.metastore.uris`)."))
+    database: Text = Field("default", description="The database the tables are registered in.")
+    table_name: Text | None = Field(None, description=(
+        "The name before the `_rt` and `_ro` suffixes; null: `table.name`."))
+    create_database: bool = Field(True, description="Create the database when the metastore lacks it.")
+    every_delta_commits: int | None = Field(None, ge=1, description=(
+        "Sync after this many deltacommits since the last sync. With neither trigger set, after every deltacommit."))
+    every_seconds: float | None = Field(None, gt=0, description=(
+        "Sync once this many seconds have passed since the last sync. Either trigger makes it due."))
+    timeout_seconds: float = Field(30, gt=0, description=(
+        "How long one call may wait for the metastore before the sync counts as failed."))
+    hive_conf: dict[str, OptionValue] = Field({}, description=(
+        "Hive client settings (`hive.metastore.sasl.enabled`, `hive.metastore.kerberos.principal`, ...) "
+        "over those of the job's Hadoop configuration."))
+    table_properties: dict[str, OptionValue] = Field({}, description=(
+        "Table properties set on both tables besides Hudi's."))
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_off(cls, mode: Any) -> Any:
+        return ServiceMode.OFF if mode is False else mode
+
+    @field_validator("metastore_uris")
+    @classmethod
+    def _thrift_uris(cls, uris: str | None) -> str | None:
+        if uris is not None:
+            bad = [u for u in uris.split(",") if not re.fullmatch(r"thrift://[^\s/:,]+:\d+", u.strip())]
+            if bad:
+                raise ValueError(f"should be thrift://host:port[,thrift://host:port...]; not {', '.join(bad)}")
+        return uris
+
+    def thrift_endpoints(self) -> list[tuple[str, int]]:
+        """(host, port) of each configured URI."""
+        found = []
+        for uri in (self.metastore_uris or "").split(","):
+            if uri.strip():
+                host, port = uri.strip()[len("thrift://"):].rsplit(":", 1)
+                found.append((host, int(port)))
+        return found
+
+
 def _empty_as_null(value: Any) -> Any:
     """An empty value (say, `${METRICS_PORT:-}` with the variable unset) is no value."""
     return None if value == "" else value
@@ -768,6 +824,8 @@ class JobConfig(_Section):
     stream: StreamSettings = Field(StreamSettings(), description="The streaming query.")
     services: ServicesSettings = Field(ServicesSettings(), description="Compaction, clustering, cleaning and archival.")
     metrics: MetricsSettings = Field(MetricsSettings(), description="The Prometheus and health endpoints.")
+    sync: SyncSettings | None = Field(None, description=(
+        "The table's registration in a Hive Metastore; none without this section."))
     _config_path: Path = PrivateAttr(Path("<config>"))
 
     @model_validator(mode="after")

@@ -58,15 +58,21 @@ def default_cache() -> Path:
     return Path(user_cache) / "mor-streamer" / "jars"
 
 
-def fetch(name: str, version: str, artifacts: Sequence[str], cache: Path | None = None) -> JarSet:
+def fetch(name: str, version: str, artifacts: Sequence[str], cache: Path | None = None,
+          exclusions: Sequence[str] = ()) -> JarSet:
     """The jars of `artifacts` ("group:artifact:version" each) and of their runtime dependencies,
     in `cache/<name>-<version>/` (`default_cache()` unless given); fetched with Maven unless
-    already there for the same artifacts."""
+    already there for the same artifacts. `exclusions` ("group:artifact" each) are left out of
+    every artifact's dependencies (a dependency that cannot resolve on this JDK, such as Hadoop's
+    `jdk.tools`)."""
     cache = default_cache() if cache is None else cache
     for coordinate in artifacts:
         if len(coordinate.split(":")) != 3:
             raise ValueError(f"{coordinate!r}: expected group:artifact:version")
-    manifest = "\n".join(sorted(artifacts)) + "\n"
+    for excluded in exclusions:
+        if len(excluded.split(":")) != 2:
+            raise ValueError(f"{excluded!r}: expected group:artifact")
+    manifest = "\n".join(sorted(artifacts)) + "\n" + "".join(f"exclude {e}\n" for e in sorted(exclusions))
     target = cache / f"{name}-{version}"
     if _is_complete(target, manifest):
         return JarSet(target)
@@ -79,7 +85,7 @@ def fetch(name: str, version: str, artifacts: Sequence[str], cache: Path | None 
             shutil.rmtree(stale, ignore_errors=True)
         work = Path(tempfile.mkdtemp(prefix=f".{name}-{version}-", dir=cache))
         try:
-            _copy_dependencies(name, version, artifacts, work)
+            _copy_dependencies(name, version, artifacts, work, exclusions)
             (work / "jars" / MANIFEST).write_text(manifest)
             if target.exists():  # fetched before for other artifacts
                 shutil.rmtree(target)
@@ -96,12 +102,13 @@ def _is_complete(directory: Path, manifest: str) -> bool:
         return False
 
 
-def _copy_dependencies(name: str, version: str, artifacts: Sequence[str], work: Path) -> None:
+def _copy_dependencies(name: str, version: str, artifacts: Sequence[str], work: Path,
+                       exclusions: Sequence[str] = ()) -> None:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise MavenFetchError(f"cannot fetch {', '.join(artifacts)} from Maven Central: no `mvn` on the PATH; "
                               "install Apache Maven (Debian/Ubuntu: apt-get install maven)")
-    (work / "pom.xml").write_text(_pom(name, version, artifacts))
+    (work / "pom.xml").write_text(_pom(name, version, artifacts, exclusions))
     command = [mvn, "-B", "-q", "-f", str(work / "pom.xml"), f"{DEPENDENCY_PLUGIN}:copy-dependencies",
                f"-DoutputDirectory={work / 'jars'}", "-DincludeScope=runtime"]
     try:
@@ -117,10 +124,13 @@ def _copy_dependencies(name: str, version: str, artifacts: Sequence[str], work: 
                               f"{done.returncode}):\n" + "\n".join(errors))
 
 
-def _pom(name: str, version: str, artifacts: Sequence[str]) -> str:
+def _pom(name: str, version: str, artifacts: Sequence[str], exclusions: Sequence[str] = ()) -> str:
+    excluded = "".join(f"<exclusion><groupId>{escape(g)}</groupId><artifactId>{escape(a)}</artifactId></exclusion>"
+                       for g, a in (e.split(":") for e in exclusions))
+    excluded = f"<exclusions>{excluded}</exclusions>" if excluded else ""
     dependencies = "".join(
         f"<dependency><groupId>{escape(g)}</groupId><artifactId>{escape(a)}</artifactId>"
-        f"<version>{escape(v)}</version></dependency>"
+        f"<version>{escape(v)}</version>{excluded}</dependency>"
         for g, a, v in (coordinate.split(":") for coordinate in artifacts))
     artifact_id = re.sub(r"[^A-Za-z0-9_.-]", "-", name)
     return ('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'

@@ -5,14 +5,48 @@ the same rows: for each record key the version with the greatest ordering value 
 the greater `_hoodie_commit_seqno` (a later commit, or later in the same commit). A key is
 dropped when a delete for it is newer: the delete's greatest ordering value is greater, or equal
 with a later commit; a delete whose ordering value is zero is ordered by commit time alone.
+
+Which versions compete depends on the table's payload class (`hoodie.compaction.payload.class`),
+as in Hudi 0.15 (`MergeRule.of`):
+
+- `DefaultHoodieRecordPayload` (the tables we create) and `EventTimeAvroPayload`: every version
+  of a file slice, base file and log records alike;
+- `OverwriteWithLatestAvroPayload`, Hudi's default: the log records compete among themselves
+  (Hudi's log scanner pre-combines them by ordering value), and whatever they leave for a key,
+  a version or a delete, replaces the base file's row whatever its ordering value
+  (`combineAndGetUpdateValue` returns the newer record).
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from table.errors import FormatError
 from table.schema import COMMIT_SEQNO, COMMIT_TIME, RECORD_KEY
+
+_PAYLOADS = "org.apache.hudi.common.model."
+
+
+class MergeRule(StrEnum):
+    """How a file slice's versions of a key are merged, by the table's payload class."""
+
+    GREATEST_ORDERING = "greatest_ordering"  # base and logs alike
+    LOGS_OVER_BASE = "logs_over_base"  # logs by ordering, then they replace the base row
+
+    @classmethod
+    def of(cls, payload_class: str | None) -> "MergeRule":
+        """The rule of a payload class; FormatError for one whose merge we do not implement."""
+        rules = {f"{_PAYLOADS}DefaultHoodieRecordPayload": cls.GREATEST_ORDERING,
+                 f"{_PAYLOADS}EventTimeAvroPayload": cls.GREATEST_ORDERING,
+                 f"{_PAYLOADS}OverwriteWithLatestAvroPayload": cls.LOGS_OVER_BASE}
+        if payload_class not in rules:
+            raise FormatError(f"payload class {payload_class!r} (hoodie.compaction.payload.class) is not one this "
+                              f"engine merges as Hudi does; it reads and writes tables of {sorted(rules)}")
+        return rules[payload_class]
+
 
 #: Columns of the delete records handed to `merge_latest`.
 DELETE_KEY = "record_key"
@@ -66,6 +100,23 @@ def merge_latest(records: pa.Table, deletes: pa.Table | None, ordering_field: st
     deleted_rows = pc.filter(rows, pc.fill_null(deleted, False))
     keep = pc.invert(pc.is_in(pa.array(range(latest.num_rows), pa.uint64()), value_set=deleted_rows))
     return latest.filter(keep)
+
+
+def merge_slice(base: pa.Table | None, logs: pa.Table | None, deletes: pa.Table | None, ordering_field: str,
+                rule: MergeRule = MergeRule.GREATEST_ORDERING) -> pa.Table:
+    """The live version of each key of a file slice: its base file's rows, its log records and
+    its log deletes (`DELETE_*` columns), merged by `rule`. `base` and `logs` have the same schema;
+    at least one of them is given."""
+    if rule == MergeRule.GREATEST_ORDERING or base is None or base.num_rows == 0:
+        records = pa.concat_tables([t for t in (base, logs) if t is not None])
+        return merge_latest(records, deletes, ordering_field)
+    from_logs = merge_latest(logs, deletes, ordering_field) if logs is not None else base.schema.empty_table()
+    touched = [logs[RECORD_KEY]] if logs is not None else []
+    touched += [deletes[DELETE_KEY].cast(pa.string())] if deletes is not None else []
+    if not touched:
+        return base
+    replaced = pc.is_in(base[RECORD_KEY], value_set=pa.chunked_array(touched).combine_chunks())
+    return pa.concat_tables([base.filter(pc.invert(replaced)), from_logs])
 
 
 def _greatest_per_key(deletes: pa.Table, column: str) -> tuple[pa.Array, pa.Array]:

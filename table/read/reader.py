@@ -21,7 +21,7 @@ from table.file_group.base_file import read_parquet
 from table.file_group.fs_view import FileSlice
 from table.file_group.log_file.block import CommandBlock, DataBlock, DeleteBlock
 from table.file_group.log_file.reader import read_log_file
-from table.read.merge import DELETE_COMMIT_TIME, DELETE_KEY, DELETE_ORDERING, merge_latest
+from table.read.merge import DELETE_COMMIT_TIME, DELETE_KEY, DELETE_ORDERING, MergeRule, merge_slice
 from table.read.predicate import Predicate, columns_of, filter_rows, row_groups_to_read
 from table.schema import META_FIELDS
 from table.storage.file_io import Storage
@@ -37,6 +37,7 @@ class SliceReadSpec:
     schema: pa.Schema  # meta fields + table columns
     columns: tuple[str, ...] | None = None
     predicates: tuple[Predicate, ...] = ()  # rows failing them may be left out; others are kept
+    merge_rule: MergeRule = MergeRule.GREATEST_ORDERING  # the table's payload class's (`MergeRule.of`)
 
     def columns_to_read(self) -> list[str] | None:
         """The projection plus the columns the predicates test (None: every column)."""
@@ -49,9 +50,10 @@ def read_file_slice(storage: Storage, file_slice: FileSlice, spec: SliceReadSpec
     """The merged rows of one file slice, projected to `spec.columns`."""
     if not file_slice.log_files:
         return read_base_file(storage, file_slice, spec)
-    parts: list[pa.Table] = []
+    base = None
     if file_slice.base_file is not None:
-        parts.append(_conform(read_parquet(storage.open_input(file_slice.base_file.path)), spec.schema))
+        base = _conform(read_parquet(storage.open_input(file_slice.base_file.path)), spec.schema)
+    parts: list[pa.Table] = []
     deletes: list[pa.Table] = []
     rolled_back: set[str] = set()
     blocks = [b for log in file_slice.sorted_log_files() for b in read_log_file(storage, log.path)]
@@ -66,10 +68,10 @@ def read_file_slice(storage: Storage, file_slice: FileSlice, spec: SliceReadSpec
             parts.append(_conform(block.records, spec.schema))
         elif isinstance(block, DeleteBlock):
             deletes.append(_delete_rows(block, spec.schema.field(spec.ordering_field).type))
-    if not parts:
+    if not parts and base is None:
         return _project(spec.schema.empty_table(), spec.columns)
-    records = pa.concat_tables(parts)
-    merged = merge_latest(records, pa.concat_tables(deletes) if deletes else None, spec.ordering_field)
+    merged = merge_slice(base, pa.concat_tables(parts) if parts else None,
+                         pa.concat_tables(deletes) if deletes else None, spec.ordering_field, spec.merge_rule)
     return _project(filter_rows(merged, spec.predicates), spec.columns)
 
 

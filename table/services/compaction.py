@@ -43,6 +43,7 @@ from table.plans.compaction import (
     pending_compaction_file_groups,
     read_compaction_plan,
 )
+from table.read.merge import MergeRule
 from table.read.reader import SliceReadSpec, read_file_slice, table_schema_with_meta
 from table.schema import COMMIT_TIME, FILE_NAME, RECORD_KEY, avro_schema_json
 from table.services.execution import PlanExecution
@@ -226,6 +227,7 @@ class CompactionExecution(PlanExecution):
             visible_instants=timeline.completed_timestamps().up_to(self.instant),  # the compaction itself is pending
             ordering_field=self.table.config.precombine_field,
             schema=table_schema_with_meta(self.schema),
+            merge_rule=MergeRule.of(self.table.config.payload_class),
         )
 
     def planned_files(self) -> list[MarkedFile]:

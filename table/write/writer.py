@@ -30,6 +30,7 @@ from table.timeline.timeline import Instant, Timeline
 from table.units import MIB
 from table.write.delta_commit import DeltaCommit
 from table.write.file_group_writer import CommitContext, WriteTask, write_file_groups
+from table.write.metadata_table import MetadataTableGuard
 from table.write.prepare import BatchSpec, prepare_batch
 from table.write.routing import FileGroupTarget, Routing
 
@@ -82,6 +83,8 @@ class TableWriter:
         self._lease.acquire()
         try:
             rollback_pending_writes(self.table.storage, Timeline.load(self.table.storage))
+            self._metadata_table = MetadataTableGuard(self.table)
+            self._metadata_table.check()
         except BaseException:
             with contextlib.suppress(OSError):  # the fault that failed the rollback may fail this too
                 self._lease.release()
@@ -135,6 +138,7 @@ class TableWriter:
         self.check_held()
         timeline = Timeline.load(self.table.storage)
         instant = Instant(timeline.new_instant_time(), "deltacommit", "requested")
+        self._metadata_table.check(timeline, instant.timestamp)
         timeline.create_requested(instant)
         failpoints.reach("deltacommit.requested")
         timeline.transition_to_inflight(instant)

@@ -40,6 +40,7 @@ from table.plans.clustering import (
     pending_clustering_plans,
     read_clustering_plan,
 )
+from table.read.merge import MergeRule
 from table.read.reader import SliceReadSpec, read_file_slice, table_schema_with_meta
 from table.schema import FILE_NAME, RECORD_KEY, avro_schema_json
 from table.services.execution import PlanExecution
@@ -123,7 +124,8 @@ class ClusteringExecution(PlanExecution):
         self.schema = self.table.schema(timeline)
         self.completed = timeline.completed_timestamps()
         self.spec = SliceReadSpec(self.completed.up_to(self.instant), self.table.config.precombine_field,
-                                  table_schema_with_meta(self.schema))
+                                  table_schema_with_meta(self.schema),
+                                  merge_rule=MergeRule.of(self.table.config.payload_class))
         self.rings: list[ring.HashingMetadata] = []
 
     def planned_files(self) -> list[MarkedFile]:

@@ -39,6 +39,7 @@ from table.plans.clustering import (
     read_clustering_plan,
 )
 from table.plans.compaction import pending_compaction_file_groups
+from table.read.merge import MergeRule
 from table.read.reader import SliceReadSpec, read_file_slice, table_schema_with_meta
 from table.schema import RECORD_KEY
 from table.storage.file_io import Storage
@@ -99,7 +100,7 @@ def schedule_clustering(writer: TableWriter, policy: ClusteringPolicy) -> str | 
     rings = writer.rings(timeline)
     completed = timeline.completed_timestamps()
     spec = SliceReadSpec(completed, table.config.precombine_field, table_schema_with_meta(writer.table_schema(timeline)),
-                         (RECORD_KEY,))
+                         (RECORD_KEY,), merge_rule=MergeRule.of(table.config.payload_class))
     key_fields = tuple(table.config.record_key_fields)
     groups: list[ClusteringGroup] = []
     budget = _Budget(policy)
