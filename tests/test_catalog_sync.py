@@ -177,7 +177,7 @@ def test_query_engines_read_the_synced_table_by_name_through_every_change_of_its
     gone = [dict(r, updated_at=9000, is_deleted=True, channel=None) for r in new]
     synced.write(gone)
     execute_compaction(synced.table, schedule_compaction(synced.writer, CompactionStrategy(min_log_files=1)))
-    clean(synced.table, CleanPolicy(retained=1))
+    clean(synced.writer, CleanPolicy(retained=1))
     synced.sync.sync()
     assert not [r for r in hudi_judge.table(RT).to_pylist() if r["region"] == "mena"]
     synced.assert_read_by_name("a partition's rows deleted, compacted and cleaned")
