@@ -119,3 +119,24 @@ def test_our_writer_removes_a_metadata_table_at_open_and_after_a_foreign_write_b
     finally:
         writer.close()
     assert sorted(MorTable.load(str(path)).snapshot()["order_id"].to_pylist()) == ["a", "b", "c"]
+
+
+def test_a_foreign_write_that_began_before_ours_and_completed_after_it_is_still_looked_for(tmp_path):
+    path = tmp_path / "t"
+    table = make_table(path)
+    rng = random.Random(4)
+    writer = MorTable.load(str(path)).writer(write_options()).open()
+    try:
+        timeline = table.timeline()  # another writer begins...
+        foreign = Instant(timeline.new_instant_time(), Action.DELTA_COMMIT, State.REQUESTED)
+        timeline.create_requested(foreign)
+        timeline.transition_to_inflight(foreign)
+        for key in ("a", "b"):  # ours, at later instants
+            writer.upsert(pa.Table.from_pylist([row(key, 1, False, rng)], schema=SCHEMA))
+        timeline.complete(foreign.inflight(), CommitMetadata(operation_type="UPSERT").to_json().encode())
+        add_metadata_table(path)  # ...and completes after our commits, with a metadata table
+        writer.upsert(pa.Table.from_pylist([row("c", 2, False, rng)], schema=SCHEMA))
+        assert not has_metadata_table(path)
+    finally:
+        writer.close()
+    assert sorted(MorTable.load(str(path)).snapshot()["order_id"].to_pylist()) == ["a", "b", "c"]

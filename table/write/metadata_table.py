@@ -75,18 +75,18 @@ class MetadataTableGuard:
 
     def __init__(self, table: MorTable):
         self.table = table
-        self._checked = False
-        self._seen = ""  # the newest completed write at the last check
+        self._seen: frozenset[str] | None = None  # the completed writes at the last check (None: never checked)
         self._own: set[str] = set()  # instants this writer began since
 
     def check(self, timeline: Timeline | None = None, own_instant: str | None = None) -> bool:
         """Before `own_instant` completes: drop the metadata table if writes this writer did not
-        begin completed since the last check (always at the first); True if one was dropped."""
-        writes = [i.timestamp for i in (timeline or Timeline.load(self.table.storage)).completed_writes()]
-        foreign = not self._checked or any(t > self._seen and t not in self._own for t in writes)
-        self._checked = True
-        self._seen = max([self._seen, *writes])
-        self._own = {t for t in self._own if t > self._seen}
+        begin completed since the last check (always at the first); True if one was dropped. A
+        write counts by its instant time, not by being the newest: another writer's instant may
+        be older than one of ours and complete after it."""
+        writes = {i.timestamp for i in (timeline or Timeline.load(self.table.storage)).completed_writes()}
+        foreign = self._seen is None or bool(writes - self._seen - self._own)
+        self._seen = frozenset(writes)
+        self._own = {t for t in self._own if t not in writes}
         if own_instant is not None:
             self._own.add(own_instant)
         return drop_metadata_table(self.table) if foreign else False
