@@ -19,6 +19,7 @@ from table.read.merge import DELETE_COMMIT_TIME, DELETE_KEY, DELETE_ORDERING, Me
 from table.schema import COMMIT_SEQNO, COMMIT_TIME, RECORD_KEY
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
 from table.timeline.commit_metadata import CommitMetadata
+from table.storage.layout import instant_file_path
 from table.timeline.timeline import Action, Instant, State
 from table.write.metadata_table import METADATA_PARTITIONS
 
@@ -87,6 +88,21 @@ def add_metadata_table(path) -> None:
     (hoodie / ".hoodie.properties.crc").write_bytes(b"stale")  # as Hadoop's local file system leaves it
 
 
+class ForeignWrite:
+    """A deltacommit by a writer in another process (Apache Hudi's): its instant files written
+    straight to storage, so that this process's timeline journal does not know them."""
+
+    def __init__(self, table: MorTable):
+        self.storage = table.storage
+        self.instant = Instant(table.timeline().new_instant_time(), Action.DELTA_COMMIT, State.REQUESTED)
+        for state in (self.instant, self.instant.inflight()):
+            self.storage.create(instant_file_path(state.file_name), b"")
+
+    def complete(self) -> None:
+        metadata = CommitMetadata(operation_type="UPSERT").to_json().encode()
+        self.storage.create(instant_file_path(self.instant.completed().file_name), metadata)
+
+
 def has_metadata_table(path) -> bool:
     return (path / ".hoodie" / "metadata").exists() or METADATA_PARTITIONS in (path / ".hoodie" / "hoodie.properties").read_text()
 
@@ -108,12 +124,14 @@ def test_our_writer_removes_a_metadata_table_at_open_and_after_a_foreign_write_b
         add_metadata_table(path)
         writer.upsert(pa.Table.from_pylist([row("b", 2, False, rng)], schema=SCHEMA))
         assert has_metadata_table(path)  # only our own commits since the last check: not looked for
+        writer.upsert(pa.Table.from_pylist([row("a", 4, False, rng)], schema=SCHEMA))  # a log file to compact
+        compaction = schedule_compaction(writer, CompactionStrategy(min_log_files=1))
+        assert compaction is not None
+        execute_compaction(table, compaction)
+        writer.upsert(pa.Table.from_pylist([row("b", 5, False, rng)], schema=SCHEMA))
+        assert has_metadata_table(path)  # nor a compaction this process ran
 
-        timeline = table.timeline()  # a commit by another writer
-        foreign = Instant(timeline.new_instant_time(), Action.DELTA_COMMIT, State.REQUESTED)
-        timeline.create_requested(foreign)
-        timeline.transition_to_inflight(foreign)
-        timeline.complete(foreign.inflight(), CommitMetadata(operation_type="UPSERT").to_json().encode())
+        ForeignWrite(table).complete()
         writer.upsert(pa.Table.from_pylist([row("c", 3, False, rng)], schema=SCHEMA))
         assert not has_metadata_table(path)
     finally:
@@ -127,13 +145,10 @@ def test_a_foreign_write_that_began_before_ours_and_completed_after_it_is_still_
     rng = random.Random(4)
     writer = MorTable.load(str(path)).writer(write_options()).open()
     try:
-        timeline = table.timeline()  # another writer begins...
-        foreign = Instant(timeline.new_instant_time(), Action.DELTA_COMMIT, State.REQUESTED)
-        timeline.create_requested(foreign)
-        timeline.transition_to_inflight(foreign)
+        foreign = ForeignWrite(table)  # another writer begins...
         for key in ("a", "b"):  # ours, at later instants
             writer.upsert(pa.Table.from_pylist([row(key, 1, False, rng)], schema=SCHEMA))
-        timeline.complete(foreign.inflight(), CommitMetadata(operation_type="UPSERT").to_json().encode())
+        foreign.complete()
         add_metadata_table(path)  # ...and completes after our commits, with a metadata table
         writer.upsert(pa.Table.from_pylist([row("c", 2, False, rng)], schema=SCHEMA))
         assert not has_metadata_table(path)

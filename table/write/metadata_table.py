@@ -9,9 +9,10 @@ without our files. So our writer does what Hudi's own writer does when it runs w
 table off (`HoodieTable.maybeDeleteMetadataTable`): it clears the property first, so that no
 reader uses the metadata table from then on, then deletes the directory, and logs why.
 
-The writer checks when it opens, and before a commit when the timeline holds writes it did not
-begin since its last check (a foreign writer's, or a service's), so that a job's commits cost no
-extra request otherwise.
+The writer checks when it opens, and before a deltacommit when writes made outside this process
+(Apache Hudi's, an offline command's) completed since its last check: the test the writer's
+file-system view applies too (`table.timeline.timeline.JOURNAL`), so that a job's own commits
+and services cost no extra request.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 from table.config.properties import PROPERTIES_PATH, TableConfig
 from table.storage.file_io import Storage
 from table.storage.layout import METADATA_DIR
-from table.timeline.timeline import Timeline
+from table.timeline.timeline import JOURNAL, Timeline
 
 if TYPE_CHECKING:
     from table.mor_table import MorTable
@@ -76,17 +77,15 @@ class MetadataTableGuard:
     def __init__(self, table: MorTable):
         self.table = table
         self._seen: frozenset[str] | None = None  # the completed writes at the last check (None: never checked)
-        self._own: set[str] = set()  # instants this writer began since
 
-    def check(self, timeline: Timeline | None = None, own_instant: str | None = None) -> bool:
-        """Before `own_instant` completes: drop the metadata table if writes this writer did not
-        begin completed since the last check (always at the first); True if one was dropped. A
-        write counts by its instant time, not by being the newest: another writer's instant may
-        be older than one of ours and complete after it."""
-        writes = {i.timestamp for i in (timeline or Timeline.load(self.table.storage)).completed_writes()}
-        foreign = self._seen is None or bool(writes - self._seen - self._own)
-        self._seen = frozenset(writes)
-        self._own = {t for t in self._own if t not in writes}
-        if own_instant is not None:
-            self._own.add(own_instant)
+    def check(self, timeline: Timeline | None = None) -> bool:
+        """Drop the metadata table if writes made outside this process completed since the last
+        check (always at the first); True if one was dropped. A write counts by its instant
+        time, not by being the newest: another writer's instant may be older than one of ours
+        and complete after it."""
+        storage = self.table.storage
+        writes = (timeline or Timeline.load(storage)).completed_writes()
+        foreign = self._seen is None or any(
+            i.timestamp not in self._seen and not JOURNAL.made_here(storage, i) for i in writes)
+        self._seen = frozenset(i.timestamp for i in writes)
         return drop_metadata_table(self.table) if foreign else False

@@ -138,7 +138,7 @@ class TableWriter:
         self.check_held()
         timeline = Timeline.load(self.table.storage)
         instant = Instant(timeline.new_instant_time(), "deltacommit", "requested")
-        self._metadata_table.check(timeline, instant.timestamp)
+        self._metadata_table.check(timeline)
         timeline.create_requested(instant)
         failpoints.reach("deltacommit.requested")
         timeline.transition_to_inflight(instant)
