@@ -62,7 +62,7 @@ def test_minimal_config_gets_every_documented_default():
     table, source, decode = config.table, config.source, config.decode
     assert (table.database, table.partition_by, table.delete_field) == ("default", (), None)
     assert (table.hive_style_partitioning, table.url_encode_partitions) == (True, False)
-    assert (table.log_block_format, table.quarantine_path) == ("parquet", None)
+    assert (table.log_block_format, table.quarantine_path) == ("auto", None)
     assert table.quarantine_location == "/data/orders_quarantine"
     assert (source.format, source.topic_pattern, source.starting_offsets) == ("kafka-arrow", None, "earliest")
     assert (source.resume_from_table, source.max_offsets_per_trigger, source.fail_on_data_loss) == (True, None, True)
@@ -168,7 +168,7 @@ def test_config_path_in_the_yaml_is_an_unknown_key():
          "index.initial_buckets: should be less than or equal to 65536 (got 65537)"),
         ({"decode": {"on_error": "ignore"}},
          "decode.on_error: should be 'fail', 'skip' or 'quarantine' (got 'ignore')"),
-        ({"table": {"log_block_format": "orc"}}, "table.log_block_format: should be 'parquet' or 'avro' (got 'orc')"),
+        ({"table": {"log_block_format": "orc"}}, "table.log_block_format: should be 'auto', 'parquet' or 'avro' (got 'orc')"),
         ({"stream": {"on_failure": "retry"}},
          "stream.on_failure: should be 'continue' or 'stop_application' (got 'retry')"),
         ({"table": {"record_key": []}}, "table.record_key: should not be empty (got [])"),

@@ -25,12 +25,14 @@ from conformance_matrix import QUERIES
 from oracle import Oracle
 from test_table_engine import DATA_COLUMNS, SCHEMA, change_batch, make_table, row, write_options
 
+from table.file_group.log_file.reader import read_log_file
 from table.mor_table import MorTable, TableSpec
 from table.services.archive import ArchivePolicy, archive
 from table.services.clean import CleanPolicy, clean
 from table.services.clustering.execute import execute_clustering
 from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
+from table.storage.file_io import Storage
 
 pytestmark = pytest.mark.hudi
 
@@ -119,6 +121,29 @@ def state_upserts(root: Path, block_format: str) -> Recorded:
         rec.commit(writer, changes.late(rec.oracle.rows(), 40) + changes.next()[:60])
     rec.incremental, rec.travel_to = (rec.commits[0], rec.commits[3]), rec.commits[2]
     return rec
+
+
+def state_auto_blocks(root: Path) -> Recorded:
+    """`auto` log blocks: small batches' blocks Avro, a large one's Parquet, in the same log files' groups."""
+    rec = Recorded("upserts, auto log blocks (Avro and Parquet)", root / "orders")
+    changes = Changes(seed=17)
+    with make_table(rec.path).writer(write_options(log_block_format="auto")) as writer:
+        rec.commit(writer, changes.next())
+        rec.commit(writer, changes.next())
+        big = Changes(seed=18, size=40_000)
+        big.known, big.batches = changes.known, 2  # the third batch: keys of its own, updates of the table's
+        rec.commit(writer, big.next())
+        changes.batches = 3
+        rec.commit(writer, changes.next())
+    blocks = {type_name for f in rec.path.rglob(".*.log.*") for type_name in log_block_types(f)}
+    assert {"AVRO_DATA", "PARQUET_DATA"} <= blocks, blocks
+    rec.incremental, rec.travel_to = (rec.commits[0], rec.commits[3]), rec.commits[2]
+    return rec
+
+
+def log_block_types(path: Path) -> list[str]:
+    storage = Storage(str(path.parent))
+    return [b.block_type.name for b in read_log_file(storage, path.name) if hasattr(b, "block_type")]
 
 
 def state_compacted(root: Path) -> Recorded:
@@ -248,6 +273,7 @@ def state_rolled_back(root: Path) -> Recorded:
 STATES = {
     "upserts_parquet": lambda root: state_upserts(root, "parquet"),
     "upserts_avro": lambda root: state_upserts(root, "avro"),
+    "upserts_auto": state_auto_blocks,
     "compacted": state_compacted,
     "compaction_pending": state_compaction_pending,
     "resize_pending": state_resize_pending,

@@ -166,8 +166,10 @@ class TableSettings(_Section):
     url_encode_partitions: bool = Field(False, description=(
         "Escape partition values in paths as Hive does. Only read when the table is created."))
     log_block_format: LogBlockFormat = Field(WriteOptions.log_block_format, description=(
-        "The format of data blocks in log files: `parquet`, or `avro` (Hudi's own default). The "
-        "quarantine table uses it too."))
+        "The format of data blocks in log files: `parquet`, `avro` (Hudi's own default), or `auto`: "
+        "Parquet for a block of 512 records or more, Avro for a smaller one (a batch spread over many "
+        "file groups writes small blocks, whose Parquet files would cost more to make than their "
+        "records). Every Hudi reader reads both. The quarantine table uses it too."))
     write_task_memory_mb: float = Field(WriteOptions.task_memory_bytes / MIB, gt=0, description=(
         "The records a Spark write task holds in memory at once. A micro-batch that gives a task more "
         "(a long backlog read at once) keeps them on the task's local disk and writes its file groups "

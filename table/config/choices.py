@@ -27,10 +27,25 @@ class Choice(StrEnum):
 
 
 class LogBlockFormat(Choice):
-    """The format of data blocks in log files."""
+    """The format of data blocks in log files. `auto` writes a block of `PARQUET_BLOCK_ROWS`
+    records or more as Parquet, a smaller one as Avro: a Parquet file costs about 0.2 ms to make
+    whatever it holds, which a batch spread over thousands of file groups pays per group, while
+    the Avro blocks of a write are encoded together, a column at a time over all their records."""
 
+    AUTO = "auto"
     PARQUET = "parquet"
     AVRO = "avro"
+
+    def for_block(self, records: int) -> "LogBlockFormat":
+        """The format a data block of `records` records is written in."""
+        if self is not LogBlockFormat.AUTO:
+            return self
+        return LogBlockFormat.PARQUET if records >= PARQUET_BLOCK_ROWS else LogBlockFormat.AVRO
+
+
+#: With `LogBlockFormat.AUTO`, the records from which a data block is Parquet: about where writing
+#: it as Avro (our encoder's cost per record) costs more than a Parquet file's making.
+PARQUET_BLOCK_ROWS = 512
 
 
 class CompactionStrategyKind(Choice):

@@ -240,10 +240,10 @@ class Storage:
             self.makedirs(parent)
             self._made.add(parent)
         try:
-            return open(target, "xb")
+            return _open_exclusive(target)
         except FileNotFoundError:  # the directory was deleted since (a partition dropped)
             self.makedirs(parent)
-            return open(target, "xb")
+            return _open_exclusive(target)
 
     def sync_files(self, rels: list[str]) -> None:
         """Make files written with `durable=False` durable, all before this returns: on a local
@@ -253,11 +253,12 @@ class Storage:
         if not rels or not self.is_local:
             return
         paths = [self.full_path(rel) for rel in rels]
-        if len(paths) == 1:
-            _fsync(paths[0])
+        threads = min(len(paths), SYNC_THREADS)
+        if threads == 1:
+            _fsync_all(paths)
             return
-        with ThreadPoolExecutor(min(len(paths), SYNC_THREADS), thread_name_prefix="fsync") as pool:
-            list(pool.map(_fsync, paths))
+        with ThreadPoolExecutor(threads, thread_name_prefix="fsync") as pool:
+            list(pool.map(_fsync_all, [paths[i::threads] for i in range(threads)]))
 
     def _put_new(self, target: str, data: bytes | bytearray | memoryview) -> None:
         """One PUT after one HEAD: atomic for readers, but not exclusive. pyarrow cannot send
@@ -351,12 +352,19 @@ def _temp_prefix(name: str) -> str:
     return f".{name.replace('_', '~')}."
 
 
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _fsync_all(paths: list[str]) -> None:
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _open_exclusive(path: str):
+    """A new file open for writing; FileExistsError when there is one. Through `os.open`, which
+    costs a new file a third less than `open(path, "xb")`."""
+    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb")
 
 
 def _write_local(path: str, data: bytes) -> None:

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from table import failpoints
+from table.config.choices import LogBlockFormat
 from table.file_group.base_file import parquet_options
 from table.file_group.log_file.avro_binary import conform, log_schema
 from table.file_group.log_file.block import DataBlock, DeleteBlock, LogBlock
@@ -49,7 +50,7 @@ class CommitContext:
     table_name: str
     data_schema: pa.Schema  # the table's columns, without meta fields
     ordering_field: str
-    log_block_format: str  # "avro" or "parquet"
+    log_block_format: LogBlockFormat
     task_memory_bytes: int = 128 * MIB  # the rows a Spark write task holds at once (`WriteOptions`)
 
     @cached_property

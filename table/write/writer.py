@@ -51,7 +51,7 @@ class WriteOptions:
 
     initial_buckets: int = 4
     delete_field: str | None = None
-    log_block_format: LogBlockFormat = LogBlockFormat.PARQUET
+    log_block_format: LogBlockFormat = LogBlockFormat.AUTO
     lease_ttl_seconds: float = DEFAULT_TTL_SECONDS
     #: The packed rows a Spark write task holds at once; given more (a large backlog's batch), it
     #: keeps them on its local disk and writes its file groups in parts of about this much.

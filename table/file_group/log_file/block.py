@@ -107,9 +107,10 @@ class DataBlock(_HasHeader):
     def create(cls, records: pa.Table, instant: str, schema_json: str,
                fmt: LogBlockFormat = LogBlockFormat.AVRO) -> DataBlock:
         """The block Hudi's writer makes: header INSTANT_TIME and SCHEMA (the log schema, meta
-        fields first); `fmt` is a `hoodie.logfile.data.block.format` value."""
+        fields first); `fmt` is a `hoodie.logfile.data.block.format` value, or `auto` (by the
+        records' count, `LogBlockFormat.for_block`)."""
         header = {HeaderKey.INSTANT_TIME: instant, HeaderKey.SCHEMA: schema_json}
-        return cls(records, header, DATA_BLOCK_TYPES[fmt])
+        return cls(records, header, DATA_BLOCK_TYPES[LogBlockFormat(fmt).for_block(records.num_rows)])
 
 
 @dataclass
