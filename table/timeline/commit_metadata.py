@@ -15,12 +15,12 @@ checkpoint go in as JSON text.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from table.errors import UnsupportedTypeError
-from table.jackson import jackson_dumps
+from table.jackson import Laid, jackson_dumps, jackson_object
 
 SCHEMA_KEY = "schema"
 
@@ -82,6 +82,9 @@ _DELTA_FIELDS = (
     ("records_stats", "recordsStats"),
 )
 _NO_RECORDS_STATS = {"val": None}  # how Jackson writes an empty Hudi Option
+_RUNTIME_STATS_AT = [key for _, key in _STAT_FIELDS].index("runtimeStats")
+#: The level a write stat is laid out at: in partitionToWriteStats' lists.
+_STAT_LEVEL = 2
 
 
 @dataclass
@@ -126,6 +129,21 @@ class WriteStat:
     @property
     def is_delta(self) -> bool:
         return self.log_version is not None
+
+    def to_jackson(self, level: int) -> Laid:
+        """This stat laid out as Jackson writes it at `level`, equal to `jackson_dumps` of `to_dict`
+        there, without the dict."""
+        if self.extra:
+            return jackson_object(list(self.to_dict().items()), level)
+        entries = [(key, getattr(self, attr)) for attr, key in _STAT_FIELDS]
+        if self.runtime_stats is not None:
+            entries[_RUNTIME_STATS_AT] = ("runtimeStats", self.runtime_stats.to_dict())
+        if self.is_delta:
+            entries += [(key, getattr(self, attr)) for attr, key in _DELTA_FIELDS[:-2]]
+            entries.append(("logFiles", list(self.log_files or [])))
+            entries.append(("recordsStats", self.records_stats if self.records_stats is not None
+                            else dict(_NO_RECORDS_STATS)))
+        return jackson_object(entries, level)
 
     def to_dict(self) -> dict[str, Any]:
         fields = _STAT_FIELDS + (_DELTA_FIELDS if self.is_delta else ())
@@ -193,12 +211,20 @@ class CommitMetadata:
         return self.extra_metadata.get(SCHEMA_KEY)
 
     def to_dict(self) -> dict[str, Any]:
+        return self._document(WriteStat.to_dict)
+
+    def to_json(self) -> str:
+        """The JSON Hudi writes; each write stat laid out without a dict of it (a commit may hold
+        thousands)."""
+        return jackson_dumps(self._document(lambda stat: stat.to_jackson(_STAT_LEVEL)))
+
+    def _document(self, stat: Callable[[WriteStat], Any]) -> dict[str, Any]:
         bad = [k for k, v in self.extra_metadata.items() if not isinstance(v, str)]
         if bad:
             raise UnsupportedTypeError(f"extraMetadata values must be strings: {bad}")
         return {
             "partitionToWriteStats": {
-                p: [s.to_dict() for s in stats] for p, stats in self.partition_to_write_stats.items()
+                p: [stat(s) for s in stats] for p, stats in self.partition_to_write_stats.items()
             },
             "compacted": self.compacted,
             "extraMetadata": dict(self.extra_metadata),
@@ -209,9 +235,6 @@ class CommitMetadata:
 
     def _own_fields(self) -> dict[str, Any]:
         return {}
-
-    def to_json(self) -> str:
-        return jackson_dumps(self.to_dict())
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CommitMetadata:
