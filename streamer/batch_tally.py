@@ -36,6 +36,7 @@ from streamer.decode.columns import (
     SKIPPED,
 )
 from streamer.decode.record_decoder import RecordDecoder
+from streamer.errors import KafkaSourceError
 from streamer.kafka.options import SourceOptions
 from streamer.kafka.reader import read_ranges
 from streamer.kafka.schema import OFFSET_RANGES_SCHEMA
@@ -158,7 +159,7 @@ class DecodeStep:
             yield self._rows(batch)
             return
         if self.source is None:
-            raise ValueError("offset ranges of the kafka-arrow source, but no source options to read them with")
+            raise KafkaSourceError("offset ranges of the kafka-arrow source, but no source options to read them with")
         records = read_ranges(self.source, batch)
         while True:
             started = time.perf_counter()

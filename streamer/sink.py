@@ -36,7 +36,7 @@ from streamer.decode.columns import ERROR, EVOLVING, RAW_KEY, RAW_VALUE, SKIPPED
 from streamer.decode.debezium import TRUNCATE
 from streamer.decode.evolution import VALUE_SCHEMA_KEY, SchemaEvolution
 from streamer.decode.record_decoder import RecordDecoder
-from streamer.errors import BadRecordError, SchemaEvolutionFailed, StopRequested, TableWriteError
+from streamer.errors import BadRecordError, SchemaEvolutionError, StopRequestedError, TableWriteError
 from streamer.kafka.options import SourceOptions
 from streamer.quarantine import QuarantineTable
 from table import failpoints
@@ -212,7 +212,8 @@ class UpsertSink:
             if self._stopping.is_set():
                 # Returning would let Spark record the batch as done; raising leaves it to be
                 # replayed by the next run.
-                self.failure = StopRequested(f"{self.settings.table_name}: stopping, batch {batch_id} left for the next run")
+                self.failure = StopRequestedError(f"{self.settings.table_name}: stopping, batch {batch_id} left "
+                                                  "for the next run")
                 raise self.failure
             started = time.monotonic()
             report = self._reported(lambda: self._process(df, self._query_id or "", batch_id, self._planned(batch_id)),
@@ -333,7 +334,7 @@ class UpsertSink:
             _abandon_quietly(commit)
             if not self.evolution.evolve(evolving, tally.value.writer_schemas, tally.value.evolving_at):
                 break
-        raise SchemaEvolutionFailed(f"{self.settings.table_name}: records of writer schema id(s) "
+        raise SchemaEvolutionError(f"{self.settings.table_name}: records of writer schema id(s) "
                                     f"{sorted(evolving)} evolve the table's schema, but it could not be evolved")
 
     def _write_decoded(self, df: DataFrame, decoder: RecordDecoder, tally) -> tuple[DeltaCommit, DataFrameWriteResult]:

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from streamer.catalog import catalog_status
 from streamer.checkpoint import table_checkpoint
 from streamer.config.model import JobConfig
-from streamer.errors import BrokersUnreachable
+from streamer.errors import BrokersUnreachableError
 from streamer.kafka.offsets import KafkaProgress
 from table.mor_table import MorTable
 from table.storage.file_io import Storage
@@ -163,7 +163,7 @@ def _read_lag(status: TableStatus, config: JobConfig, timeout: float, down: dict
     progress = KafkaProgress(config.source, timeout)
     try:
         status.lag = progress.lag(status.offsets)
-    except BrokersUnreachable as e:
+    except BrokersUnreachableError as e:
         status.lag, status.lag_unknown = None, down.setdefault(servers, str(e))
     except KafkaException as e:  # answered, but not with offsets: authorization, a broken topic
         status.lag, status.lag_unknown = None, f"{servers} refused the offsets request ({e.args[0].str()})"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from streamer.cli.kafka import add_kafka_commands, kafka_command
 from streamer.cli.sync import add_sync_command, sync_command
+from streamer.errors import InvalidArgumentError
 from table.config.choices import CleanPolicyKind, CompactionStrategyKind, SplitPoint
 
 
@@ -234,7 +235,7 @@ def doctor_command(args: argparse.Namespace) -> int:
 def _key_value(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise ValueError(f"--conf expects KEY=VALUE, got {text!r}")
+        raise InvalidArgumentError(f"--conf expects KEY=VALUE, got {text!r}")
     return key, value
 
 

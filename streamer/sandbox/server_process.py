@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TypeVar
 
-from streamer.errors import BrokerStartError
+from streamer.errors import BrokerStartError, ServerNotRunningError
 
 Server = TypeVar("Server", bound="ServerProcess")
 
@@ -127,7 +127,7 @@ class ServerProcess(ABC):
 
     def _running_pid(self) -> int:
         if not self.is_running():
-            raise RuntimeError(f"{self!r} is not running")
+            raise ServerNotRunningError(f"{self!r} is not running")
         return self._proc.pid
 
     def _spawn(self, command: list[str]) -> None:
