@@ -24,11 +24,11 @@ from streamer.config.model import JobConfig
 from streamer.errors import StartupError, StopRequestedError
 from streamer.job import TableJob
 from streamer.kafka.datasource import register_kafka_source
+from streamer.last_error import record_error
 from streamer.logs.failures import failure_line, query_error_line
 from streamer.logs.lines import LOG_FORMAT_ENV, LOG_LEVEL_ENV, formatter
 from streamer.metrics import Metrics, MetricsServer
 from streamer.scheduler import BackgroundExecutor
-from streamer.status import record_error
 from table.units import MIB
 
 log = logging.getLogger(__name__)

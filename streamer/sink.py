@@ -22,7 +22,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
-from streamer.batch_tally import BatchTally, BatchTallyParam, DecodeStep
+from streamer.batch_tally import BatchTally, BatchTallyParam
 from streamer.checkpoint import (
     CHECKPOINT_KEY,
     EMPTY_CHECKPOINT,
@@ -36,6 +36,7 @@ from streamer.decode.columns import ERROR, EVOLVING, RAW_KEY, RAW_VALUE, SKIPPED
 from streamer.decode.debezium import TRUNCATE
 from streamer.decode.evolution import VALUE_SCHEMA_KEY, SchemaEvolution
 from streamer.decode.record_decoder import RecordDecoder
+from streamer.decode_step import DecodeStep
 from streamer.errors import BadRecordError, SchemaEvolutionError, StopRequestedError, TableWriteError
 from streamer.kafka.options import SourceOptions
 from streamer.quarantine import QuarantineTable

@@ -14,7 +14,7 @@ from ingestion import committed_table, order_config, produce_orders, run_streame
 
 from streamer.cli import main as cli
 from streamer.cli.demo import change_events
-from streamer.status import record_error
+from streamer.last_error import record_error
 
 
 @pytest.mark.unit

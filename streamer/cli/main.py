@@ -209,7 +209,7 @@ def status_command(args: argparse.Namespace) -> int:
 
     from streamer.config.loading import load_configs
     from streamer.errors import ConfigError
-    from streamer.status import exit_code, statuses
+    from streamer.cli.status import exit_code, statuses
 
     try:
         found = statuses(load_configs(args.config), args.kafka_timeout)
