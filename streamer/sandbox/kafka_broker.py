@@ -26,7 +26,8 @@ from pathlib import Path
 
 from streamer.errors import BrokerStartError, ServerNotRunningError
 from streamer.sandbox import jars
-from streamer.sandbox.server_process import ServerProcess, free_port, java_executable
+from streamer.sandbox.ports import free_port
+from streamer.sandbox.server_process import ServerProcess, java_executable
 from streamer.sandbox.topics import create_topic, wait_for_broker
 
 KAFKA_VERSION = "4.4.0"

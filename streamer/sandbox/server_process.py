@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -23,13 +22,6 @@ from typing import TypeVar
 from streamer.errors import BrokerStartError, ServerNotRunningError
 
 Server = TypeVar("Server", bound="ServerProcess")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free on `host` a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def java_executable() -> str:

@@ -7,13 +7,13 @@ Any Kafka broker will do, the sandbox's local one (`streamer.sandbox.kafka_broke
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from streamer.errors import BrokerStartError, InvalidArgumentError, ProduceError, TopicTimeoutError
 from streamer.logs.clients import client_config
+from streamer.sandbox.ports import port_answers
 
 __all__ = [
     "create_topic",
@@ -44,13 +44,11 @@ def wait_for_broker(bootstrap: str, timeout: float = 30.0, is_alive=None) -> flo
     while True:
         if is_alive is not None and not is_alive():
             raise BrokerStartError(f"broker at {bootstrap} exited while starting")
-        try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=0.5):
-                break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise BrokerStartError(f"nothing listens on {bootstrap} after {timeout:.0f}s")
-            time.sleep(0.02)
+        if port_answers(host.strip("[]"), int(port), timeout=0.5):
+            break
+        if time.monotonic() > deadline:
+            raise BrokerStartError(f"nothing listens on {bootstrap} after {timeout:.0f}s")
+        time.sleep(0.02)
     admin = _admin(bootstrap)
     last_error: Exception | None = None
     while time.monotonic() < deadline:
