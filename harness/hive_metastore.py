@@ -17,12 +17,12 @@ string-filter one instead) and the replication dump cleaner.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from xml.sax.saxutils import escape
 
 from streamer.sandbox import jars
-from streamer.sandbox.server_process import ServerProcess, free_port, java_executable
+from streamer.sandbox.ports import free_port, port_answers
+from streamer.sandbox.server_process import ServerProcess, java_executable
 
 HIVE_VERSION = "3.1.3"
 ARTIFACTS = (f"org.apache.hive:hive-standalone-metastore:{HIVE_VERSION}",)
@@ -83,11 +83,7 @@ class HiveMetastore(ServerProcess):
 
     def answers(self) -> bool:
         """Whether the Thrift port accepts a connection."""
-        try:
-            socket.create_connection((self.host, self.port), timeout=1.0).close()
-        except OSError:
-            return False
-        return True
+        return port_answers(self.host, self.port)
 
     def _write_config(self) -> None:
         conf = self.work_dir / "conf"

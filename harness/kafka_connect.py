@@ -25,7 +25,8 @@ from pathlib import Path
 
 from streamer.sandbox import jars
 from streamer.sandbox.kafka_broker import KAFKA_VERSION, LOG4J_VERSION
-from streamer.sandbox.server_process import ServerProcess, free_port, java_executable
+from streamer.sandbox.ports import free_port
+from streamer.sandbox.server_process import ServerProcess, java_executable
 
 DEBEZIUM_VERSION = "3.6.1.Final"
 CONNECT_ARTIFACTS = (

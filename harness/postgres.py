@@ -25,7 +25,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from streamer.sandbox.server_process import ServerProcess, free_port
+from streamer.sandbox.ports import free_port
+from streamer.sandbox.server_process import ServerProcess
 
 USER = "postgres"  # the superuser initdb makes, and the system user that runs the server under root
 PACKAGE = "postgresql"

@@ -20,7 +20,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from streamer.sandbox.server_process import free_port
+from streamer.sandbox.ports import free_port
 
 SCRAPE_SECONDS = 2  # a scrape may take this long: the lag is asked of Kafka when scraped
 BINARY = "prometheus"

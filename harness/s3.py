@@ -30,7 +30,8 @@ import urllib.request
 import pyarrow.fs as pafs
 
 from streamer.sandbox import jars
-from streamer.sandbox.server_process import ServerProcess, free_port, java_executable
+from streamer.sandbox.ports import free_port
+from streamer.sandbox.server_process import ServerProcess, java_executable
 
 S3PROXY_VERSION = "4.1.0"
 ARTIFACTS = (

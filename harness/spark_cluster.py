@@ -28,7 +28,8 @@ from pathlib import Path
 import psutil
 import pyspark
 
-from streamer.sandbox.server_process import free_port, java_executable
+from streamer.sandbox.ports import free_port
+from streamer.sandbox.server_process import java_executable
 
 SPARK_HOME = Path(pyspark.__file__).parent
 #: The master and worker daemons only schedule: a small heap and the quick compiler start them fast.

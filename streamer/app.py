@@ -21,14 +21,14 @@ from pyspark.sql import SparkSession
 
 from streamer.config.choices import QueryFailurePolicy
 from streamer.config.model import JobConfig
-from streamer.errors import StartupError, StopRequested
+from streamer.errors import StartupError, StopRequestedError
 from streamer.job import TableJob
 from streamer.kafka.datasource import register_kafka_source
+from streamer.last_error import record_error
 from streamer.logs.failures import failure_line, query_error_line
 from streamer.logs.lines import LOG_FORMAT_ENV, LOG_LEVEL_ENV, formatter
 from streamer.metrics import Metrics, MetricsServer
 from streamer.scheduler import BackgroundExecutor
-from streamer.status import record_error
 from table.units import MIB
 
 log = logging.getLogger(__name__)
@@ -301,7 +301,7 @@ class _Runner:
 
     def _failure(self, job: TableJob) -> str | None:
         sink_error = job.sink.failure
-        if isinstance(sink_error, StopRequested):
+        if isinstance(sink_error, StopRequestedError):
             return None
         if sink_error is not None:
             return failure_line(sink_error)

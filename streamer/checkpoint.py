@@ -34,13 +34,14 @@ def planned_offsets(checkpoint_location: str, batch_id: int) -> dict[str, dict[i
     """topic -> partition -> the offset the batch reads up to; None when the log cannot say."""
     try:
         lines = Storage(checkpoint_location).read_bytes(f"offsets/{batch_id}").decode("utf-8").splitlines()
-        if len(lines) != 3 or lines[0] != VERSION:
-            raise ValueError(f"expected '{VERSION}', batch metadata and one source's offsets")
-        return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in json.loads(lines[2]).items()}
+        if len(lines) == 3 and lines[0] == VERSION:
+            return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in json.loads(lines[2]).items()}
+        problem: object = f"expected '{VERSION}', batch metadata and one source's offsets"
     except (OSError, ValueError, AttributeError, TypeError) as e:
-        log.warning("could not read the offsets Spark planned for batch %d from %s (%s); the batch's "
-                    "records say how far it read", batch_id, checkpoint_location, e)
-        return None
+        problem = e
+    log.warning("could not read the offsets Spark planned for batch %d from %s (%s); the batch's "
+                "records say how far it read", batch_id, checkpoint_location, problem)
+    return None
 
 
 #: extraMetadata key of Hudi's own streamer checkpoint ("topic,partition:offset,...").

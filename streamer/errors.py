@@ -24,7 +24,16 @@ class StartupError(StreamerError, RuntimeError):
     """A table job cannot start; the message names the config file and what to change."""
 
 
-class ConnectorUnavailable(StreamerError, RuntimeError):
+class ConfigValueError(StreamerError, ValueError):
+    """A config value a validator refuses: pydantic reports the message at the value's key (inside
+    a validator, raising a ValueError is how a value is refused)."""
+
+
+class InvalidArgumentError(StreamerError, ValueError):
+    """A command's option, or a call's argument, that cannot be used; the message names it."""
+
+
+class ConnectorUnavailableError(StreamerError, RuntimeError):
     """Spark could not start with the connector it was asked to fetch; says what to do."""
 
 
@@ -40,10 +49,22 @@ class MavenFetchError(StreamerError, RuntimeError):
     """Maven could not fetch an artifact set; the message names the artifact(s) and Maven's errors."""
 
 
+class ServerNotRunningError(StreamerError, RuntimeError):
+    """A server was asked for what only a running one has (its address, its process)."""
+
+
+class TopicTimeoutError(StreamerError, TimeoutError):
+    """A topic created or deleted did not reach that state on the broker in time."""
+
+
+class ProduceError(StreamerError, RuntimeError):
+    """Records a producer sent that the broker did not acknowledge; the message says how many and why."""
+
+
 # -- Kafka ---------------------------------------------------------------------------------------
 
 
-class BrokersUnreachable(StreamerError, RuntimeError):
+class BrokersUnreachableError(StreamerError, RuntimeError):
     """The brokers gave no answer in time: `brokers` names them, `cause` is librdkafka's last word
     on why (e.g. "Connect to ipv4#10.0.0.5:9092 failed: Connection refused")."""
 
@@ -84,7 +105,11 @@ class UnsupportedSchemaTypeError(StreamerError, ValueError):
         self.schema_type = schema_type
 
 
-class SchemaEvolutionFailed(StreamerError, RuntimeError):
+class DecoderSettingsError(StreamerError, ValueError):
+    """A decoder cannot be made from these settings (format, schemas, the fields the table needs)."""
+
+
+class SchemaEvolutionError(StreamerError, RuntimeError):
     """Records of a writer schema that evolves the table's schema, which could not be applied."""
 
 
@@ -96,5 +121,9 @@ class TableWriteError(StreamerError, RuntimeError):
     committed."""
 
 
-class StopRequested(StreamerError, RuntimeError):
-    """The application is stopping; the batch is abandoned before anything is written."""
+class StopRequestedError(StreamerError, RuntimeError):
+    """The application is stopping; the batch is abandoned before anything is written.
+
+    Less a failure than a signal, but it must travel as an exception: the sink raises it from
+    `foreachBatch` so that Spark does not record the batch (the next run replays it), and the
+    application, which recognises it, reports no failure for it."""

@@ -48,7 +48,7 @@ from streamer.kafka.options import SourceOptions
 from streamer.logs.failures import spark_error_line
 from streamer.metrics import Metrics, TableMetrics
 from streamer.preflight import (
-    ProblemsFound,
+    ConfigProblemsError,
     TableColumns,
     column_problems,
     deletes,
@@ -310,7 +310,7 @@ def _key_spec(config: JobConfig, value: FormatSpec) -> FormatSpec:
     """The key's format and fields (`streamer.preflight.decoding`)."""
     try:
         return key_spec(config, value)
-    except ProblemsFound as e:
+    except ConfigProblemsError as e:
         raise StartupError("\n".join(map(str, e.problems))) from None
 
 
@@ -319,7 +319,7 @@ def _format_spec(config: JobConfig, fmt: FormatSettings, role: str) -> FormatSpe
     asked for the latest schema as the job asks it, its errors raising."""
     try:
         return format_spec(config, fmt, role)
-    except ProblemsFound as e:
+    except ConfigProblemsError as e:
         raise StartupError("\n".join(map(str, e.problems))) from None
 
 

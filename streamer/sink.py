@@ -22,7 +22,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
-from streamer.batch_tally import BatchTally, BatchTallyParam, DecodeStep
+from streamer.batch_tally import BatchTally, BatchTallyParam
 from streamer.checkpoint import (
     CHECKPOINT_KEY,
     EMPTY_CHECKPOINT,
@@ -36,7 +36,8 @@ from streamer.decode.columns import ERROR, EVOLVING, RAW_KEY, RAW_VALUE, SKIPPED
 from streamer.decode.debezium import TRUNCATE
 from streamer.decode.evolution import VALUE_SCHEMA_KEY, SchemaEvolution
 from streamer.decode.record_decoder import RecordDecoder
-from streamer.errors import BadRecordError, SchemaEvolutionFailed, StopRequested, TableWriteError
+from streamer.decode_step import DecodeStep
+from streamer.errors import BadRecordError, SchemaEvolutionError, StopRequestedError, TableWriteError
 from streamer.kafka.options import SourceOptions
 from streamer.quarantine import QuarantineTable
 from table import failpoints
@@ -212,7 +213,8 @@ class UpsertSink:
             if self._stopping.is_set():
                 # Returning would let Spark record the batch as done; raising leaves it to be
                 # replayed by the next run.
-                self.failure = StopRequested(f"{self.settings.table_name}: stopping, batch {batch_id} left for the next run")
+                self.failure = StopRequestedError(f"{self.settings.table_name}: stopping, batch {batch_id} left "
+                                                  "for the next run")
                 raise self.failure
             started = time.monotonic()
             report = self._reported(lambda: self._process(df, self._query_id or "", batch_id, self._planned(batch_id)),
@@ -333,7 +335,7 @@ class UpsertSink:
             _abandon_quietly(commit)
             if not self.evolution.evolve(evolving, tally.value.writer_schemas, tally.value.evolving_at):
                 break
-        raise SchemaEvolutionFailed(f"{self.settings.table_name}: records of writer schema id(s) "
+        raise SchemaEvolutionError(f"{self.settings.table_name}: records of writer schema id(s) "
                                     f"{sorted(evolving)} evolve the table's schema, but it could not be evolved")
 
     def _write_decoded(self, df: DataFrame, decoder: RecordDecoder, tally) -> tuple[DeltaCommit, DataFrameWriteResult]:

@@ -43,7 +43,7 @@ def preload() -> None:
     import confluent_kafka  # noqa: F401  the Kafka source's reads
     import pyspark.worker  # noqa: F401
 
-    import streamer.batch_tally  # noqa: F401  decoding, and the Kafka source through it
+    import streamer.decode_step  # noqa: F401  decoding, and the Kafka source through it
     import table.spark.write  # noqa: F401  routing and writing file groups
     gc.freeze()
 

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, TopicPartition
 from oracle import Oracle
 
 from streamer.checkpoint import CHECKPOINT_KEY, StreamCheckpoint, table_checkpoint
-from streamer.cli.demo import as_kafka_records, change_events
+from streamer.sandbox.change_events import as_kafka_records, change_events
 from table.file_group.fs_view import list_partitions
 from table.file_group.log_file.reader import read_log_file
 from table.mor_table import MorTable, TableSpec

@@ -21,7 +21,7 @@ from typing import Callable
 
 from streamer.errors import BrokerStartError  # noqa: F401  (re-export)
 from streamer.sandbox.kafka_broker import KAFKA_VERSION, KafkaBroker
-from streamer.sandbox.server_process import free_port  # noqa: F401  (re-export)
+from streamer.sandbox.ports import free_port  # noqa: F401  (re-export)
 from streamer.sandbox.topics import (  # noqa: F401  (re-exports)
     create_topic,
     murmur2,

@@ -52,7 +52,7 @@ from ingestion import (  # noqa: E402
 from oracle import Oracle  # noqa: E402
 
 from streamer.checkpoint import table_checkpoint  # noqa: E402
-from streamer.cli.demo import as_kafka_records  # noqa: E402
+from streamer.sandbox.change_events import as_kafka_records  # noqa: E402
 from table.index import consistent_hashing as ring  # noqa: E402
 from table.mor_table import MorTable  # noqa: E402
 from table.services.archive import read_archived_instants  # noqa: E402

@@ -12,10 +12,10 @@ from ingestion import assert_table_matches, committed_table, order_config, produ
 from streamer import app
 from streamer.catalog import CatalogSync, metastore_connector, sync_target
 from streamer.cli.doctor import TableDoctor, Verdict
-from streamer.cli.demo import change_events
+from streamer.cli.status import table_status
 from streamer.config.loading import config_from_mapping
 from streamer.metrics import Metrics
-from streamer.status import table_status
+from streamer.sandbox.change_events import change_events
 from table.file_group.fs_view import list_partitions
 from table.mor_table import MorTable
 from table.sync import LAST_COMMIT_TIME_SYNC, HiveMetastoreClient, HiveSync

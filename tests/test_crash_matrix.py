@@ -38,7 +38,7 @@ from ingestion import (
     write_config,
 )
 
-from streamer.cli.demo import MALFORMED, REGIONS, as_kafka_records, change_events
+from streamer.sandbox.change_events import MALFORMED, REGIONS, as_kafka_records, change_events
 from table import failpoints
 from table.file_group.log_file.block import MAGIC, CorruptBlock
 from table.file_group.log_file.reader import read_log_file

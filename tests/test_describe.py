@@ -16,7 +16,7 @@ import matplotlib.image
 import pytest
 from ingestion import REPO, order_config, produce_orders, run_streamer, write_config
 
-from streamer.cli.demo import change_events
+from streamer.sandbox.change_events import change_events
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable
 from table.services.archive import ArchivePolicy, archive, read_archived_instants

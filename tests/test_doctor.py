@@ -24,9 +24,9 @@ import schema_registry_server
 from ingestion import REPO, committed_table, order_config, produce_orders, run_streamer, write_config
 
 from streamer.cli import main as cli
-from streamer.cli.demo import change_events
 from streamer.quarantine import SCHEMA as QUARANTINE_SCHEMA
 from streamer.quarantine import QuarantineTable
+from streamer.sandbox.change_events import change_events
 from table.services.compaction import CompactionStrategy, schedule_compaction
 from table.write.writer import WriteOptions
 

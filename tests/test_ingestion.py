@@ -28,9 +28,9 @@ from ingestion import (
 )
 
 from streamer import app
-from streamer.cli.demo import change_events
 from streamer.config.loading import config_from_mapping, load_configs
 from streamer.config.model import JobConfig
+from streamer.sandbox.change_events import change_events
 from table.mor_table import MorTable
 from table.timeline.commit_metadata import CommitMetadata
 

@@ -22,8 +22,8 @@ from ingestion import (
 
 from streamer import app
 from streamer.checkpoint import table_checkpoint
-from streamer.cli.demo import change_events
 from streamer.config.loading import config_from_mapping
+from streamer.sandbox.change_events import change_events
 from table.mor_table import MorTable
 from table.plans.compaction import pending_compactions
 from table.timeline.timeline import Timeline

@@ -45,8 +45,8 @@ from ingestion import (
 
 from streamer import app
 from streamer.app import TableOutcome
-from streamer.cli.demo import as_kafka_records, change_events
 from streamer.config.loading import config_from_mapping
+from streamer.sandbox.change_events import as_kafka_records, change_events
 from streamer.sink import DATA_LOSS_KEY
 from table.mor_table import MorTable
 from table.timeline.commit_metadata import CommitMetadata

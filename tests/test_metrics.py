@@ -19,9 +19,9 @@ from test_dashboard import ALERTS, alert_names, dashboard_metric_names
 
 from harness.prometheus import PrometheusServer
 from streamer import app
-from streamer.cli.demo import change_events
 from streamer.config.loading import config_from_mapping
 from streamer.config.model import JobConfig
+from streamer.sandbox.change_events import change_events
 from table.failpoints import PAUSE_ENV_VAR
 from table.file_group.layout_stats import after_each_deltacommit
 from table.mor_table import MorTable

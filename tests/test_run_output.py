@@ -16,7 +16,7 @@ import kafka_broker
 import pytest
 from ingestion import committed_table, order_config, run_streamer, write_config
 
-from streamer.cli.demo import as_kafka_records, change_events
+from streamer.sandbox.change_events import as_kafka_records, change_events
 
 pytestmark = pytest.mark.e2e
 

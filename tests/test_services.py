@@ -445,7 +445,7 @@ def test_streamer_cluster_rollback_removes_a_pending_plan_and_its_dual_writes(tm
 
 def test_status_and_the_timeline_list_a_pending_clustering(tmp_path):
     from streamer.cli.describe import timeline_entries
-    from streamer.status import table_status
+    from streamer.cli.status import table_status
 
     path = tmp_path / "orders"
     table, _ = table_with_grown_buckets(path)

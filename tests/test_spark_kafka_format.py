@@ -24,8 +24,8 @@ from ingestion import (
 
 from harness.spark import kafka_connector
 from streamer import app
-from streamer.cli.demo import MALFORMED, as_kafka_records, change_events
 from streamer.config.loading import config_from_mapping
+from streamer.sandbox.change_events import MALFORMED, as_kafka_records, change_events
 from table.mor_table import MorTable
 
 pytestmark = pytest.mark.e2e

@@ -13,8 +13,8 @@ import pytest
 from ingestion import committed_table, order_config, produce_orders, run_streamer, write_config
 
 from streamer.cli import main as cli
-from streamer.cli.demo import change_events
-from streamer.status import record_error
+from streamer.last_error import record_error
+from streamer.sandbox.change_events import change_events
 
 
 @pytest.mark.unit

@@ -27,9 +27,9 @@ from ingestion import (
 )
 
 from streamer import app
-from streamer.cli.demo import change_events
 from streamer.config.loading import config_from_mapping
 from streamer.errors import StartupError
+from streamer.sandbox.change_events import change_events
 from table.mor_table import MorTable
 from table.timeline.timeline import State
 

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, replace
 
 import pyarrow as pa
 
+from streamer.errors import InvalidArgumentError
 from table.file_group.fs_view import FileGroup, FileSlice, list_partitions
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable
@@ -188,7 +189,7 @@ class FileGroups(Document):
 def file_groups(table: MorTable, partition: str | None = None) -> FileGroups:
     """Every file group of the table, or of one partition."""
     if partition is not None and partition not in list_partitions(table.storage):
-        raise ValueError(f"no partition {partition!r}; the table has {list_partitions(table.storage)}")
+        raise InvalidArgumentError(f"no partition {partition!r}; the table has {list_partitions(table.storage)}")
     view = table.file_system_view(partition_paths=None if partition is None else [partition])
     return FileGroups([_group_summary(g) for p in view.partition_paths()
                        for g in sorted(view.file_groups(p).values(), key=lambda g: g.file_id)])
@@ -356,7 +357,7 @@ def read_rows(table: MorTable, as_of: str | None = None, read_optimized: bool = 
     """The rows a query sees: snapshot (as of an instant), base files only, or changed since."""
     if read_optimized:
         if as_of is not None:
-            raise ValueError("--read-optimized reads the latest base files; it takes no --as-of")
+            raise InvalidArgumentError("--read-optimized reads the latest base files; it takes no --as-of")
         return table.read_optimized()
     if incremental_from is not None:
         return table.incremental(incremental_from, as_of)
@@ -377,7 +378,7 @@ def query(rows: pa.Table, sql: str, limit: int) -> QueryResult:
     try:
         result = spark.sql(sql).limit(limit + 1).toArrow()
     except (AnalysisException, ParseException) as e:
-        raise ValueError(f"query failed: {str(e).strip().splitlines()[0]}") from e
+        raise InvalidArgumentError(f"query failed: {str(e).strip().splitlines()[0]}") from e
     return QueryResult(result.column_names, [list(r.values()) for r in result.slice(0, limit).to_pylist()],
                        truncated=result.num_rows > limit)
 

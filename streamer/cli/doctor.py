@@ -40,9 +40,9 @@ from streamer.config.loading import read_configs
 from streamer.config.model import JobConfig
 from streamer.decode.avro import parse_avro, read_avro
 from streamer.decode.ddl import parse_ddl
-from streamer.decode.decoded import BadRecord
+from streamer.decode.decoded import UndecodableRecordError
 from streamer.decode.registry import CONFLUENT_HEADER_SIZE, SchemaRegistryClient, confluent_schema_id
-from streamer.errors import BrokersUnreachable, SchemaRegistryError
+from streamer.errors import BrokersUnreachableError, SchemaRegistryError
 from streamer.kafka.offsets import KafkaProgress, TopicRanges
 from streamer.kafka.options import SourceOptions
 from streamer.logs.clients import client_config
@@ -181,7 +181,7 @@ def change_event(config: JobConfig, value: bytes, timeout: float) -> dict:
         schema_id = confluent_schema_id(value)
         text = SchemaRegistryClient(settings.url, settings.auth, timeout=timeout).schema_by_id(schema_id)
         if text is None:
-            raise KeyError(f"schema id {schema_id} is not in the registry")
+            raise UndecodableRecordError(f"schema id {schema_id} is not in the registry")
         return read_avro(value, CONFLUENT_HEADER_SIZE, parse_avro(text), None)
     return read_avro(value, 0, parse_avro(config.schema_file(config.decode.value).read_text()), None)
 
@@ -338,7 +338,7 @@ class TableDoctor:
         progress = KafkaProgress(source, self.timeout)
         try:
             found = progress.ranges(list(self.offsets))
-        except BrokersUnreachable as e:
+        except BrokersUnreachableError as e:
             return [self._check("brokers", Verdict.PROBLEM, f"{e}; topics and offsets not checked",
                                 "start the brokers, or correct source.bootstrap_servers (and the network to them)")]
         except KafkaException as e:  # answered, but refused: authentication, authorization
@@ -415,7 +415,7 @@ class TableDoctor:
         where, value = newest[-1]
         try:
             event = change_event(config, value, self.timeout)
-        except (ValueError, KeyError, SchemaRegistryError, BadRecord) as e:
+        except (ValueError, KeyError, SchemaRegistryError, UndecodableRecordError) as e:
             return self._check("change events", Verdict.PROBLEM,
                                f"{where} does not read as a Debezium change event: {e}",
                                "point source.topics at the connector's table topics (<topic.prefix>.<schema>.<table>), "

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from streamer.cli.kafka import add_kafka_commands, kafka_command
 from streamer.cli.sync import add_sync_command, sync_command
+from streamer.errors import InvalidArgumentError
 from table.config.choices import CleanPolicyKind, CompactionStrategyKind, SplitPoint
 
 
@@ -208,7 +209,7 @@ def status_command(args: argparse.Namespace) -> int:
 
     from streamer.config.loading import load_configs
     from streamer.errors import ConfigError
-    from streamer.status import exit_code, statuses
+    from streamer.cli.status import exit_code, statuses
 
     try:
         found = statuses(load_configs(args.config), args.kafka_timeout)
@@ -234,7 +235,7 @@ def doctor_command(args: argparse.Namespace) -> int:
 def _key_value(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise ValueError(f"--conf expects KEY=VALUE, got {text!r}")
+        raise InvalidArgumentError(f"--conf expects KEY=VALUE, got {text!r}")
     return key, value
 
 

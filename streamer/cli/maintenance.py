@@ -15,7 +15,7 @@ import sys
 from streamer.checkpoint import CHECKPOINT_KEY
 from streamer.config.loading import load_config
 from streamer.config.model import ClusteringSettings, IndexSettings
-from streamer.errors import ConfigError
+from streamer.errors import ConfigError, InvalidArgumentError
 from streamer.scheduler import clustering_policy
 from table.errors import ClusteringConflictError, CompactionConflictError, TableNotFoundError, WriterConflictError
 from table.mor_table import MorTable
@@ -105,7 +105,7 @@ def cluster_policy(table: MorTable, args: argparse.Namespace) -> ClusteringPolic
     if args.config:
         config = load_config(args.config)
         if _same_path(config.table.path) != _same_path(table.base_uri):
-            raise ValueError(f"--config {args.config} is the config of the table at {config.table.path}, "
+            raise InvalidArgumentError(f"--config {args.config} is the config of the table at {config.table.path}, "
                              f"not of {args.table_path}")
         index, clustering = config.index, config.services.clustering
         sort_key = f"{args.config}: services.clustering.sort_columns"
@@ -118,7 +118,7 @@ def cluster_policy(table: MorTable, args: argparse.Namespace) -> ClusteringPolic
     columns = table.schema().names
     unknown = [c for c in clustering.sort_columns if c not in columns]
     if unknown:
-        raise ValueError(f"{sort_key}: no column(s) {unknown} in the table's columns {columns}")
+        raise InvalidArgumentError(f"{sort_key}: no column(s) {unknown} in the table's columns {columns}")
     return clustering_policy(index, clustering)
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from streamer.errors import InvalidArgumentError
+
 
 def add_sync_command(commands) -> None:
     sync = commands.add_parser(
@@ -74,5 +76,5 @@ def sync_command(args: argparse.Namespace) -> int:
 def _key_value(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise ValueError(f"--conf expects KEY=VALUE, got {text!r}")
+        raise InvalidArgumentError(f"--conf expects KEY=VALUE, got {text!r}")
     return key, value

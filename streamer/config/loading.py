@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from streamer.config.model import CONFIG_DIR, JobConfig, KeyPath, Problem, Problems
+from streamer.config.model import CONFIG_DIR, JobConfig, KeyPath, KeyProblemsError, Problem
 from streamer.config.secrets import is_secret_option
 from streamer.errors import ConfigError
 
@@ -188,7 +188,7 @@ def _validation_problems(error: ValidationError) -> list[Problem]:
     for detail in error.errors():
         key_path = tuple(part for part in detail["loc"] if part != "[key]")
         cause = detail.get("ctx", {}).get("error")
-        if isinstance(cause, Problems):
+        if isinstance(cause, KeyProblemsError):
             problems.extend(((*key_path, *below), text) for below, text in cause.problems)
         elif detail["type"] == "extra_forbidden":
             problems.append((key_path, _unknown_key(key_path)))

@@ -3,7 +3,7 @@ meaning, and the rules between keys.
 
 Choices are StrEnums (`streamer.config.choices`, and `table.config.choices` for the engine's);
 a key that sets one of the engine's settings takes the engine's default. Validators report
-problems at the key path they concern (`Problems`), so that loading can name each one. Secrets
+problems at the key path they concern (`KeyProblemsError`), so that loading can name each one. Secrets
 (Kafka options named like passwords or keys, the schema registry credentials) never appear in a
 repr. `streamer.config.loading` reads files into these models; `streamer.config.reference`
 renders docs/configuration.md from them.
@@ -45,6 +45,7 @@ from streamer.config.choices import (
     TombstonePolicy,
 )
 from streamer.config.secrets import redact_options
+from streamer.errors import ConfigValueError
 from table.config.choices import CleanPolicyKind, CompactionStrategyKind, LogBlockFormat, SplitPoint
 from table.services.archive import ArchivePolicy
 from table.services.clean import CleanPolicy
@@ -76,7 +77,7 @@ Problem = tuple[KeyPath, str]
 CONFIG_DIR = "config_dir"  # validation context: the directory relative schema files live in
 
 
-class Problems(ValueError):
+class KeyProblemsError(ConfigValueError):
     """Raised by validators to report several problems at key paths below the validated value."""
 
     def __init__(self, problems: list[Problem]):
@@ -86,7 +87,7 @@ class Problems(ValueError):
 
 def _raise_problems(problems: list[Problem]) -> None:
     if problems:
-        raise Problems(problems)
+        raise KeyProblemsError(problems)
 
 
 class _Section(BaseModel):
@@ -275,7 +276,7 @@ class SourceSettings(_Section):
             try:
                 re.compile(pattern)
             except re.error as e:
-                raise ValueError(f"should be a valid regular expression ({e})") from None
+                raise ConfigValueError(f"should be a valid regular expression ({e})") from None
         return pattern
 
     @field_validator("starting_offsets", mode="plain")
@@ -285,7 +286,7 @@ class SourceSettings(_Section):
             return StartingOffsets(value)
         if isinstance(value, Mapping):
             return _OFFSETS_BY_TOPIC.validate_python(value)
-        raise ValueError("should be 'earliest', 'latest' or a mapping {topic: {partition: offset}}")
+        raise ConfigValueError("should be 'earliest', 'latest' or a mapping {topic: {partition: offset}}")
 
     @field_validator("options")
     @classmethod
@@ -436,14 +437,14 @@ class SchemaRegistrySettings(_Section):
     @classmethod
     def _http_url(cls, url: str) -> str:
         if not url.startswith(("http://", "https://")):
-            raise ValueError("should be an http:// or https:// URL")
+            raise ConfigValueError("should be an http:// or https:// URL")
         return url
 
     @field_validator("basic_auth_user_info")
     @classmethod
     def _user_and_password(cls, user_info: SecretStr | None) -> SecretStr | None:
         if user_info is not None and ":" not in user_info.get_secret_value():
-            raise ValueError("should be 'user:password'")
+            raise ConfigValueError("should be 'user:password'")
         return user_info
 
 
@@ -579,7 +580,7 @@ class StreamSettings(_Section):
     @classmethod
     def _spark_interval(cls, interval: str) -> str:
         if not _INTERVAL.fullmatch(interval.strip()):
-            raise ValueError(
+            raise ConfigValueError(
                 "should be a whole number and a unit: millisecond(s), second(s), minute(s) or hour(s), "
                 "e.g. '10 seconds'"
             )
@@ -774,7 +775,7 @@ class SyncSettings(_Section):
         if uris is not None:
             bad = [u for u in uris.split(",") if not re.fullmatch(r"thrift://[^\s/:,]+:\d+", u.strip())]
             if bad:
-                raise ValueError(f"should be thrift://host:port[,thrift://host:port...]; not {', '.join(bad)}")
+                raise ConfigValueError(f"should be thrift://host:port[,thrift://host:port...]; not {', '.join(bad)}")
         return uris
 
     def thrift_endpoints(self) -> list[tuple[str, int]]:
@@ -841,7 +842,7 @@ class JobConfig(_Section):
     @classmethod
     def _query_of_source(cls, sql: str | None) -> str | None:
         if sql is not None and not (_QUERY_START.match(sql) and _SOURCE_VIEW.search(sql)):
-            raise ValueError("should be a SQL query of the view source: SELECT ... FROM source")
+            raise ConfigValueError("should be a SQL query of the view source: SELECT ... FROM source")
         return sql
 
     @property

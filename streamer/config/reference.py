@@ -23,6 +23,7 @@ from pydantic import BaseModel, BeforeValidator, SecretStr
 from pydantic.fields import FieldInfo
 
 from streamer.config.model import JobConfig, _one_or_many
+from streamer.errors import StreamerError
 
 INTRODUCTION = """\
 # Configuration reference
@@ -110,9 +111,13 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+class UndocumentedKeyError(StreamerError, ValueError):
+    """A key of the config model without a description: the reference cannot say what it means."""
+
+
 def _key(path: str, info: FieldInfo) -> Key:
     if not info.description:
-        raise ValueError(f"{path} has no description in streamer/config/model.py")
+        raise UndocumentedKeyError(f"{path} has no description in streamer/config/model.py")
     return Key(path, type_text(info.annotation, info.metadata), default_text(info), info.description)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 
-from streamer.decode.decoded import BadRecord, Decoded, decode_each
+from streamer.decode.decoded import Decoded, UndecodableRecordError, decode_each
 
 
 def parse_avro(schema_json: str) -> dict:
@@ -32,11 +32,12 @@ def read_avro(data: bytes, start: int, writer: dict, reader: dict | None) -> Any
     try:
         record = fastavro.schemaless_reader(buffer, writer, reader)
     except EOFError:
-        raise BadRecord(f"invalid Avro: the record runs past the end of its {len(data) - start} bytes") from None
+        raise UndecodableRecordError(f"invalid Avro: the record runs past the end of its {len(data) - start} "
+                                     "bytes") from None
     except Exception as e:  # malformed bytes surface as whatever fastavro's reading code hit
-        raise BadRecord(f"invalid Avro: {type(e).__name__}: {e}") from None
+        raise UndecodableRecordError(f"invalid Avro: {type(e).__name__}: {e}") from None
     if buffer.tell() != len(data):
-        raise BadRecord(f"invalid Avro: {len(data) - buffer.tell()} bytes left after the record")
+        raise UndecodableRecordError(f"invalid Avro: {len(data) - buffer.tell()} bytes left after the record")
     return record
 
 

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from streamer.decode.avro import parse_avro, read_avro
 from streamer.decode.debezium import envelope_row
-from streamer.decode.decoded import BadRecord, Decoded, decode_each
+from streamer.decode.decoded import Decoded, UndecodableRecordError, decode_each
 from streamer.decode.registry import CONFLUENT_HEADER_SIZE, SchemaRegistryClient, confluent_schema_id
 from streamer.decode.value_schema import WriterSchemaChange, compare
 from streamer.errors import UnsupportedSchemaTypeError
@@ -80,23 +80,20 @@ class ConfluentAvroDecoder:
             schema_id = confluent_schema_id(header)
             change = self._change(schema_id, self._writer_schema(schema_id, unknown_ids))
             return change.evolves or (self._envelope and change.problem is not None)
-        except (ValueError, BadRecord):
+        except ValueError:  # an UndecodableRecordError among them
             return False
 
     def _decode(self, raw: pa.Array, unknown_ids: set[int]) -> Decoded:
         def read(data: bytes) -> Any:
-            try:
-                schema_id = confluent_schema_id(data)
-            except ValueError as e:
-                raise BadRecord(str(e)) from None
+            schema_id = confluent_schema_id(data)
             writer = self._writer_schema(schema_id, unknown_ids)
             problem = self._change(schema_id, writer).problem
             if problem is not None:
-                raise BadRecord(f"writer schema id {schema_id} {problem}")
+                raise UndecodableRecordError(f"writer schema id {schema_id} {problem}")
             try:
                 return read_avro(data, CONFLUENT_HEADER_SIZE, writer.parsed, None if self._envelope else self._reader)
-            except BadRecord as bad:
-                raise BadRecord(f"{bad.reason} (writer schema id {schema_id})") from None
+            except UndecodableRecordError as bad:
+                raise UndecodableRecordError(f"{bad.reason} (writer schema id {schema_id})") from None
 
         return decode_each(raw, read, self._type)
 
@@ -122,9 +119,9 @@ class ConfluentAvroDecoder:
             else:
                 _WRITER_SCHEMAS[key] = writer
         if writer is None:
-            raise BadRecord(f"unknown schema id {schema_id} in the schema registry")
+            raise UndecodableRecordError(f"unknown schema id {schema_id} in the schema registry")
         if isinstance(writer, str):
-            raise BadRecord(writer)
+            raise UndecodableRecordError(writer)
         return writer
 
     def _fetch(self, schema_id: int) -> _WriterSchema | str | None:

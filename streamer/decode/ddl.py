@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from streamer.errors import StreamerError
+
 __all__ = ["DdlProblem", "parse_ddl"]
 
 #: Spark's field metadata key for a column's comment.
@@ -68,8 +70,8 @@ class DdlProblem:
         return f"column {self.name!r}: {self.text}" if self.name else f"column {self.position}: {self.text}"
 
 
-class _Unreadable(ValueError):
-    pass
+class _UnreadableDdlError(StreamerError, ValueError):
+    """One column of a DDL does not read; `parse_ddl` keeps it as that column's problem."""
 
 
 def parse_ddl(ddl: str) -> tuple[pa.Schema, list[DdlProblem]]:
@@ -82,7 +84,7 @@ def parse_ddl(ddl: str) -> tuple[pa.Schema, list[DdlProblem]]:
         try:
             fields.append(reader.column(top_level=True))
             reader.expect_end()
-        except _Unreadable as e:
+        except _UnreadableDdlError as e:
             problems.append(DdlProblem(_unquoted(name) if name and name[0] not in ",:<>()'\"" else None, position,
                                        str(e)))
     if not fields and not problems:
@@ -137,7 +139,7 @@ class _Reader:
     def next(self, what: str) -> str:
         token = self.peek_text()
         if token is None:
-            raise _Unreadable(f"{what} expected at the end")
+            raise _UnreadableDdlError(f"{what} expected at the end")
         self.at += 1
         return token
 
@@ -151,24 +153,24 @@ class _Reader:
     def expect(self, symbol: str, after: str) -> None:
         token = self.next(f"'{symbol}' after {after}")
         if token != symbol:
-            raise _Unreadable(f"'{symbol}' expected after {after}, got {token!r}")
+            raise _UnreadableDdlError(f"'{symbol}' expected after {after}, got {token!r}")
 
     def expect_end(self) -> None:
         token = self.peek_text()
         if token is not None:
-            raise _Unreadable(f"unexpected {token!r} after the type (a column is `name TYPE [NOT NULL] "
+            raise _UnreadableDdlError(f"unexpected {token!r} after the type (a column is `name TYPE [NOT NULL] "
                               f"[COMMENT '...']`; columns are separated by commas)")
 
     def column(self, top_level: bool) -> pa.Field:
         name = self.next("a column name")
         if not (name.startswith("`") or re.fullmatch(r"[A-Za-z0-9_]*[A-Za-z_][A-Za-z0-9_]*", name)):
-            raise _Unreadable(f"{name!r} is not a column name (quote other names in backquotes)")
+            raise _UnreadableDdlError(f"{name!r} is not a column name (quote other names in backquotes)")
         self.take(":")
         kind = self.type("" if top_level else f" for field {_unquoted(name)!r}")
         nullable = True
         if self.take("NOT"):
             if not self.take("NULL"):
-                raise _Unreadable("NOT NULL expected")
+                raise _UnreadableDdlError("NOT NULL expected")
             nullable = False
         metadata = None
         if self.take("COMMENT"):
@@ -182,7 +184,7 @@ class _Reader:
         literal = self.next(what)
         quote = literal[0]
         if quote not in "'\"":
-            raise _Unreadable(f"{what} expected, got {literal!r}")
+            raise _UnreadableDdlError(f"{what} expected, got {literal!r}")
         return re.sub(r"\\(.)", r"\1", literal[1:-1].replace(quote * 2, quote))
 
     def type(self, of: str) -> pa.DataType:
@@ -208,8 +210,8 @@ class _Reader:
         if upper == "STRUCT":
             return self._struct(of)
         if upper in _REFUSED:
-            raise _Unreadable(f"type {word} is not supported here: {_REFUSED[upper]}")
-        raise _Unreadable(f"unknown type {word!r}{of}; {_suggestion(upper)}")
+            raise _UnreadableDdlError(f"type {word} is not supported here: {_REFUSED[upper]}")
+        raise _UnreadableDdlError(f"unknown type {word!r}{of}; {_suggestion(upper)}")
 
     def _decimal(self, of: str) -> pa.DataType:
         precision, scale = 10, 0
@@ -219,14 +221,14 @@ class _Reader:
                 scale = self._number("the scale of DECIMAL")
             self.expect(")", "DECIMAL(p, s")
         if not 1 <= precision <= MAX_DECIMAL_PRECISION or scale > precision:
-            raise _Unreadable(f"DECIMAL({precision}, {scale}){of}: the precision is 1 to "
+            raise _UnreadableDdlError(f"DECIMAL({precision}, {scale}){of}: the precision is 1 to "
                               f"{MAX_DECIMAL_PRECISION} and the scale at most the precision")
         return pa.decimal128(precision, scale)
 
     def _number(self, what: str) -> int:
         token = self.next(what)
         if not token.isdigit():
-            raise _Unreadable(f"{what} should be a whole number, got {token!r}")
+            raise _UnreadableDdlError(f"{what} should be a whole number, got {token!r}")
         return int(token)
 
     def _struct(self, of: str) -> pa.DataType:

@@ -2,7 +2,7 @@
 
 A format's decoder has `decode(raw: pa.BinaryArray) -> Decoded`: one decoded record per row of
 `raw`, null where the input is null or bad, and the reasons of the bad ones by row. A record is bad
-when its bytes do not read (`BadRecord`) or when what they read to does not convert to the Arrow
+when its bytes do not read (`UndecodableRecordError`) or when what they read to does not convert to the Arrow
 type; the reason names the innermost field at fault.
 """
 
@@ -15,10 +15,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from streamer.errors import StreamerError
+
 _PREVIEW_CHARS = 60
 
 
-class BadRecord(Exception):
+class UndecodableRecordError(StreamerError, ValueError):
     """This record cannot be decoded; `reason` says why."""
 
     def __init__(self, reason: str):
@@ -46,7 +48,7 @@ def decode_each(raw: pa.Array, read: Callable[[bytes], Any], arrow_type: pa.Data
         if data is not None:
             try:
                 values[row] = read(data)
-            except BadRecord as bad:
+            except UndecodableRecordError as bad:
                 values[row] = None
                 errors[row] = bad.reason
     try:
@@ -101,7 +103,7 @@ def decode_utf8(data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise BadRecord(f"not valid UTF-8: {e.reason} at byte {e.start}") from None
+        raise UndecodableRecordError(f"not valid UTF-8: {e.reason} at byte {e.start}") from None
 
 
 def not_null_reason(path: str) -> str:

@@ -21,7 +21,7 @@ from streamer.decode.columns import ADDED_COLUMNS
 from streamer.decode.record_decoder import RecordDecoder
 from streamer.decode.registry import SchemaRegistryClient
 from streamer.decode.value_schema import compare, evolve_json
-from streamer.errors import SchemaEvolutionFailed
+from streamer.errors import SchemaEvolutionError
 from table.mor_table import MorTable
 from table.timeline.commit_metadata import CommitMetadata
 
@@ -74,7 +74,7 @@ class SchemaEvolution:
                          additions_nullable=self._strict)
         if change.problem is not None and self._strict:
             where = f" at {first[0]}[{first[1]}]@{first[2]}" if first else ""
-            raise SchemaEvolutionFailed(
+            raise SchemaEvolutionError(
                 f"{self.table_name}: the change{where} has a row that {change.problem}; the table "
                 "stops here, having written nothing of this batch")
         if not change.evolves:

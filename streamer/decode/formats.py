@@ -9,6 +9,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from streamer.config.choices import DecodeFormat
+from streamer.errors import DecoderSettingsError
 from table.schema import arrow_schema_from_avro
 
 
@@ -31,9 +32,9 @@ class FormatSpec:
     def __post_init__(self):
         object.__setattr__(self, "format", DecodeFormat.parse(self.format, "format"))
         if self.format == DecodeFormat.JSON and self.arrow_schema is None:
-            raise ValueError("format 'json' needs an Arrow schema")
+            raise DecoderSettingsError("format 'json' needs an Arrow schema")
         if self.format in (DecodeFormat.AVRO, DecodeFormat.CONFLUENT_AVRO) and self.avro_schema is None:
-            raise ValueError(f"format '{self.format}' needs an Avro schema")
+            raise DecoderSettingsError(f"format '{self.format}' needs an Avro schema")
 
     def decoded_type(self) -> pa.DataType | None:
         """The Arrow type the records decode to; None for "none"."""

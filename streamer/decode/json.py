@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from streamer.decode.decoded import BadRecord, Decoded, decode_utf8, preview, scatter, why_not
+from streamer.decode.decoded import Decoded, UndecodableRecordError, decode_utf8, preview, scatter, why_not
 
 _JSON_WHITESPACE = " \t\r\n"
 _ARROW_JSON_ROW = re.compile(r" in row (\d+)$")
@@ -88,7 +88,7 @@ class _JsonBatch:
         try:
             decode_utf8(self.raw[row].as_py())
             return True
-        except BadRecord as bad:
+        except UndecodableRecordError as bad:
             self.errors[row] = bad.reason
             return False
 
@@ -131,10 +131,10 @@ class _JsonBatch:
             try:
                 parsed = _read_json(json.dumps(record).encode(), self.schema)
             except pa.ArrowInvalid as e:
-                raise BadRecord(_json_field_problem(str(e), record, self.type)
+                raise UndecodableRecordError(_json_field_problem(str(e), record, self.type)
                                 or why_not(record, self.type, _converts_from_json)) from None
             self.pieces.append((np.array([row]), parsed.to_struct_array().combine_chunks()))
-        except BadRecord as bad:
+        except UndecodableRecordError as bad:
             self.errors[row] = bad.reason
 
 
@@ -151,12 +151,13 @@ def _braced(text: pa.Array) -> pa.BooleanArray:
 
 def _json_object(data: bytes) -> dict:
     """The record as json.loads reads it: a precise reason when it is not JSON or not an object."""
+    text = decode_utf8(data)
     try:
-        record = json.loads(decode_utf8(data))
+        record = json.loads(text)
     except (ValueError, RecursionError) as e:
-        raise BadRecord(f"invalid JSON: {e}") from None
+        raise UndecodableRecordError(f"invalid JSON: {e}") from None
     if not isinstance(record, dict):
-        raise BadRecord(f"the JSON is {_json_kind(record)}, not an object")
+        raise UndecodableRecordError(f"the JSON is {_json_kind(record)}, not an object")
     return record
 
 

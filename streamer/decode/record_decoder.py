@@ -59,6 +59,7 @@ from streamer.decode.formats import FormatSpec
 from streamer.decode.json import JsonDecoder
 from streamer.decode.plain import BinaryDecoder, Utf8Decoder
 from streamer.decode.registry import SchemaRegistryClient
+from streamer.errors import DecoderSettingsError
 from table.schema import arrow_schema_from_avro
 
 
@@ -98,11 +99,12 @@ class RecordDecoder:
                  deletes: Deletes = NO_DELETES):
         self._settings = (value, key, registry_url, registry_auth, tuple(required_fields), deletes)
         if value.format not in list(RecordFormat):
-            raise ValueError(f"a value's format must be one of {', '.join(RecordFormat)}, not '{value.format}'")
+            raise DecoderSettingsError(f"a value's format must be one of {', '.join(RecordFormat)}, "
+                                       f"not '{value.format}'")
         registry = None
         if DecodeFormat.CONFLUENT_AVRO in (value.format, key.format):
             if not registry_url:
-                raise ValueError("format 'confluent-avro' needs a schema registry URL")
+                raise DecoderSettingsError("format 'confluent-avro' needs a schema registry URL")
             registry = SchemaRegistryClient(registry_url, registry_auth)
         self.deletes = deletes
         envelope = deletes.envelope
@@ -125,7 +127,7 @@ class RecordDecoder:
         names = self.output_schema.names
         clashes = sorted({n for n in names if names.count(n) > 1})
         if clashes:
-            raise ValueError(f"value fields clash with the columns the decoder adds: {', '.join(clashes)}")
+            raise DecoderSettingsError(f"value fields clash with the columns the decoder adds: {', '.join(clashes)}")
         self._value_type = pa.struct(value_fields)
         self._not_null = _not_null_checks(row_type, self._value_type, required_fields)
         self._delete_checks = _delete_checks(self._value_type, deletes)
@@ -267,7 +269,7 @@ def _not_null_checks(row_type: pa.StructType, value_type: pa.StructType,
     names = [f.name for f in value_type]
     unknown = [n for n in required_fields if n not in names]
     if unknown:
-        raise ValueError(f"required fields {unknown} are not value fields; the value has {names}")
+        raise DecoderSettingsError(f"required fields {unknown} are not value fields; the value has {names}")
     checks = [(names.index(n), f"required field {n!r} is missing or null") for n in required_fields]
     checks += [(names.index(f.name), not_null_reason(f.name)) for f in row_type
                if not f.nullable and f.name not in required_fields]
@@ -280,7 +282,8 @@ def _delete_checks(value_type: pa.StructType, deletes: Deletes) -> list[tuple[in
     needed = [*deletes.key_fields, *([deletes.ordering_field] if deletes.ordering_field else [])]
     unknown = [n for n in needed if n not in names]
     if unknown:
-        raise ValueError(f"fields {unknown} that a delete needs are not value fields; the value has {names}")
+        raise DecoderSettingsError(f"fields {unknown} that a delete needs are not value fields; "
+                                   f"the value has {names}")
     if deletes.envelope is not None:
         where, hint = "the change's `before` nor the Kafka key", (
             " (PostgreSQL puts every column in `before` with ALTER TABLE ... REPLICA IDENTITY FULL)")

@@ -19,6 +19,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from streamer.decode.decoded import UndecodableRecordError
 from streamer.errors import SchemaRegistryError, UnsupportedSchemaTypeError
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -123,11 +124,12 @@ def confluent_frame(schema_id: int, avro_payload: bytes) -> bytes:
 
 
 def confluent_schema_id(record: bytes) -> int:
-    """The schema id of a record in Confluent's wire format; ValueError saying why it is not."""
+    """The schema id of a record in Confluent's wire format; `UndecodableRecordError` saying why
+    it is not."""
     if len(record) < CONFLUENT_HEADER_SIZE:
-        raise ValueError(f"not in Confluent wire format: {len(record)} bytes, shorter than the "
-                         f"{CONFLUENT_HEADER_SIZE}-byte header")
+        raise UndecodableRecordError(f"not in Confluent wire format: {len(record)} bytes, shorter than the "
+                                     f"{CONFLUENT_HEADER_SIZE}-byte header")
     magic, schema_id = _HEADER.unpack_from(record)
     if magic != _MAGIC_BYTE:
-        raise ValueError(f"not in Confluent wire format: first byte 0x{record[0]:02x}, expected 0x00")
+        raise UndecodableRecordError(f"not in Confluent wire format: first byte 0x{record[0]:02x}, expected 0x00")
     return schema_id

@@ -21,13 +21,13 @@ from __future__ import annotations
 import logging
 import re
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import pyspark
 
 from streamer.config.choices import SourceFormat
-from streamer.errors import ConnectorUnavailable
+from streamer.errors import ConnectorUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +123,8 @@ def with_connector(conf: dict[str, str], formats: Iterable[str], under_spark_sub
     return {**conf, "spark.jars.packages": packages, **resolver}, added
 
 
-def unavailable(added: str, error: BaseException) -> ConnectorUnavailable:
-    return ConnectorUnavailable(
+def unavailable(added: str, error: BaseException) -> ConnectorUnavailableError:
+    return ConnectorUnavailableError(
         f"source.format: kafka needs Spark's Kafka connector; Spark could not start with {added} "
         f"in spark.jars.packages (its output above says why): {str(error).splitlines()[0] if str(error) else error!r}. "
         "Make the connector available and run again: give a repository that has it "

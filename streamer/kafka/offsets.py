@@ -4,7 +4,7 @@ The job's own record of progress is the table's commit metadata; these are views
 Kafka's side, for people and monitors. A running job asks after every batch, so `KafkaProgress`
 keeps its clients for the life of the job and builds them again only after a failure. The
 `status` and `doctor` commands ask once, with a short timeout: brokers that do not answer in it
-are `BrokersUnreachable`, which names them and why, and the table's own state is shown anyway.
+are `BrokersUnreachableError`, which names them and why, and the table's own state is shown anyway.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass
 
 from streamer.config.model import SourceSettings
-from streamer.errors import BrokersUnreachable
+from streamer.errors import BrokersUnreachableError
 from streamer.kafka.options import SourceOptions
 from streamer.logs.clients import ClientLog, client_config, connectivity_codes
 
@@ -79,7 +79,7 @@ class KafkaProgress:
     def ranges(self, extra_topics: list[str] = ()) -> TopicRanges:
         """The earliest and end offsets of every partition of the source's topics and
         `extra_topics`; which of those topics are missing, and which partitions could not be
-        read. Raises `BrokersUnreachable` when the brokers do not answer within the timeout."""
+        read. Raises `BrokersUnreachableError` when the brokers do not answer within the timeout."""
         with self._lock:
             return self._using("_admin", lambda a: self._ranges(a, extra_topics))
 
@@ -141,8 +141,8 @@ class KafkaProgress:
                 raise unreachable from None
             raise
 
-    def _unreachable(self, name: str, client, error: BaseException) -> BrokersUnreachable | None:
-        """The admin client's failure as `BrokersUnreachable` when it is about reaching the
+    def _unreachable(self, name: str, client, error: BaseException) -> BrokersUnreachableError | None:
+        """The admin client's failure as `BrokersUnreachableError` when it is about reaching the
         brokers, with the cause its latest error event gave."""
         from confluent_kafka import KafkaException
 
@@ -151,7 +151,7 @@ class KafkaProgress:
             return None
         client.poll(0)  # serves the error events that name the broker and the cause
         cause = self._admin_log.cause if self._admin_log is not None else None
-        return BrokersUnreachable(self._options.bootstrap_servers, _short_cause(cause or error.args[0].str()))
+        return BrokersUnreachableError(self._options.bootstrap_servers, _short_cause(cause or error.args[0].str()))
 
     def _topics(self, metadata, extra_topics) -> list[str]:
         """The source's topics (those of its pattern that exist) and `extra_topics`."""

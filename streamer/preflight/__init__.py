@@ -41,7 +41,7 @@ from streamer.decode.record_decoder import Deletes, RecordDecoder
 from streamer.errors import ConfigError
 from streamer.preflight.decoding import follows_writer_schemas, format_spec, key_spec
 from streamer.preflight.deletes import deletes, row_columns
-from streamer.preflight.problem import ConfigProblem, ProblemsFound
+from streamer.preflight.problem import ConfigProblem, ConfigProblemsError
 from streamer.preflight.rules import TableColumns, column_problems, evolution_problems, identity_problems
 from streamer.preflight.select_list import transform_columns
 from table.mor_table import MorTable
@@ -49,7 +49,7 @@ from table.mor_table import MorTable
 __all__ = [
     "REGISTRY_TIMEOUT_SECONDS",
     "ConfigProblem",
-    "ProblemsFound",
+    "ConfigProblemsError",
     "TableColumns",
     "check",
     "column_problems",
@@ -86,7 +86,7 @@ def check(config: JobConfig, registry_timeout: float = REGISTRY_TIMEOUT_SECONDS)
         try:
             specs[role] = (format_spec(config, config.decode.value, role, registry_timeout) if role == "value"
                            else key_spec(config, specs["value"], registry_timeout))
-        except ProblemsFound as e:
+        except ConfigProblemsError as e:
             problems += e.problems
             specs[role] = None
             if role == "value" and e.known is not None and not config.transform:  # what could be read

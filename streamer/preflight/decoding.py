@@ -20,7 +20,7 @@ from streamer.decode.debezium import envelope_row
 from streamer.decode.formats import FormatSpec, spark_normalized
 from streamer.decode.registry import SchemaRegistryClient
 from streamer.errors import SchemaRegistryError
-from streamer.preflight.problem import ConfigProblem, ProblemsFound
+from streamer.preflight.problem import ConfigProblem, ConfigProblemsError
 from table.schema import arrow_schema_from_avro, to_avro_schema
 
 SPARK_TYPES = "a Spark SQL type (BOOLEAN, INT, BIGINT, DOUBLE, DECIMAL(p, s), STRING, DATE, TIMESTAMP, ...)"
@@ -30,7 +30,7 @@ def format_spec(config: JobConfig, fmt: FormatSettings, role: str,
                 registry_timeout: float | None = None) -> FormatSpec | None:
     """The key's or value's (`role`) format with the fields it decodes to; None when they are the
     registry's to say and it did not answer (`registry_timeout` set) or has no such subject.
-    Raises `ProblemsFound` naming each problem. Without `registry_timeout` the registry is asked
+    Raises `ConfigProblemsError` naming each problem. Without `registry_timeout` the registry is asked
     as the job asks it, and its errors raise."""
     if fmt.format in (DecodeFormat.NONE, DecodeFormat.STRING, DecodeFormat.BINARY):
         return FormatSpec(fmt.format, None)
@@ -40,7 +40,7 @@ def format_spec(config: JobConfig, fmt: FormatSettings, role: str,
         arrow, problems = parse_ddl(fmt.schema)
         if problems:
             known = _in_ddl_order(spark_normalized(arrow), problems)
-            raise ProblemsFound([ConfigProblem(config.config_path, f"{key}.schema", str(p), f"give {SPARK_TYPES}")
+            raise ConfigProblemsError([ConfigProblem(config.config_path, f"{key}.schema", str(p), f"give {SPARK_TYPES}")
                                  for p in problems], known)
         return _spec(config, fmt.format, spark_normalized(arrow), None, envelope)
     schema_file = config.schema_file(fmt)
@@ -59,7 +59,7 @@ def format_spec(config: JobConfig, fmt: FormatSettings, role: str,
         arrow = arrow_schema_from_avro(row)
     except Exception as e:  # the converter says what it cannot take
         where = f"{key}.schema_file" if schema_file is not None else key
-        raise ProblemsFound([ConfigProblem(config.config_path, where, f"unsupported Avro schema: {e}",
+        raise ConfigProblemsError([ConfigProblem(config.config_path, where, f"unsupported Avro schema: {e}",
                                            "use records of primitive, logical, array, map, enum and record types")])
     return _spec(config, fmt.format, spark_normalized(arrow), avro, envelope)
 
@@ -97,7 +97,7 @@ def _envelope_row(config: JobConfig, key: str, schema_file, avro: str) -> str:
     if row is None:
         where, which = ((f"{key}.schema_file", f"{schema_file}") if schema_file is not None else
                         (key, f"the latest schema registered for '{config.source.topics[0]}-value'"))
-        raise ProblemsFound([ConfigProblem(config.config_path, where, f"{which} is not a Debezium change event's "
+        raise ConfigProblemsError([ConfigProblem(config.config_path, where, f"{which} is not a Debezium change event's "
                                            "(no `after` record)", "give the change event's schema, or turn "
                                            "decode.value.envelope off")])
     return json.dumps(row)
@@ -124,7 +124,7 @@ def _read_avro_file(config: JobConfig, key: str, schema_file) -> str:
         avro = schema_file.read_text()
         json.loads(avro)
     except (OSError, ValueError) as e:
-        raise ProblemsFound([ConfigProblem(config.config_path, f"{key}.schema_file",
+        raise ConfigProblemsError([ConfigProblem(config.config_path, f"{key}.schema_file",
                                            f"cannot read an Avro schema from {schema_file}: {e}",
                                            "give the path of an Avro schema (.avsc, JSON) relative to this file")])
     return avro
@@ -133,7 +133,7 @@ def _read_avro_file(config: JobConfig, key: str, schema_file) -> str:
 def _latest_registered(config: JobConfig, role: str, timeout: float | None) -> str | None:
     topics = config.source.topics
     if not topics:
-        raise ProblemsFound([ConfigProblem(config.config_path, f"decode.{role}.schema_file",
+        raise ConfigProblemsError([ConfigProblem(config.config_path, f"decode.{role}.schema_file",
                                            "required with source.topic_pattern: the registry subject cannot be "
                                            "derived from a pattern", "give the reader schema's .avsc file")])
     registry = config.decode.schema_registry

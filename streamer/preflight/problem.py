@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from streamer.errors import StreamerError
+
 
 @dataclass(frozen=True)
 class ConfigProblem:
@@ -17,7 +19,7 @@ class ConfigProblem:
         return f"{self.file}: {self.key}: {self.text}; fix: {self.fix}"
 
 
-class ProblemsFound(Exception):
+class ConfigProblemsError(StreamerError, ValueError):
     """Raised where a check cannot go on; carries what it found, and the fields it could read
     (`known`: name -> type, None for a field whose type was wrong) for the checks that follow."""
 

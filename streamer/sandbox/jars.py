@@ -20,12 +20,12 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 from xml.sax.saxutils import escape
 
-from streamer.errors import MavenFetchError
+from streamer.errors import InvalidArgumentError, MavenFetchError
 
 __all__ = ["JarSet", "MavenFetchError", "default_cache", "fetch"]
 
@@ -68,10 +68,10 @@ def fetch(name: str, version: str, artifacts: Sequence[str], cache: Path | None 
     cache = default_cache() if cache is None else cache
     for coordinate in artifacts:
         if len(coordinate.split(":")) != 3:
-            raise ValueError(f"{coordinate!r}: expected group:artifact:version")
+            raise InvalidArgumentError(f"{coordinate!r}: expected group:artifact:version")
     for excluded in exclusions:
         if len(excluded.split(":")) != 2:
-            raise ValueError(f"{excluded!r}: expected group:artifact")
+            raise InvalidArgumentError(f"{excluded!r}: expected group:artifact")
     manifest = "\n".join(sorted(artifacts)) + "\n" + "".join(f"exclude {e}\n" for e in sorted(exclusions))
     target = cache / f"{name}-{version}"
     if _is_complete(target, manifest):

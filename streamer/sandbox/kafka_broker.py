@@ -24,9 +24,10 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from streamer.errors import BrokerStartError
+from streamer.errors import BrokerStartError, ServerNotRunningError
 from streamer.sandbox import jars
-from streamer.sandbox.server_process import ServerProcess, free_port, java_executable
+from streamer.sandbox.ports import free_port
+from streamer.sandbox.server_process import ServerProcess, java_executable
 from streamer.sandbox.topics import create_topic, wait_for_broker
 
 KAFKA_VERSION = "4.4.0"
@@ -127,7 +128,7 @@ class KafkaBroker(ServerProcess):
     @property
     def bootstrap(self) -> str:
         if self.port is None:
-            raise RuntimeError("broker not started")
+            raise ServerNotRunningError("broker not started")
         return f"{self.host}:{self.port}"
 
     # -- lifecycle ---------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -20,16 +19,9 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TypeVar
 
-from streamer.errors import BrokerStartError
+from streamer.errors import BrokerStartError, ServerNotRunningError
 
 Server = TypeVar("Server", bound="ServerProcess")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free on `host` a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def java_executable() -> str:
@@ -127,7 +119,7 @@ class ServerProcess(ABC):
 
     def _running_pid(self) -> int:
         if not self.is_running():
-            raise RuntimeError(f"{self!r} is not running")
+            raise ServerNotRunningError(f"{self!r} is not running")
         return self._proc.pid
 
     def _spawn(self, command: list[str]) -> None:

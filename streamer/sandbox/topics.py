@@ -7,13 +7,13 @@ Any Kafka broker will do, the sandbox's local one (`streamer.sandbox.kafka_broke
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from streamer.errors import BrokerStartError
+from streamer.errors import BrokerStartError, InvalidArgumentError, ProduceError, TopicTimeoutError
 from streamer.logs.clients import client_config
+from streamer.sandbox.ports import port_answers
 
 __all__ = [
     "create_topic",
@@ -44,13 +44,11 @@ def wait_for_broker(bootstrap: str, timeout: float = 30.0, is_alive=None) -> flo
     while True:
         if is_alive is not None and not is_alive():
             raise BrokerStartError(f"broker at {bootstrap} exited while starting")
-        try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=0.5):
-                break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise BrokerStartError(f"nothing listens on {bootstrap} after {timeout:.0f}s")
-            time.sleep(0.02)
+        if port_answers(host.strip("[]"), int(port), timeout=0.5):
+            break
+        if time.monotonic() > deadline:
+            raise BrokerStartError(f"nothing listens on {bootstrap} after {timeout:.0f}s")
+        time.sleep(0.02)
     admin = _admin(bootstrap)
     last_error: Exception | None = None
     while time.monotonic() < deadline:
@@ -98,7 +96,7 @@ def create_topic(
         ):
             return topic
         if time.monotonic() > deadline:
-            raise TimeoutError(f"topic {topic!r} has no leader for every partition after {timeout}s")
+            raise TopicTimeoutError(f"topic {topic!r} has no leader for every partition after {timeout}s")
         time.sleep(0.05)
 
 
@@ -116,7 +114,7 @@ def delete_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while topic in admin.list_topics(timeout=timeout).topics:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"topic {topic!r} still listed {timeout}s after its deletion")
+            raise TopicTimeoutError(f"topic {topic!r} still listed {timeout}s after its deletion")
         time.sleep(0.1)
     return True
 
@@ -214,7 +212,7 @@ def produce(
     resolved: list[tuple[int, Any, Any, Any, Any]] = []
     for rec in items:
         if not 3 <= len(rec) <= 5:
-            raise ValueError(f"a record is (key, value, partition[, headers[, timestamp_ms]]): {rec!r}")
+            raise InvalidArgumentError(f"a record is (key, value, partition[, headers[, timestamp_ms]]): {rec!r}")
         key, value, partition = rec[0], rec[1], rec[2]
         headers = rec[3] if len(rec) > 3 else None
         ts = rec[4] if len(rec) > 4 else None
@@ -222,7 +220,7 @@ def produce(
             if num_partitions is None:
                 num_partitions = partition_count(bootstrap, topic, timeout)
                 if num_partitions is None:
-                    raise ValueError(f"topic {topic!r} does not exist at {bootstrap}: create it first")
+                    raise InvalidArgumentError(f"topic {topic!r} does not exist at {bootstrap}: create it first")
             if key is not None:
                 partition = partition_for_key(key, num_partitions)
             else:
@@ -268,10 +266,10 @@ def produce(
         producer.poll(0)
     left = producer.flush(timeout)
     if left:
-        raise RuntimeError(f"{left} record(s) to {topic!r} still unacknowledged after {timeout}s")
+        raise ProduceError(f"{left} record(s) to {topic!r} still unacknowledged after {timeout}s")
     if errors:
-        raise RuntimeError(f"{len(errors)} record(s) to {topic!r} failed: " + "; ".join(errors[:5]))
+        raise ProduceError(f"{len(errors)} record(s) to {topic!r} failed: " + "; ".join(errors[:5]))
     missing = [i for i, r in enumerate(results) if r is None]
     if missing:
-        raise RuntimeError(f"no delivery report for {len(missing)} record(s) to {topic!r}")
+        raise ProduceError(f"no delivery report for {len(missing)} record(s) to {topic!r}")
     return results  # type: ignore[return-value]

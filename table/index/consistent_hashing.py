@@ -55,7 +55,7 @@ COLUMN_SEP = ":"
 PARTS_SEP = ","
 
 
-class NodeTag(str, enum.Enum):
+class NodeTag(enum.StrEnum):
     """Hudi's `ConsistentHashingNode.NodeTag`.
 
     NORMAL: a node of the ring. REPLACE (children only): takes the place of the ring's node with

@@ -2,7 +2,7 @@
 
 What the table says is read from its storage alone: its last commit and that commit's age, the
 Kafka offsets the commit recorded, the instants still pending, and the last error a job recorded
-(kept in `.hoodie/.aux/streamer-last-error.json`). Only the lag needs Kafka: brokers that do not
+(`streamer.last_error`). Only the lag needs Kafka: brokers that do not
 answer within the timeout leave it unknown, naming them and why, and the rest is shown anyway.
 
 The exit code says the worst state found: 0 all well, `EXIT_KAFKA_UNREACHABLE` when some lag is
@@ -12,24 +12,17 @@ after its last commit (this one wins: the table is what an operator fixes first)
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
 from streamer.catalog import catalog_status
 from streamer.checkpoint import table_checkpoint
 from streamer.config.model import JobConfig
-from streamer.errors import BrokersUnreachable
+from streamer.errors import BrokersUnreachableError
 from streamer.kafka.offsets import KafkaProgress
+from streamer.last_error import error_time, read_last_error
 from table.mor_table import MorTable
-from table.storage.file_io import Storage
-from table.storage.layout import AUX_DIR
 from table.timeline.timeline import parse_instant_time
-
-LAST_ERROR_PATH = f"{AUX_DIR}/streamer-last-error.json"
-_ERROR_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 #: Seconds the brokers have to answer before the lag is reported unknown.
 DEFAULT_KAFKA_TIMEOUT_SECONDS = 5.0
@@ -94,12 +87,6 @@ def exit_code(found: list[TableStatus]) -> int:
     return EXIT_KAFKA_UNREACHABLE if any(s.lag_unknown for s in found) else EXIT_OK
 
 
-def record_error(table_path: str, message: str, storage_options: Mapping[str, str] | None = None) -> None:
-    """Keep a job's failure with the table, for `streamer status`."""
-    error = {"time": time.strftime(_ERROR_TIME_FORMAT, time.gmtime()), "message": message}
-    Storage(table_path, storage_options).write_bytes(LAST_ERROR_PATH, json.dumps(error).encode())
-
-
 def statuses(configs: list[JobConfig], kafka_timeout: float = DEFAULT_KAFKA_TIMEOUT_SECONDS) -> list[TableStatus]:
     """The status of each table. Brokers that did not answer for one table are not asked again
     for the next, so a broker outage costs one timeout, not one per table."""
@@ -138,10 +125,9 @@ def _read_table(status: TableStatus, table: MorTable) -> None:
     checkpoint = table_checkpoint(table)
     if checkpoint is not None:
         status.offsets = checkpoint.offsets
-    storage = table.storage
-    if storage.exists(LAST_ERROR_PATH):
-        status.last_error = json.loads(storage.read_bytes(LAST_ERROR_PATH))
-        failed = datetime.strptime(status.last_error["time"], _ERROR_TIME_FORMAT).replace(tzinfo=UTC)
+    status.last_error = read_last_error(table.storage)
+    if status.last_error is not None:
+        failed = error_time(status.last_error)
         if last is None or failed >= parse_instant_time(last.timestamp).replace(microsecond=0):
             status.problem = "the job stopped with the last error, and nothing was committed since"
 
@@ -163,7 +149,7 @@ def _read_lag(status: TableStatus, config: JobConfig, timeout: float, down: dict
     progress = KafkaProgress(config.source, timeout)
     try:
         status.lag = progress.lag(status.offsets)
-    except BrokersUnreachable as e:
+    except BrokersUnreachableError as e:
         status.lag, status.lag_unknown = None, down.setdefault(servers, str(e))
     except KafkaException as e:  # answered, but not with offsets: authorization, a broken topic
         status.lag, status.lag_unknown = None, f"{servers} refused the offsets request ({e.args[0].str()})"
