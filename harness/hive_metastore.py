@@ -23,6 +23,7 @@ from xml.sax.saxutils import escape
 from streamer.sandbox import jars
 from streamer.sandbox.ports import free_port, port_answers
 from streamer.sandbox.server_process import ServerProcess, java_executable
+from harness.errors import HarnessError
 
 HIVE_VERSION = "3.1.3"
 ARTIFACTS = (f"org.apache.hive:hive-standalone-metastore:{HIVE_VERSION}",)
@@ -32,7 +33,7 @@ JVM_OPTIONS = ("-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel
 MAIN_CLASS = "org.apache.hadoop.hive.metastore.HiveMetaStore"
 
 
-class MetastoreError(RuntimeError):
+class MetastoreError(HarnessError):
     """The metastore did not start or answer."""
 
 
@@ -55,7 +56,7 @@ class HiveMetastore(ServerProcess):
     def uri(self) -> str:
         """The metastore's Thrift URI, as `hive.metastore.uris` takes it."""
         if self.port is None:
-            raise RuntimeError("metastore not started")
+            raise HarnessError("metastore not started")
         return f"thrift://{self.host}:{self.port}"
 
     @property

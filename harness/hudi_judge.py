@@ -33,6 +33,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from harness.hudi_judge_server import receive, send
+from harness.errors import HarnessError
 
 REPO = Path(__file__).resolve().parents[1]
 SERVER = Path(__file__).resolve().with_name("hudi_judge_server.py")
@@ -60,7 +61,7 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 """
 
 
-class HudiJudgeError(RuntimeError):
+class HudiJudgeError(HarnessError):
     """Hudi (or Spark) refused a request; the message is the Java exception's."""
 
     def __init__(self, message: str, trace: str = ""):

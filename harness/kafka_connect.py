@@ -27,6 +27,7 @@ from streamer.sandbox import jars
 from streamer.sandbox.kafka_broker import KAFKA_VERSION, LOG4J_VERSION
 from streamer.sandbox.ports import free_port
 from streamer.sandbox.server_process import ServerProcess, java_executable
+from harness.errors import HarnessError
 
 DEBEZIUM_VERSION = "3.6.1.Final"
 CONNECT_ARTIFACTS = (
@@ -98,7 +99,7 @@ class KafkaConnect(ServerProcess):
         deadline = time.monotonic() + self.startup_timeout
         while True:
             if not self.is_running():
-                raise RuntimeError(f"Kafka Connect exited while starting; log {self.log_path}:\n{self.log_tail()}")
+                raise HarnessError(f"Kafka Connect exited while starting; log {self.log_path}:\n{self.log_tail()}")
             try:
                 plugins_found = self._call("GET", "/connector-plugins")
                 if any(p["class"].endswith("PostgresConnector") for p in plugins_found):
@@ -107,7 +108,7 @@ class KafkaConnect(ServerProcess):
                 pass
             if time.monotonic() > deadline:
                 self.stop(timeout=5.0)
-                raise RuntimeError(f"Kafka Connect did not serve its REST API with Debezium's connector within "
+                raise HarnessError(f"Kafka Connect did not serve its REST API with Debezium's connector within "
                                    f"{self.startup_timeout:.0f}s; log {self.log_path}:\n{self.log_tail()}")
             time.sleep(0.5)
 
@@ -129,12 +130,12 @@ class KafkaConnect(ServerProcess):
             tasks = status.get("tasks", [])
             failed = [t for t in tasks if t.get("state") == "FAILED"]
             if failed:
-                raise RuntimeError(f"connector {name} failed: {failed[0].get('trace', '')[:3000]}")
+                raise HarnessError(f"connector {name} failed: {failed[0].get('trace', '')[:3000]}")
             if status.get("connector", {}).get("state") == "RUNNING" and tasks and all(
                     t.get("state") == "RUNNING" for t in tasks):
                 return
             if time.monotonic() > deadline:
-                raise RuntimeError(f"connector {name} not running after {timeout:.0f}s: {status}\n{self.log_tail()}")
+                raise HarnessError(f"connector {name} not running after {timeout:.0f}s: {status}\n{self.log_tail()}")
             time.sleep(0.5)
 
     def _call(self, method: str, path: str, body=None):

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from streamer.sandbox.ports import free_port
 from streamer.sandbox.server_process import ServerProcess
+from harness.errors import HarnessError
 
 USER = "postgres"  # the superuser initdb makes, and the system user that runs the server under root
 PACKAGE = "postgresql"
@@ -59,10 +60,10 @@ def postgres_bin_dir() -> Path:
         done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
             output = (done.stdout + done.stderr)[-2000:]
-            raise RuntimeError(f"{' '.join(command)} failed (exit {done.returncode}):\n{output}")
+            raise HarnessError(f"{' '.join(command)} failed (exit {done.returncode}):\n{output}")
     found = _newest_bin_dir()
     if found is None:
-        raise RuntimeError(f"apt-get installed {PACKAGE} but no /usr/lib/postgresql/*/bin/postgres is there")
+        raise HarnessError(f"apt-get installed {PACKAGE} but no /usr/lib/postgresql/*/bin/postgres is there")
     return found
 
 
@@ -102,14 +103,14 @@ class PostgresServer(ServerProcess):
         deadline = time.monotonic() + self.startup_timeout
         while True:
             if not self.is_running():
-                raise RuntimeError(f"PostgreSQL exited while starting; log {self.log_path}:\n{self.log_tail()}")
+                raise HarnessError(f"PostgreSQL exited while starting; log {self.log_path}:\n{self.log_tail()}")
             ready = subprocess.run([str(self.bin_dir / "pg_isready"), "-h", self.host, "-p", str(self.port),
                                     "-U", USER], capture_output=True, stdin=subprocess.DEVNULL)
             if ready.returncode == 0:
                 return self
             if time.monotonic() > deadline:
                 self.stop(timeout=5.0)
-                raise RuntimeError(f"PostgreSQL did not answer within {self.startup_timeout:.0f}s; "
+                raise HarnessError(f"PostgreSQL did not answer within {self.startup_timeout:.0f}s; "
                                    f"log {self.log_path}:\n{self.log_tail()}")
             time.sleep(0.2)
 
@@ -121,7 +122,7 @@ class PostgresServer(ServerProcess):
              "-p", str(self.port), "-U", USER, "-d", database],
             input=script, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
-            raise RuntimeError(f"psql failed (exit {done.returncode}): {done.stderr.strip()}\nscript: {script[:500]}")
+            raise HarnessError(f"psql failed (exit {done.returncode}): {done.stderr.strip()}\nscript: {script[:500]}")
         return done.stdout
 
     def rows(self, query: str, database: str = "postgres") -> list[dict]:
@@ -147,7 +148,7 @@ class PostgresServer(ServerProcess):
         done = subprocess.run(self._as_server_user(command), capture_output=True, text=True, timeout=120,
                               stdin=subprocess.DEVNULL)
         if done.returncode != 0:
-            raise RuntimeError(f"initdb failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-2000:]}")
+            raise HarnessError(f"initdb failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-2000:]}")
 
     def _as_server_user(self, command: list[str]) -> list[str]:
         if os.geteuid() != 0:

@@ -21,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 from streamer.sandbox.ports import free_port
+from harness.errors import HarnessError
 
 SCRAPE_SECONDS = 2  # a scrape may take this long: the lag is asked of Kafka when scraped
 BINARY = "prometheus"
@@ -35,10 +36,10 @@ def prometheus_binary() -> str:
     for command in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", BINARY]):
         done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(command)} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-2000:]}")
+            raise HarnessError(f"{' '.join(command)} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-2000:]}")
     found = shutil.which(BINARY)
     if not found:
-        raise RuntimeError("apt-get installed the prometheus package but no `prometheus` is on the PATH")
+        raise HarnessError("apt-get installed the prometheus package but no `prometheus` is on the PATH")
     return found
 
 
@@ -81,7 +82,7 @@ class PrometheusServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited {self._proc.returncode}:\n{self.log_path.read_text()[-2000:]}")
+                raise HarnessError(f"prometheus exited {self._proc.returncode}:\n{self.log_path.read_text()[-2000:]}")
             try:
                 with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as answer:
                     if answer.status == 200:
@@ -89,7 +90,7 @@ class PrometheusServer:
             except OSError:
                 time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"prometheus not ready after {timeout:.0f}s:\n{self.log_path.read_text()[-2000:]}")
+        raise HarnessError(f"prometheus not ready after {timeout:.0f}s:\n{self.log_path.read_text()[-2000:]}")
 
     def stop(self) -> None:
         """SIGTERM to its pid, then SIGKILL after 30 s."""
@@ -119,7 +120,7 @@ class PrometheusServer:
         with urllib.request.urlopen(url, timeout=10) as answer:
             body = json.load(answer)
         if body.get("status") != "success":
-            raise RuntimeError(f"{url}: {body}")
+            raise HarnessError(f"{url}: {body}")
         return body["data"] if endpoint != "query" else body["data"]["result"]
 
     def __enter__(self) -> "PrometheusServer":

@@ -32,6 +32,7 @@ import pyarrow.fs as pafs
 from streamer.sandbox import jars
 from streamer.sandbox.ports import free_port
 from streamer.sandbox.server_process import ServerProcess, java_executable
+from harness.errors import HarnessError
 
 S3PROXY_VERSION = "4.1.0"
 ARTIFACTS = (
@@ -58,7 +59,7 @@ _REQUEST_LINE = re.compile(r"S3ProxyHandler request: .*\{([A-Z]+)@[0-9a-f]+ http
 KINDS = ("PUT", "GET", "LIST", "HEAD", "DELETE")
 
 
-class S3ServerError(RuntimeError):
+class S3ServerError(HarnessError):
     """The S3 server did not start or answer."""
 
 
@@ -129,7 +130,7 @@ class S3Server(ServerProcess):
     @property
     def endpoint_url(self) -> str:
         if self.port is None:
-            raise RuntimeError("S3 server not started")
+            raise HarnessError("S3 server not started")
         return f"http://{self.host}:{self.port}"
 
     @property

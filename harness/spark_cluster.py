@@ -30,6 +30,7 @@ import pyspark
 
 from streamer.sandbox.ports import free_port
 from streamer.sandbox.server_process import java_executable
+from harness.errors import HarnessError
 
 SPARK_HOME = Path(pyspark.__file__).parent
 #: The master and worker daemons only schedule: a small heap and the quick compiler start them fast.
@@ -37,7 +38,7 @@ DAEMON_JVM_OPTIONS = ("-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStop
                       "-Djava.awt.headless=true")
 
 
-class ClusterStartError(RuntimeError):
+class ClusterStartError(HarnessError):
     """The master or a worker did not come up; the message holds the end of its log."""
 
 
