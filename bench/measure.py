@@ -54,9 +54,13 @@ class PathResult:
         return ordered[min(len(ordered) - 1, max(0, -(-q * len(ordered) // 100) - 1))]
 
     def to_json(self) -> dict:
-        return {**asdict(self), "records_per_second": self.records_per_second,
-                "p50_batch_seconds": self.batch_percentile(50), "p95_batch_seconds": self.batch_percentile(95),
-                "mean_batch_seconds": statistics.fmean(self.batch_seconds) if self.batch_seconds else None}
+        return {
+            **asdict(self),
+            "records_per_second": self.records_per_second,
+            "p50_batch_seconds": self.batch_percentile(50),
+            "p95_batch_seconds": self.batch_percentile(95),
+            "mean_batch_seconds": statistics.fmean(self.batch_seconds) if self.batch_seconds else None,
+        }
 
     @classmethod
     def from_json(cls, obj: dict) -> PathResult:
@@ -127,8 +131,13 @@ def _pss(pid: int) -> int:
     return 0
 
 
-def run_measured(argv: list[str], log_path: Path, env: dict[str, str] | None = None,
-                 timeout: float = 3600, stop_when: Callable[[], bool] | None = None) -> tuple[int, float, dict[str, int]]:
+def run_measured(
+    argv: list[str],
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 3600,
+    stop_when: Callable[[], bool] | None = None,
+) -> tuple[int, float, dict[str, int]]:
     """Run a command from the repo root with its output in `log_path`; returns its exit code,
     wall seconds and the peak RSS per role of its process tree. A command that runs until
     stopped (a continuous job) gets SIGTERM once `stop_when()` is true."""

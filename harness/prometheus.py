@@ -35,7 +35,9 @@ def prometheus_binary() -> str:
     for command in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", BINARY]):
         done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(command)} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-2000:]}")
+            raise RuntimeError(
+                f"{' '.join(command)} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-2000:]}"
+            )
     found = shutil.which(BINARY)
     if not found:
         raise RuntimeError("apt-get installed the prometheus package but no `prometheus` is on the PATH")
@@ -46,8 +48,13 @@ class PrometheusServer:
     """One Prometheus scraping `targets` (host:port, path /metrics) as the job `mor-streamer`,
     evaluating the alerting rules of `rule_files`."""
 
-    def __init__(self, targets: list[str], work_dir: str | os.PathLike[str], host: str = "127.0.0.1",
-                 rule_files: list[str | os.PathLike[str]] = ()):
+    def __init__(
+        self,
+        targets: list[str],
+        work_dir: str | os.PathLike[str],
+        host: str = "127.0.0.1",
+        rule_files: list[str | os.PathLike[str]] = (),
+    ):
         self.targets = targets
         self.rule_files = [str(Path(f).resolve()) for f in rule_files]
         self.work_dir = Path(work_dir)
@@ -67,17 +74,26 @@ class PrometheusServer:
         binary = prometheus_binary()
         self.work_dir.mkdir(parents=True, exist_ok=True)
         config = self.work_dir / "prometheus.yml"
-        config.write_text(json.dumps({  # YAML is a superset of JSON
-            "global": {"scrape_interval": f"{SCRAPE_SECONDS}s", "evaluation_interval": f"{SCRAPE_SECONDS}s"},
-            "rule_files": self.rule_files,
-            "scrape_configs": [{"job_name": "mor-streamer", "static_configs": [{"targets": self.targets}]}],
-        }))
+        config.write_text(
+            json.dumps(
+                {  # YAML is a superset of JSON
+                    "global": {"scrape_interval": f"{SCRAPE_SECONDS}s", "evaluation_interval": f"{SCRAPE_SECONDS}s"},
+                    "rule_files": self.rule_files,
+                    "scrape_configs": [{"job_name": "mor-streamer", "static_configs": [{"targets": self.targets}]}],
+                }
+            )
+        )
         self.port = free_port(self.host)
-        command = [binary, f"--config.file={config}", f"--storage.tsdb.path={self.work_dir / 'data'}",
-                   f"--web.listen-address={self.host}:{self.port}"]
+        command = [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={self.work_dir / 'data'}",
+            f"--web.listen-address={self.host}:{self.port}",
+        ]
         with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                          close_fds=True)
+            self._proc = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, close_fds=True
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

@@ -38,8 +38,13 @@ def planned_offsets(checkpoint_location: str, batch_id: int) -> dict[str, dict[i
             raise ValueError(f"expected '{VERSION}', batch metadata and one source's offsets")
         return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in json.loads(lines[2]).items()}
     except (OSError, ValueError, AttributeError, TypeError) as e:
-        log.warning("could not read the offsets Spark planned for batch %d from %s (%s); the batch's "
-                    "records say how far it read", batch_id, checkpoint_location, e)
+        log.warning(
+            "could not read the offsets Spark planned for batch %d from %s (%s); the batch's "
+            "records say how far it read",
+            batch_id,
+            checkpoint_location,
+            e,
+        )
         return None
 
 
@@ -56,11 +61,14 @@ class StreamCheckpoint:
     offsets: dict[str, dict[int, int]]  # topic -> partition -> next offset to read
 
     def to_json(self) -> str:
-        return json.dumps({
-            "queryId": self.query_id,
-            "batchId": self.batch_id,
-            "offsets": self.offsets_json_object(),
-        }, sort_keys=True)
+        return json.dumps(
+            {
+                "queryId": self.query_id,
+                "batchId": self.batch_id,
+                "offsets": self.offsets_json_object(),
+            },
+            sort_keys=True,
+        )
 
     @staticmethod
     def from_json(obj: dict) -> "StreamCheckpoint":
@@ -78,7 +86,7 @@ class StreamCheckpoint:
         """Hudi's streamer checkpoint string, which only has room for one topic."""
         if len(self.offsets) != 1:
             return None
-        (topic, parts), = self.offsets.items()
+        ((topic, parts),) = self.offsets.items()
         return ",".join([topic] + [f"{p}:{o}" for p, o in sorted(parts.items())])
 
     def advanced(self, query_id: str, batch_id: int, read: dict[str, dict[int, int]]) -> "StreamCheckpoint":

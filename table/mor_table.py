@@ -75,8 +75,9 @@ class MorTable:
         for f in (*spec.record_key_fields, *spec.partition_fields, spec.ordering_field):
             if f not in spec.schema.names:
                 raise InvalidBatchError(f"field '{f}' named in the table spec is not in its schema")
-        key_generator = KeyGenerator(spec.record_key_fields, spec.partition_fields,
-                                     spec.hive_style_partitioning, spec.url_encode_partitions)
+        key_generator = KeyGenerator(
+            spec.record_key_fields, spec.partition_fields, spec.hive_style_partitioning, spec.url_encode_partitions
+        )
         config = TableConfig.for_new_mor_table(
             name=spec.name,
             database=spec.database,
@@ -100,8 +101,7 @@ class MorTable:
         return cls(storage, TableConfig.load(storage))
 
     @classmethod
-    def create_or_load(cls, path: str, spec: TableSpec,
-                       storage_options: Mapping[str, str] | None = None) -> "MorTable":
+    def create_or_load(cls, path: str, spec: TableSpec, storage_options: Mapping[str, str] | None = None) -> "MorTable":
         if cls.exists(path, storage_options):
             return cls.load(path, storage_options)
         return cls.create(path, spec, storage_options)
@@ -139,14 +139,20 @@ class MorTable:
         schema = arrow_schema_from_avro(avro)
         return pa.schema([f for f in schema if f.name not in META_FIELDS], metadata=schema.metadata)
 
-    def file_system_view(self, as_of: str | None = None, timeline: Timeline | None = None,
-                         partition_paths: list[str] | None = None, include_replaced: bool = False) -> FileSystemView:
+    def file_system_view(
+        self,
+        as_of: str | None = None,
+        timeline: Timeline | None = None,
+        partition_paths: list[str] | None = None,
+        include_replaced: bool = False,
+    ) -> FileSystemView:
         return FileSystemView.build(self.storage, timeline or self.timeline(), partition_paths, as_of, include_replaced)
 
     # ---- reads -----------------------------------------------------------------------------
 
-    def read_plan(self, as_of: str | None = None, columns: list[str] | None = None,
-                  predicates: Sequence[Predicate] = ()) -> tuple[list[FileSlice], SliceReadSpec]:
+    def read_plan(
+        self, as_of: str | None = None, columns: list[str] | None = None, predicates: Sequence[Predicate] = ()
+    ) -> tuple[list[FileSlice], SliceReadSpec]:
         """The slices to read and how: what the Spark source distributes among its tasks."""
         timeline = self.timeline()
         visible = timeline.completed_timestamps()
@@ -162,17 +168,29 @@ class MorTable:
         visible = timeline.completed_timestamps()
         return self._read_spec(visible if as_of is None else visible.up_to(as_of), timeline, columns, ())
 
-    def _read_spec(self, visible: CompletedInstants, timeline: Timeline, columns: list[str] | None,
-                   predicates: tuple[Predicate, ...]) -> SliceReadSpec:
+    def _read_spec(
+        self,
+        visible: CompletedInstants,
+        timeline: Timeline,
+        columns: list[str] | None,
+        predicates: tuple[Predicate, ...],
+    ) -> SliceReadSpec:
         schema = table_schema_with_meta(self.schema(timeline))
         missing = [c for c in list(columns or ()) + [p.column for p in predicates] if c not in schema.names]
         if missing:
             raise InvalidRequestError(f"unknown column(s) {missing}; the table has {schema.names}")
-        return SliceReadSpec(visible, self.config.precombine_field, schema, tuple(columns) if columns else None,
-                             predicates, MergeRule.of(self.config.payload_class))
+        return SliceReadSpec(
+            visible,
+            self.config.precombine_field,
+            schema,
+            tuple(columns) if columns else None,
+            predicates,
+            MergeRule.of(self.config.payload_class),
+        )
 
-    def snapshot(self, columns: list[str] | None = None, as_of: str | None = None,
-                 predicates: Sequence[Predicate] = ()) -> pa.Table:
+    def snapshot(
+        self, columns: list[str] | None = None, as_of: str | None = None, predicates: Sequence[Predicate] = ()
+    ) -> pa.Table:
         """Latest committed rows (or as of an instant): base files merged with log blocks.
 
         With predicates, only rows satisfying all of them, read skipping what statistics rule out."""

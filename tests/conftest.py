@@ -210,9 +210,10 @@ def hudi_judge(tmp_path_factory, hive_metastore):
     catalog is the session's Hive Metastore, so it reads synced tables by name."""
     from harness.hudi_judge import HudiJudge
 
-    judge = HudiJudge.start(tmp_path_factory.mktemp("hudi-judge"),
-                            spark_conf={"spark.sql.catalogImplementation": "hive",
-                                        "spark.hadoop.hive.metastore.uris": hive_metastore.uri})
+    judge = HudiJudge.start(
+        tmp_path_factory.mktemp("hudi-judge"),
+        spark_conf={"spark.sql.catalogImplementation": "hive", "spark.hadoop.hive.metastore.uris": hive_metastore.uri},
+    )
     try:
         yield judge
     finally:

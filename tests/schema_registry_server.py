@@ -166,8 +166,9 @@ class RegistryProcess:
             port = probe.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
         self._log = open(log_path, "w")
-        self.process = subprocess.Popen([sys.executable, __file__, "--port", str(port)],
-                                        stdout=self._log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--port", str(port)], stdout=self._log, stderr=subprocess.STDOUT
+        )
         self._wait_until_answering(log_path, timeout)
 
     def _wait_until_answering(self, log_path: str, timeout: float) -> None:

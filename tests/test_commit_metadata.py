@@ -113,11 +113,7 @@ def test_extra_metadata_values_must_be_strings():
 
 def test_replace_commit_names_the_file_groups_it_replaces():
     metadata = ReplaceCommitMetadata(
-        {
-            "p": [
-                WriteStat(file_id="new-0", path="p/new-0_0-1-2_20250618054711154.parquet", partition_path="p")
-            ]
-        },
+        {"p": [WriteStat(file_id="new-0", path="p/new-0_0-1-2_20250618054711154.parquet", partition_path="p")]},
         extra_metadata={"schema": "{}"},
         operation_type="CLUSTER",
         partition_to_replace_file_ids={"p": ["old-0", "old-1"]},

@@ -73,7 +73,8 @@ def plain(value: Any) -> Any:
 
 def test_the_page_is_a_fresh_render():
     assert PAGE.read_text(encoding="utf-8") == config_reference.render(), (
-        "docs/configuration.md is stale: python -m streamer.config.reference > docs/configuration.md")
+        "docs/configuration.md is stale: python -m streamer.config.reference > docs/configuration.md"
+    )
 
 
 def test_the_page_documents_exactly_the_leaf_keys():

@@ -32,4 +32,7 @@ def test_spark_fetches_the_connector_from_maven_central_not_from_poms_left_in_th
     assert "https://repo1.maven.org/maven2/" in settings and ".m2" not in settings
     assert conf["spark.jars.ivySettings"].startswith(str(tmp_path / "ivy"))
     own = {"spark.jars.ivySettings": "/etc/spark/ivysettings.xml"}
-    assert with_connector(own, ["kafka"], under_spark_submit=False)[0]["spark.jars.ivySettings"] == own["spark.jars.ivySettings"]
+    assert (
+        with_connector(own, ["kafka"], under_spark_submit=False)[0]["spark.jars.ivySettings"]
+        == own["spark.jars.ivySettings"]
+    )

@@ -46,9 +46,7 @@ def test_base_file_name_parts_are_file_id_write_token_and_instant():
 def test_log_file_name_parts_are_file_id_base_instant_version_and_write_token():
     name = LogFileName.parse(".6d3d1d6e-2298-4080-a0c1-494877d6f40a-0_20250618054711154.log.1_0-26-85")
     assert name == LogFileName("6d3d1d6e-2298-4080-a0c1-494877d6f40a-0", "20250618054711154", 1, "0-26-85")
-    assert (
-        LogFileName("f-0", "20250618054711154", 12, "3-4-5").format() == ".f-0_20250618054711154.log.12_3-4-5"
-    )
+    assert LogFileName("f-0", "20250618054711154", 12, "3-4-5").format() == ".f-0_20250618054711154.log.12_3-4-5"
 
 
 @pytest.mark.parametrize(

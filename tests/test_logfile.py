@@ -81,7 +81,9 @@ def with_meta(records: pa.Table, instant: str, partition: str, file_id: str) -> 
         "_hoodie_partition_path": [partition] * n,
         "_hoodie_file_name": [file_id] * n,
     }
-    columns = [pa.array(meta[name], pa.string()) if isinstance(meta[name], list) else meta[name] for name in META_FIELDS]
+    columns = [
+        pa.array(meta[name], pa.string()) if isinstance(meta[name], list) else meta[name] for name in META_FIELDS
+    ]
     return pa.Table.from_arrays(columns + records.columns, names=[*META_FIELDS, *records.column_names])
 
 
@@ -183,7 +185,9 @@ def rich_rows(n: int) -> list[dict]:
                 "at_ms": dt.time(i % 24, i % 60, 0, (i % 1000) * 1000),
                 "at_us": dt.time(23, 59, i % 60, i % 1_000_000),
                 "event_ms": dt.datetime(1960 + i % 80, 1, 1, 12, 0, 0, 123000, tzinfo=dt.timezone.utc),
-                "event_us": None if i % 6 == 0 else dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=sign * i**5),
+                "event_us": None
+                if i % 6 == 0
+                else dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=sign * i**5),
                 "amount": Decimal(sign * i * 137) / 100,
                 "wide": Decimal(sign * 10**28 + i) / 10**9,
                 "addr": None if i % 8 == 0 else {"street": f"{i} main", "geo": None if i % 3 else {"lat": i / 7}},
@@ -261,7 +265,9 @@ def test_avro_block_with_schema_shapes_of_other_writers():
         {"id": -1, "name": None, "p": {"x": 1}, "q": None, "e": "B"},
         {"id": 2**40, "name": "n", "p": {"x": -7}, "q": {"x": 3}, "e": "A"},
     ]
-    block = DataBlock(pa.Table.from_pylist(rows), {HeaderKey.INSTANT_TIME: UPDATE_INSTANT, HeaderKey.SCHEMA: schema_json})
+    block = DataBlock(
+        pa.Table.from_pylist(rows), {HeaderKey.INSTANT_TIME: UPDATE_INSTANT, HeaderKey.SCHEMA: schema_json}
+    )
     encoded = encode_block(block)
     avro = fastavro.parse_schema(json.loads(schema_json))
     expected = []
@@ -289,13 +295,25 @@ def test_create_makes_the_headers_hudi_writes():
     assert data.block_type == BlockType.PARQUET_DATA and data.instant == "20250101000000000"
     deletes = DeleteBlock.create(["k"], ["p"], instant="20250101000000000")
     assert deletes.header == {HeaderKey.INSTANT_TIME: "20250101000000000"}
-    assert DeleteBlock.create(["k"], ["p"], [1], instant="1", schema_json=schema_json).header[HeaderKey.SCHEMA] == schema_json
+    assert (
+        DeleteBlock.create(["k"], ["p"], [1], instant="1", schema_json=schema_json).header[HeaderKey.SCHEMA]
+        == schema_json
+    )
 
 
 def test_data_block_takes_columns_by_name_and_casts_to_the_block_schema():
     hdr = header("v6_trips_8i1u", TRIPS)
     records = with_meta(
-        pa.table({"uuid": ["k"], "city": ["c"], "ts": pa.array([5], pa.int32()), "rider": ["r"], "driver": ["d"], "fare": [1.0]}),
+        pa.table(
+            {
+                "uuid": ["k"],
+                "city": ["c"],
+                "ts": pa.array([5], pa.int32()),
+                "rider": ["r"],
+                "driver": ["d"],
+                "fare": [1.0],
+            }
+        ),
         UPDATE_INSTANT,
         PARTITION,
         "f-0",
@@ -327,7 +345,11 @@ JAVA_WRAPPERS = [
     ("BytesWrapper", "bytes", pa.binary()),
     ("StringWrapper", "string", pa.string()),
     ("DateWrapper", "int", pa.date32()),  # Java fills it with LocalDate#toEpochDay
-    ("DecimalWrapper", {"type": "bytes", "logicalType": "decimal", "precision": 30, "scale": 15}, pa.decimal128(30, 15)),
+    (
+        "DecimalWrapper",
+        {"type": "bytes", "logicalType": "decimal", "precision": 30, "scale": 15},
+        pa.decimal128(30, 15),
+    ),
     ("TimeMicrosWrapper", {"type": "long", "logicalType": "time-micros"}, pa.time64("us")),
     ("TimestampMicrosWrapper", "long", pa.timestamp("us", tz="UTC")),  # filled with epoch micros
 ]
@@ -352,7 +374,12 @@ JAVA_DELETE_RECORD_LIST = fastavro.parse_schema(
                                 "name": "orderingVal",
                                 "type": ["null"]
                                 + [
-                                    {"type": "record", "name": name, "namespace": JAVA_NS, "fields": [{"name": "value", "type": avro}]}
+                                    {
+                                        "type": "record",
+                                        "name": name,
+                                        "namespace": JAVA_NS,
+                                        "fields": [{"name": "value", "type": avro}],
+                                    }
                                     for name, avro, _ in JAVA_WRAPPERS
                                 ],
                                 "default": None,
@@ -380,7 +407,9 @@ JAVA_DELETE_RECORD_LIST = fastavro.parse_schema(
         pa.array([dt.date(2024, 1, 1), dt.date(1960, 5, 5), None]),
         pa.array([Decimal("1.5"), Decimal("-123456789012345.123456789012345"), None], pa.decimal128(30, 15)),
         pa.array([dt.time(1, 2, 3, 4), None, dt.time(0)], pa.time64("us")),
-        pa.array([dt.datetime(2024, 1, 1, 0, 0, 0, 5, tzinfo=dt.timezone.utc), None, None], pa.timestamp("us", tz="UTC")),
+        pa.array(
+            [dt.datetime(2024, 1, 1, 0, 0, 0, 5, tzinfo=dt.timezone.utc), None, None], pa.timestamp("us", tz="UTC")
+        ),
     ],
 )
 def test_delete_block_round_trip_and_hudi_wire_format(ordering):
@@ -441,7 +470,14 @@ def test_write_log_file_creates_a_new_file_and_never_appends(tmp_path):
 
 def three_blocks() -> list:
     trips = pa.table(
-        {"ts": [1, 2], "uuid": ["a", "b"], "rider": ["r", "s"], "driver": ["d", "e"], "fare": [1.0, 2.0], "city": ["c", "c"]}
+        {
+            "ts": [1, 2],
+            "uuid": ["a", "b"],
+            "rider": ["r", "s"],
+            "driver": ["d", "e"],
+            "fare": [1.0, 2.0],
+            "city": ["c", "c"],
+        }
     )
     hdr = header("v6_trips_8i1u", TRIPS)
     return [
@@ -462,7 +498,25 @@ def test_truncated_file_keeps_its_complete_blocks_and_never_raises(tmp_path):
     starts = [sum(len(e) for e in encoded[:i]) for i in range(len(encoded))]
     cuts = set()
     for start, block in zip(starts, encoded):
-        cuts |= {start + k for k in (0, 1, 3, 5, 6, 10, 13, 14, 20, 30, len(block) // 2, len(block) - 9, len(block) - 8, len(block) - 1)}
+        cuts |= {
+            start + k
+            for k in (
+                0,
+                1,
+                3,
+                5,
+                6,
+                10,
+                13,
+                14,
+                20,
+                30,
+                len(block) // 2,
+                len(block) - 9,
+                len(block) - 8,
+                len(block) - 1,
+            )
+        }
     cuts |= {len(data)}
     storage = Storage(str(tmp_path))
     for cut in sorted(c for c in cuts if 0 <= c <= len(data)):
@@ -602,7 +656,19 @@ def test_hudi_rs_reads_a_file_of_several_blocks(tmp_path):
 
 
 CONFORMANCE_EXTRA = [
-    "qty", "ok", "ratio", "blob", "day", "event_ms", "event_us", "amount", "wide", "addr", "tags", "lines", "attrs",
+    "qty",
+    "ok",
+    "ratio",
+    "blob",
+    "day",
+    "event_ms",
+    "event_us",
+    "amount",
+    "wide",
+    "addr",
+    "tags",
+    "lines",
+    "attrs",
 ]
 
 

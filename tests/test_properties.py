@@ -121,16 +121,12 @@ def test_new_mor_table_writes_the_hudi_0_14_keys_checksum_last():
     assert list(props)[-1] == CHECKSUM_KEY
     # no metadata table, and no index keys: Hudi 0.14/0.15 keep those out of hoodie.properties
     assert not any(
-        k.startswith(("hoodie.table.metadata", "hoodie.metadata", "hoodie.index", "hoodie.bucket"))
-        for k in props
+        k.startswith(("hoodie.table.metadata", "hoodie.metadata", "hoodie.index", "hoodie.bucket")) for k in props
     )
 
 
 def test_key_generator_follows_the_key_and_partition_fields():
-    assert (
-        new_config(record_key_fields=["a", "b"]).key_generator_class
-        == "org.apache.hudi.keygen.ComplexKeyGenerator"
-    )
+    assert new_config(record_key_fields=["a", "b"]).key_generator_class == "org.apache.hudi.keygen.ComplexKeyGenerator"
     unpartitioned = new_config(partition_fields=[])
     assert unpartitioned.key_generator_class == "org.apache.hudi.keygen.NonpartitionedKeyGenerator"
     # an empty value would read as one (empty) partition field in hudi-rs

@@ -209,7 +209,11 @@ def test_avro_to_arrow_reads_java_forms():
 
 @pytest.mark.parametrize(
     "schema",
-    [pa.schema([("u", pa.uint64())]), pa.schema([("m", pa.map_(pa.int32(), pa.string()))]), pa.schema([("n", pa.null())])],
+    [
+        pa.schema([("u", pa.uint64())]),
+        pa.schema([("m", pa.map_(pa.int32(), pa.string()))]),
+        pa.schema([("n", pa.null())]),
+    ],
 )
 def test_types_avro_cannot_hold_are_refused(schema):
     with pytest.raises(TypeError):

@@ -144,9 +144,7 @@ def test_readers_see_only_completed_instants(timeline):
 
 
 def test_completing_twice_fails(timeline):
-    inflight = timeline.transition_to_inflight(
-        timeline.create_requested(Instant(TS, "deltacommit", "requested"))
-    )
+    inflight = timeline.transition_to_inflight(timeline.create_requested(Instant(TS, "deltacommit", "requested")))
     stale = Timeline.load(timeline.storage)  # another view that saw the instant inflight
     timeline.complete(inflight, b"first")
     with pytest.raises(FileExistsError):
@@ -185,9 +183,7 @@ def test_compaction_plan_to_commit(timeline):
 
 
 def test_delete_pending_removes_a_failed_write(timeline):
-    inflight = timeline.transition_to_inflight(
-        timeline.create_requested(Instant(TS, "deltacommit", "requested"))
-    )
+    inflight = timeline.transition_to_inflight(timeline.create_requested(Instant(TS, "deltacommit", "requested")))
     timeline.delete_pending(inflight)
     assert hoodie_files(timeline) == []
     assert timeline.instants == [] and Timeline.load(timeline.storage).instants == []
@@ -203,9 +199,7 @@ def test_delete_pending_can_keep_a_plan_for_retry(timeline):
 
 
 def test_completed_instants_are_never_deleted(timeline):
-    inflight = timeline.transition_to_inflight(
-        timeline.create_requested(Instant(TS, "deltacommit", "requested"))
-    )
+    inflight = timeline.transition_to_inflight(timeline.create_requested(Instant(TS, "deltacommit", "requested")))
     timeline.complete(inflight, b"{}")
     with pytest.raises(ValueError):
         timeline.delete_pending(inflight)
@@ -266,9 +260,7 @@ def test_hudi_rs_reads_a_table_whose_timeline_and_metadata_we_wrote(tmp_path):
         inflight = timeline.transition_to_inflight(
             requested, CommitMetadata.from_json(inflight_text).to_json().encode()
         )
-        timeline.complete(
-            inflight, CommitMetadata.from_json(source_timeline.read_content(done)).to_json().encode()
-        )
+        timeline.complete(inflight, CommitMetadata.from_json(source_timeline.read_content(done)).to_json().encode())
 
     def rows(path: Path) -> list[dict]:
         batches = hudi.HudiTableBuilder.from_base_uri(str(path)).build().read()

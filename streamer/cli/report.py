@@ -71,8 +71,7 @@ def plot_files_over_time(summary: TimelineSummary, name: str, path: Path) -> Non
         if e.operation == "COMPACT":
             for ax in (per_write, total):
                 ax.axvline(i, color="grey", linestyle=":", linewidth=1)
-    total.set_xticks(list(xs), [f"{e.time[11:19]} {e.action}" for e in writes], rotation=60, ha="right",
-                     fontsize=7)
+    total.set_xticks(list(xs), [f"{e.time[11:19]} {e.action}" for e in writes], rotation=60, ha="right", fontsize=7)
     total.set_xlabel("completed writes (dotted: compactions), UTC")
     per_write.set_title(f"{name}: files written per commit")
     _save(fig, path)

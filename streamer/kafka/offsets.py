@@ -73,8 +73,11 @@ class KafkaProgress:
     def partition_lag(self, committed: dict[str, dict[int, int]]) -> dict[tuple[str, int], int]:
         """Records per (topic, partition) between the committed offsets and the partition's end."""
         ends = self.end_offsets(list(committed))
-        return {(topic, p): max(0, end - committed.get(topic, {}).get(p, 0))
-                for topic, parts in ends.items() for p, end in parts.items()}
+        return {
+            (topic, p): max(0, end - committed.get(topic, {}).get(p, 0))
+            for topic, parts in ends.items()
+            for p, end in parts.items()
+        }
 
     def ranges(self, extra_topics: list[str] = ()) -> TopicRanges:
         """The earliest and end offsets of every partition of the source's topics and
@@ -146,8 +149,11 @@ class KafkaProgress:
         brokers, with the cause its latest error event gave."""
         from confluent_kafka import KafkaException
 
-        if (name != "_admin" or not isinstance(error, KafkaException)
-                or error.args[0].code() not in connectivity_codes()):
+        if (
+            name != "_admin"
+            or not isinstance(error, KafkaException)
+            or error.args[0].code() not in connectivity_codes()
+        ):
             return None
         client.poll(0)  # serves the error events that name the broker and the cause
         cause = self._admin_log.cause if self._admin_log is not None else None
@@ -177,9 +183,12 @@ class KafkaProgress:
         from confluent_kafka.admin import OffsetSpec
 
         metadata = admin.list_topics(timeout=self.timeout)
-        wanted = [TopicPartition(topic, p) for topic in self._topics(metadata, extra_topics)
-                  if (info := metadata.topics.get(topic)) is not None and info.error is None
-                  for p in sorted(info.partitions)]
+        wanted = [
+            TopicPartition(topic, p)
+            for topic in self._topics(metadata, extra_topics)
+            if (info := metadata.topics.get(topic)) is not None and info.error is None
+            for p in sorted(info.partitions)
+        ]
         if not wanted:
             return {}
         ends: dict[str, dict[int, int]] = {}

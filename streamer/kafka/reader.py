@@ -115,8 +115,7 @@ def _headers_array(headers: list) -> pa.Array:
     )
 
 
-def _start_after_retention(opts: SourceOptions, topic: str, partition: int, start: int, end: int,
-                           low: int) -> int:
+def _start_after_retention(opts: SourceOptions, topic: str, partition: int, start: int, end: int, low: int) -> int:
     """The offset to start reading [start, end) at when the partition now begins at ``low``."""
     if start >= low:
         return start
@@ -128,9 +127,7 @@ def _start_after_retention(opts: SourceOptions, topic: str, partition: int, star
     return low
 
 
-def read_partition(
-    opts: SourceOptions, topic: str, partition: int, start: int, end: int
-) -> Iterator[pa.RecordBatch]:
+def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
     """Read offsets [start, end) of one topic-partition as Arrow record batches.
 
     Stops when the record at ``end - 1`` (or any later one) was seen, when the consumer reports
@@ -173,8 +170,9 @@ def read_partition(
                         md = consumer.list_topics(topic, timeout=max(0.1, min(10.0, deadline - time.monotonic())))
                         known = md.topics.get(topic)
                         if known is not None and known.error is None and partition not in known.partitions:
-                            data_loss(opts.fail_on_data_loss,
-                                      f"Cannot read {where}: the partition does not exist any more.")
+                            data_loss(
+                                opts.fail_on_data_loss, f"Cannot read {where}: the partition does not exist any more."
+                            )
                             return
                     except ck.KafkaException:
                         pass
@@ -221,14 +219,19 @@ def read_partition(
                                 done = True
                             deadline = now + timeout_s
                         elif code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                            data_loss(opts.fail_on_data_loss,
-                                      f"Cannot read {where} from offset {next_offset}: "
-                                      f"offset out of range ({e.str()}).")
+                            data_loss(
+                                opts.fail_on_data_loss,
+                                f"Cannot read {where} from offset {next_offset}: offset out of range ({e.str()}).",
+                            )
                             done = True  # failOnDataLoss=false resets to earliest: stop here
-                        elif code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
-                                      KafkaError._UNKNOWN_TOPIC):
-                            data_loss(opts.fail_on_data_loss,
-                                      f"Cannot read {where}: the partition does not exist any more.")
+                        elif code in (
+                            KafkaError.UNKNOWN_TOPIC_OR_PART,
+                            KafkaError._UNKNOWN_PARTITION,
+                            KafkaError._UNKNOWN_TOPIC,
+                        ):
+                            data_loss(
+                                opts.fail_on_data_loss, f"Cannot read {where}: the partition does not exist any more."
+                            )
                             done = True
                         elif e.fatal():
                             raise KafkaSourceError(f"fatal Kafka error reading {where}: {opts.redact(e.str())}")

@@ -81,8 +81,7 @@ def create_topic(
     from confluent_kafka.admin import NewTopic
 
     admin = _admin(bootstrap)
-    new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
-                   config=dict(config or {}))
+    new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor, config=dict(config or {}))
     future = admin.create_topics([new], request_timeout=timeout)[topic]
     try:
         future.result(timeout)
@@ -93,8 +92,11 @@ def create_topic(
     deadline = time.monotonic() + timeout
     while True:
         md = admin.list_topics(topic, timeout=timeout).topics.get(topic)
-        if md is not None and md.error is None and len(md.partitions) >= partitions and all(
-            p.leader >= 0 and p.error is None for p in md.partitions.values()
+        if (
+            md is not None
+            and md.error is None
+            and len(md.partitions) >= partitions
+            and all(p.leader >= 0 and p.error is None for p in md.partitions.values())
         ):
             return topic
         if time.monotonic() > deadline:

@@ -23,7 +23,9 @@ class Choice(StrEnum):
         try:
             return cls(value)
         except ValueError:
-            raise InvalidRequestError(f"unknown {what} {value!r}; expected one of {tuple(c.value for c in cls)}") from None
+            raise InvalidRequestError(
+                f"unknown {what} {value!r}; expected one of {tuple(c.value for c in cls)}"
+            ) from None
 
 
 class LogBlockFormat(Choice):

@@ -41,8 +41,12 @@ UNIQUE_META = frozenset({COMMIT_SEQNO, RECORD_KEY})
 def parquet_options(rows: pa.Table, row_bytes: float | None = None) -> dict:
     """Keyword arguments for `pyarrow.parquet.write_table` of a base file holding `rows`. A
     writer of many files may give the rows' average size (`row_bytes`), measured once for all."""
-    return {"compression": COMPRESSION, "use_dictionary": dictionary_columns(rows),
-            "dictionary_pagesize_limit": DICTIONARY_PAGE_LIMIT_BYTES, "row_group_size": row_group_rows(rows, row_bytes)}
+    return {
+        "compression": COMPRESSION,
+        "use_dictionary": dictionary_columns(rows),
+        "dictionary_pagesize_limit": DICTIONARY_PAGE_LIMIT_BYTES,
+        "row_group_size": row_group_rows(rows, row_bytes),
+    }
 
 
 def row_group_rows(rows: pa.Table, row_bytes: float | None = None) -> int:

@@ -65,8 +65,11 @@ class LayoutStats:
             is_log = ".log." in (stat.path or "")
             known = sizes.get(stat.file_id)
             if is_log and known is not None:
-                sizes[stat.file_id] = SliceSize(known.log_files + 1, known.log_bytes + stat.file_size_in_bytes,
-                                                known.total_bytes + stat.file_size_in_bytes)
+                sizes[stat.file_id] = SliceSize(
+                    known.log_files + 1,
+                    known.log_bytes + stat.file_size_in_bytes,
+                    known.total_bytes + stat.file_size_in_bytes,
+                )
             elif not is_log:
                 sizes[stat.file_id] = SliceSize(0, 0, stat.file_size_in_bytes)
         return LayoutStats(partitions)

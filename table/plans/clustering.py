@@ -44,9 +44,12 @@ class PlannedSlice:
 
     @classmethod
     def of(cls, file_slice: FileSlice) -> PlannedSlice:
-        return cls(file_slice.partition_path, file_slice.file_id,
-                   file_slice.base_file.name.format() if file_slice.base_file else None,
-                   tuple(f.name.format() for f in file_slice.sorted_log_files()))
+        return cls(
+            file_slice.partition_path,
+            file_slice.file_id,
+            file_slice.base_file.name.format() if file_slice.base_file else None,
+            tuple(f.name.format() for f in file_slice.sorted_log_files()),
+        )
 
 
 @dataclass(frozen=True)
@@ -113,8 +116,10 @@ class ClusteringPlan:
             "version": PLAN_VERSION,
             "preserveHoodieMetadata": True,
         }
-        return serialize_plan(PLAN_SCHEMA, {"operationType": CLUSTER_OPERATION, "clusteringPlan": plan,
-                                            "extraMetadata": {}, "version": PLAN_VERSION})
+        return serialize_plan(
+            PLAN_SCHEMA,
+            {"operationType": CLUSTER_OPERATION, "clusteringPlan": plan, "extraMetadata": {}, "version": PLAN_VERSION},
+        )
 
     @classmethod
     def deserialize(cls, instant: str, content: bytes) -> ClusteringPlan | None:
@@ -134,17 +139,23 @@ def _group_record(storage: Storage, group: ClusteringGroup) -> dict:
 
     read_mb = group.input_bytes // MIB
     return {
-        "slices": [{
-            "dataFilePath": full(s.base_file) if s.base_file else "",
-            "deltaFilePaths": [full(n) for n in s.log_files],
-            "fileId": s.file_id,
-            "partitionPath": s.partition_path,
-            "bootstrapFilePath": "",
-            "version": 1,
-        } for s in group.slices],
-        "metrics": {"TOTAL_IO_READ_MB": float(read_mb), "TOTAL_IO_WRITE_MB": float(read_mb),
-                    "TOTAL_IO_MB": float(2 * read_mb),
-                    "TOTAL_LOG_FILES": float(sum(len(s.log_files) for s in group.slices))},
+        "slices": [
+            {
+                "dataFilePath": full(s.base_file) if s.base_file else "",
+                "deltaFilePaths": [full(n) for n in s.log_files],
+                "fileId": s.file_id,
+                "partitionPath": s.partition_path,
+                "bootstrapFilePath": "",
+                "version": 1,
+            }
+            for s in group.slices
+        ],
+        "metrics": {
+            "TOTAL_IO_READ_MB": float(read_mb),
+            "TOTAL_IO_WRITE_MB": float(read_mb),
+            "TOTAL_IO_MB": float(2 * read_mb),
+            "TOTAL_LOG_FILES": float(sum(len(s.log_files) for s in group.slices)),
+        },
         "numOutputFileGroups": group.output_file_groups,
         "extraMetadata": {
             PARTITION_KEY: group.partition_path,
@@ -158,13 +169,23 @@ def _group_record(storage: Storage, group: ClusteringGroup) -> dict:
 def _group_of(record: dict) -> ClusteringGroup:
     extra = record.get("extraMetadata") or {}
     slices = tuple(
-        PlannedSlice(s["partitionPath"] or "", s["fileId"], _name(s["dataFilePath"]),
-                     tuple(_name(p) for p in s["deltaFilePaths"] or ()))
-        for s in record["slices"] or ())
+        PlannedSlice(
+            s["partitionPath"] or "",
+            s["fileId"],
+            _name(s["dataFilePath"]),
+            tuple(_name(p) for p in s["deltaFilePaths"] or ()),
+        )
+        for s in record["slices"] or ()
+    )
     partition = extra.get(PARTITION_KEY, slices[0].partition_path if slices else "")
     metrics = record.get("metrics") or {}
-    return ClusteringGroup(partition, slices, tuple(ring.children_from_json(extra.get(CHILD_NODES_KEY))),
-                           int(extra.get(SEQUENCE_NUMBER_KEY) or 0), int(metrics.get("TOTAL_IO_READ_MB", 0)) * MIB)
+    return ClusteringGroup(
+        partition,
+        slices,
+        tuple(ring.children_from_json(extra.get(CHILD_NODES_KEY))),
+        int(extra.get(SEQUENCE_NUMBER_KEY) or 0),
+        int(metrics.get("TOTAL_IO_READ_MB", 0)) * MIB,
+    )
 
 
 def _name(path: str | None) -> str | None:
@@ -175,7 +196,9 @@ def _name(path: str | None) -> str | None:
 
 
 def read_clustering_plan(timeline: Timeline, instant: str) -> ClusteringPlan | None:
-    return ClusteringPlan.deserialize(instant, timeline.read_content(Instant(instant, Action.REPLACE_COMMIT, "requested")))
+    return ClusteringPlan.deserialize(
+        instant, timeline.read_content(Instant(instant, Action.REPLACE_COMMIT, "requested"))
+    )
 
 
 def pending_clustering_plans(timeline: Timeline) -> list[ClusteringPlan]:

@@ -101,4 +101,3 @@ def filter_rows(rows: pa.Table, predicates: Sequence[Predicate]) -> pa.Table:
 
 def columns_of(predicates: Sequence[Predicate]) -> list[str]:
     return list(dict.fromkeys(p.column for p in predicates))
-

@@ -70,7 +70,9 @@ class ArchivePolicy:
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_instants < self.max_instants:
-            raise InvalidRequestError(f"need 1 <= min_instants < max_instants, not {self.min_instants} and {self.max_instants}")
+            raise InvalidRequestError(
+                f"need 1 <= min_instants < max_instants, not {self.min_instants} and {self.max_instants}"
+            )
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,10 @@ class ArchiveResult:
     def __str__(self) -> str:
         if not self.archived:
             return "nothing to archive"
-        return (f"archived {len(self.archived)} instant(s), {self.archived[0].timestamp} to "
-                f"{self.archived[-1].timestamp}, into {self.archive_file}")
+        return (
+            f"archived {len(self.archived)} instant(s), {self.archived[0].timestamp} to "
+            f"{self.archived[-1].timestamp}, into {self.archive_file}"
+        )
 
 
 def archive(table: MorTable, policy: ArchivePolicy, keep_latest_with_metadata_key: str | None = None) -> ArchiveResult:

@@ -78,7 +78,9 @@ def _execute(storage: Storage, timeline: Timeline, rollback_time: str, target_ti
     inflight = Instant(rollback_time, ROLLBACK_ACTION, "inflight")
     if not timeline.contains(inflight):
         timeline.transition_to_inflight(Instant(rollback_time, ROLLBACK_ACTION, "requested"))
-    plan = deserialize_plan("HoodieRollbackPlan", timeline.read_content(Instant(rollback_time, ROLLBACK_ACTION, "requested")))
+    plan = deserialize_plan(
+        "HoodieRollbackPlan", timeline.read_content(Instant(rollback_time, ROLLBACK_ACTION, "requested"))
+    )
     planned = [_relative(storage, f) for r in plan["RollbackRequests"] or () for f in r["filesToBeDeleted"] or ()]
     deleted: dict[str, list[str]] = {}
     for path in sorted(set(marked_files(storage, target_time)) | set(planned)):
@@ -114,7 +116,7 @@ def _execute(storage: Storage, timeline: Timeline, rollback_time: str, target_ti
 
 def _relative(storage: Storage, full_path: str) -> str:
     root = storage.full_path() + "/"
-    return full_path[len(root):] if full_path.startswith(root) else full_path
+    return full_path[len(root) :] if full_path.startswith(root) else full_path
 
 
 def _partition_of(path: str) -> str:

@@ -144,8 +144,9 @@ def write_dataframe(commit: DeltaCommit, df: DataFrame, to_rows: ToRows | None =
     finally:
         routing.destroy()  # its blocks in the JVM and its file on the driver's disk, one a batch otherwise
     stats = [WriteStat.from_dict(json.loads(r.stat)) for r in rows if r.stat is not None]
-    return DataFrameWriteResult(stats, metrics.value, sum(r.seconds for r in rows), time.monotonic() - started,
-                                tasks.count)
+    return DataFrameWriteResult(
+        stats, metrics.value, sum(r.seconds for r in rows), time.monotonic() - started, tasks.count
+    )
 
 
 @dataclass(frozen=True)
@@ -208,8 +209,10 @@ def spark_hash_int(value: int) -> int:
 
 # ---- executors ---------------------------------------------------------------------------------
 
-def _key_route_pack(routing_bc, tasks: _WriteTasks, to_rows: ToRows | None, metrics,
-                    batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+
+def _key_route_pack(
+    routing_bc, tasks: _WriteTasks, to_rows: ToRows | None, metrics, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
     """The pass: input batches in, one packed row per file group and batch out."""
     from pyspark import TaskContext
 

@@ -66,8 +66,9 @@ class S3Options:
         given = dict(options or {})
         unknown = sorted(set(given) - set(STORAGE_OPTION_NAMES))
         if unknown:
-            raise StorageOptionsError(f"unknown storage option(s) {', '.join(unknown)}; "
-                                      f"known: {', '.join(STORAGE_OPTION_NAMES)}")
+            raise StorageOptionsError(
+                f"unknown storage option(s) {', '.join(unknown)}; known: {', '.join(STORAGE_OPTION_NAMES)}"
+            )
         values = {}
         for field, (option, *variables) in _S3_SETTINGS.items():
             found = given.get(option)
@@ -77,8 +78,11 @@ class S3Options:
         return cls(**values)
 
     def __repr__(self) -> str:
-        shown = {f.name: getattr(self, f.name) for f in fields(self)
-                 if f.name in ("region", "endpoint_url", "allow_http") and getattr(self, f.name)}
+        shown = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name in ("region", "endpoint_url", "allow_http") and getattr(self, f.name)
+        }
         return f"S3Options({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     def filesystem(self) -> pafs.S3FileSystem:
@@ -91,14 +95,21 @@ class S3Options:
                 if (self.allow_http or "").lower() not in ("true", "1", "yes"):
                     raise StorageOptionsError(
                         f"the S3 endpoint {endpoint} is plain HTTP; set the storage option aws_allow_http: "
-                        "true (or AWS_ALLOW_HTTP=true) to allow it")
+                        "true (or AWS_ALLOW_HTTP=true) to allow it"
+                    )
                 scheme = "http"
             endpoint = endpoint.split("://", 1)[-1].rstrip("/")
         return pafs.S3FileSystem(
-            access_key=self.access_key_id, secret_key=self.secret_access_key,
+            access_key=self.access_key_id,
+            secret_key=self.secret_access_key,
             session_token=self.session_token if self.access_key_id else None,
-            region=self.region or "us-east-1", endpoint_override=endpoint, scheme=scheme,
-            allow_delayed_open=True, connect_timeout=5, request_timeout=30)
+            region=self.region or "us-east-1",
+            endpoint_override=endpoint,
+            scheme=scheme,
+            allow_delayed_open=True,
+            connect_timeout=5,
+            request_timeout=30,
+        )
 
 
 class Storage:
@@ -289,8 +300,11 @@ class Storage:
             return []
         parent, _, name = rel.rpartition("/")
         prefix = _temp_prefix(name)
-        return [e.path for e in self.list_dir(parent)
-                if not e.is_dir and e.name.startswith(prefix) and e.name.endswith(".tmp")]
+        return [
+            e.path
+            for e in self.list_dir(parent)
+            if not e.is_dir and e.name.startswith(prefix) and e.name.endswith(".tmp")
+        ]
 
     def list_dir(self, rel: str = "", recursive: bool = False) -> list[FileStatus]:
         """Entries directly under a directory (all below it with `recursive`: one listing of the
@@ -301,7 +315,7 @@ class Storage:
         out = []
         for info in self.filesystem.get_file_info(selector):
             name = info.base_name
-            below = info.path[len(base):].strip("/") if recursive else name
+            below = info.path[len(base) :].strip("/") if recursive else name
             out.append(
                 FileStatus(
                     name=name,

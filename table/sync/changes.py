@@ -64,10 +64,10 @@ def _changes_after(timeline: Timeline, synced: str | None) -> PartitionChanges:
     for clean in timeline.completed(Action.CLEAN):
         if synced is not None and clean.timestamp <= synced:
             continue
-        for partition, cleaned in (deserialize_plan("HoodieCleanMetadata", timeline.read_content(clean))
-                                   ["partitionMetadata"] or {}).items():
+        for partition, cleaned in (
+            deserialize_plan("HoodieCleanMetadata", timeline.read_content(clean))["partitionMetadata"] or {}
+        ).items():
             if cleaned.get("isPartitionDeleted"):
                 deleted[partition] = clean.timestamp
     dropped = {p for p, at in deleted.items() if p not in written or written[p] < at}
-    return PartitionChanges(frozenset(p for p in written if p and p not in dropped),
-                            frozenset(p for p in dropped if p))
+    return PartitionChanges(frozenset(p for p in written if p and p not in dropped), frozenset(p for p in dropped if p))

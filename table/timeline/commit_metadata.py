@@ -141,8 +141,9 @@ class WriteStat:
         if self.is_delta:
             entries += [(key, getattr(self, attr)) for attr, key in _DELTA_FIELDS[:-2]]
             entries.append(("logFiles", list(self.log_files or [])))
-            entries.append(("recordsStats", self.records_stats if self.records_stats is not None
-                            else dict(_NO_RECORDS_STATS)))
+            entries.append(
+                ("recordsStats", self.records_stats if self.records_stats is not None else dict(_NO_RECORDS_STATS))
+            )
         return jackson_object(entries, level)
 
     def to_dict(self) -> dict[str, Any]:
@@ -152,9 +153,7 @@ class WriteStat:
             d["runtimeStats"] = self.runtime_stats.to_dict()
         if self.is_delta:
             d["logFiles"] = list(self.log_files or [])
-            d["recordsStats"] = (
-                self.records_stats if self.records_stats is not None else dict(_NO_RECORDS_STATS)
-            )
+            d["recordsStats"] = self.records_stats if self.records_stats is not None else dict(_NO_RECORDS_STATS)
         d.update(self.extra)
         return d
 
@@ -192,7 +191,10 @@ class CommitMetadata:
 
     @classmethod
     def for_write(
-        cls, stats: Iterable[WriteStat], extra_metadata: dict[str, str], operation_type: str,
+        cls,
+        stats: Iterable[WriteStat],
+        extra_metadata: dict[str, str],
+        operation_type: str,
         compacted: bool = False,
     ) -> CommitMetadata:
         """Metadata of a write, its stats grouped by their partition path; `compacted` marks a
@@ -265,11 +267,7 @@ class ReplaceCommitMetadata(CommitMetadata):
     _KNOWN: ClassVar[tuple[str, ...]] = CommitMetadata._KNOWN + ("partitionToReplaceFileIds",)
 
     def _own_fields(self) -> dict[str, Any]:
-        return {
-            "partitionToReplaceFileIds": {
-                p: list(ids) for p, ids in self.partition_to_replace_file_ids.items()
-            }
-        }
+        return {"partitionToReplaceFileIds": {p: list(ids) for p, ids in self.partition_to_replace_file_ids.items()}}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ReplaceCommitMetadata:

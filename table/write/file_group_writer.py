@@ -80,8 +80,9 @@ def planned_file(ctx: CommitContext, target: FileGroupTarget, task: WriteTask) -
     if target.base_instant is None:
         name = BaseFileName(file_id=target.file_id, write_token=task.token, instant=ctx.instant).format()
         return MarkedFile(target.partition_path, name, IOType.CREATE)
-    name = LogFileName(file_id=target.file_id, base_instant=target.base_instant, version=target.log_version,
-                       write_token=task.token).format()
+    name = LogFileName(
+        file_id=target.file_id, base_instant=target.base_instant, version=target.log_version, write_token=task.token
+    ).format()
     return MarkedFile(target.partition_path, name, IOType.APPEND)
 
 
@@ -132,13 +133,20 @@ class TaskFiles:
         ctx = self.ctx
         groups = _TaskGroups.of(rows)
         targets = [self.targets[f] for f in groups.file_ids]
-        names = [self.files[f].file_name if t.base_instant is None else t.file_id
-                 for f, t in zip(groups.file_ids, targets)]
-        records = _with_meta_columns(ctx, groups.rows, pc.take(pa.array(names, pa.string()), groups.codes),
-                                     self.task.partition_id, self._written_rows)
+        names = [
+            self.files[f].file_name if t.base_instant is None else t.file_id for f, t in zip(groups.file_ids, targets)
+        ]
+        records = _with_meta_columns(
+            ctx,
+            groups.rows,
+            pc.take(pa.array(names, pa.string()), groups.codes),
+            self.task.partition_id,
+            self._written_rows,
+        )
         self._written_rows += records.num_rows
-        log_records = conform(records, log_schema(ctx.log_schema_json).arrow) \
-            if _logs_with_upserts(targets, groups) else records
+        log_records = (
+            conform(records, log_schema(ctx.log_schema_json).arrow) if _logs_with_upserts(targets, groups) else records
+        )
         row_bytes = records.nbytes / max(1, records.num_rows)
         blocks: list[tuple[str, LogBlock]] = []
         for g, (file_id, target) in enumerate(zip(groups.file_ids, targets)):
@@ -149,14 +157,28 @@ class TaskFiles:
                 continue
             pending = self._logs.setdefault(file_id, _PendingLog())
             if upserts:
-                blocks.append((file_id, DataBlock.create(log_records.slice(start, upserts), ctx.instant,
-                                                         ctx.log_schema_json, ctx.log_block_format)))
+                blocks.append(
+                    (
+                        file_id,
+                        DataBlock.create(
+                            log_records.slice(start, upserts), ctx.instant, ctx.log_schema_json, ctx.log_block_format
+                        ),
+                    )
+                )
                 pending.upserts += upserts
             if deletes:
                 removed = groups.rows.slice(start + upserts, deletes)
-                blocks.append((file_id, DeleteBlock.create(
-                    record_keys=removed[RECORD_KEY], partition_paths=removed[PARTITION_PATH],
-                    ordering_values=removed[ctx.ordering_field], instant=ctx.instant)))
+                blocks.append(
+                    (
+                        file_id,
+                        DeleteBlock.create(
+                            record_keys=removed[RECORD_KEY],
+                            partition_paths=removed[PARTITION_PATH],
+                            ordering_values=removed[ctx.ordering_field],
+                            instant=ctx.instant,
+                        ),
+                    )
+                )
                 pending.deletes += deletes
         for (file_id, _), encoded in zip(blocks, encode_blocks([block for _, block in blocks])):
             self._logs[file_id].blocks.append(encoded)
@@ -199,10 +221,20 @@ class TaskFiles:
     def _base_written(self, file_id: str, rows: int, size: int) -> None:
         failpoints.reach("deltacommit.base_file_written")
         target, file = self.targets[file_id], self.files[file_id]
-        self._stats.append(WriteStat(
-            file_id=target.file_id, path=file.path, partition_path=target.partition_path, prev_commit="null",
-            num_writes=rows, num_inserts=rows, num_update_writes=0, num_deletes=0,
-            total_write_bytes=size, file_size_in_bytes=size))
+        self._stats.append(
+            WriteStat(
+                file_id=target.file_id,
+                path=file.path,
+                partition_path=target.partition_path,
+                prev_commit="null",
+                num_writes=rows,
+                num_inserts=rows,
+                num_update_writes=0,
+                num_deletes=0,
+                total_write_bytes=size,
+                file_size_in_bytes=size,
+            )
+        )
 
     def _finish_logs(self, file_ids: list[str]) -> None:
         for file_id in file_ids:
@@ -212,12 +244,25 @@ class TaskFiles:
             target, file = self.targets[file_id], self.files[file_id]
             size = write_log_bytes(self.ctx.storage, file.path, b"".join(pending.blocks), durable=False)
             failpoints.reach("deltacommit.log_file_written")
-            self._stats.append(WriteStat(
-                file_id=target.file_id, path=file.path, partition_path=target.partition_path,
-                prev_commit=target.base_instant, num_writes=pending.upserts, num_inserts=0,
-                num_update_writes=pending.upserts, num_deletes=pending.deletes, total_write_bytes=size,
-                file_size_in_bytes=size, log_version=target.log_version, log_offset=0,
-                base_file=target.base_file_name, log_files=[file.file_name], total_log_blocks=len(pending.blocks)))
+            self._stats.append(
+                WriteStat(
+                    file_id=target.file_id,
+                    path=file.path,
+                    partition_path=target.partition_path,
+                    prev_commit=target.base_instant,
+                    num_writes=pending.upserts,
+                    num_inserts=0,
+                    num_update_writes=pending.upserts,
+                    num_deletes=pending.deletes,
+                    total_write_bytes=size,
+                    file_size_in_bytes=size,
+                    log_version=target.log_version,
+                    log_offset=0,
+                    base_file=target.base_file_name,
+                    log_files=[file.file_name],
+                    total_log_blocks=len(pending.blocks),
+                )
+            )
 
 
 @dataclass
@@ -273,8 +318,9 @@ class _TaskGroups:
         return int(self.starts[g]), int(self.counts[g, 0]), int(self.counts[g, 1])
 
 
-def _with_meta_columns(ctx: CommitContext, rows: pa.Table, file_names: pa.Array, task_id: int,
-                       first_position: int = 0) -> pa.Table:
+def _with_meta_columns(
+    ctx: CommitContext, rows: pa.Table, file_names: pa.Array, task_id: int, first_position: int = 0
+) -> pa.Table:
     """The rows with Hudi's meta columns first, data columns in the table's types: the commit's
     time, a sequence number unique in the task, key, partition, and the file name of each row's group."""
     n = rows.num_rows

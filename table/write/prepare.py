@@ -51,9 +51,7 @@ def prepare_batch(records: pa.Table, spec: BatchSpec, key_generator, dedupe: boo
             "it must be a number, string, date or timestamp"
         )
     if ordering.null_count:
-        raise InvalidBatchError(
-            f"ordering field '{spec.ordering_field}' is null in {ordering.null_count} record(s)"
-        )
+        raise InvalidBatchError(f"ordering field '{spec.ordering_field}' is null in {ordering.null_count} record(s)")
     keys = key_generator.record_keys(records)
     partitions = key_generator.partition_paths(records)
     if spec.delete_field:

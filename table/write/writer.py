@@ -199,8 +199,11 @@ class TableWriter:
         routers: dict[str, ring.Router] = {}
         targets: dict[str, FileGroupTarget] = {}
         compacting = pending_compaction_file_groups(timeline)
-        resizing = {p: (plan.instant, children) for plan in pending_clustering_plans(timeline)
-                    for p, children in plan.children_by_partition().items()}
+        resizing = {
+            p: (plan.instant, children)
+            for plan in pending_clustering_plans(timeline)
+            for p, children in plan.children_by_partition().items()
+        }
         for partition, metadata in rings.items():
             groups = view.file_groups(partition)
             if partition in resizing:
@@ -210,9 +213,12 @@ class TableWriter:
                     if child.file_id_prefix:
                         group = groups.get(child.file_id)
                         targets[child.file_id] = FileGroupTarget(
-                            partition_path=partition, file_id=child.file_id, base_instant=resize_instant,
+                            partition_path=partition,
+                            file_id=child.file_id,
+                            base_instant=resize_instant,
                             base_file_name="",
-                            log_version=group.next_log_version(resize_instant) if group else 1)
+                            log_version=group.next_log_version(resize_instant) if group else 1,
+                        )
             routers[partition] = ring.Router(metadata, index_key_fields=tuple(self.table.config.record_key_fields))
             for node in metadata.nodes:
                 file_id = ring.file_id_for(node)
@@ -233,11 +239,19 @@ class TableWriter:
                     log_version=group.next_log_version(base) if (group and base) else 1,
                 )
         buckets = {p: [ring.file_id_for(node) for node in m.nodes] for p, m in rings.items()}
-        return (Routing(self.batch_spec, self.key_generator, routers, targets, self.options.initial_buckets),
-                LayoutStats.of_view(view, buckets))
+        return (
+            Routing(self.batch_spec, self.key_generator, routers, targets, self.options.initial_buckets),
+            LayoutStats.of_view(view, buckets),
+        )
 
-    def complete(self, instant: str, timeline: Timeline, stats: list[WriteStat], data_schema: pa.Schema,
-                 extra_metadata: dict[str, str] | None) -> None:
+    def complete(
+        self,
+        instant: str,
+        timeline: Timeline,
+        stats: list[WriteStat],
+        data_schema: pa.Schema,
+        extra_metadata: dict[str, str] | None,
+    ) -> None:
         """Complete the deltacommit: one atomic file creation makes the batch visible."""
         self._lease.check_held()
         extra = {SCHEMA_KEY: avro_schema_json(data_schema, self.table.name, with_meta_fields=False)}

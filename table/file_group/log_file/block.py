@@ -104,8 +104,9 @@ class DataBlock(_HasHeader):
             raise InvalidRequestError(f"a data block is Avro or Parquet, not {self.block_type!r}")
 
     @classmethod
-    def create(cls, records: pa.Table, instant: str, schema_json: str,
-               fmt: LogBlockFormat = LogBlockFormat.AVRO) -> DataBlock:
+    def create(
+        cls, records: pa.Table, instant: str, schema_json: str, fmt: LogBlockFormat = LogBlockFormat.AVRO
+    ) -> DataBlock:
         """The block Hudi's writer makes: header INSTANT_TIME and SCHEMA (the log schema, meta
         fields first); `fmt` is a `hoodie.logfile.data.block.format` value, or `auto` (by the
         records' count, `LogBlockFormat.for_block`)."""
