@@ -111,7 +111,7 @@ def _run(work: Path, w: W1, bootstrap: str, rate: int, seconds: int) -> PathResu
         if not produced_until:
             produced_until.append(time.time())
         lines = [m for m in map(BATCH_LINE.match, log.splitlines()) if m]
-        return bool(lines) and lines[-1][5] == "0" or time.time() > produced_until[0] + 300
+        return (bool(lines) and lines[-1][5] == "0") or time.time() > produced_until[0] + 300
 
     code, wall, rss = run_measured(argv, log_path, stop_when=stop_when, timeout=seconds + 900)
     sent = json.loads(producer.stdout.read()) if producer is not None else {}

@@ -30,18 +30,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
+import numpy as np
+import pyarrow as pa
 
-from table.index import consistent_hashing as ring  # noqa: E402
-from table.mor_table import MorTable, TableSpec  # noqa: E402
-from table.services.clustering.execute import execute_clustering  # noqa: E402
-from table.plans.clustering import ClusteringGroup, PlannedSlice, read_clustering_plan  # noqa: E402
-from table.services.clustering.planner import ClusteringPolicy, schedule_clustering  # noqa: E402
-from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction  # noqa: E402
-from table.storage.file_io import Storage  # noqa: E402
-from table.storage.layout import BaseFileName, LogFileName, partition_file_path  # noqa: E402
-from table.timeline.commit_metadata import WriteStat  # noqa: E402
+from table.index import consistent_hashing as ring
+from table.mor_table import MorTable, TableSpec
+from table.plans.clustering import ClusteringGroup, PlannedSlice, read_clustering_plan
+from table.services.clustering.execute import execute_clustering
+from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
+from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
+from table.storage.file_io import Storage
+from table.storage.layout import BaseFileName, LogFileName, partition_file_path
+from table.timeline.commit_metadata import WriteStat
 from table.write.writer import WriteOptions
 
 BOUND = 1.1

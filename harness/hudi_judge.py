@@ -179,7 +179,7 @@ class HudiJudge:
         target: JudgeInstall | None = None,
         driver_memory: str = "1g",
         spark_conf: dict[str, str] | None = None,
-    ) -> "HudiJudge":
+    ) -> HudiJudge:
         """Start a judge server; `spark_conf` overrides its test session's Spark settings."""
         target = install(target)
         work_dir.mkdir(parents=True, exist_ok=True)

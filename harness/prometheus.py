@@ -70,7 +70,7 @@ class PrometheusServer:
     def log_path(self) -> Path:
         return self.work_dir / "prometheus.log"
 
-    def start(self, timeout: float = 60.0) -> "PrometheusServer":
+    def start(self, timeout: float = 60.0) -> PrometheusServer:
         binary = prometheus_binary()
         self.work_dir.mkdir(parents=True, exist_ok=True)
         config = self.work_dir / "prometheus.yml"
@@ -138,7 +138,7 @@ class PrometheusServer:
             raise RuntimeError(f"{url}: {body}")
         return body["data"] if endpoint != "query" else body["data"]["result"]
 
-    def __enter__(self) -> "PrometheusServer":
+    def __enter__(self) -> PrometheusServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -22,7 +22,6 @@ import datetime
 import os
 import re
 import secrets
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -200,7 +199,7 @@ class S3Server(ServerProcess):
             urllib.request.urlopen(self.endpoint_url + "/", timeout=2).close()
         except urllib.error.HTTPError:
             return True  # an S3 error document: the server is up
-        except (urllib.error.URLError, socket.timeout, ConnectionError):
+        except (TimeoutError, urllib.error.URLError, ConnectionError):
             return False
         return True
 

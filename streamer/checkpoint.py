@@ -71,7 +71,7 @@ class StreamCheckpoint:
         )
 
     @staticmethod
-    def from_json(obj: dict) -> "StreamCheckpoint":
+    def from_json(obj: dict) -> StreamCheckpoint:
         offsets = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in obj.get("offsets", {}).items()}
         return StreamCheckpoint(obj.get("queryId", ""), int(obj.get("batchId", -1)), offsets)
 
@@ -89,7 +89,7 @@ class StreamCheckpoint:
         ((topic, parts),) = self.offsets.items()
         return ",".join([topic] + [f"{p}:{o}" for p, o in sorted(parts.items())])
 
-    def advanced(self, query_id: str, batch_id: int, read: dict[str, dict[int, int]]) -> "StreamCheckpoint":
+    def advanced(self, query_id: str, batch_id: int, read: dict[str, dict[int, int]]) -> StreamCheckpoint:
         offsets = {t: dict(parts) for t, parts in self.offsets.items()}
         for topic, parts in read.items():
             offsets.setdefault(topic, {}).update(parts)

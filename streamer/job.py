@@ -63,10 +63,10 @@ from streamer.scheduler import BackgroundExecutor, TableServices
 from streamer.sink import OffsetJumpCheck, SinkSettings, UpsertSink
 from table.mor_table import MorTable, TableSpec
 from table.schema import arrow_schema_from_avro
-from table.units import MIB
 from table.storage.file_io import Storage
 from table.sync import HiveSync
 from table.timeline.timeline import parse_instant_time
+from table.units import MIB
 from table.write.writer import TableWriter, WriteOptions
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ class TableJob:
     @classmethod
     def prepare(
         cls, config: JobConfig, spark: SparkSession, executor: BackgroundExecutor, metrics: Metrics
-    ) -> "TableJob":
+    ) -> TableJob:
         """Check the config against schemas and the table on disk, then open the table's writer
         (which rolls back what a crashed run left inflight) and resume pending service plans."""
         value = _format_spec(config, config.decode.value, "value")

@@ -151,7 +151,7 @@ class Metrics:
 
     def table(
         self, name: str, trigger_seconds: float, stuck_after_triggers: int, log_files_bound: int | None = None
-    ) -> "TableMetrics":
+    ) -> TableMetrics:
         table = TableMetrics(self, name, trigger_seconds, stuck_after_triggers, log_files_bound)
         self.tables[name] = table
         return table
@@ -379,7 +379,7 @@ class MetricsServer:
     def address(self) -> tuple[str, int]:
         return self._server.server_address[:2]
 
-    def start(self) -> "MetricsServer":
+    def start(self) -> MetricsServer:
         self._thread.start()
         log.info("metrics at http://%s:%d/metrics, health at /health", *self.address)
         return self

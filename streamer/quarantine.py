@@ -67,7 +67,7 @@ class QuarantineTable:
             description=f"quarantine of {target_name}",
         )
 
-    def open(self) -> "QuarantineTable":
+    def open(self) -> QuarantineTable:
         self._writer.open()
         return self
 

@@ -259,7 +259,7 @@ class UpsertSink:
         location = self.settings.checkpoint_location
         return planned_offsets(location, batch_id) if location else None
 
-    def _reported(self, process: Callable[[], "BatchReport"], what: str) -> "BatchReport":
+    def _reported(self, process: Callable[[], BatchReport], what: str) -> BatchReport:
         """Run one write, turning storage that refuses writes into `TableWriteError`, and log it."""
         try:
             report = process()

@@ -128,7 +128,7 @@ class KeyGenerator:
     # ---- construction --------------------------------------------------------------------
 
     @classmethod
-    def from_config(cls, config) -> "KeyGenerator":
+    def from_config(cls, config) -> KeyGenerator:
         """From a table config object (attributes) or a hoodie.properties mapping."""
         if isinstance(config, Mapping):
             return cls(

@@ -8,8 +8,8 @@ lease and rolls back what a crashed writer left inflight before its first commit
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -68,7 +68,7 @@ class MorTable:
         return Storage(path, storage_options).file_exists(TableConfig.PATH)
 
     @classmethod
-    def create(cls, path: str, spec: TableSpec, storage_options: Mapping[str, str] | None = None) -> "MorTable":
+    def create(cls, path: str, spec: TableSpec, storage_options: Mapping[str, str] | None = None) -> MorTable:
         storage = Storage(path, storage_options)
         if storage.file_exists(TableConfig.PATH):
             raise TableExistsError(f"a table already exists at {path}")
@@ -94,14 +94,14 @@ class MorTable:
         return cls(storage, config)
 
     @classmethod
-    def load(cls, path: str, storage_options: Mapping[str, str] | None = None) -> "MorTable":
+    def load(cls, path: str, storage_options: Mapping[str, str] | None = None) -> MorTable:
         storage = Storage(path, storage_options)
         if not storage.file_exists(TableConfig.PATH):
             raise TableNotFoundError(f"no Hudi table at {path} (missing {TableConfig.PATH})")
         return cls(storage, TableConfig.load(storage))
 
     @classmethod
-    def create_or_load(cls, path: str, spec: TableSpec, storage_options: Mapping[str, str] | None = None) -> "MorTable":
+    def create_or_load(cls, path: str, spec: TableSpec, storage_options: Mapping[str, str] | None = None) -> MorTable:
         if cls.exists(path, storage_options):
             return cls.load(path, storage_options)
         return cls.create(path, spec, storage_options)
@@ -210,7 +210,7 @@ class MorTable:
 
     # ---- writes ----------------------------------------------------------------------------
 
-    def writer(self, options: WriteOptions | None = None, description: str = "mor-streamer writer") -> "TableWriter":
+    def writer(self, options: WriteOptions | None = None, description: str = "mor-streamer writer") -> TableWriter:
         return TableWriter(self, options or WriteOptions(), description)
 
 

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # harness/ (the Hudi judge) is imported from the repo root, as bench/ does.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import kafka_broker  # noqa: E402
+import kafka_broker
 
 _session_broker: kafka_broker.TestBroker | None = None
 

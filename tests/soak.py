@@ -38,9 +38,9 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the test helpers import each other by name
 
-import kafka_broker  # noqa: E402
-import psutil  # noqa: E402
-from ingestion import (  # noqa: E402
+import kafka_broker
+import psutil
+from ingestion import (
     DATA_COLUMNS,
     end_offsets,
     hudi_rs_rows,
@@ -49,15 +49,15 @@ from ingestion import (  # noqa: E402
     streamer_process,
     write_config,
 )
-from oracle import Oracle  # noqa: E402
+from oracle import Oracle
 
-from streamer.checkpoint import table_checkpoint  # noqa: E402
-from streamer.cli.demo import as_kafka_records  # noqa: E402
-from table.index import consistent_hashing as ring  # noqa: E402
-from table.mor_table import MorTable  # noqa: E402
-from table.services.archive import read_archived_instants  # noqa: E402
-from table.timeline.timeline import State  # noqa: E402
-from table.units import MIB  # noqa: E402
+from streamer.checkpoint import table_checkpoint
+from streamer.cli.demo import as_kafka_records
+from table.index import consistent_hashing as ring
+from table.mor_table import MorTable
+from table.services.archive import read_archived_instants
+from table.timeline.timeline import State
+from table.units import MIB
 
 TOPIC = "soak-orders"
 REGIONS = ("emea", "apac", "amer")

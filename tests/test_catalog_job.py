@@ -11,8 +11,8 @@ from ingestion import assert_table_matches, committed_table, order_config, produ
 
 from streamer import app
 from streamer.catalog import CatalogSync, metastore_connector, sync_target
-from streamer.cli.doctor import TableDoctor, Verdict
 from streamer.cli.demo import change_events
+from streamer.cli.doctor import TableDoctor, Verdict
 from streamer.config.loading import config_from_mapping
 from streamer.metrics import Metrics
 from streamer.status import table_status

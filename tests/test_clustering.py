@@ -24,6 +24,7 @@ from test_table_engine import DATA_COLUMNS, SCHEMA, by_key, hudi_rs_read, make_t
 from table.errors import ClusteringConflictError
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable, TableSpec
+from table.plans.clustering import CHILD_NODES_KEY, PARTITION_KEY, SEQUENCE_NUMBER_KEY, read_clustering_plan
 from table.services.clean import CleanPolicy, clean
 from table.services.clustering.execute import (
     execute_clustering,
@@ -31,7 +32,6 @@ from table.services.clustering.execute import (
     pending_clusterings,
     rollback_clustering,
 )
-from table.plans.clustering import CHILD_NODES_KEY, PARTITION_KEY, SEQUENCE_NUMBER_KEY, read_clustering_plan
 from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
 from table.storage.layout import HASHING_METADATA_DIR

@@ -116,7 +116,7 @@ class Workload:
                 region, row_id = self._pick()
                 sets = [
                     f"balance = balance + {self.random.randrange(1, 100)}",
-                    f"visits = visits + 1",
+                    "visits = visits + 1",
                     f"name = 'renamed-{self.random.randrange(10**6)}'",
                 ]
                 if tier:

@@ -10,7 +10,7 @@ import pickle
 import socket
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import fastavro
@@ -41,7 +41,7 @@ ORDERS = pa.schema(
 ORDER_FIELDS = ORDERS.names
 STRING_KEY = FormatSpec("string", None)
 NO_KEY = FormatSpec("none", None)
-T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
 
 def kafka_batch(
@@ -106,7 +106,7 @@ def test_good_json_decodes_every_type_including_timestamps_and_nested_structs():
         "amount": 1.5,
         "updated_at": 101,
         "deleted": False,
-        "created": datetime(2024, 5, 1, 12, 0, 0, 1, tzinfo=timezone.utc),
+        "created": datetime(2024, 5, 1, 12, 0, 0, 1, tzinfo=UTC),
         "address": {"city": "Lyon", "zip": 69001},
         "tags": ["a", "b"],
     }

@@ -101,9 +101,8 @@ def test_a_healthy_table_passes_every_check(kafka_bootstrap, kafka_topic, tmp_pa
     code, checks = doctor(configs_of(tmp_path, kafka_bootstrap, topic), capsys, timeout=10)
 
     assert code == 0, checks
-    assert {subject: verdict for subject, (verdict, _) in checks.items()} == {
-        s: "ok"
-        for s in (
+    assert {subject: verdict for subject, (verdict, _) in checks.items()} == dict.fromkeys(
+        (
             "brokers",
             "topics",
             "partitions",
@@ -114,8 +113,9 @@ def test_a_healthy_table_passes_every_check(kafka_bootstrap, kafka_topic, tmp_pa
             "timeline",
             "compaction",
             "keys",
-        )
-    }
+        ),
+        "ok",
+    )
     assert checks["topics"][1] == f"{topic} (2 partitions)"
     assert checks["offsets held"][1] == "yes; the table is 400 records behind"
 
@@ -210,7 +210,7 @@ def test_the_writer_lease_held_by_a_live_process_names_it_and_once_killed_is_sta
         _, checks = doctor(configs, capsys)
 
         verdict, text = checks["writer lease"]
-        assert verdict == "warning" and text.startswith(f"held by a live writer: a writer of the test (host ")
+        assert verdict == "warning" and text.startswith("held by a live writer: a writer of the test (host ")
         assert (
             f"pid {holder.pid}), renewed " in text
             and f"fix: nothing if that is the job; else stop it (kill {holder.pid} on " in text

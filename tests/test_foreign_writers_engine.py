@@ -18,8 +18,8 @@ from table.mor_table import MorTable
 from table.read.merge import DELETE_COMMIT_TIME, DELETE_KEY, DELETE_ORDERING, MergeRule, merge_slice
 from table.schema import COMMIT_SEQNO, COMMIT_TIME, RECORD_KEY
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
-from table.timeline.commit_metadata import CommitMetadata
 from table.storage.layout import instant_file_path
+from table.timeline.commit_metadata import CommitMetadata
 from table.timeline.timeline import Action, Instant, State
 from table.write.metadata_table import METADATA_PARTITIONS
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from oracle import Oracle
 from test_hudi_conformance import META, by_key, difference, hudi_rs, project
-from test_table_engine import DATA_COLUMNS, SCHEMA, change_batch, make_table, row, write_options
+from test_table_engine import DATA_COLUMNS, SCHEMA, change_batch, make_table, write_options
 
 from harness.hudi_judge import HudiJudgeError
 from table.errors import InvalidBatchError

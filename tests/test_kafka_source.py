@@ -47,7 +47,7 @@ def test_rate_limit_is_proportional_to_lag_like_spark():
 
     def earliest(tps):
         asked.extend(tps)
-        return {tp: 50 for tp in tps}
+        return dict.fromkeys(tps, 50)
 
     end = rate_limit(20, {("t", 0): 0}, {("t", 0): 100, ("u", 0): 150}, earliest)
     assert asked == [("u", 0)]

@@ -184,10 +184,10 @@ def rich_rows(n: int) -> list[dict]:
                 "day": dt.date(1969, 12, 1) + dt.timedelta(days=i * 37),
                 "at_ms": dt.time(i % 24, i % 60, 0, (i % 1000) * 1000),
                 "at_us": dt.time(23, 59, i % 60, i % 1_000_000),
-                "event_ms": dt.datetime(1960 + i % 80, 1, 1, 12, 0, 0, 123000, tzinfo=dt.timezone.utc),
+                "event_ms": dt.datetime(1960 + i % 80, 1, 1, 12, 0, 0, 123000, tzinfo=dt.UTC),
                 "event_us": None
                 if i % 6 == 0
-                else dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=sign * i**5),
+                else dt.datetime(2024, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=sign * i**5),
                 "amount": Decimal(sign * i * 137) / 100,
                 "wide": Decimal(sign * 10**28 + i) / 10**9,
                 "addr": None if i % 8 == 0 else {"street": f"{i} main", "geo": None if i % 3 else {"lat": i / 7}},
@@ -407,9 +407,7 @@ JAVA_DELETE_RECORD_LIST = fastavro.parse_schema(
         pa.array([dt.date(2024, 1, 1), dt.date(1960, 5, 5), None]),
         pa.array([Decimal("1.5"), Decimal("-123456789012345.123456789012345"), None], pa.decimal128(30, 15)),
         pa.array([dt.time(1, 2, 3, 4), None, dt.time(0)], pa.time64("us")),
-        pa.array(
-            [dt.datetime(2024, 1, 1, 0, 0, 0, 5, tzinfo=dt.timezone.utc), None, None], pa.timestamp("us", tz="UTC")
-        ),
+        pa.array([dt.datetime(2024, 1, 1, 0, 0, 0, 5, tzinfo=dt.UTC), None, None], pa.timestamp("us", tz="UTC")),
     ],
 )
 def test_delete_block_round_trip_and_hudi_wire_format(ordering):

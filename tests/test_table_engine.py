@@ -197,9 +197,8 @@ def test_bad_input_names_the_field_and_writes_nothing(tmp_path):
 
 def test_second_writer_is_refused_and_a_crashed_writers_claim_expires(tmp_path):
     table = make_table(tmp_path / "orders")
-    with table.writer(write_options(), description="job A"):
-        with pytest.raises(WriterConflictError, match="job A"):
-            table.writer(write_options(), description="job B").open()
+    with table.writer(write_options(), description="job A"), pytest.raises(WriterConflictError, match="job A"):
+        table.writer(write_options(), description="job B").open()
     stale = table.writer(write_options(lease_ttl_seconds=0.2), description="crashed job")
     stale.open()
     stale._lease._stop.set()  # the heartbeat dies with its process; the file stays behind

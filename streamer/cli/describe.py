@@ -38,10 +38,10 @@ import pyarrow as pa
 from table.file_group.fs_view import FileGroup, FileSlice, list_partitions
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable
-from table.schema import PARTITION_PATH
-from table.services.archive import read_archived_instants
 from table.plans.clustering import pending_clustering_plans, read_clustering_plan
 from table.plans.compaction import read_compaction_plan
+from table.schema import PARTITION_PATH
+from table.services.archive import read_archived_instants
 from table.timeline.commit_metadata import CommitMetadata
 from table.timeline.timeline import WRITE_ACTIONS, Action, Instant, State, Timeline, parse_instant_time
 

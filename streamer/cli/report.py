@@ -14,12 +14,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display, whatever the environment says
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
 from streamer.cli.describe import Buckets, TimelineSummary, buckets, timeline_entries
 from streamer.cli.output import human_bytes, show_partition
-from table.mor_table import MorTable  # noqa: E402
+from table.mor_table import MorTable
 
 BASE_COLOR = "#4C72B0"
 LOG_COLOR = "#DD8452"

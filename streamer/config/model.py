@@ -884,7 +884,7 @@ class CompactionSettings(_ServiceSettings):
     )
 
     @model_validator(mode="after")
-    def _bound_needs_compaction(self) -> "CompactionSettings":
+    def _bound_needs_compaction(self) -> CompactionSettings:
         if self.max_log_files_per_group is not None and self.mode == ServiceMode.OFF:
             _raise_problems(
                 [
@@ -986,7 +986,7 @@ class ArchiveSettings(_ServiceSettings):
     )
 
     @model_validator(mode="after")
-    def _bounds(self) -> "ArchiveSettings":
+    def _bounds(self) -> ArchiveSettings:
         if self.max_instants <= self.min_instants:
             _raise_problems([(("max_instants",), f"should be greater than min_instants ({self.min_instants})")])
         return self
@@ -1005,7 +1005,7 @@ class ServicesSettings(_Section):
     )
 
     @model_validator(mode="after")
-    def _archive_keeps_what_clean_retains(self) -> "ServicesSettings":
+    def _archive_keeps_what_clean_retains(self) -> ServicesSettings:
         both_on = ServiceMode.OFF not in (self.clean.mode, self.archive.mode)
         if both_on and self.archive.min_instants <= self.clean.retained:
             _raise_problems(

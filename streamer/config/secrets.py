@@ -4,7 +4,7 @@ what the job shows: config dumps, error messages, logs."""
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Mapping
+from collections.abc import Mapping
 
 _SECRET_NAME = re.compile(r"password|secret|jaas|key|token", re.IGNORECASE)
 
@@ -14,14 +14,14 @@ def is_secret_option(name: str) -> bool:
     return bool(_SECRET_NAME.search(name))
 
 
-def redact_options(options: Mapping[str, str]) -> Dict[str, str]:
+def redact_options(options: Mapping[str, str]) -> dict[str, str]:
     """A copy of ``options`` with secret values replaced by ``***``."""
     return {k: ("***" if is_secret_option(k) else v) for k, v in options.items()}
 
 
 def redact_text(text: str, options: Mapping[str, str]) -> str:
     """``text`` with every secret option value (and the parts of a JAAS line) replaced."""
-    secrets: List[str] = []
+    secrets: list[str] = []
     for k, v in options.items():
         if is_secret_option(k) and v:
             secrets.append(str(v))

@@ -156,7 +156,7 @@ class RecordDecoder:
         marker = (DELETE,) if self.deletes.made and self._delete_index is None else ()
         return (*self._value_type.names, *marker)
 
-    def with_value(self, value: FormatSpec) -> "RecordDecoder":
+    def with_value(self, value: FormatSpec) -> RecordDecoder:
         """The same decoder with another value format or schema."""
         return RecordDecoder(value, *self._settings[1:])
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 from streamer.errors import KafkaSourceError, KafkaSourceTimeoutError
 from streamer.kafka.options import EARLIEST, LATEST, OffsetMap, SourceOptions, TopicPartitionKey, new_client
@@ -27,7 +27,7 @@ class KafkaMetadata:
     def __init__(self, opts: SourceOptions):
         self.opts = opts
         self._admin = None
-        self._admin_log: Optional[ClientLog] = None
+        self._admin_log: ClientLog | None = None
 
     @property
     def admin(self):
@@ -95,7 +95,7 @@ class KafkaMetadata:
                 if outage_s is not None:
                     pause = min(2 * pause, _MAX_RETRY_PAUSE_S)
 
-    def discover(self) -> Tuple[List[TopicPartitionKey], set]:
+    def discover(self) -> tuple[list[TopicPartitionKey], set]:
         """Partitions to read now, and the topics whose metadata was unusable this time."""
         o = self.opts
 
@@ -104,7 +104,7 @@ class KafkaMetadata:
 
         md = self._retrying("metadata request", fetch)
         uncertain = set()
-        tps: List[TopicPartitionKey] = []
+        tps: list[TopicPartitionKey] = []
         for name, t in md.topics.items():
             if not o.topic_is_wanted(name):
                 continue

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -108,12 +108,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: SourceOptions):
         configure_worker_logging()  # made in a Python process of Spark's, not the driver's
         self.opts = opts
-        self._md: Optional[KafkaMetadata] = None
-        self._available_now_target: Optional[OffsetMap] = None
-        self._latest_seen: Optional[OffsetMap] = None
-        self._last_planned_end: Optional[OffsetMap] = None
-        self._initial: Optional[OffsetMap] = None
-        self._first_batch_max: Optional[int] = None  # a query's first batch may read more
+        self._md: KafkaMetadata | None = None
+        self._available_now_target: OffsetMap | None = None
+        self._latest_seen: OffsetMap | None = None
+        self._last_planned_end: OffsetMap | None = None
+        self._initial: OffsetMap | None = None
+        self._first_batch_max: int | None = None  # a query's first batch may read more
         self._first_batch_planned = False
 
     def __getstate__(self):
@@ -183,7 +183,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 latest[tp] = off
         return latest
 
-    def latestOffset(self, start: Optional[dict] = None, limit: Optional[ReadLimit] = None) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         if start is None:  # PySpark < 4.2: no start, no read limit
             start_map = self._last_planned_end or self._initial or {}
             limit = self.getDefaultReadLimit() if start_map else ReadAllAvailable()
@@ -232,7 +232,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = latest
         return offsets_to_json(end)
 
-    def reportLatestOffset(self) -> Optional[dict]:
+    def reportLatestOffset(self) -> dict | None:
         return offsets_to_json(self._latest_seen) if self._latest_seen is not None else None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:

@@ -176,7 +176,7 @@ class KafkaProgress:
 
         committed_only = self._options.isolation_level == "read_committed"
         level = IsolationLevel.READ_COMMITTED if committed_only else IsolationLevel.READ_UNCOMMITTED
-        return admin.list_offsets({tp: spec for tp in wanted}, isolation_level=level, request_timeout=self.timeout)
+        return admin.list_offsets(dict.fromkeys(wanted, spec), isolation_level=level, request_timeout=self.timeout)
 
     def _end_offsets(self, admin, extra_topics) -> dict[str, dict[int, int]]:
         from confluent_kafka import TopicPartition
@@ -204,7 +204,7 @@ class KafkaProgress:
         missing, unreadable, wanted = [], {}, []
         for topic in self._topics(metadata, extra_topics):
             info = metadata.topics.get(topic)
-            if info is None or info.error is not None and info.error.code() == _unknown_topic_code():
+            if info is None or (info.error is not None and info.error.code() == _unknown_topic_code()):
                 missing.append(topic)
             elif info.error is not None:
                 unreadable[topic] = info.error.str()

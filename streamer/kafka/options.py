@@ -78,8 +78,8 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Tuple
 
 from streamer.config.secrets import JAAS_ITEM, redact_options, redact_text
 from streamer.errors import KafkaSourceError
@@ -90,8 +90,8 @@ from table.units import MIB
 EARLIEST = -2
 LATEST = -1
 
-TopicPartitionKey = Tuple[str, int]
-OffsetMap = Dict[TopicPartitionKey, int]
+TopicPartitionKey = tuple[str, int]
+OffsetMap = dict[TopicPartitionKey, int]
 
 
 def describe_partition(tp: TopicPartitionKey) -> str:
@@ -195,7 +195,7 @@ def _parse_starting_offsets(value: str):
     return out
 
 
-def _parse_assign(value: str) -> List[TopicPartitionKey]:
+def _parse_assign(value: str) -> list[TopicPartitionKey]:
     try:
         parsed = json.loads(value)
         tps = [(str(t), int(p)) for t, ps in parsed.items() for p in ps]
@@ -206,9 +206,9 @@ def _parse_assign(value: str) -> List[TopicPartitionKey]:
     return sorted(set(tps))
 
 
-def _translate_kafka_params(raw: Dict[str, str]) -> Dict[str, str]:
+def _translate_kafka_params(raw: dict[str, str]) -> dict[str, str]:
     """Java-client style ``kafka.*`` params -> librdkafka configuration."""
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
     for k, v in raw.items():
         if k in _REJECTED_KAFKA_PARAMS:
             raise KafkaSourceError(f"Kafka option 'kafka.{k}' is not supported: {_REJECTED_KAFKA_PARAMS[k]}")
@@ -233,22 +233,22 @@ class SourceOptions:
     """Parsed and validated source options. Picklable; secrets never appear in its repr."""
 
     bootstrap_servers: str
-    kafka_params: Dict[str, str]  # librdkafka config, without bootstrap.servers
-    raw_options: Dict[str, str] = field(repr=False)
-    subscribe: Optional[List[str]] = None
-    subscribe_pattern: Optional[str] = None
-    assign: Optional[List[TopicPartitionKey]] = None
+    kafka_params: dict[str, str]  # librdkafka config, without bootstrap.servers
+    raw_options: dict[str, str] = field(repr=False)
+    subscribe: list[str] | None = None
+    subscribe_pattern: str | None = None
+    assign: list[TopicPartitionKey] | None = None
     starting_offsets: object = "latest"
-    max_offsets_per_trigger: Optional[int] = None
-    initial_batch_max_offsets: Optional[int] = None
-    min_partitions: Optional[int] = None
-    max_records_per_partition: Optional[int] = None
+    max_offsets_per_trigger: int | None = None
+    initial_batch_max_offsets: int | None = None
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = 120_000
     fetch_offset_num_retries: int = 3
     fetch_offset_retry_interval_ms: int = 1000
     fetch_offset_timeout_ms: int = 30_000
-    max_broker_outage_ms: Optional[int] = None
+    max_broker_outage_ms: int | None = None
     group_id_prefix: str = "mor-streamer-kafka-source"
     include_headers: bool = True
     offset_ranges: bool = False
@@ -277,7 +277,7 @@ class SourceOptions:
         return redact_text(text, self.raw_options)
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         opts = {str(k).lower(): str(v) for k, v in dict(options).items() if v is not None}
         bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
         if not bootstrap:
@@ -368,8 +368,8 @@ class SourceOptions:
 
     # -- client configuration ----------------------------------------------------------------
 
-    def consumer_config(self) -> Dict[str, str]:
-        conf: Dict[str, object] = dict(self.kafka_params)
+    def consumer_config(self) -> dict[str, str]:
+        conf: dict[str, object] = dict(self.kafka_params)
         conf["bootstrap.servers"] = self.bootstrap_servers
         conf.setdefault("group.id", f"{self.group_id_prefix}-{uuid.uuid4()}")
         conf["enable.auto.commit"] = False
@@ -388,13 +388,13 @@ class SourceOptions:
         conf.setdefault("fetch.wait.max.ms", 100)
         return conf  # type: ignore[return-value]
 
-    def admin_config(self) -> Dict[str, str]:
+    def admin_config(self) -> dict[str, str]:
         conf = {k: v for k, v in self.kafka_params.items() if k not in _CONSUMER_ONLY_PARAMS}
         conf["bootstrap.servers"] = self.bootstrap_servers
         return conf
 
 
-def new_client(kind: str, opts: SourceOptions) -> Tuple[object, ClientLog]:
+def new_client(kind: str, opts: SourceOptions) -> tuple[object, ClientLog]:
     """A Kafka admin client or consumer whose librdkafka logs and errors go to its `ClientLog`."""
     import confluent_kafka
     from confluent_kafka.admin import AdminClient

@@ -10,20 +10,20 @@ Offsets are JSON objects shaped like Spark's: ``{"topic": {"partition": nextOffs
 from __future__ import annotations
 
 import json
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Callable, Mapping, Sequence
 
 from streamer.kafka.options import OffsetMap, TopicPartitionKey
 
 
-def offsets_to_json(offsets: OffsetMap) -> Dict[str, Dict[str, int]]:
+def offsets_to_json(offsets: OffsetMap) -> dict[str, dict[str, int]]:
     """``{(topic, p): off}`` -> Spark-shaped, deterministically ordered dict."""
-    out: Dict[str, Dict[str, int]] = {}
+    out: dict[str, dict[str, int]] = {}
     for topic, p in sorted(offsets):
         out.setdefault(topic, {})[str(p)] = int(offsets[(topic, p)])
     return out
 
 
-def offsets_from_json(obj: Optional[Mapping]) -> OffsetMap:
+def offsets_from_json(obj: Mapping | None) -> OffsetMap:
     if not obj:
         return {}
     if isinstance(obj, str):
@@ -35,13 +35,13 @@ def rate_limit(
     limit: int,
     start: OffsetMap,
     until: OffsetMap,
-    earliest_of_new: Callable[[List[TopicPartitionKey]], OffsetMap],
+    earliest_of_new: Callable[[list[TopicPartitionKey]], OffsetMap],
 ) -> OffsetMap:
     """Spark's KafkaMicroBatchStream.rateLimit: share ``limit`` records across partitions in
     proportion to their lag; a partition with lag never gets 0 (prorates below 1 round up)."""
     new = [tp for tp in until if tp not in start]
     from_new = earliest_of_new(new) if new else {}
-    sizes: Dict[TopicPartitionKey, int] = {}
+    sizes: dict[TopicPartitionKey, int] = {}
     for tp, end in until.items():
         begin = start.get(tp, from_new.get(tp))
         if begin is not None and end - begin > 0:
@@ -62,10 +62,10 @@ def rate_limit(
 
 
 def split_ranges(
-    ranges: Sequence[Tuple[TopicPartitionKey, int, int]],
-    min_partitions: Optional[int],
-    max_records_per_partition: Optional[int],
-) -> List[Tuple[TopicPartitionKey, int, int]]:
+    ranges: Sequence[tuple[TopicPartitionKey, int, int]],
+    min_partitions: int | None,
+    max_records_per_partition: int | None,
+) -> list[tuple[TopicPartitionKey, int, int]]:
     """Spark's KafkaOffsetRangeCalculator: split ranges into more tasks when asked."""
     ranges = [r for r in ranges if r[2] > r[1]]
 

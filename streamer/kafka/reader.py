@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import time
-from typing import Dict, Iterator, List, Optional, Tuple
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -148,7 +148,7 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
     try:
         # 1. Where does the partition start now? (data-loss check)
         deadline = time.monotonic() + timeout_s
-        last_err: Optional[BaseException] = None
+        last_err: BaseException | None = None
         while True:
             try:
                 low, high = consumer.get_watermark_offsets(
@@ -295,7 +295,7 @@ class _ConsumerPool:
     MAX_IDLE = 4
 
     def __init__(self):
-        self._idle: Dict[tuple, List[Tuple[float, object]]] = {}
+        self._idle: dict[tuple, list[tuple[float, object]]] = {}
 
     @staticmethod
     def _key(opts: SourceOptions) -> tuple:

@@ -36,14 +36,14 @@ class TableColumns:
     fix: str  # how to add a column there
 
     @classmethod
-    def of(cls, fields: dict[str, pa.DataType | None], config: JobConfig, complete: bool = True) -> "TableColumns":
+    def of(cls, fields: dict[str, pa.DataType | None], config: JobConfig, complete: bool = True) -> TableColumns:
         """The transform's columns when the config has one, else the value's fields."""
         if config.transform:
             return cls(fields, complete, "the transform's columns", TRANSFORM_FIX)
         return cls(fields, complete, "the value's fields", value_fix(config))
 
     @classmethod
-    def of_schema(cls, schema: pa.Schema, config: JobConfig) -> "TableColumns":
+    def of_schema(cls, schema: pa.Schema, config: JobConfig) -> TableColumns:
         return cls.of({f.name: f.type for f in schema}, config)
 
     def names(self) -> str:

@@ -229,8 +229,7 @@ def _reference_and_alias(item: list[_Token]) -> tuple[list[_Token] | None, str |
         and item[-1].kind == "name"
         and not item[-1].is_word(*_RESERVED)
         and (
-            item[-2].kind == "name"
-            and not item[-2].is_word(*_RESERVED)
+            (item[-2].kind == "name" and not item[-2].is_word(*_RESERVED))
             or item[-2].text == ")"
             or item[-2].is_word("END")
         )

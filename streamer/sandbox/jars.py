@@ -20,9 +20,9 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 from xml.sax.saxutils import escape
 
 from streamer.errors import MavenFetchError

@@ -39,7 +39,7 @@ def wait_for_broker(bootstrap: str, timeout: float = 30.0, is_alive=None) -> flo
     returns False (e.g. the broker process died)."""
     start = time.monotonic()
     deadline = start + timeout
-    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    host, _, port = bootstrap.split(",", maxsplit=1)[0].rpartition(":")
     # First the TCP port, so the Kafka client does not log connection-refused noise.
     while True:
         if is_alive is not None and not is_alive():
@@ -144,7 +144,7 @@ def topic_sizes(bootstrap: str, timeout: float = 10.0) -> dict[str, tuple[int, i
         return {}
     held: dict[tuple[str, int], int] = {}
     for spec, sign in ((OffsetSpec.latest(), 1), (OffsetSpec.earliest(), -1)):
-        offsets = admin.list_offsets({tp: spec for tp in partitions}, request_timeout=timeout)
+        offsets = admin.list_offsets(dict.fromkeys(partitions, spec), request_timeout=timeout)
         for tp, future in offsets.items():
             offset = future.result(timeout).offset
             held[(tp.topic, tp.partition)] = held.get((tp.topic, tp.partition), 0) + sign * offset

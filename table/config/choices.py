@@ -38,7 +38,7 @@ class LogBlockFormat(Choice):
     PARQUET = "parquet"
     AVRO = "avro"
 
-    def for_block(self, records: int) -> "LogBlockFormat":
+    def for_block(self, records: int) -> LogBlockFormat:
         """The format a data block of `records` records is written in."""
         if self is not LogBlockFormat.AUTO:
             return self

@@ -190,7 +190,7 @@ class FileSystemView:
         partition_paths: list[str] | None = None,
         as_of: str | None = None,
         include_replaced: bool = False,
-    ) -> "FileSystemView":
+    ) -> FileSystemView:
         """Listing each partition once. `include_replaced` keeps the groups completed
         replacecommits retired: only the cleaner, which deletes them, wants those."""
         completed = timeline.completed_timestamps()

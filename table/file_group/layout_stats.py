@@ -42,7 +42,7 @@ class LayoutStats:
     partitions: dict[str, dict[str, SliceSize]]
 
     @classmethod
-    def of_view(cls, view: FileSystemView, buckets: dict[str, Iterable[str]]) -> "LayoutStats":
+    def of_view(cls, view: FileSystemView, buckets: dict[str, Iterable[str]]) -> LayoutStats:
         """The slices of `buckets` (partition path -> the ring's file ids) in `view`."""
         partitions: dict[str, dict[str, SliceSize]] = {}
         for partition, file_ids in buckets.items():
@@ -56,7 +56,7 @@ class LayoutStats:
                     sizes[file_id] = SliceSize(len(latest.log_files), log_bytes, latest.total_size)
         return cls(partitions)
 
-    def with_writes(self, stats: list[WriteStat]) -> "LayoutStats":
+    def with_writes(self, stats: list[WriteStat]) -> LayoutStats:
         """After a commit of `stats`: a log file joins its bucket's slice, a base file starts a new
         one. Files of groups readers do not see (a pending resize's children) are left out."""
         partitions = {p: dict(sizes) for p, sizes in self.partitions.items()}

@@ -89,7 +89,7 @@ class HashingNode:
         return {"value": self.value, "fileIdPrefix": self.file_id_prefix, "tag": self.tag.value}
 
     @classmethod
-    def from_json_dict(cls, d: dict) -> "HashingNode":
+    def from_json_dict(cls, d: dict) -> HashingNode:
         # "fileIdPfx" is the field's name in metadata written before Hudi 0.13
         prefix = d["fileIdPrefix"] if "fileIdPrefix" in d else d.get("fileIdPfx")
         return cls(int(d["value"]), prefix, NodeTag(d.get("tag") or NodeTag.NORMAL))
@@ -123,7 +123,7 @@ class HashingMetadata:
     def file_ids(self) -> list[str]:
         return [file_id_for(n) for n in self.nodes]
 
-    def with_children(self, children: Iterable[HashingNode]) -> "HashingMetadata":
+    def with_children(self, children: Iterable[HashingNode]) -> HashingMetadata:
         return replace(self, children_nodes=tuple(children))
 
     # ---- JSON, as Hudi's Jackson writes it ----------------------------------------------
@@ -146,7 +146,7 @@ class HashingMetadata:
         return self.to_json().encode("utf-8")
 
     @classmethod
-    def from_json_dict(cls, d: dict) -> "HashingMetadata":
+    def from_json_dict(cls, d: dict) -> HashingMetadata:
         return cls(
             version=int(d.get("version") or 0),
             partition_path=d.get("partitionPath") or "",
@@ -157,7 +157,7 @@ class HashingMetadata:
         )
 
     @classmethod
-    def from_bytes(cls, data: bytes | str) -> "HashingMetadata":
+    def from_bytes(cls, data: bytes | str) -> HashingMetadata:
         """Parse a `.hashing_meta` file (bytes or text)."""
         try:
             text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data

@@ -37,7 +37,7 @@ class MergeRule(StrEnum):
     LOGS_OVER_BASE = "logs_over_base"  # logs by ordering, then they replace the base row
 
     @classmethod
-    def of(cls, payload_class: str | None) -> "MergeRule":
+    def of(cls, payload_class: str | None) -> MergeRule:
         """The rule of a payload class; FormatError for one whose merge we do not implement."""
         rules = {
             f"{_PAYLOADS}DefaultHoodieRecordPayload": cls.GREATEST_ORDERING,

@@ -9,8 +9,9 @@ the statistics do not carry, a column a file lacks) keeps everything.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -80,7 +80,7 @@ class PassMetrics:
     to_rows_seconds: float = 0.0
     route_seconds: float = 0.0
 
-    def add(self, other: "PassMetrics") -> "PassMetrics":
+    def add(self, other: PassMetrics) -> PassMetrics:
         for name in self.__dataclass_fields__:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         return self
@@ -162,7 +162,7 @@ class _WriteTasks:
     turns: dict[str, int]  # file id -> its task
 
     @classmethod
-    def of(cls, spark, routing: Routing) -> "_WriteTasks":
+    def of(cls, spark, routing: Routing) -> _WriteTasks:
         cores = spark.sparkContext.defaultParallelism
         most = max(1, cores * TASKS_PER_CORE)
         groups = sorted(routing.targets)
@@ -290,7 +290,7 @@ class TaskShare:
         self.bytes = 0
         self.partitions: dict[str, str] = {}  # file id -> partition path, for every group received
 
-    def __enter__(self) -> "TaskShare":
+    def __enter__(self) -> TaskShare:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -66,7 +66,7 @@ class LeaseHolder:
         return json.dumps(asdict(self)).encode()
 
     @staticmethod
-    def from_bytes(data: bytes) -> "LeaseHolder":
+    def from_bytes(data: bytes) -> LeaseHolder:
         return LeaseHolder(**json.loads(data))
 
 
@@ -118,7 +118,7 @@ class WriterLease:
     def current_holder(self) -> LeaseHolder | None:
         return read_holder(self._storage, self._path)
 
-    def acquire(self) -> "WriterLease":
+    def acquire(self) -> WriterLease:
         try:
             self._storage.create(self._path, self._holder().to_bytes())
         except FileExistsError:
@@ -173,7 +173,7 @@ class WriterLease:
         if holder is not None and holder.owner_id == self._owner_id:
             self._storage.delete(self._path)
 
-    def __enter__(self) -> "WriterLease":
+    def __enter__(self) -> WriterLease:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:

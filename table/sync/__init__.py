@@ -14,10 +14,10 @@ from table.sync.metastore import HiveMetastoreClient
 from table.sync.registration import LAST_COMMIT_TIME_SYNC, HiveTable, hive_tables
 
 __all__ = [
+    "LAST_COMMIT_TIME_SYNC",
     "HiveMetastoreClient",
     "HiveSync",
     "HiveTable",
-    "LAST_COMMIT_TIME_SYNC",
     "PartitionChanges",
     "SyncResult",
     "SyncTarget",

@@ -283,7 +283,7 @@ class _PendingLog:
     deletes: int = 0
 
 
-def _logs_with_upserts(targets: list[FileGroupTarget], groups: "_TaskGroups") -> bool:
+def _logs_with_upserts(targets: list[FileGroupTarget], groups: _TaskGroups) -> bool:
     """Whether any group gets a data block: only then are the records laid out as the log schema."""
     return any(t.base_instant is not None and groups.counts[g, 0] for g, t in enumerate(targets))
 
@@ -300,7 +300,7 @@ class _TaskGroups:
     counts: np.ndarray  # [group, 0 upserts | 1 deletes]
 
     @classmethod
-    def of(cls, rows: pa.Table) -> "_TaskGroups":
+    def of(cls, rows: pa.Table) -> _TaskGroups:
         groups = pc.dictionary_encode(rows[FILE_ID].combine_chunks())
         codes = np.asarray(groups.indices).astype(np.int64)
         key = codes * 2 + np.asarray(rows[IS_DELETE].combine_chunks()).astype(np.int64)

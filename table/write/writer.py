@@ -18,9 +18,9 @@ from table.file_group.layout_stats import LayoutStats
 from table.file_group.view_cache import FileSystemViewCache, SyncResult
 from table.index import consistent_hashing as ring
 from table.keys import KeyGenerator
-from table.schema import avro_schema_json, evolve
 from table.plans.clustering import pending_clustering_plans
 from table.plans.compaction import pending_compaction_file_groups
+from table.schema import avro_schema_json, evolve
 from table.services.rollback import rollback_pending_writes
 from table.storage.file_io import Storage
 from table.storage.lease import DEFAULT_TTL_SECONDS, WriterLease
@@ -73,13 +73,13 @@ class TableWriter:
         self.last_commit: CommitMetadata | None = None  # what the latest `complete` committed
         self.last_layout: LayoutStats | None = None  # the buckets' latest slices after it
 
-    def __enter__(self) -> "TableWriter":
+    def __enter__(self) -> TableWriter:
         return self.open()
 
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def open(self) -> "TableWriter":
+    def open(self) -> TableWriter:
         self._lease.acquire()
         try:
             rollback_pending_writes(self.table.storage, Timeline.load(self.table.storage))
@@ -161,7 +161,7 @@ class TableWriter:
             task_memory_bytes=self.options.task_memory_bytes,
         )
 
-    def begin_delta_commit(self, data_schema: pa.Schema) -> "DeltaCommit":
+    def begin_delta_commit(self, data_schema: pa.Schema) -> DeltaCommit:
         """Start a deltacommit and work out where each of its records goes."""
         instant, timeline = self.begin()
         routing, layout = self._routing(timeline)
