@@ -264,7 +264,7 @@ def job(work: Path, w: W1, bootstrap: str, topic: str) -> PathResult:
     config_path = work / "orders.yaml"
     config_path.write_text(yaml.safe_dump(settings, sort_keys=False))
     log_path = work / "streamer.log"
-    code, wall, rss = run_measured(streaming.command(config_path), log_path)
+    code, _wall, rss = run_measured(streaming.command(config_path), log_path)
     log = log_path.read_text()
     if code != 0:
         return PathResult(

@@ -113,7 +113,7 @@ def _run(work: Path, w: W1, bootstrap: str, rate: int, seconds: int) -> PathResu
         lines = [m for m in map(BATCH_LINE.match, log.splitlines()) if m]
         return (bool(lines) and lines[-1][5] == "0") or time.time() > produced_until[0] + 300
 
-    code, wall, rss = run_measured(argv, log_path, stop_when=stop_when, timeout=seconds + 900)
+    code, _wall, rss = run_measured(argv, log_path, stop_when=stop_when, timeout=seconds + 900)
     sent = json.loads(producer.stdout.read()) if producer is not None else {}
     log = log_path.read_text()
     batches = [

@@ -109,7 +109,7 @@ class PeakRss:
         if self._samples % self.PSS_EVERY == 0:
             now["pss"] = sum(_pss(pid) for pid in procs)
         self._samples += 1
-        for pid, (parent, is_jvm, rss) in procs.items():
+        for parent, is_jvm, rss in procs.values():
             while parent in procs and not procs[parent][1]:
                 parent = procs[parent][0]
             role = "jvm" if is_jvm else "workers" if parent in procs else "driver"

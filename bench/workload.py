@@ -147,7 +147,7 @@ def _events(
 ) -> pa.Table:
     """Rows for `ids` (`region` and `customer` given per row); kind 0 inserts, 1 updates, 2 deletes."""
     n = len(ids)
-    statuses = pa.array(("created",) + UPDATE_STATUSES + ("cancelled",))
+    statuses = pa.array(("created", *UPDATE_STATUSES, "cancelled"))
     status = np.where(
         kind == 0, 0, np.where(kind == 2, len(UPDATE_STATUSES) + 1, rng.integers(1, len(UPDATE_STATUSES) + 1, n))
     )

@@ -19,6 +19,7 @@ script timing Hudi's own upserts) pays for the JVM once:
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -274,10 +275,8 @@ class HudiJudge:
     def stop(self, timeout: float = 60.0) -> None:
         """Ask the server to stop its session; kill it by its pid if it does not exit in time."""
         if self.process.poll() is None:
-            try:
+            with contextlib.suppress(OSError, EOFError, HudiJudgeError):
                 self._call({"op": "stop"})
-            except (OSError, EOFError, HudiJudgeError):
-                pass
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:

@@ -15,6 +15,7 @@ an executor exits when its worker does, so a crashed test run leaves no cluster 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -284,10 +285,8 @@ def _cmdline(process: psutil.Process) -> list[str]:
 
 def _signal(processes: list[psutil.Process], signum: int) -> None:
     for process in processes:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             process.send_signal(signum)
-        except psutil.NoSuchProcess:
-            pass
 
 
 def _kill(processes: list[psutil.Process]) -> None:

@@ -38,6 +38,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the test helpers import each other by name
 
+import contextlib
+
 import kafka_broker
 import psutil
 from ingestion import (
@@ -257,10 +259,8 @@ class Job:
 
     def kill(self) -> None:
         """Whatever is left of the job's session, JVM and workers included."""
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait()
         self._copier.join(10)
 

@@ -301,7 +301,7 @@ def test_a_resize_rewrites_only_the_buckets_in_its_plan(tmp_path):
 def test_split_at_the_median_hash_gives_each_child_half_the_records_where_the_middle_does_not(tmp_path):
     counts = {}
     for split_point in ("middle", "distribution"):
-        path, table, writer, stream, instant = split_plan(tmp_path / split_point, commits=1, split_point=split_point)
+        _path, table, writer, _stream, instant = split_plan(tmp_path / split_point, commits=1, split_point=split_point)
         writer.close()
         result = execute_clustering(table, instant)
         by_child = sorted(s.num_writes for s in result.write_stats)
@@ -379,7 +379,7 @@ def test_sort_clustering_rewrites_each_bucket_sorted_by_the_sort_columns_once(tm
 
 
 def test_the_plan_and_the_hashing_metadata_are_written_as_hudi_writes_them(tmp_path):
-    path, table, writer, stream, instant = split_plan(tmp_path)
+    path, table, writer, _stream, instant = split_plan(tmp_path)
     writer.close()
     requested = deserialize_plan(
         "HoodieRequestedReplaceMetadata", (path / ".hoodie" / f"{instant}.replacecommit.requested").read_bytes()
@@ -489,7 +489,7 @@ def test_a_rolled_back_plan_leaves_the_old_buckets_and_no_child_files(tmp_path):
 
 
 def test_a_second_executor_of_the_same_plan_is_refused(tmp_path):
-    path, table, writer, stream, instant = split_plan(tmp_path)
+    _path, table, writer, _stream, instant = split_plan(tmp_path)
     writer.close()
     with WriterLease(table.storage, "the other executor", path=executor_lease_path(instant)):
         with pytest.raises(ClusteringConflictError, match="the other executor"):

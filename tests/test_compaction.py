@@ -270,7 +270,7 @@ def plan_of(table: MorTable, strategy: CompactionStrategy) -> list[str] | None:
 
 
 @pytest.mark.parametrize(
-    ("strategy", "picked"),
+    "strategy, picked",
     [
         (CompactionStrategy(), ["latam", "emea", "apac"]),
         (CompactionStrategy(min_log_files=2), ["latam", "emea"]),

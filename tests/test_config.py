@@ -126,7 +126,7 @@ def test_examples_directory_loads_every_example(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("changes", "expected"),
+    "changes, expected",
     [
         ({"tabel": {}}, "orders.yaml: tabel: unknown key; did you mean 'table'?"),
         (
@@ -169,7 +169,7 @@ def test_config_path_in_the_yaml_is_an_unknown_key():
 
 
 @pytest.mark.parametrize(
-    ("changes", "expected"),
+    "changes, expected",
     [
         (
             {"source": {"max_offsets_per_trigger": "ten"}},
@@ -297,7 +297,7 @@ def test_bucket_resizing_and_clustering_settings_are_read():
 
 
 @pytest.mark.parametrize(
-    ("changes", "expected"),
+    "changes, expected",
     [
         (
             {"index": {"merge_threshold_mb": 240}},
@@ -471,7 +471,7 @@ def test_starting_offsets_mapping_gets_integer_partitions():
 
 
 @pytest.mark.parametrize(
-    ("offsets", "expected"),
+    "offsets, expected",
     [
         (
             "beginning",
@@ -568,7 +568,7 @@ def test_reader_options_take_the_given_starting_offsets_over_the_configured_ones
 
 
 @pytest.mark.parametrize(
-    ("option", "key"),
+    "option, key",
     [
         ("kafka.bootstrap.servers", "source.bootstrap_servers"),
         ("subscribe", "source.topics"),
@@ -590,7 +590,7 @@ def test_options_may_not_set_what_a_source_key_sets(option, key):
 
 
 @pytest.mark.parametrize(
-    ("fmt", "schema", "schema_file", "expected"),
+    "fmt, schema, schema_file, expected",
     [
         ("json", "a INT", None, None),
         ("json", None, "value.avsc", None),
@@ -642,7 +642,7 @@ def test_a_debezium_table_may_leave_its_json_key_without_a_schema_and_keep_envel
 
 
 @pytest.mark.parametrize(
-    ("changes", "expected"),
+    "changes, expected",
     [
         (
             {"decode": {"envelope_columns": {"position": "lsn"}}},
@@ -884,7 +884,7 @@ def test_yaml_syntax_error_names_the_file_and_line(tmp_path):
     assert problem.startswith(f"{path}: line 4, column 7: invalid YAML: ")
 
 
-@pytest.mark.parametrize(("text", "got"), [("- table\n- source\n", "['table', 'source']"), ("", "None")])
+@pytest.mark.parametrize("text, got", [("- table\n- source\n", "['table', 'source']"), ("", "None")])
 def test_top_level_must_be_a_mapping(tmp_path, text, got):
     path = write_yaml(tmp_path / "orders.yaml", text)
     with pytest.raises(ConfigError) as raised:
@@ -926,7 +926,7 @@ def test_directory_without_yaml_files_is_an_error(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("second", "expected"),
+    "second, expected",
     [
         ({"table": {"path": "/data/other"}}, "table.name: should be unique, {a} has it too (got 'orders')"),
         (

@@ -112,7 +112,7 @@ def test_a_key_shows_its_choices_and_bounds(path):
 
 @pytest.mark.parametrize("path", [path for path, _, _ in all_fields()])
 def test_every_field_has_a_description(path):
-    info = dict((p, i) for p, i, _ in all_fields())[path]
+    info = {p: i for p, i, _ in all_fields()}[path]
     assert info.description and info.description.strip(), f"{path} has no description in streamer/config/model.py"
 
 

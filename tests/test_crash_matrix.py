@@ -306,7 +306,7 @@ def test_failure_points_of_the_source_restart_to_the_oracle_with_sparks_kafka_fo
         assert_whole_stream_in(path, topic, events, kafka_bootstrap)
     finally:
         if rows:
-            terminal_summary.extend(["source.format: kafka"] + matrix_table(rows, time.monotonic() - started))
+            terminal_summary.extend(["source.format: kafka", *matrix_table(rows, time.monotonic() - started)])
     assert [r.point for r in rows] == KAFKA_FORMAT_CHAIN and all(r.outcome for r in rows)
 
 
@@ -355,7 +355,7 @@ def test_a_log_file_cut_off_in_its_last_block_reads_as_its_earlier_blocks(tmp_pa
                 }
             )
         )
-    (log,) = [p for p in Path(path).rglob(".*.log.*")]
+    (log,) = list(Path(path).rglob(".*.log.*"))
     data = log.read_bytes()
     second = data.find(MAGIC, 1)
     assert second > 0 and [

@@ -48,7 +48,7 @@ def committed_events(table_path: str, events: list[dict], offsets_of: dict) -> t
     timeline = table.timeline()
     checkpoint = table_checkpoint(table, timeline)
     instant = timeline.completed("deltacommit")[-1].timestamp
-    ((topic, parts),) = checkpoint.offsets.items()
+    ((_topic, parts),) = checkpoint.offsets.items()
     ends = {int(p): o for p, o in parts.items()}
     return instant, [e for e, (p, o) in zip(events, offsets_of) if o < ends.get(p, 0)]
 

@@ -8,6 +8,7 @@ session (shared `spark` fixture) and read through Structured Streaming.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import uuid
@@ -63,7 +64,7 @@ def test_split_ranges_like_spark_offset_range_calculator():
     assert [x for x in out if x[0] == ("t", 2)] == [(("t", 2), 0, 10)]
     t0 = [x for x in out if x[0] == ("t", 0)]
     assert len(t0) == 4 and t0[0][1] == 0 and t0[-1][2] == 100
-    assert all(a[2] == b[1] for a, b in zip(t0, t0[1:]))
+    assert all(a[2] == b[1] for a, b in itertools.pairwise(t0))
     out = split_ranges(r, None, 30)
     assert [(s, e) for tp, s, e in out if tp == ("t", 0)] == [(0, 25), (25, 50), (50, 75), (75, 100)]
 
@@ -337,7 +338,7 @@ def test_offset_ranges_read_back_every_record_once_with_the_same_columns(
     # one row per task: the ranges of a partition follow each other, and together cover the topic
     for partition in range(3):
         mine = sorted((a, b) for t, p, a, b in ranges if (t, p) == (topic, partition))
-        assert mine[0][0] == 0 and all(b == a2 for (_, b), (a2, _) in zip(mine, mine[1:]))
+        assert mine[0][0] == 0 and all(b == a2 for (_, b), (a2, _) in itertools.pairwise(mine))
         assert mine[-1][1] == sum(1 for r in got if r[3] == partition)
     assert len(ranges) > 3  # the cap split the topic into several micro-batches
 
@@ -359,7 +360,7 @@ def test_max_offsets_per_trigger_and_restart_from_checkpoint(kspark, kafka_boots
     assert len(got) == len(set(got)) == 1800
     assert sorted(got) == sorted(acks)
     # the first batch splits the limit in proportion to each partition's lag, like Spark
-    first = [r for r in sink.batches[0][1]]
+    first = list(sink.batches[0][1])
     per_part = {p: sum(1 for r in first if r[3] == p) for p in range(3)}
     assert per_part == {0: 333, 1: 138, 2: 27}, per_part
 

@@ -129,7 +129,7 @@ def test_reads_hudi_delete_block():
     assert block.ordering_values.type == pa.int32()  # Hudi's default ordering value, IntWrapper(0)
 
 
-@pytest.mark.parametrize(("name", "path"), [("v6_trips_8i1u", UPDATE_LOG), ("v6_trips_8i3d", DELETE_LOG)])
+@pytest.mark.parametrize("name, path", [("v6_trips_8i1u", UPDATE_LOG), ("v6_trips_8i3d", DELETE_LOG)])
 def test_rewriting_a_hudi_log_file_from_its_decoded_blocks_is_byte_identical(tmp_path, name, path):
     original = sample(name).read_bytes(path)
     blocks = read_log_file(sample(name), path)
@@ -613,7 +613,7 @@ DELETED = ["e96c4396-3fad-413a-a942-4cb36106d721", "334e26e9-8355-45cc-97c6-c31d
 
 
 @pytest.mark.parametrize(
-    ("ordering", "with_schema"),
+    "ordering, with_schema",
     [
         (None, True),
         (pa.array([1695091554788, 1695159649087], pa.int64()), True),

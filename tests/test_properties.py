@@ -39,13 +39,13 @@ SCHEMA = json.dumps(
 
 
 def new_config(**overrides) -> TableConfig:
-    args = dict(
-        name="trips",
-        record_key_fields=["uuid"],
-        partition_fields=["city"],
-        precombine_field="ts",
-        create_schema=SCHEMA,
-    )
+    args = {
+        "name": "trips",
+        "record_key_fields": ["uuid"],
+        "partition_fields": ["city"],
+        "precombine_field": "ts",
+        "create_schema": SCHEMA,
+    }
     args.update(overrides)
     return TableConfig.for_new_mor_table(**args)
 

@@ -83,7 +83,7 @@ def test_every_field_is_a_null_union_with_null_default():
 
 
 @pytest.mark.parametrize(
-    ("arrow_type", "avro_type"),
+    "arrow_type, avro_type",
     [
         (pa.bool_(), "boolean"),
         (pa.int8(), "int"),

@@ -62,7 +62,7 @@ def order_schema(fields: list[dict]) -> dict:
 
 
 V1 = order_schema(BASE_FIELDS)
-WITH_COUPON = order_schema(BASE_FIELDS + [{"name": "coupon", "type": ["null", "string"], "default": None}])
+WITH_COUPON = order_schema([*BASE_FIELDS, {"name": "coupon", "type": ["null", "string"], "default": None}])
 WIDER = order_schema(
     [dict(f, type={"quantity": "long", "weight": "double"}.get(f["name"], f["type"])) for f in BASE_FIELDS]
 )
@@ -298,7 +298,7 @@ def test_a_new_nullable_field_becomes_a_column_that_earlier_rows_read_as_null(sc
     )
     assert "evolves the table's schema" not in second.log  # it starts from the reader schema recorded
 
-    assert_rows_match(scenario.path, scenario.events, COLUMNS + ["coupon"])
+    assert_rows_match(scenario.path, scenario.events, [*COLUMNS, "coupon"])
     table = MorTable.load(scenario.path)
     assert table.schema().names[-1] == "coupon" and str(table.schema().field("coupon").type) == "string"
     schemas = commit_schemas(scenario.path)
@@ -417,7 +417,7 @@ def test_the_ddl_reader_reads_what_spark_reads(spark, ddl):
 
 @pytest.mark.unit
 def test_a_writer_schema_older_than_the_reader_schema_fits_it():
-    evolved = order_schema(BASE_FIELDS + [{"name": "coupon", "type": ["null", "string"], "default": None}])
+    evolved = order_schema([*BASE_FIELDS, {"name": "coupon", "type": ["null", "string"], "default": None}])
     change = compare(evolved, V1)
     assert change.problem is None and not change.evolves
 
@@ -425,7 +425,7 @@ def test_a_writer_schema_older_than_the_reader_schema_fits_it():
 @pytest.mark.unit
 def test_a_new_field_of_a_named_type_the_reader_defines_refers_to_it():
     address = {"type": "record", "name": "Address", "fields": [{"name": "zip", "type": "string"}]}
-    reader = order_schema(BASE_FIELDS + [{"name": "ship_to", "type": address}])
+    reader = order_schema([*BASE_FIELDS, {"name": "ship_to", "type": address}])
     writer = order_schema(reader["fields"] + [{"name": "bill_to", "type": ["null", "Address"], "default": None}])
     change = compare(reader, writer)
     assert change.evolves
@@ -441,8 +441,8 @@ def test_a_lossy_promotion_or_a_nested_change_does_not_fit():
     long_reader = order_schema([dict(f, type="long") if f["name"] == "quantity" else f for f in BASE_FIELDS])
     as_double = order_schema([dict(f, type="double") if f["name"] == "quantity" else f for f in BASE_FIELDS])
     assert "changes field 'quantity' from long to double" in compare(long_reader, as_double).problem
-    nested = order_schema(BASE_FIELDS + [{"name": "tags", "type": {"type": "array", "items": "string"}}])
-    other = order_schema(BASE_FIELDS + [{"name": "tags", "type": {"type": "array", "items": "int"}}])
+    nested = order_schema([*BASE_FIELDS, {"name": "tags", "type": {"type": "array", "items": "string"}}])
+    other = order_schema([*BASE_FIELDS, {"name": "tags", "type": {"type": "array", "items": "int"}}])
     assert "the fields of a nested type cannot change" in compare(nested, other).problem
 
 

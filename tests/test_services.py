@@ -256,7 +256,7 @@ def test_inline_clustering_splits_grown_buckets_and_every_reader_keeps_every_row
         before_counts, before_rows = bucket_counts(table), data_rows(table)
         svc.after_commit()
 
-        (replace,) = table.timeline().completed("replacecommit")
+        (_replace,) = table.timeline().completed("replacecommit")
         assert pending_clusterings(table) == []
         after_counts = bucket_counts(table)
         assert set(after_counts) == set(before_counts) and set(before_counts.values()) == {2}

@@ -193,7 +193,7 @@ def next_steps(broker: local_kafka.LocalBroker, config, events: list[dict], out:
         env.append(f"KAFKA_BOOTSTRAP_SERVERS={broker.bootstrap}")
     if out != Path("demo-output").resolve():
         env.append(f"MOR_STREAMER_DATA={shlex.quote(str(out))}")
-    prefix = " ".join(env + [""])
+    prefix = " ".join([*env, ""])
     own_dir = kafka_dir.resolve() != local_kafka.default_dir().resolve()
     dir_flag = f" --dir {shlex.quote(str(kafka_dir))}" if own_dir else ""
     order = dict(events[0], status="delivered", updated_at=max(e["updated_at"] for e in events) + 1000, deleted=False)

@@ -151,7 +151,7 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
         last_err: BaseException | None = None
         while True:
             try:
-                low, high = consumer.get_watermark_offsets(
+                low, _high = consumer.get_watermark_offsets(
                     TopicPartition(topic, partition),
                     timeout=max(0.1, min(10.0, deadline - time.monotonic())),
                     cached=False,

@@ -36,7 +36,7 @@ KAFKA_SCHEMA_WITHOUT_HEADERS = StructType(
         StructField("timestampType", IntegerType()),
     ]
 )
-KAFKA_SCHEMA = StructType(KAFKA_SCHEMA_WITHOUT_HEADERS.fields + [StructField("headers", HEADERS_TYPE)])
+KAFKA_SCHEMA = StructType([*KAFKA_SCHEMA_WITHOUT_HEADERS.fields, StructField("headers", HEADERS_TYPE)])
 OFFSET_RANGES_SCHEMA = StructType(
     [
         StructField("topic", StringType()),

@@ -161,12 +161,12 @@ def _source_schema(
     """The columns of the view `source` a transform reads: the decoder's, less its bookkeeping.
     A decoder the settings of deletes cannot make is a problem; the one without them goes on."""
     registry = config.decode.schema_registry
-    settings = dict(
-        value=value,
-        key=key,
-        registry_url=registry.url if registry else None,
-        registry_auth=registry.auth if registry else None,
-    )
+    settings = {
+        "value": value,
+        "key": key,
+        "registry_url": registry.url if registry else None,
+        "registry_auth": registry.auth if registry else None,
+    }
     try:
         decoder = RecordDecoder(**settings, deletes=deletes)
     except ValueError as e:

@@ -20,8 +20,10 @@ seqNo 0 and counts as committed without a marker.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
+import itertools
 import json
 import logging
 import re
@@ -239,7 +241,7 @@ def hash_keys(record_key: str, index_key_fields: Sequence[str] | None = None) ->
     """
     if COLUMN_SEP not in record_key:
         return [record_key]
-    fields = [f for f in index_key_fields] if index_key_fields else []
+    fields = list(index_key_fields) if index_key_fields else []
     out: list[str | None] = []
     for kv in _java_split(record_key, PARTS_SEP):
         parts = kv.split(COLUMN_SEP, 1)
@@ -567,7 +569,7 @@ def merge_nodes(
         raise HashingMetadataError("at least two buckets are needed for a merge")
     router = Router(metadata)
     nodes = [router.nodes[router.index_of(n)] for n in adjacent_nodes]
-    for a, b in zip(nodes, nodes[1:]):
+    for a, b in itertools.pairwise(nodes):
         if router.former(b).value != a.value:
             raise HashingMetadataError(f"cannot merge discontinuous hash ranges: {a!r} does not precede {b!r}")
     if len({n.value for n in nodes}) != len(nodes):
@@ -631,10 +633,8 @@ def save(storage: Storage, metadata: HashingMetadata) -> None:
 def write_commit_marker(storage: Storage, partition_path: str, instant: str) -> None:
     """Create the empty `<instant>.commit` marker in the partition's metadata directory; once
     there, readers take the metadata of `instant` as committed. Idempotent."""
-    try:
+    with contextlib.suppress(FileExistsError):
         storage.create(commit_marker_path(partition_path, instant), b"")
-    except FileExistsError:
-        pass
 
 
 def load_file(storage: Storage, partition_path: str, instant: str) -> HashingMetadata:

@@ -29,7 +29,7 @@ _OPS: dict[str, tuple[Callable[[Any, Any, Any], bool], Callable[[Any, Any], Any]
 }
 IN = "in"
 NOT_NULL = "not_null"
-OPS = tuple(_OPS) + (IN, NOT_NULL)
+OPS = (*_OPS, IN, NOT_NULL)
 
 
 @dataclass(frozen=True)

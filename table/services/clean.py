@@ -200,7 +200,7 @@ def schedule_clean(writer: TableWriter, policy: CleanPolicy) -> str | None:
 def _slice_paths(file_slice: FileSlice) -> list[str]:
     """Log files first, then the base file."""
     paths = [log.path for log in file_slice.sorted_log_files()]
-    return paths + [file_slice.base_file.path] if file_slice.base_file else paths
+    return [*paths, file_slice.base_file.path] if file_slice.base_file else paths
 
 
 def _stale_hashing_metadata(storage: Storage, partition: str, completed: CompletedInstants) -> list[str]:

@@ -12,6 +12,7 @@ no directories to make, and whether a file exists is asked with one HEAD.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Mapping
@@ -336,10 +337,8 @@ class Storage:
 
     def delete_dir(self, rel: str) -> None:
         """Delete a directory and all in it; an absent one is fine."""
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.filesystem.delete_dir(self.full_path(rel))
-        except FileNotFoundError:
-            pass
 
     def open_input(self, rel: str):
         """A random-access file, as pyarrow.parquet needs."""

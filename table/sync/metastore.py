@@ -11,6 +11,7 @@ embedded metastore. A call the metastore refuses, or a metastore that does not a
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import time
 from collections.abc import Iterable, Mapping
@@ -162,13 +163,11 @@ class HiveMetastoreClient:
 
     def drop_partition(self, table: HiveTable, name: str) -> None:
         """Unregister a partition by name (`field=value/...`); its files stay. None there is fine."""
-        try:
+        with contextlib.suppress(_Missing):
             self._call(
                 f"drop partition {name} of {table.qualified_name}",
                 lambda: self._client.dropPartition(table.database, table.name, name, False),
             )
-        except _Missing:
-            pass
 
     # -- helpers -----------------------------------------------------------------------------
 

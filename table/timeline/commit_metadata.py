@@ -264,7 +264,7 @@ class ReplaceCommitMetadata(CommitMetadata):
 
     partition_to_replace_file_ids: dict[str, list[str]] = field(default_factory=dict)
 
-    _KNOWN: ClassVar[tuple[str, ...]] = CommitMetadata._KNOWN + ("partitionToReplaceFileIds",)
+    _KNOWN: ClassVar[tuple[str, ...]] = (*CommitMetadata._KNOWN, "partitionToReplaceFileIds")
 
     def _own_fields(self) -> dict[str, Any]:
         return {"partitionToReplaceFileIds": {p: list(ids) for p, ids in self.partition_to_replace_file_ids.items()}}
