@@ -165,7 +165,7 @@ class RegistryProcess:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
-        self._log = open(log_path, "w")
+        self._log = open(log_path, "w")  # noqa: SIM115 - the server's output for its whole life, closed by stop()
         self.process = subprocess.Popen(
             [sys.executable, __file__, "--port", str(port)], stdout=self._log, stderr=subprocess.STDOUT
         )

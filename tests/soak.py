@@ -186,7 +186,7 @@ class SteadyProducer(threading.Thread):
                     self.produced += len(events)
                 tick += 1
                 self._stopping.wait(max(0.0, start + tick - time.monotonic()))
-        except BaseException as exc:  # reported as a failed check
+        except BaseException as exc:  # noqa: BLE001 - reported as a failed check
             self.error = exc
 
     def stop(self) -> None:
@@ -632,7 +632,7 @@ def soak(args: argparse.Namespace) -> int:
             )
         )
         checks += memory_checks(samples, run_seconds, args.max_slope)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the report names any failure
         traceback.print_exc()
         checks.append(Check("soak completed", False, f"{type(exc).__name__}: {exc}"))
     finally:

@@ -244,7 +244,7 @@ def test_a_metastore_that_does_not_answer_fails_the_sync_with_a_clear_error_and_
     synced.write(synced.batch())
     hive_metastore.stop()
     try:
-        with pytest.raises(CatalogSyncError, match="thrift://127.0.0.1"):
+        with pytest.raises(CatalogSyncError, match=r"thrift://127\.0\.0\.1"):
             synced.sync.sync()
         synced.write(synced.batch())
     finally:

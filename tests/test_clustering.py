@@ -491,9 +491,11 @@ def test_a_rolled_back_plan_leaves_the_old_buckets_and_no_child_files(tmp_path):
 def test_a_second_executor_of_the_same_plan_is_refused(tmp_path):
     _path, table, writer, _stream, instant = split_plan(tmp_path)
     writer.close()
-    with WriterLease(table.storage, "the other executor", path=executor_lease_path(instant)):
-        with pytest.raises(ClusteringConflictError, match="the other executor"):
-            execute_clustering(table, instant)
+    with (
+        WriterLease(table.storage, "the other executor", path=executor_lease_path(instant)),
+        pytest.raises(ClusteringConflictError, match="the other executor"),
+    ):
+        execute_clustering(table, instant)
 
 
 def test_compaction_and_clustering_never_plan_the_same_file_group(tmp_path):

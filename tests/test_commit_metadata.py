@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from hudi_samples import SAMPLES
 
 from table.timeline.commit_metadata import (
     CommitMetadata,
@@ -15,8 +16,6 @@ from table.timeline.commit_metadata import (
 )
 
 pytestmark = pytest.mark.unit
-
-from hudi_samples import SAMPLES
 
 SAMPLE_COMMIT_FILES = sorted(p for p in SAMPLES.glob("*/.hoodie/*.deltacommit*") if p.stat().st_size)
 

@@ -895,7 +895,7 @@ def test_top_level_must_be_a_mapping(tmp_path, text, got):
 
 
 def test_missing_file_is_named(tmp_path):
-    with pytest.raises(ConfigError, match="missing.yaml: no such file or directory"):
+    with pytest.raises(ConfigError, match=r"missing\.yaml: no such file or directory"):
         load_configs(tmp_path / "missing.yaml")
 
 

@@ -261,7 +261,7 @@ def state_schema_evolved(root: Path) -> Recorded:
     return rec
 
 
-class _Crash(Exception):
+class _CrashError(Exception):
     pass
 
 
@@ -274,10 +274,10 @@ def state_rolled_back(root: Path) -> Recorded:
             rec.commit(writer, changes.next())
 
         def crash(*args, **kwargs):
-            raise _Crash("the writer dies with its files written, the instant inflight")
+            raise _CrashError("the writer dies with its files written, the instant inflight")
 
         writer.complete = crash
-        with pytest.raises(_Crash):
+        with pytest.raises(_CrashError):
             writer.upsert(pa.Table.from_pylist(changes.next(), schema=SCHEMA))
     with table.writer(write_options()) as writer:  # rolls the inflight write back
         rec.commit(writer, changes.next())

@@ -35,9 +35,7 @@ def monotonic_events(count: int, seed: int) -> list[dict]:
     """The demo's change stream without late events: after a compaction Hudi no longer knows a
     deleted key, so an older update arriving later would bring it back (as in Hudi itself)."""
     events = change_events(count, seed)
-    clock = 0
-    for e in events:
-        clock += 1
+    for clock, e in enumerate(events, start=1):
         e["updated_at"] = clock
     return events
 

@@ -84,7 +84,7 @@ def test_options_validation():
     o = SourceOptions.parse(base)
     assert o.subscribe == ["a", "b"] and o.fail_on_data_loss and o.starting_offsets == "latest"
     assert o.isolation_level == "read_uncommitted"
-    with pytest.raises(KafkaSourceError, match="kafka.bootstrap.servers"):
+    with pytest.raises(KafkaSourceError, match=r"kafka\.bootstrap\.servers"):
         SourceOptions.parse({"subscribe": "a"})
     with pytest.raises(KafkaSourceError, match="exactly one"):
         SourceOptions.parse({**base, "subscribePattern": "a.*"})
@@ -94,7 +94,7 @@ def test_options_validation():
         SourceOptions.parse({**base, "startingOffsets": '{"c": {"0": 1}}'})
     with pytest.raises(KafkaSourceError, match="maxOffsetsPerTrigger"):
         SourceOptions.parse({**base, "maxOffsetsPerTrigger": "0"})
-    with pytest.raises(KafkaSourceError, match="auto.offset.reset"):
+    with pytest.raises(KafkaSourceError, match=r"auto\.offset\.reset"):
         SourceOptions.parse({**base, "kafka.auto.offset.reset": "earliest"})
     o = SourceOptions.parse(
         {

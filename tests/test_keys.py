@@ -271,14 +271,14 @@ def test_floating_point_renders_as_java_to_string(value, single, expected):
 
 
 def test_binary_key_values_are_refused():
-    with pytest.raises(KeyGenerationError, match="field 'blob'.*cannot be a Hudi key"):
+    with pytest.raises(KeyGenerationError, match=r"field 'blob'.*cannot be a Hudi key"):
         KeyGenerator(["blob"], []).record_keys(pa.table({"blob": [b"\x00\x01"]}))
 
 
 def test_from_config_accepts_an_object_with_attributes():
     class Config:
-        record_key_fields = ["id"]
-        partition_fields = ["city"]
+        record_key_fields = ("id",)
+        partition_fields = ("city",)
         hive_style_partitioning = True
         url_encode_partitions = False
         key_generator_class = SIMPLE_KEY_GENERATOR

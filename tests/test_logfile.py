@@ -14,6 +14,7 @@ from pathlib import Path
 import fastavro
 import pyarrow as pa
 import pytest
+from hudi_samples import SAMPLES
 
 from table.file_group.log_file.block import (
     DATA_BLOCK_TYPES,
@@ -31,8 +32,6 @@ from table.schema import META_FIELDS, avro_schema_json
 from table.storage.file_io import Storage
 
 pytestmark = pytest.mark.unit
-
-from hudi_samples import SAMPLES
 
 PARTITION = "city=san_francisco"
 UPDATE_LOG = f"{PARTITION}/.d0304c53-6fd2-4b7a-a9d6-5ff632f79224-0_20250331030642808.log.1_0-26-85"
@@ -329,7 +328,7 @@ def test_data_block_needs_its_columns_and_a_schema():
         encode_block(DataBlock(pa.table({"uuid": ["k"]}), hdr))
     with pytest.raises(ValueError, match="SCHEMA"):
         encode_block(DataBlock(pa.table({"uuid": ["k"]}), {HeaderKey.INSTANT_TIME: UPDATE_INSTANT}))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a data block is Avro or Parquet"):
         DataBlock(pa.table({"uuid": ["k"]}), hdr, BlockType.DELETE)
 
 
@@ -438,7 +437,7 @@ def test_empty_delete_block_round_trip():
 
 
 def test_delete_block_columns_must_match():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="differ in length"):
         DeleteBlock(["a", "b"], ["p"], None, header("t", TRIPS))
 
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import hudi
 import pytest
+from hudi_samples import SAMPLES
 
 from table.config.properties import (
     CHECKSUM_KEY,
@@ -19,8 +20,6 @@ from table.config.properties import (
 from table.storage.file_io import Storage
 
 pytestmark = pytest.mark.unit
-
-from hudi_samples import SAMPLES
 
 SAMPLE_TABLES = sorted(p.name for p in SAMPLES.iterdir() if (p / ".hoodie" / "hoodie.properties").is_file())
 SCHEMA = json.dumps(

@@ -10,6 +10,7 @@ from pathlib import Path
 import hudi
 import pyarrow as pa
 import pytest
+from hudi_samples import SAMPLES
 
 from table.config.properties import TableConfig
 from table.storage.file_io import Storage
@@ -25,8 +26,6 @@ from table.timeline.timeline import (
 )
 
 pytestmark = pytest.mark.unit
-
-from hudi_samples import SAMPLES
 
 SAMPLE_TIMELINES = {
     "v6_trips_8i1u": ["20250331030642808", "20250331030645735"],
@@ -72,7 +71,7 @@ def test_instant_file_names_follow_timeline_layout_1(action, state, file_name):
 
 def test_a_compaction_completes_as_a_commit():
     assert Instant(TS, "compaction", "inflight").completed() == Instant(TS, Action.COMMIT, State.COMPLETED)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a completed compaction is a commit instant"):
         Instant(TS, "compaction", "completed")
 
 
@@ -156,12 +155,12 @@ def test_completing_twice_fails(timeline):
 
 def test_transitions_go_in_order(timeline):
     requested = Instant(TS, "deltacommit", "requested")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not requested"):
         timeline.transition_to_inflight(requested)
     timeline.create_requested(requested)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not inflight"):
         timeline.complete(requested, b"")
-    with pytest.raises(ValueError):  # one instant time, one instant
+    with pytest.raises(ValueError, match="already on the timeline"):  # one instant time, one instant
         timeline.create_requested(Instant(TS, "clean", "requested"))
 
 
@@ -201,7 +200,7 @@ def test_delete_pending_can_keep_a_plan_for_retry(timeline):
 def test_completed_instants_are_never_deleted(timeline):
     inflight = timeline.transition_to_inflight(timeline.create_requested(Instant(TS, "deltacommit", "requested")))
     timeline.complete(inflight, b"{}")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="never deleted"):
         timeline.delete_pending(inflight)
     assert len(hoodie_files(timeline)) == 3
 

@@ -208,7 +208,7 @@ def test_schema_files_are_plain_json_named_after_their_record():
 def test_unknown_schema_and_empty_content_are_errors():
     with pytest.raises(KeyError):
         serialize_plan("HoodieNoSuchPlan", {})
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="empty content"):
         deserialize_plan("HoodieCleanerPlan", b"")
 
 
