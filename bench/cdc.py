@@ -49,8 +49,8 @@ CONNECT_TYPES = {pa.string(): "string", pa.float64(): "double", pa.int64(): "int
 
 NOTES = [
     "decode: RecordDecoder.decode over the first upsert batch's messages in this process, one thread, the "
-    "fastest of %d runs, the topics taking turns; records/s of the pass (JSON parse, envelope, key, checks). "
-    "'x ours' is against the plain job; the targets compare each measurement with its plain peer." % DECODE_REPEATS,
+    f"fastest of {DECODE_REPEATS} runs, the topics taking turns; records/s of the pass (JSON parse, envelope, key, "
+    "checks). 'x ours' is against the plain job; the targets compare each measurement with its plain peer.",
     "job: streamer run --once on each topic (kafka-arrow, local[2], services off), records/s of the upsert "
     "batches from the sink's log lines, as in the ingest scenario.",
     "Debezium topics: no tombstones (tombstones.on.delete: false), so that every topic holds the same "

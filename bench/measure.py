@@ -8,6 +8,7 @@ what a Python-heavy path adds).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import statistics
@@ -92,10 +93,8 @@ class PeakRss:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
+            with contextlib.suppress(psutil.Error):  # the root exited or a process vanished between listing and reading
                 self._sample()
-            except psutil.Error:
-                pass  # the root exited or a process vanished between listing and reading
             self._stop.wait(SAMPLE_SECONDS)
 
     def _sample(self) -> None:
@@ -109,7 +108,8 @@ class PeakRss:
         if self._samples % self.PSS_EVERY == 0:
             now["pss"] = sum(_pss(pid) for pid in procs)
         self._samples += 1
-        for parent, is_jvm, rss in procs.values():
+        for ppid, is_jvm, rss in procs.values():
+            parent = ppid
             while parent in procs and not procs[parent][1]:
                 parent = procs[parent][0]
             role = "jvm" if is_jvm else "workers" if parent in procs else "driver"

@@ -141,7 +141,7 @@ def scenario(w: W1, work: Path) -> Section:
     layouts = {}
     server = _SparkServer(work / "spark", path, window, w)
     try:
-        for layout in PLAN:
+        for layout, engines in PLAN.items():
             if layout == "compacted":
                 details["compaction_seconds"] = _compact(table)
             elif layout == "sorted":
@@ -152,7 +152,7 @@ def scenario(w: W1, work: Path) -> Section:
                 f"  {layout}: {layouts[layout]['base_files']} base files, {layouts[layout]['log_files']} log files",
                 flush=True,
             )
-            for engine, queries in PLAN[layout].items():
+            for engine, queries in engines.items():
                 print(f"    {engine}: {', '.join(queries)}", flush=True)
                 if engine == "spark":
                     results += server.layout(layout)

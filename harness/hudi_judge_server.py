@@ -213,7 +213,7 @@ def serve(judge: Judge, listener: socket.socket) -> None:
                     answer, rows = handlers[op](request)
                 else:
                     raise ValueError(f"unknown op {op!r}")
-            except Exception as e:  # the session goes on; the client raises it
+            except Exception as e:  # noqa: BLE001 - the session goes on; the client raises it
                 print(f"request {op} failed: {e}", file=sys.stderr, flush=True)
                 send(conn, {"ok": False, "error": java_message(e), "trace": traceback.format_exc()})
                 continue

@@ -196,7 +196,7 @@ def quiet_spark_loggers(spark: SparkSession) -> None:
         configurator = jvm.org.apache.logging.log4j.core.config.Configurator
         for name, level in levels.items():
             configurator.setLevel(name, jvm.org.apache.logging.log4j.Level.getLevel(level))
-    except Exception as e:  # another logging backend under spark-submit: Spark's lines stay
+    except Exception as e:  # noqa: BLE001 - another logging backend under spark-submit: Spark's lines stay
         log.debug("could not quiet Spark's loggers: %s", e)
 
 

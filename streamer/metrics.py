@@ -351,7 +351,7 @@ class TableMetrics:
                 return
             try:
                 partitions = self.lag_source()
-            except Exception as e:  # Kafka unreachable: the lag is unknown, the job may be fine
+            except Exception as e:  # noqa: BLE001 - Kafka unreachable: the lag is unknown, the job may be fine
                 self._lag = Lag(None, str(e), time.monotonic())
                 return
             self._lag = Lag(partitions, None, time.monotonic())
@@ -409,7 +409,7 @@ def _handler(metrics: Metrics) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args) -> None:  # a scrape every few seconds is no news
+        def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name; scrapes are no news
             pass
 
     return Handler

@@ -99,7 +99,7 @@ class BackgroundExecutor:
                 result = task.run()
                 if result is not None:
                     log.info("%s done in %.1fs (background): %s", task.label, time.monotonic() - started, result)
-            except BaseException as e:  # a failed plan stays pending and is retried later
+            except BaseException as e:  # noqa: BLE001 - a failed plan stays pending and is retried later
                 log.error("%s failed: %s: %s", task.label, type(e).__name__, e)
                 self.failures += 1
             finally:

@@ -403,7 +403,7 @@ class UpsertSink:
         if ahead:
             try:
                 earliest = check.earliest_offsets(ahead)
-            except Exception as e:  # the batch is good; only the record of the jump is at stake
+            except Exception as e:  # noqa: BLE001 - the batch is good; only the record of the jump is at stake
                 log.warning(
                     "%s: could not ask Kafka whether offsets were skipped at %s: %s",
                     self.settings.table_name,
@@ -442,7 +442,7 @@ def _abandon_quietly(commit: DeltaCommit) -> None:
     """Roll back a commit that will not complete; when storage refuses that too, the next run does."""
     try:
         commit.abandon()
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - the next run rolls it back
         log.warning("could not roll back deltacommit %s now (the next run will): %s", commit.instant, e)
 
 

@@ -34,6 +34,7 @@ refused: Hudi would key them by a Java object's `toString`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -401,7 +402,7 @@ def _by_unique(values: pa.Array, render) -> pa.Array:
 def java_float_to_string(value: float, single: bool = False) -> str:
     """Java's `Double.toString` (or `Float.toString` when `single`): shortest round-trip digits,
     plain notation for 1e-3 <= |v| < 1e7, otherwise `d.dddE<exp>`."""
-    if value != value:
+    if math.isnan(value):
         return "NaN"
     if value in (float("inf"), float("-inf")):
         return "Infinity" if value > 0 else "-Infinity"

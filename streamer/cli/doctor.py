@@ -132,7 +132,7 @@ def _config_checks(config: JobConfig, timeout: float) -> list[Check]:
     """The problems `streamer run` finds in a config before Spark starts."""
     try:
         found = preflight.check(config, timeout)
-    except Exception as e:  # a check that broke is a problem to report, not a crash
+    except Exception as e:  # noqa: BLE001 - a check that broke is a problem to report, not a crash
         return [
             Check(
                 "config",

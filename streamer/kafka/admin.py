@@ -69,7 +69,7 @@ class KafkaMetadata:
                 return answer
             except KafkaSourceError:  # configuration errors, data loss: not worth retrying
                 raise
-            except Exception as e:  # KafkaException, timeouts
+            except Exception as e:  # noqa: BLE001 - KafkaException, timeouts
                 cause = self._latest_cause(e)
                 waited = time.monotonic() - started
                 if outage_s is None and attempt > o.fetch_offset_num_retries:

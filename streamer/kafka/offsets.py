@@ -228,7 +228,7 @@ class KafkaProgress:
         if client is not None:
             try:
                 client.close()
-            except Exception as e:  # closing a broken client must not hide why it broke
+            except Exception as e:  # noqa: BLE001 - closing a broken client must not hide why it broke
                 log.debug("closing a Kafka client failed: %s", e)
 
 

@@ -199,7 +199,7 @@ def _parse_assign(value: str) -> list[TopicPartitionKey]:
     try:
         parsed = json.loads(value)
         tps = [(str(t), int(p)) for t, ps in parsed.items() for p in ps]
-    except Exception:
+    except Exception:  # noqa: BLE001 - any shape that is not topic -> partitions
         raise KafkaSourceError(f"option 'assign' must be JSON like {{\"topicA\": [0, 1]}}, got {value!r}") from None
     if not tps:
         raise KafkaSourceError("option 'assign' names no partition")

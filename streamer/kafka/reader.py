@@ -6,6 +6,7 @@ Python worker."""
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import time
 from collections.abc import Iterator
@@ -311,12 +312,10 @@ class _ConsumerPool:
     def release(self, opts: SourceOptions, consumer, reusable: bool) -> None:
         idle = self._idle.setdefault(self._key(opts), [])
         if reusable and len(idle) < self.MAX_IDLE:
-            try:
+            with contextlib.suppress(Exception):  # a consumer that cannot unassign is closed instead
                 consumer.unassign()  # stop prefetching what nobody will read
                 idle.append((time.monotonic(), consumer))
                 return
-            except Exception:
-                pass
         _close_quietly(consumer)
 
     def _close_stale(self) -> None:
@@ -328,10 +327,8 @@ class _ConsumerPool:
 
 
 def _close_quietly(consumer) -> None:
-    try:
+    with contextlib.suppress(Exception):  # a consumer that fails to close has nothing left to give back
         consumer.close()
-    except Exception:  # pragma: no cover
-        pass
 
 
 _CONSUMERS = _ConsumerPool()

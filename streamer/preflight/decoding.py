@@ -71,7 +71,7 @@ def format_spec(
                     "use records of primitive, logical, array, map, enum and record types",
                 )
             ]
-        )
+        ) from e
     return _spec(config, fmt.format, spark_normalized(arrow), avro, envelope)
 
 
@@ -156,7 +156,7 @@ def _read_avro_file(config: JobConfig, key: str, schema_file) -> str:
                     "give the path of an Avro schema (.avsc, JSON) relative to this file",
                 )
             ]
-        )
+        ) from e
     return avro
 
 

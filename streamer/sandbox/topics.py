@@ -47,9 +47,9 @@ def wait_for_broker(bootstrap: str, timeout: float = 30.0, is_alive=None) -> flo
         try:
             with socket.create_connection((host.strip("[]"), int(port)), timeout=0.5):
                 break
-        except OSError:
+        except OSError as e:
             if time.monotonic() > deadline:
-                raise BrokerStartError(f"nothing listens on {bootstrap} after {timeout:.0f}s")
+                raise BrokerStartError(f"nothing listens on {bootstrap} after {timeout:.0f}s") from e
             time.sleep(0.02)
     admin = _admin(bootstrap)
     last_error: Exception | None = None
@@ -60,7 +60,7 @@ def wait_for_broker(bootstrap: str, timeout: float = 30.0, is_alive=None) -> flo
             md = admin.list_topics(timeout=min(2.0, max(0.1, deadline - time.monotonic())))
             if md.brokers:
                 return time.monotonic() - start
-        except Exception as exc:  # KafkaException: transport or timeout
+        except Exception as exc:  # noqa: BLE001 - KafkaException: transport or timeout
             last_error = exc
         time.sleep(0.05)
     raise BrokerStartError(f"broker at {bootstrap} did not answer metadata in {timeout:.0f}s: {last_error}")

@@ -371,7 +371,7 @@ class _SpillBucket:
 
     def write(self, rows: pa.Table) -> None:
         if self._writer is None:
-            self._file = tempfile.TemporaryFile(dir=self._directory, prefix="mor-write-")
+            self._file = tempfile.TemporaryFile(dir=self._directory, prefix="mor-write-")  # noqa: SIM115 - closed by close()
             self._writer = pa.ipc.new_stream(pa.PythonFile(self._file, mode="w"), rows.schema)
         self._writer.write_table(rows)
         self.bytes += rows.nbytes

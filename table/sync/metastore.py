@@ -57,10 +57,8 @@ class HiveMetastoreClient:
         )
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # a dead connection closes as well as it can
             self._client.close()
-        except Exception:  # a dead connection closes as well as it can
-            pass
 
     # -- databases ---------------------------------------------------------------------------
 
@@ -79,7 +77,7 @@ class HiveMetastoreClient:
         """The Thrift Table, or None when there is none."""
         try:
             return self._call(f"get table {database}.{name}", lambda: self._client.getTable(database, name))
-        except _Missing:
+        except _MissingError:
             return None
 
     def create_table(self, table: HiveTable, extra_properties: Mapping[str, str]) -> None:
@@ -163,7 +161,7 @@ class HiveMetastoreClient:
 
     def drop_partition(self, table: HiveTable, name: str) -> None:
         """Unregister a partition by name (`field=value/...`); its files stay. None there is fine."""
-        with contextlib.suppress(_Missing):
+        with contextlib.suppress(_MissingError):
             self._call(
                 f"drop partition {name} of {table.qualified_name}",
                 lambda: self._client.dropPartition(table.database, table.name, name, False),
@@ -195,11 +193,11 @@ class HiveMetastoreClient:
             if java is None:
                 raise CatalogSyncError(f"{what}: {type(e).__name__}: {e}") from e
             if java.getClass().getSimpleName() == "NoSuchObjectException":
-                raise _Missing(what) from e
+                raise _MissingError(what) from e
             raise CatalogSyncError(f"{what} on {getattr(self, 'uris', 'the metastore')}: {_java_message(java)}") from e
 
 
-class _Missing(CatalogSyncError):
+class _MissingError(CatalogSyncError):
     """The metastore has no such object."""
 
 

@@ -204,11 +204,12 @@ class TableWriter:
             for plan in pending_clustering_plans(timeline)
             for p, children in plan.children_by_partition().items()
         }
-        for partition, metadata in rings.items():
+        for partition, stored in rings.items():
             groups = view.file_groups(partition)
+            metadata = stored
             if partition in resizing:
                 resize_instant, children = resizing[partition]
-                metadata = metadata.with_children(children)
+                metadata = stored.with_children(children)
                 for child in children:
                     if child.file_id_prefix:
                         group = groups.get(child.file_id)

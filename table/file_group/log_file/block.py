@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Union
+from typing import Any
 
 import fastavro
 import numpy as np
@@ -209,7 +209,7 @@ class CorruptBlock(_HasHeader):
     block_type = BlockType.CORRUPT
 
 
-LogBlock = Union[DataBlock, DeleteBlock, CommandBlock, CorruptBlock]
+LogBlock = DataBlock | DeleteBlock | CommandBlock | CorruptBlock
 
 
 # The 0.14/0.15 HoodieDeleteRecordList: the ordering value is a union of wrapper records, one

@@ -5,7 +5,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Union
 
 import numpy as np
 import pyarrow as pa
@@ -75,7 +74,7 @@ def encode_block(block: LogBlock) -> bytes:
     return encode_blocks([block])[0]
 
 
-_Bytes = Union[bytes, pa.Buffer]
+_Bytes = bytes | pa.Buffer
 
 
 def _encode_contents(blocks: Sequence[LogBlock]) -> dict[int, list[_Bytes]]:
