@@ -35,9 +35,10 @@ refused: Hudi would key them by a Java object's `toString`.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -84,25 +85,41 @@ def infer_key_generator_class(record_key_fields: Sequence[str], partition_fields
     return COMPLEX_KEY_GENERATOR
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class KeyGenerator:
     """Makes the record keys and partition paths of a batch, vectorized over a pyarrow table.
 
     `class_name` is what `hoodie.table.keygenerator.class` records; by default it is inferred
-    from the fields as Hudi infers it. Picklable, so it can travel to Spark executors.
+    from the fields as Hudi infers it. Picklable, so it can travel to Spark executors. Fields are
+    given in Hudi's comma-separated form or as a sequence.
     """
 
     record_key_fields: tuple[str, ...]
-    partition_fields: tuple[str, ...] = ()
-    hive_style_partitioning: bool = False
-    url_encode_partitions: bool = False
-    key_generator_class: str | None = None
-    complex_single_field_encoding: str = FIELD_PREFIXED
-    allow_partial_null_keys: bool = False
+    partition_fields: tuple[str, ...]
+    hive_style_partitioning: bool
+    url_encode_partitions: bool
+    key_generator_class: str | None
+    complex_single_field_encoding: str
+    allow_partial_null_keys: bool
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "record_key_fields", split_fields(self.record_key_fields))
-        object.__setattr__(self, "partition_fields", split_fields(self.partition_fields))
+    def __init__(
+        self,
+        record_key_fields: str | Iterable[str],
+        partition_fields: str | Iterable[str] | None = (),
+        hive_style_partitioning: bool = False,
+        url_encode_partitions: bool = False,
+        key_generator_class: str | None = None,
+        complex_single_field_encoding: str = FIELD_PREFIXED,
+        allow_partial_null_keys: bool = False,
+    ) -> None:
+        set_field = object.__setattr__
+        set_field(self, "record_key_fields", split_fields(record_key_fields))
+        set_field(self, "partition_fields", split_fields(partition_fields))
+        set_field(self, "hive_style_partitioning", hive_style_partitioning)
+        set_field(self, "url_encode_partitions", url_encode_partitions)
+        set_field(self, "key_generator_class", key_generator_class)
+        set_field(self, "complex_single_field_encoding", complex_single_field_encoding)
+        set_field(self, "allow_partial_null_keys", allow_partial_null_keys)
         if not self.record_key_fields:
             raise KeyGenerationError("a key generator needs at least one record key field")
         cls = self.key_generator_class or infer_key_generator_class(self.record_key_fields, self.partition_fields)
@@ -129,7 +146,7 @@ class KeyGenerator:
     # ---- construction --------------------------------------------------------------------
 
     @classmethod
-    def from_config(cls, config) -> KeyGenerator:
+    def from_config(cls, config: Any) -> KeyGenerator:
         """From a table config object (attributes) or a hoodie.properties mapping."""
         if isinstance(config, Mapping):
             return cls(
@@ -300,7 +317,7 @@ def _field_strings(records: pa.Table | pa.RecordBatch, field: str) -> pa.Array:
         raise KeyGenerationError(f"field '{field}': {e}") from None
 
 
-def _field_column(records: pa.Table | pa.RecordBatch, field: str):
+def _field_column(records: pa.Table | pa.RecordBatch, field: str) -> pa.Array | pa.ChunkedArray:
     names = records.schema.names
     if field in names:
         return records.column(field)
@@ -391,7 +408,7 @@ def _floordiv(ints: pa.Array, divisor: int) -> pa.Array:
     return pa.array(np.floor_divide(filled, divisor), pa.int64(), mask=mask)
 
 
-def _by_unique(values: pa.Array, render) -> pa.Array:
+def _by_unique(values: pa.Array, render: Callable[[Any], str]) -> pa.Array:
     encoded = values.dictionary_encode()
     rendered = [render(v) for v in encoded.dictionary.to_pylist()]
     if not rendered:
@@ -459,11 +476,11 @@ def _join(parts: list[object], total: int) -> pa.Array:
     if not arrays:
         return pa.array(["".join(str(p) for p in parts)] * total, pa.string())
     if len(parts) == 1:
-        return parts[0]  # type: ignore[return-value]
+        return parts[0]
     return pc.binary_join_element_wise(*parts, "")
 
 
-def _truthy(value) -> bool:
+def _truthy(value: object) -> bool:
     if isinstance(value, bool):
         return value
     return str(value).strip().lower() == "true" if value is not None else False

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,7 +42,7 @@ class LayoutStats:
     partitions: dict[str, dict[str, SliceSize]]
 
     @classmethod
-    def of_view(cls, view: FileSystemView, buckets: dict[str, Iterable[str]]) -> LayoutStats:
+    def of_view(cls, view: FileSystemView, buckets: Mapping[str, Iterable[str]]) -> LayoutStats:
         """The slices of `buckets` (partition path -> the ring's file ids) in `view`."""
         partitions: dict[str, dict[str, SliceSize]] = {}
         for partition, file_ids in buckets.items():

@@ -30,7 +30,9 @@ import re
 import struct
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -53,6 +55,8 @@ HASHING_METADATA_FILE_SUFFIX = ".hashing_meta"
 HASHING_METADATA_COMMIT_FILE_SUFFIX = ".commit"
 NULL_RECORDKEY_PLACEHOLDER = "__null__"
 EMPTY_RECORDKEY_PLACEHOLDER = "__empty__"
+#: Record keys as the router takes them: a pyarrow string array or a sequence of str.
+RecordKeys: TypeAlias = "pa.Array | pa.ChunkedArray | Sequence[str]"
 COLUMN_SEP = ":"
 PARTS_SEP = ","
 
@@ -87,11 +91,11 @@ class HashingNode:
     def file_id(self) -> str:
         return file_id_for(self)
 
-    def to_json_dict(self) -> dict:
+    def to_json_dict(self) -> dict[str, Any]:
         return {"value": self.value, "fileIdPrefix": self.file_id_prefix, "tag": self.tag.value}
 
     @classmethod
-    def from_json_dict(cls, d: dict) -> HashingNode:
+    def from_json_dict(cls, d: dict[str, Any]) -> HashingNode:
         # "fileIdPfx" is the field's name in metadata written before Hudi 0.13
         prefix = d["fileIdPrefix"] if "fileIdPrefix" in d else d.get("fileIdPfx")
         return cls(int(d["value"]), prefix, NodeTag(d.get("tag") or NodeTag.NORMAL))
@@ -130,7 +134,7 @@ class HashingMetadata:
 
     # ---- JSON, as Hudi's Jackson writes it ----------------------------------------------
 
-    def to_json_dict(self) -> dict:
+    def to_json_dict(self) -> dict[str, Any]:
         return {
             "version": self.version,
             "partitionPath": self.partition_path,
@@ -148,7 +152,7 @@ class HashingMetadata:
         return self.to_json().encode("utf-8")
 
     @classmethod
-    def from_json_dict(cls, d: dict) -> HashingMetadata:
+    def from_json_dict(cls, d: dict[str, Any]) -> HashingMetadata:
         return cls(
             version=int(d.get("version") or 0),
             partition_path=d.get("partitionPath") or "",
@@ -268,7 +272,7 @@ def hash_value(record_key: str, index_key_fields: Sequence[str] | None = None) -
     )
 
 
-def hash_values(record_keys, index_key_fields: Sequence[str] | None = None) -> np.ndarray:
+def hash_values(record_keys: RecordKeys, index_key_fields: Sequence[str] | None = None) -> np.ndarray:
     """The masked hash of each record key (a pyarrow string array or a sequence of str), int64."""
     array = _key_array(record_keys)
     if len(array) and bool(pc.any(pc.match_substring(array, COLUMN_SEP)).as_py()):
@@ -306,7 +310,7 @@ def _joined_plain_complex_keys(keys: pa.Array, fields: list[str] | None) -> pa.A
     return pc.if_else(pc.is_valid(groups), joined, pa.scalar(None, pa.string()))
 
 
-def _key_array(record_keys) -> pa.Array:
+def _key_array(record_keys: RecordKeys) -> pa.Array:
     if isinstance(record_keys, pa.ChunkedArray):
         record_keys = record_keys.combine_chunks() if record_keys.num_chunks != 1 else record_keys.chunk(0)
     if not isinstance(record_keys, pa.Array):
@@ -370,15 +374,15 @@ class Router:
         idx[idx == len(self.values)] = 0
         return idx
 
-    def route(self, record_keys) -> np.ndarray:
+    def route(self, record_keys: RecordKeys) -> np.ndarray:
         """Index into `nodes` of each record key's bucket."""
         return self.indices_for_hashes(hash_values(record_keys, self.index_key_fields))
 
-    def file_ids(self, record_keys) -> pa.Array:
+    def file_ids(self, record_keys: RecordKeys) -> pa.Array:
         """The file group id of each record key's bucket, a string array."""
         return self._file_ids_of_hashes(hash_values(record_keys, self.index_key_fields))
 
-    def file_ids_with_children(self, record_keys) -> tuple[pa.Array, pa.Array | None]:
+    def file_ids_with_children(self, record_keys: RecordKeys) -> tuple[pa.Array, pa.Array | None]:
         """Each key's file group and, where a pending resize replaces its bucket, the child's
         file group the record is also written to (null elsewhere); None without a pending resize."""
         hashes = hash_values(record_keys, self.index_key_fields)
@@ -691,7 +695,7 @@ def partitions(storage: Storage) -> list[str]:
 def load_latest(
     storage: Storage,
     partition_path: str,
-    completed_instants: set[str] | None = None,
+    completed_instants: AbstractSet[str] | None = None,
     *,
     pending_instants: set[str] | None = None,
     existing_file_id_prefixes: Iterable[str] | None = None,
@@ -747,7 +751,7 @@ def load_latest(
 
 
 def load_or_create(
-    storage: Storage, partition_path: str, num_buckets: int, completed_instants: set[str] | None = None
+    storage: Storage, partition_path: str, num_buckets: int, completed_instants: AbstractSet[str] | None = None
 ) -> HashingMetadata:
     """Hudi's `loadOrCreateMetadata`: the latest committed metadata, created when there is none."""
     metadata = load_latest(storage, partition_path, completed_instants)

@@ -9,6 +9,8 @@ does, so the result is the same 32-bit value the reference implementation gives.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 
@@ -28,6 +30,7 @@ def xxh32(values: pa.Array, seed: int = 0) -> np.ndarray:
         values = values.combine_chunks()
     if values.null_count:
         raise InvalidRequestError(f"{values.null_count} value(s) are null; they cannot be hashed")
+    offsets_type: type[np.signedinteger[Any]]
     if pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type):
         offsets_type = np.int64
     elif pa.types.is_string(values.type) or pa.types.is_binary(values.type):

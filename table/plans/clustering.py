@@ -14,6 +14,7 @@ compaction and cleaning (leave planned groups alone), the executor, and `streame
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from table.file_group.fs_view import FileSlice
 from table.index import consistent_hashing as ring
@@ -133,7 +134,7 @@ class ClusteringPlan:
         return cls(instant, tuple(_group_of(g) for g in plan["inputGroups"] or ()), sort_columns)
 
 
-def _group_record(storage: Storage, group: ClusteringGroup) -> dict:
+def _group_record(storage: Storage, group: ClusteringGroup) -> dict[str, Any]:
     def full(name: str) -> str:
         return storage.full_path(f"{group.partition_path}/{name}" if group.partition_path else name)
 
@@ -166,7 +167,7 @@ def _group_record(storage: Storage, group: ClusteringGroup) -> dict:
     }
 
 
-def _group_of(record: dict) -> ClusteringGroup:
+def _group_of(record: dict[str, Any]) -> ClusteringGroup:
     extra = record.get("extraMetadata") or {}
     slices = tuple(
         PlannedSlice(

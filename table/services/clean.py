@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from table import failpoints
 from table.config.choices import CleanPolicyKind
@@ -177,7 +177,7 @@ def schedule_clean(writer: TableWriter, policy: CleanPolicy) -> str | None:
         return None
     last_write = timeline.last_completed_write()
     earliest = retention.earliest
-    plan = {
+    plan: dict[str, Any] = {
         "earliestInstantToRetain": (
             {"timestamp": earliest.timestamp, "action": earliest.action, "state": "COMPLETED"} if earliest else None
         ),

@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -163,7 +163,7 @@ def schedule_compaction(writer: TableWriter, strategy: CompactionStrategy) -> st
     return instant
 
 
-def _plan_operation(file_slice: FileSlice) -> dict:
+def _plan_operation(file_slice: FileSlice) -> dict[str, Any]:
     op = CompactionOperation.of_slice(file_slice)
     return {
         "baseInstantTime": op.base_instant,

@@ -16,6 +16,7 @@ children named in the rollback plan as well.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from table import failpoints
 from table.storage.file_io import Storage
@@ -48,7 +49,7 @@ def rollback_pending_writes(storage: Storage, timeline: Timeline) -> list[str]:
     return done
 
 
-def rollback(storage: Storage, timeline: Timeline, target: Instant, extra_files: list[str] = ()) -> str:
+def rollback(storage: Storage, timeline: Timeline, target: Instant, extra_files: Sequence[str] = ()) -> str:
     """Roll back one pending instant: the files its markers name and `extra_files` (table
     relative) are deleted; returns the rollback's instant time."""
     rollback_time = timeline.new_instant_time()

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
+from typing import Any, BinaryIO
 
 import pyarrow.fs as pafs
 
@@ -124,11 +125,11 @@ class Storage:
         self._made: set[str] = set()  # parent directories `open_new` made (or found): a write of many
         # files into few partitions makes each once
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         return {"base_uri": self.base_uri, "options": self.options}
 
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["base_uri"], state.get("options"))
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        Storage.__init__(self, state["base_uri"], state.get("options"))
 
     def __repr__(self) -> str:
         return f"Storage({self.base_uri!r})"
@@ -147,7 +148,7 @@ class Storage:
             else:
                 S3Options.resolve(self.options)  # a misspelt option fails here too
                 self._fs, self._root = pafs.LocalFileSystem(), os.path.abspath(self.base_uri)
-        return self._fs, self._root
+        return self._fs, str(self._root)
 
     @property
     def filesystem(self) -> pafs.FileSystem:
@@ -239,7 +240,7 @@ class Storage:
                 out.flush()
                 os.fsync(out.fileno())
 
-    def open_new(self, rel: str):
+    def open_new(self, rel: str) -> Any:  # a pyarrow output stream or a local file
         """A data file of a pending instant written as a stream (a large base file written a row
         group at a time), as `write_new` writes it whole: created exclusively on a local disk
         and not synced (see `sync_files`); on an object store a PUT, or a multipart upload
@@ -340,11 +341,11 @@ class Storage:
         with contextlib.suppress(FileNotFoundError):
             self.filesystem.delete_dir(self.full_path(rel))
 
-    def open_input(self, rel: str):
+    def open_input(self, rel: str) -> Any:  # a pyarrow random-access file
         """A random-access file, as pyarrow.parquet needs."""
         return self.filesystem.open_input_file(self.full_path(rel))
 
-    def open_output(self, rel: str):
+    def open_output(self, rel: str) -> Any:  # a pyarrow output stream
         self.makedirs(_parent(rel))
         return self.filesystem.open_output_stream(self.full_path(rel))
 
@@ -374,7 +375,7 @@ def _fsync_all(paths: list[str]) -> None:
             os.close(fd)
 
 
-def _open_exclusive(path: str):
+def _open_exclusive(path: str) -> BinaryIO:
     """A new file open for writing; FileExistsError when there is one. Through `os.open`, which
     costs a new file a third less than `open(path, "xb")`."""
     return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb")

@@ -176,7 +176,7 @@ class WriterLease:
     def __enter__(self) -> WriterLease:
         return self.acquire()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 

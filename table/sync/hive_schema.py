@@ -11,6 +11,7 @@ and the meta columns first.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pyarrow as pa
 
@@ -50,7 +51,7 @@ def hive_type(t: pa.DataType) -> str:
     raise UnsupportedTypeError(f"no Hive type for {t}")
 
 
-def _spark_type(t: pa.DataType) -> str | dict:
+def _spark_type(t: pa.DataType) -> str | dict[str, Any]:
     """The JSON of Spark's DataType for an Arrow type, as Hudi derives it from Parquet."""
     simple = {
         "string": "string",
@@ -80,7 +81,7 @@ def _spark_type(t: pa.DataType) -> str | dict:
     return simple.get(name, name)
 
 
-def _spark_struct(fields: list[pa.Field]) -> dict:
+def _spark_struct(fields: list[pa.Field]) -> dict[str, Any]:
     return {
         "type": "struct",
         "fields": [

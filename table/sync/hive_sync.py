@@ -25,11 +25,16 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from table.errors import CatalogSyncError
 from table.sync.changes import partition_changes
 from table.sync.metastore import HiveMetastoreClient
 from table.sync.registration import LAST_COMMIT_TIME_SYNC, HiveTable, hive_tables, partition_name, partition_values
+
+if TYPE_CHECKING:
+    from table.mor_table import MorTable
+    from table.timeline.timeline import Timeline
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +81,12 @@ class HiveSync:
     """Syncs one table to one metastore. `connect` makes a client when one is needed: after a
     failure the connection is dropped and made again at the next sync."""
 
-    def __init__(self, table, target: SyncTarget, connect: Callable[[], HiveMetastoreClient]):
+    def __init__(self, table: MorTable, target: SyncTarget, connect: Callable[[], HiveMetastoreClient]):
         self.table = table
         self.target = target
         self._connect = connect
         self._client: HiveMetastoreClient | None = None
-        self._columns: dict[str, tuple] = {}  # table name -> the columns and properties it has
+        self._columns: dict[str, tuple[Any, ...]] = {}  # table name -> the columns and properties it has
         self._partitions: dict[str, set[str]] = {}  # table name -> partition names it has
 
     @property
@@ -142,7 +147,7 @@ class HiveSync:
         )
 
     def _sync_table(
-        self, client: HiveMetastoreClient, definition: HiveTable, timeline, instant: str, repair: bool
+        self, client: HiveMetastoreClient, definition: HiveTable, timeline: Timeline, instant: str, repair: bool
     ) -> tuple[bool, bool, int, int]:
         """(created, columns changed, partitions added, partitions dropped) for one table."""
         name = definition.name

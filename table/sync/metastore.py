@@ -14,11 +14,13 @@ from __future__ import annotations
 import contextlib
 import getpass
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from table.errors import CatalogSyncError
 from table.sync.registration import HiveTable
+
+T = TypeVar("T")
 
 URIS = "hive.metastore.uris"
 
@@ -185,7 +187,7 @@ class HiveMetastoreClient:
             j.put(key, value)
         return j
 
-    def _call(self, what: str, call):
+    def _call(self, what: str, call: Callable[[], T]) -> T:
         try:
             return call()
         except Exception as e:

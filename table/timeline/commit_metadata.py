@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from table.errors import UnsupportedTypeError
 from table.jackson import Laid, jackson_dumps, jackson_object
@@ -196,7 +196,7 @@ class CommitMetadata:
         extra_metadata: dict[str, str],
         operation_type: str,
         compacted: bool = False,
-    ) -> CommitMetadata:
+    ) -> Self:
         """Metadata of a write, its stats grouped by their partition path; `compacted` marks a
         compaction's commit, as Hudi's HoodieCommitMetadata(true)."""
         by_partition: dict[str, list[WriteStat]] = {}
@@ -239,7 +239,7 @@ class CommitMetadata:
         return {}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> CommitMetadata:
+    def from_dict(cls, d: dict[str, Any]) -> Self:
         return cls(
             partition_to_write_stats={
                 p: [WriteStat.from_dict(s) for s in stats or []]
@@ -252,7 +252,7 @@ class CommitMetadata:
         )
 
     @classmethod
-    def from_json(cls, data: bytes | str) -> CommitMetadata:
+    def from_json(cls, data: bytes | str) -> Self:
         """Parse instant content; an empty file (a requested write) is empty metadata, as in Hudi."""
         text = data.decode("utf-8") if isinstance(data, bytes) else data
         return cls.from_dict(json.loads(text)) if text.strip() else cls()
@@ -270,7 +270,7 @@ class ReplaceCommitMetadata(CommitMetadata):
         return {"partitionToReplaceFileIds": {p: list(ids) for p, ids in self.partition_to_replace_file_ids.items()}}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ReplaceCommitMetadata:
+    def from_dict(cls, d: dict[str, Any]) -> Self:
         base = CommitMetadata.from_dict(d)
         return cls(
             base.partition_to_write_stats,

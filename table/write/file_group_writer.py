@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -269,7 +270,7 @@ class TaskFiles:
 class _BaseStream:
     """A base file written a row group at a time."""
 
-    out: object  # the output stream
+    out: Any  # the output stream (pyarrow's or a local file)
     writer: pq.ParquetWriter
     rows: int = 0
 

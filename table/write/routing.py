@@ -4,6 +4,7 @@ the record keys, and the file group target each bucket writes to in this commit.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -13,6 +14,9 @@ from table.errors import HashingMetadataError
 from table.index import consistent_hashing as ring
 from table.schema import PARTITION_PATH, RECORD_KEY
 from table.write.prepare import BatchSpec, prepare_batch
+
+if TYPE_CHECKING:
+    from table.keys import KeyGenerator
 
 #: Column of a prepared batch holding its file group's id, for the shuffle.
 FILE_ID = "_mor_file_id"
@@ -42,7 +46,7 @@ class Routing:
     def __init__(
         self,
         spec: BatchSpec,
-        key_generator,
+        key_generator: KeyGenerator,
         routers: dict[str, ring.Router],
         targets: dict[str, FileGroupTarget],
         initial_buckets: int,
@@ -54,10 +58,10 @@ class Routing:
         self.initial_buckets = initial_buckets
         self._new_partitions: dict[str, ring.Router] = {}
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "_new_partitions"}
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _new_partitions={})
 
     def prepare(self, records: pa.Table | pa.RecordBatch, dedupe: bool = True) -> pa.Table:

@@ -76,7 +76,7 @@ class TableWriter:
     def __enter__(self) -> TableWriter:
         return self.open()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def open(self) -> TableWriter:

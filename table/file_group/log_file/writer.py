@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -74,13 +75,13 @@ def encode_block(block: LogBlock) -> bytes:
     return encode_blocks([block])[0]
 
 
-_Bytes = bytes | pa.Buffer
+_Bytes: TypeAlias = "bytes | pa.Buffer"
 
 
 def _encode_contents(blocks: Sequence[LogBlock]) -> dict[int, list[_Bytes]]:
     """Each block's content (by the block's id), the records of like blocks encoded together."""
     contents: dict[int, list[_Bytes]] = {}
-    alike: dict[tuple, list[LogBlock]] = {}
+    alike: dict[tuple[Any, ...], list[LogBlock]] = {}
     for block in blocks:
         if isinstance(block, DeleteBlock):
             ordering = block.ordering_values.type if block.ordering_values is not None else None

@@ -175,7 +175,7 @@ class ClusteringExecution(PlanExecution):
         log.info("clustering %s of %s: %d file group(s) written", self.instant, self.table.name, len(stats))
 
     def completed_metadata(self, stats: list[WriteStat]) -> CommitMetadata:
-        replaced = {}
+        replaced: dict[str, list[str]] = {}
         for group in self.plan.groups:
             replaced.setdefault(group.partition_path, []).extend(group.file_ids)
         extra = {SCHEMA_KEY: avro_schema_json(self.schema, self.table.name, with_meta_fields=False)}

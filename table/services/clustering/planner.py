@@ -21,6 +21,7 @@ the plan.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,7 +30,7 @@ import numpy as np
 from table import failpoints
 from table.config.choices import SplitPoint
 from table.errors import InvalidRequestError, TimelineStateError
-from table.file_group.fs_view import FileSlice
+from table.file_group.fs_view import FileGroup, FileSlice
 from table.index import consistent_hashing as ring
 from table.plans.clustering import (
     ClusteringGroup,
@@ -175,7 +176,9 @@ class _Budget:
         return True
 
 
-def _buckets(metadata: ring.HashingMetadata, groups: dict, compacting: dict) -> list[_Bucket]:
+def _buckets(
+    metadata: ring.HashingMetadata, groups: dict[str, FileGroup], compacting: dict[tuple[str, str], str]
+) -> list[_Bucket]:
     """The partition's buckets in ring order, each with its latest file slice."""
     out = []
     for node in metadata.nodes:
@@ -216,7 +219,7 @@ class _PartitionPlanner:
     def partition(self) -> str:
         return self.metadata.partition_path
 
-    def _group(self, buckets: list[_Bucket], children) -> ClusteringGroup:
+    def _group(self, buckets: list[_Bucket], children: Sequence[ring.HashingNode]) -> ClusteringGroup:
         self.taken.update(b.node.file_id for b in buckets)
         return ClusteringGroup(
             self.partition,
