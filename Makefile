@@ -7,7 +7,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 # Apache Hudi 0.15 on a pyspark 3.5 of its own, the judge of our tables (harness/hudi_judge.py)
 JUDGE_STAMP := .cache/hudi-judge/.installed
 
-.PHONY: demo test test-unit test-spark test-e2e test-hudi soak bench bench-quick clean
+.PHONY: demo test test-unit test-spark test-e2e test-hudi lint fix soak bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,16 @@ test-e2e: $(STAMP)
 test-hudi: $(STAMP) $(JUDGE_STAMP)
 	$(PY) -m pytest -m hudi
 
+# What tests/test_lint.py checks (ruff's lint and format, mypy), and the fixes the tools make themselves.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) -m mypy
+
+fix: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
 # Continuous ingestion with async services, then checked (docs/operations.md, "Soak"); e.g.
 # make soak SOAK_MINUTES=120 SOAK_ARGS="--rate 400 --keep".
 SOAK_MINUTES ?= 10
@@ -54,4 +64,4 @@ bench-quick: $(BENCH_STAMP) $(JUDGE_STAMP)
 	$(PY) -m bench --quick
 
 clean:
-	rm -rf $(VENV) .cache demo-output soak-output .pytest_cache
+	rm -rf $(VENV) .cache demo-output soak-output .pytest_cache .mypy_cache .ruff_cache

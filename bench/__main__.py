@@ -39,8 +39,10 @@ ON_REQUEST = ("partitions", "backlog")
 def counts(text: str) -> tuple[int, ...]:
     """A comma-separated list of counts: `8,400,2000` or `10M,30M`."""
     scale = {"k": 1_000, "m": 1_000_000}
-    return tuple(int(float(part[:-1]) * scale[part[-1].lower()]) if part[-1].lower() in scale else int(part)
-                 for part in text.split(","))
+    return tuple(
+        int(float(part[:-1]) * scale[part[-1].lower()]) if part[-1].lower() in scale else int(part)
+        for part in text.split(",")
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,24 +55,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, help="W1's initial rows, instead of the size's")
     parser.add_argument("--batch-rows", type=int, help="records per upsert batch, instead of the size's")
     parser.add_argument("--batches", type=int, help="upsert batches, instead of the size's")
-    parser.add_argument("--skip", action="append", default=[], choices=sorted(ingest.PEERS),
-                        help="a peer the ingest scenario leaves out (e.g. spark-cow at 10M rows)")
-    parser.add_argument("--partitions", type=counts, default=partitions.PARTITIONS,
-                        help="partitions scenario: the partition counts (default 8,400,2000)")
-    parser.add_argument("--s3", type=counts, metavar="ROWS,BATCH_ROWS,BATCHES",
-                        default=dataclasses.astuple(partitions.S3_SIZE)[:3],
-                        help="partitions scenario: W1's size on S3 (default 100000,20000,3; 0 leaves S3 out)")
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        choices=sorted(ingest.PEERS),
+        help="a peer the ingest scenario leaves out (e.g. spark-cow at 10M rows)",
+    )
+    parser.add_argument(
+        "--partitions",
+        type=counts,
+        default=partitions.PARTITIONS,
+        help="partitions scenario: the partition counts (default 8,400,2000)",
+    )
+    parser.add_argument(
+        "--s3",
+        type=counts,
+        metavar="ROWS,BATCH_ROWS,BATCHES",
+        default=dataclasses.astuple(partitions.S3_SIZE)[:3],
+        help="partitions scenario: W1's size on S3 (default 100000,20000,3; 0 leaves S3 out)",
+    )
     parser.add_argument("--s3-partitions", type=counts, help="partitions scenario: counts on S3 (default --partitions)")
-    parser.add_argument("--backlog", type=counts, default=backlog.BACKLOGS,
-                        help="backlog scenario: backlog sizes in records (default 10M,30M)")
+    parser.add_argument(
+        "--backlog",
+        type=counts,
+        default=backlog.BACKLOGS,
+        help="backlog scenario: backlog sizes in records (default 10M,30M)",
+    )
     args = parser.parse_args(argv)
 
     overrides = {"initial_rows": args.rows, "batch_rows": args.batch_rows, "batches": args.batches}
     w = dataclasses.replace(SIZES[args.size], **{k: v for k, v in overrides.items() if v is not None})
     facts = machine.facts()
     work = Path(tempfile.mkdtemp(prefix=f"bench-{args.size}-"))
-    print(f"bench {args.size}: {w}, {facts['cores']} cores, {facts['ram_gb']} GB, load {facts['load_average']}, "
-          f"work {work}", flush=True)
+    print(
+        f"bench {args.size}: {w}, {facts['cores']} cores, {facts['ram_gb']} GB, load {facts['load_average']}, "
+        f"work {work}",
+        flush=True,
+    )
     started = time.monotonic()
     sections = {}
     try:

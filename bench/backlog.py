@@ -58,8 +58,14 @@ def scenario(w: W1, work: Path, backlogs: tuple[int, ...] = BACKLOGS) -> Section
 def config(work: Path, bootstrap: str, topic: str) -> dict:
     """The table's YAML, with nothing of the source's that a new user would not write."""
     return {
-        "table": {"name": "orders", "path": str(work / "table"), "record_key": "order_id", "partition_by": "region",
-                  "ordering_field": "updated_at", "delete_field": "is_deleted"},
+        "table": {
+            "name": "orders",
+            "path": str(work / "table"),
+            "record_key": "order_id",
+            "partition_by": "region",
+            "ordering_field": "updated_at",
+            "delete_field": "is_deleted",
+        },
         "source": {"bootstrap_servers": bootstrap, "topics": topic, "starting_offsets": "earliest"},
         "decode": {"key": {"format": "none"}, "value": {"format": "json", "schema": VALUE_DDL}},
         "index": {"initial_buckets": 4},
@@ -78,16 +84,39 @@ def _run(work: Path, records: int, bootstrap: str, topic: str) -> PathResult:
     log = log_path.read_text()
     if code != 0:
         tail = "\n".join(log.splitlines()[-30:])
-        return PathResult(f"backlog-{records}", f"ours: backlog of {records:,}", 0, 0.0, expected_rows=records,
-                          peak_rss=rss, details={"error": f"streamer run exited {code}; log {log_path}:\n{tail}"})
+        return PathResult(
+            f"backlog-{records}",
+            f"ours: backlog of {records:,}",
+            0,
+            0.0,
+            expected_rows=records,
+            peak_rss=rss,
+            details={"error": f"streamer run exited {code}; log {log_path}:\n{tail}"},
+        )
     done = streaming.batches(log)
     rows = MorTable.load(str(work / "table")).snapshot(columns=["order_id"]).num_rows
     seconds = (done[-1].ended - done[0].started).total_seconds()
-    details = {"config": settings, "wall_seconds": wall, "micro_batches": len(done),
-               "batches": [{"batch_id": b.batch_id, "records": b.records, "seconds": b.seconds, "files": b.files,
-                            "phases": b.phases} for b in done]}
-    return PathResult(f"backlog-{records}", f"ours: backlog of {records:,}", sum(b.records for b in done), seconds,
-                      [b.seconds for b in done], None, rows, records, rss, details)
+    details = {
+        "config": settings,
+        "wall_seconds": wall,
+        "micro_batches": len(done),
+        "batches": [
+            {"batch_id": b.batch_id, "records": b.records, "seconds": b.seconds, "files": b.files, "phases": b.phases}
+            for b in done
+        ],
+    }
+    return PathResult(
+        f"backlog-{records}",
+        f"ours: backlog of {records:,}",
+        sum(b.records for b in done),
+        seconds,
+        [b.seconds for b in done],
+        None,
+        rows,
+        records,
+        rss,
+        details,
+    )
 
 
 def targets(section: Section) -> list[Check]:
@@ -96,10 +125,17 @@ def targets(section: Section) -> list[Check]:
     if "error" in largest.details:
         return [Check(f"a backlog of {largest.expected_rows:,}", "job failed", "taken", False)]
     pss = largest.peak_rss.get("pss", 0)
-    checks = [Check(f"peak PSS, backlog of {largest.records:,}", f"{pss / 2**30:.2f} GiB", "<= 3 GiB",
-                    pss <= PSS_TARGET)]
+    checks = [
+        Check(f"peak PSS, backlog of {largest.records:,}", f"{pss / 2**30:.2f} GiB", "<= 3 GiB", pss <= PSS_TARGET)
+    ]
     if largest is not smallest and "error" not in smallest.details:
         ratio = largest.records_per_second / smallest.records_per_second
-        checks.append(Check(f"records/s at {largest.records:,} over at {smallest.records:,}", f"{ratio:.2f}x",
-                            ">= 1.0x", ratio >= 1.0))
+        checks.append(
+            Check(
+                f"records/s at {largest.records:,} over at {smallest.records:,}",
+                f"{ratio:.2f}x",
+                ">= 1.0x",
+                ratio >= 1.0,
+            )
+        )
     return checks

@@ -26,8 +26,10 @@ def kafka(work: Path) -> Iterator[str]:
         yield external
         return
     with KafkaBroker(work / "kafka") as broker:
-        print(f"  Kafka: Apache Kafka {KAFKA_VERSION} at {broker.bootstrap} (up in {broker.startup_seconds:.1f}s)",
-              flush=True)
+        print(
+            f"  Kafka: Apache Kafka {KAFKA_VERSION} at {broker.bootstrap} (up in {broker.startup_seconds:.1f}s)",
+            flush=True,
+        )
         yield broker.bootstrap
 
 
@@ -39,8 +41,16 @@ def produce_json(bootstrap: str, topic: str, tables: Iterable[pa.Table], partiti
     from confluent_kafka import Producer
 
     create_topic(bootstrap, topic, partitions=partitions)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
-                         "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576, "acks": "all"})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+            "acks": "all",
+        }
+    )
     failed: list = []
 
     def delivered(error, _message) -> None:
@@ -65,8 +75,13 @@ def produce_json(bootstrap: str, topic: str, tables: Iterable[pa.Table], partiti
         raise RuntimeError(f"{left} messages to {topic} not sent, {len(failed)} failed: {failed[:3]}")
     seconds = time.monotonic() - started
     print(f"  produced {messages:,} messages ({size / 2**20:,.0f} MiB) to {topic} in {seconds:.1f}s", flush=True)
-    return {"topic": topic, "topic_partitions": partitions, "messages": messages, "message_bytes": size,
-            "produce_seconds": seconds}
+    return {
+        "topic": topic,
+        "topic_partitions": partitions,
+        "messages": messages,
+        "message_bytes": size,
+        "produce_seconds": seconds,
+    }
 
 
 def delete_topic(bootstrap: str, topic: str) -> None:

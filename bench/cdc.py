@@ -49,8 +49,8 @@ CONNECT_TYPES = {pa.string(): "string", pa.float64(): "double", pa.int64(): "int
 
 NOTES = [
     "decode: RecordDecoder.decode over the first upsert batch's messages in this process, one thread, the "
-    "fastest of %d runs, the topics taking turns; records/s of the pass (JSON parse, envelope, key, checks). "
-    "'x ours' is against the plain job; the targets compare each measurement with its plain peer." % DECODE_REPEATS,
+    f"fastest of {DECODE_REPEATS} runs, the topics taking turns; records/s of the pass (JSON parse, envelope, key, "
+    "checks). 'x ours' is against the plain job; the targets compare each measurement with its plain peer.",
     "job: streamer run --once on each topic (kafka-arrow, local[2], services off), records/s of the upsert "
     "batches from the sink's log lines, as in the ingest scenario.",
     "Debezium topics: no tombstones (tombstones.on.delete: false), so that every topic holds the same "
@@ -61,8 +61,11 @@ NOTES = [
 def scenario(w: W1, work: Path) -> Section:
     work.mkdir(parents=True)
     tables = list(w.tables())
-    topics = {"plain": plain_messages(tables), "debezium": debezium_messages(tables, schemas=False),
-              "debezium-schemas": debezium_messages(tables, schemas=True)}
+    topics = {
+        "plain": plain_messages(tables),
+        "debezium": debezium_messages(tables, schemas=False),
+        "debezium-schemas": debezium_messages(tables, schemas=True),
+    }
     results, details = [], {"message_bytes": {name: sum(len(v) for _, v, _ in m) for name, m in topics.items()}}
     first_batch = slice(len(tables[0]), len(tables[0]) + len(tables[1]))
     seconds = decode_seconds({name: messages[first_batch] for name, messages in topics.items()})
@@ -75,8 +78,14 @@ def scenario(w: W1, work: Path) -> Section:
         for name in topics:
             print(f"  streamer run --once: {name}", flush=True)
             results.append(job(work / name, w, bootstrap, name))
-    section = Section(f"Debezium's envelope against plain JSON: W1, {w.initial_rows:,} rows loaded, {w.batches} "
-                      f"batches of {w.batch_rows:,}", "job-plain", results, NOTES, details)
+    section = Section(
+        f"Debezium's envelope against plain JSON: W1, {w.initial_rows:,} rows loaded, {w.batches} "
+        f"batches of {w.batch_rows:,}",
+        "job-plain",
+        results,
+        NOTES,
+        details,
+    )
     section.checks = checks(section)
     return section
 
@@ -87,20 +96,31 @@ def checks(section: Section) -> list[Check]:
         plain = section.result(f"{kind}-plain").records_per_second
         for name in ("debezium", "debezium-schemas"):
             cost = 1 - section.result(f"{kind}-{name}").records_per_second / plain if plain else 1.0
-            out.append(Check(f"{kind}: {name} against plain JSON", f"{cost:+.1%} records/s cost",
-                             f"<= {MAX_COST:.0%}", cost <= MAX_COST))
+            out.append(
+                Check(
+                    f"{kind}: {name} against plain JSON",
+                    f"{cost:+.1%} records/s cost",
+                    f"<= {MAX_COST:.0%}",
+                    cost <= MAX_COST,
+                )
+            )
     return out
 
 
 # -- the topics -----------------------------------------------------------------------------------
+
 
 def plain_messages(tables: list[pa.Table]) -> list[tuple[bytes, bytes, None]]:
     return [m for t in tables for m in kafka_records(t)]
 
 
 def debezium_messages(tables: list[pa.Table], schemas: bool) -> list[tuple[bytes, bytes, None]]:
-    key_schema = {"type": "struct", "name": "pg.public.orders.Key", "optional": False,
-                  "fields": [{"type": "string", "optional": False, "field": "order_id"}]}
+    key_schema = {
+        "type": "struct",
+        "name": "pg.public.orders.Key",
+        "optional": False,
+        "fields": [{"type": "string", "optional": False, "field": "order_id"}],
+    }
     value_schema = _envelope_schema()
     lsn = FIRST_LSN
     messages = []
@@ -109,45 +129,92 @@ def debezium_messages(tables: list[pa.Table], schemas: bool) -> list[tuple[bytes
             deleted = row.pop("is_deleted")
             op = "r" if batch == 0 else "d" if deleted else "u" if row["status"] != "created" else "c"
             lsn += 0 if batch == 0 else 40
-            payload = {"before": row if deleted else None, "after": None if deleted else row,
-                       "source": {"version": "3.6.1.Final", "connector": "postgresql", "name": "pg",
-                                  "ts_ms": row["updated_at"], "snapshot": "true" if batch == 0 else "false",
-                                  "db": "shop", "sequence": None, "schema": "public", "table": "orders",
-                                  "txId": 700 + batch, "lsn": FIRST_LSN if batch == 0 else lsn, "xmin": None},
-                       "transaction": None, "op": op, "ts_ms": row["updated_at"] + 5}
+            payload = {
+                "before": row if deleted else None,
+                "after": None if deleted else row,
+                "source": {
+                    "version": "3.6.1.Final",
+                    "connector": "postgresql",
+                    "name": "pg",
+                    "ts_ms": row["updated_at"],
+                    "snapshot": "true" if batch == 0 else "false",
+                    "db": "shop",
+                    "sequence": None,
+                    "schema": "public",
+                    "table": "orders",
+                    "txId": 700 + batch,
+                    "lsn": FIRST_LSN if batch == 0 else lsn,
+                    "xmin": None,
+                },
+                "transaction": None,
+                "op": op,
+                "ts_ms": row["updated_at"] + 5,
+            }
             key = {"order_id": row["order_id"]}
             if schemas:
                 payload, key = {"schema": value_schema, "payload": payload}, {"schema": key_schema, "payload": key}
-            messages.append((json.dumps(key, separators=(",", ":")).encode(),
-                             json.dumps(payload, separators=(",", ":")).encode(), None))
+            messages.append(
+                (
+                    json.dumps(key, separators=(",", ":")).encode(),
+                    json.dumps(payload, separators=(",", ":")).encode(),
+                    None,
+                )
+            )
     return messages
 
 
 def _envelope_schema() -> dict:
-    row = {"type": "struct", "optional": True, "name": "pg.public.orders.Value",
-           "fields": [{"type": CONNECT_TYPES[f.type], "optional": f.name != "order_id", "field": f.name} for f in ROW]}
-    source = {"type": "struct", "optional": False, "name": "io.debezium.connector.postgresql.Source", "field": "source",
-              "fields": [{"type": "string", "optional": False, "field": "connector"},
-                         {"type": "int64", "optional": False, "field": "ts_ms"},
-                         {"type": "int64", "optional": True, "field": "lsn"}]}
-    return {"type": "struct", "optional": False, "name": "pg.public.orders.Envelope", "version": 2, "fields": [
-        dict(row, field="before"), dict(row, field="after"), source,
-        {"type": "string", "optional": False, "field": "op"}, {"type": "int64", "optional": True, "field": "ts_ms"}]}
+    row = {
+        "type": "struct",
+        "optional": True,
+        "name": "pg.public.orders.Value",
+        "fields": [{"type": CONNECT_TYPES[f.type], "optional": f.name != "order_id", "field": f.name} for f in ROW],
+    }
+    source = {
+        "type": "struct",
+        "optional": False,
+        "name": "io.debezium.connector.postgresql.Source",
+        "field": "source",
+        "fields": [
+            {"type": "string", "optional": False, "field": "connector"},
+            {"type": "int64", "optional": False, "field": "ts_ms"},
+            {"type": "int64", "optional": True, "field": "lsn"},
+        ],
+    }
+    return {
+        "type": "struct",
+        "optional": False,
+        "name": "pg.public.orders.Envelope",
+        "version": 2,
+        "fields": [
+            dict(row, field="before"),
+            dict(row, field="after"),
+            source,
+            {"type": "string", "optional": False, "field": "op"},
+            {"type": "int64", "optional": True, "field": "ts_ms"},
+        ],
+    }
 
 
 # -- decode ---------------------------------------------------------------------------------------
 
+
 def decoder(topic: str) -> RecordDecoder:
     if topic == "plain":
-        return RecordDecoder(FormatSpec("json", SCHEMA), FormatSpec("none", None),
-                             required_fields=("order_id", "updated_at"),
-                             deletes=Deletes(column="is_deleted", key_fields=("order_id", "region"),
-                                             ordering_field="updated_at"))
+        return RecordDecoder(
+            FormatSpec("json", SCHEMA),
+            FormatSpec("none", None),
+            required_fields=("order_id", "updated_at"),
+            deletes=Deletes(column="is_deleted", key_fields=("order_id", "region"), ordering_field="updated_at"),
+        )
     columns = EnvelopeColumns(((EnvelopeField.POSITION, "source_position"),))
     value = FormatSpec("json", ROW, json.dumps(to_avro_schema(ROW, "orders")))
-    return RecordDecoder(value, FormatSpec("json", pa.schema([("order_id", pa.string())])),
-                         required_fields=("order_id", "source_position"),
-                         deletes=Deletes(TombstonePolicy.DELETE, columns, ("order_id", "region"), "source_position"))
+    return RecordDecoder(
+        value,
+        FormatSpec("json", pa.schema([("order_id", pa.string())])),
+        required_fields=("order_id", "source_position"),
+        deletes=Deletes(TombstonePolicy.DELETE, columns, ("order_id", "region"), "source_position"),
+    )
 
 
 def decode_seconds(messages: dict[str, list[tuple[bytes, bytes, None]]]) -> dict[str, float]:
@@ -166,14 +233,22 @@ def decode_seconds(messages: dict[str, list[tuple[bytes, bytes, None]]]) -> dict
 
 def kafka_batch(messages: list[tuple[bytes, bytes, None]]) -> pa.RecordBatch:
     n = len(messages)
-    return pa.RecordBatch.from_arrays([
-        pa.array([k for k, _, _ in messages], pa.binary()), pa.array([v for _, v, _ in messages], pa.binary()),
-        pa.array(["t"] * n), pa.array([0] * n, pa.int32()), pa.array(range(n), pa.int64()),
-        pa.array([0] * n, pa.timestamp("us", tz="UTC")), pa.array([0] * n, pa.int32())],
-        schema=ARROW_SCHEMA_WITHOUT_HEADERS)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([k for k, _, _ in messages], pa.binary()),
+            pa.array([v for _, v, _ in messages], pa.binary()),
+            pa.array(["t"] * n),
+            pa.array([0] * n, pa.int32()),
+            pa.array(range(n), pa.int64()),
+            pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+            pa.array([0] * n, pa.int32()),
+        ],
+        schema=ARROW_SCHEMA_WITHOUT_HEADERS,
+    )
 
 
 # -- the job --------------------------------------------------------------------------------------
+
 
 def job(work: Path, w: W1, bootstrap: str, topic: str) -> PathResult:
     work.mkdir(parents=True)
@@ -181,21 +256,37 @@ def job(work: Path, w: W1, bootstrap: str, topic: str) -> PathResult:
     if topic != "plain":
         settings["table"].pop("delete_field")
         settings["table"]["ordering_field"] = "source_position"
-        settings["decode"] = {"key": {"format": "json"},
-                              "value": {"format": "json", "envelope": "debezium", "schema": ROW_DDL},
-                              "envelope_columns": {"position": "source_position"}}
+        settings["decode"] = {
+            "key": {"format": "json"},
+            "value": {"format": "json", "envelope": "debezium", "schema": ROW_DDL},
+            "envelope_columns": {"position": "source_position"},
+        }
     config_path = work / "orders.yaml"
     config_path.write_text(yaml.safe_dump(settings, sort_keys=False))
     log_path = work / "streamer.log"
-    code, wall, rss = run_measured(streaming.command(config_path), log_path)
+    code, _wall, rss = run_measured(streaming.command(config_path), log_path)
     log = log_path.read_text()
     if code != 0:
-        return PathResult(f"job-{topic}", f"job: {topic}", 0, 0.0, peak_rss=rss,
-                          details={"error": f"exit {code}, log {log_path}:\n" + "\n".join(log.splitlines()[-20:])})
+        return PathResult(
+            f"job-{topic}",
+            f"job: {topic}",
+            0,
+            0.0,
+            peak_rss=rss,
+            details={"error": f"exit {code}, log {log_path}:\n" + "\n".join(log.splitlines()[-20:])},
+        )
     done = streaming.batches(log)
     seconds = [b.seconds for b in done]
     # The first batch is the initial load; the rest are the upsert batches.
     upserts = sum(b.records for b in done[1:])
     span = (done[-1].ended - done[0].ended).total_seconds() if len(done) > 1 else 0.0
-    return PathResult(f"job-{topic}", f"job: streamer run --once, {topic}", upserts, span, seconds[1:],
-                      seconds[0] if seconds else None, peak_rss=rss, details={"micro_batches": len(done)})
+    return PathResult(
+        f"job-{topic}",
+        f"job: streamer run --once, {topic}",
+        upserts,
+        span,
+        seconds[1:],
+        seconds[0] if seconds else None,
+        peak_rss=rss,
+        details={"micro_batches": len(done)},
+    )

@@ -16,8 +16,9 @@ from bench.peers import PEERS, PeerInput
 
 def main(name: str, input_path: str, result_path: str) -> None:
     module, function = PEERS[name]
-    peer = PeerInput(**{k: Path(v) if k in ("workload", "table") else v
-                        for k, v in json.loads(Path(input_path).read_text()).items()})
+    peer = PeerInput(
+        **{k: Path(v) if k in ("workload", "table") else v for k, v in json.loads(Path(input_path).read_text()).items()}
+    )
     result = getattr(importlib.import_module(f"bench.peers.{module}"), function)(peer)
     Path(result_path).write_text(json.dumps(result.to_json()))
 

@@ -32,7 +32,9 @@ PARTITIONS = 2
 TRIGGER = "1 second"
 RATES = {"quick": (10_000, 30), "full": (50_000, 180)}  # records/s offered, seconds
 
-BATCH_LINE = re.compile(r"^(\S+ \S+) INFO streamer\.sink: orders batch (\d+): ([\d,]+) records, .* in ([\d.]+)s; lag \S+ ([\d,]+)$")
+BATCH_LINE = re.compile(
+    r"^(\S+ \S+) INFO streamer\.sink: orders batch (\d+): ([\d,]+) records, .* in ([\d.]+)s; lag \S+ ([\d,]+)$"
+)
 FRESHNESS = re.compile(r"orders batch (\d+) phases: .*; freshness ([\d.]+)s to ([\d.]+)s$")
 
 
@@ -42,18 +44,30 @@ def scenario(w: W1, work: Path) -> Section:
     with broker.kafka(work) as bootstrap:
         create_topic(bootstrap, TOPIC, partitions=PARTITIONS)
         result = _run(work, w, bootstrap, rate, seconds)
-    notes = [f"a producer offers {rate:,} records/s for {seconds}s (W1's events, JSON, stamped when sent); "
-             f"our job runs continuously beside it with a {TRIGGER} trigger and services off.",
-             "freshness: per micro-batch, from the Kafka timestamp of its oldest record to its commit; "
-             "lag: records behind the topic's end after each commit."]
-    section = Section(f"continuous ingestion: {rate:,} records/s offered for {seconds}s ({spark.MASTER})",
-                      "ours", [result], notes, result.details)
+    notes = [
+        f"a producer offers {rate:,} records/s for {seconds}s (W1's events, JSON, stamped when sent); "
+        f"our job runs continuously beside it with a {TRIGGER} trigger and services off.",
+        "freshness: per micro-batch, from the Kafka timestamp of its oldest record to its commit; "
+        "lag: records behind the topic's end after each commit.",
+    ]
+    section = Section(
+        f"continuous ingestion: {rate:,} records/s offered for {seconds}s ({spark.MASTER})",
+        "ours",
+        [result],
+        notes,
+        result.details,
+    )
     d = result.details
     if "freshness_p95" in d:
         section.checks = [
-            Check("lag while the rate holds", f"{d['lag_slope_per_second']:+,.0f} records/s",
-                  f"does not grow (<= 1% of {rate:,}/s)", d["lag_slope_per_second"] <= rate / 100),
-            Check("p95 freshness", f"{d['freshness_p95']:.1f}s", "<= 5s", d["freshness_p95"] <= 5.0)]
+            Check(
+                "lag while the rate holds",
+                f"{d['lag_slope_per_second']:+,.0f} records/s",
+                f"does not grow (<= 1% of {rate:,}/s)",
+                d["lag_slope_per_second"] <= rate / 100,
+            ),
+            Check("p95 freshness", f"{d['freshness_p95']:.1f}s", "<= 5s", d["freshness_p95"] <= 5.0),
+        ]
     return section
 
 
@@ -63,8 +77,17 @@ def _run(work: Path, w: W1, bootstrap: str, rate: int, seconds: int) -> PathResu
     settings["stream"]["trigger_interval"] = TRIGGER
     config_path = work / "orders.yaml"
     config_path.write_text(yaml.safe_dump(settings, sort_keys=False))
-    argv = [sys.executable, "-m", "streamer.cli", "run", str(config_path), "--master", spark.MASTER,
-            "--log-level", "DEBUG"]
+    argv = [
+        sys.executable,
+        "-m",
+        "streamer.cli",
+        "run",
+        str(config_path),
+        "--master",
+        spark.MASTER,
+        "--log-level",
+        "DEBUG",
+    ]
     for key, value in spark.CONF.items():
         argv += ["--conf", f"{key}={value}"]
     log_path = work / "streamer.log"
@@ -76,29 +99,57 @@ def _run(work: Path, w: W1, bootstrap: str, rate: int, seconds: int) -> PathResu
         log = log_path.read_text()
         if producer is None:
             if "orders: streaming" in log:  # the query runs: the offer starts now
-                producer = subprocess.Popen([sys.executable, "-m", "bench.continuous", "produce", bootstrap,
-                                             str(rate), str(seconds)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+                producer = subprocess.Popen(
+                    [sys.executable, "-m", "bench.continuous", "produce", bootstrap, str(rate), str(seconds)],
+                    cwd=REPO,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
             return False
         if producer.poll() is None:
             return False
         if not produced_until:
             produced_until.append(time.time())
         lines = [m for m in map(BATCH_LINE.match, log.splitlines()) if m]
-        return bool(lines) and lines[-1][5] == "0" or time.time() > produced_until[0] + 300
+        return (bool(lines) and lines[-1][5] == "0") or time.time() > produced_until[0] + 300
 
-    code, wall, rss = run_measured(argv, log_path, stop_when=stop_when, timeout=seconds + 900)
+    code, _wall, rss = run_measured(argv, log_path, stop_when=stop_when, timeout=seconds + 900)
     sent = json.loads(producer.stdout.read()) if producer is not None else {}
     log = log_path.read_text()
-    batches = [(datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").timestamp(), int(m[3].replace(",", "")),
-                float(m[4]), int(m[5].replace(",", ""))) for m in map(BATCH_LINE.match, log.splitlines()) if m]
+    batches = [
+        (
+            datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").timestamp(),
+            int(m[3].replace(",", "")),
+            float(m[4]),
+            int(m[5].replace(",", "")),
+        )
+        for m in map(BATCH_LINE.match, log.splitlines())
+        if m
+    ]
     freshness = {int(m[1]): float(m[3]) for m in map(FRESHNESS.search, log.splitlines()) if m}
     offered = [b for b in batches if sent and sent["started"] <= b[0] <= sent["ended"]]
-    details = {"code": code, "offered_rate": rate, "offered_seconds": seconds, "sent": sent,
-               "batches": len(batches), **_lag_and_freshness(offered, freshness, batches)}
+    details = {
+        "code": code,
+        "offered_rate": rate,
+        "offered_seconds": seconds,
+        "sent": sent,
+        "batches": len(batches),
+        **_lag_and_freshness(offered, freshness, batches),
+    }
     records = sum(b[1] for b in offered)
     span = (offered[-1][0] - offered[0][0]) if len(offered) > 1 else 0.0
-    return PathResult("ours", f"ours: streamer run, trigger {TRIGGER}", records, span, [b[2] for b in offered],
-                      None, None, None, rss, details)
+    return PathResult(
+        "ours",
+        f"ours: streamer run, trigger {TRIGGER}",
+        records,
+        span,
+        [b[2] for b in offered],
+        None,
+        None,
+        None,
+        rss,
+        details,
+    )
 
 
 def _lag_and_freshness(offered: list[tuple], freshness: dict[int, float], batches: list[tuple]) -> dict:
@@ -111,17 +162,28 @@ def _lag_and_freshness(offered: list[tuple], freshness: dict[int, float], batche
     third = max(1, len(lags) // 3)
     ids = {b[0]: i for i, b in enumerate(batches)}
     fresh = sorted(freshness.get(ids[b[0]], 0.0) for b in offered)
-    return {"lag_first_third": statistics.mean(lags[:third]), "lag_last_third": statistics.mean(lags[-third:]),
-            "lag_slope_per_second": slope, "freshness_p50": fresh[len(fresh) // 2],
-            "freshness_p95": fresh[min(len(fresh) - 1, int(len(fresh) * 0.95))]}
+    return {
+        "lag_first_third": statistics.mean(lags[:third]),
+        "lag_last_third": statistics.mean(lags[-third:]),
+        "lag_slope_per_second": slope,
+        "freshness_p50": fresh[len(fresh) // 2],
+        "freshness_p95": fresh[min(len(fresh) - 1, int(len(fresh) * 0.95))],
+    }
 
 
 def produce(bootstrap: str, rate: int, seconds: int) -> dict:
     """Offer W1's events at `rate` records/s for `seconds`; prints what it sent as JSON."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 10_000,
-                         "queue.buffering.max.messages": 1_000_000, "compression.type": "none"})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "compression.type": "none",
+        }
+    )
     events = _events(rate * seconds)
     chunk = max(1, rate // 50)  # 20 ms of records at a time
     started = time.time()

@@ -108,9 +108,14 @@ def scenario(w: W1, work: Path) -> Section:
         started = time.monotonic()
         files[wn.initial_rows].write(wn.tables())
         print(f"  N={wn.initial_rows:,}: W1 written in {time.monotonic() - started:.1f}s", flush=True)
-    details: dict = {"sizes": [small.initial_rows, large.initial_rows], "batch_rows": small.batch_rows,
-                     "batches": small.batches - WARMUP_BATCHES, "warmup_batches": WARMUP_BATCHES,
-                     "buckets_per_partition": {}, "growth": {}}
+    details: dict = {
+        "sizes": [small.initial_rows, large.initial_rows],
+        "batch_rows": small.batch_rows,
+        "batches": small.batches - WARMUP_BATCHES,
+        "warmup_batches": WARMUP_BATCHES,
+        "buckets_per_partition": {},
+        "growth": {},
+    }
     results: list[PathResult] = []
     loaded: dict[tuple, tuple[Path, float]] = {}  # table key -> a copy of the loaded table, its load seconds
     keys = [(path.table_key(wn.initial_rows, small.initial_rows)) for path in PATHS.values() for wn in (small, large)]
@@ -122,12 +127,18 @@ def scenario(w: W1, work: Path) -> Section:
         for wn in (small, large):
             key = path.table_key(wn.initial_rows, small.initial_rows)
             table = path_work / f"table-{wn.initial_rows}"
-            keep = key not in loaded and key in keys[2 * (i + 1):]  # a later path can start from it
+            keep = key not in loaded and key in keys[2 * (i + 1) :]  # a later path can start from it
             seed = loaded.get(key)
-            tables.append({"workload": str(files[wn.initial_rows].directory), "table": str(table),
-                           "loaded": str(path_work / f"loaded-{wn.initial_rows}") if keep else None,
-                           "buckets": path.buckets(wn.initial_rows, small.initial_rows),
-                           "seed": str(seed[0]) if seed else None, "seed_load_seconds": seed[1] if seed else None})
+            tables.append(
+                {
+                    "workload": str(files[wn.initial_rows].directory),
+                    "table": str(table),
+                    "loaded": str(path_work / f"loaded-{wn.initial_rows}") if keep else None,
+                    "buckets": path.buckets(wn.initial_rows, small.initial_rows),
+                    "seed": str(seed[0]) if seed else None,
+                    "seed_load_seconds": seed[1] if seed else None,
+                }
+            )
             details["buckets_per_partition"].setdefault(name, {})[wn.initial_rows] = tables[-1]["buckets"]
         pair = _child(name, path, path_work, tables, (small, large))
         for wn, t, result in zip((small, large), tables, pair):
@@ -141,16 +152,22 @@ def scenario(w: W1, work: Path) -> Section:
             continue
         growth = {q: b.batch_percentile(q) / a.batch_percentile(q) for q in (50, 95)}
         details["growth"][name] = growth
-        notes.append(f"{path.label}: p50 {a.batch_percentile(50):.2f}s -> {b.batch_percentile(50):.2f}s "
-                     f"(x{growth[50]:.2f}), p95 {a.batch_percentile(95):.2f}s -> {b.batch_percentile(95):.2f}s "
-                     f"(x{growth[95]:.2f}) from N={small.initial_rows:,} to {large.initial_rows:,}")
+        notes.append(
+            f"{path.label}: p50 {a.batch_percentile(50):.2f}s -> {b.batch_percentile(50):.2f}s "
+            f"(x{growth[50]:.2f}), p95 {a.batch_percentile(95):.2f}s -> {b.batch_percentile(95):.2f}s "
+            f"(x{growth[95]:.2f}) from N={small.initial_rows:,} to {large.initial_rows:,}"
+        )
     if "ours" in details["growth"]:
         ratio = details["growth"]["ours"][50]
-        notes.append(f"target: ours' p50 at {FACTOR} N within {TARGET}x of N: x{ratio:.2f}, "
-                     f"{'met' if ratio <= TARGET else 'NOT met'}")
-    title = (f"Growth: per-batch upsert latency at N={small.initial_rows:,} and {large.initial_rows:,} rows, "
-             f"{small.batches - WARMUP_BATCHES} W1 batches of {small.batch_rows:,} records "
-             f"({spark.MASTER} for Spark paths)")
+        notes.append(
+            f"target: ours' p50 at {FACTOR} N within {TARGET}x of N: x{ratio:.2f}, "
+            f"{'met' if ratio <= TARGET else 'NOT met'}"
+        )
+    title = (
+        f"Growth: per-batch upsert latency at N={small.initial_rows:,} and {large.initial_rows:,} rows, "
+        f"{small.batches - WARMUP_BATCHES} W1 batches of {small.batch_rows:,} records "
+        f"({spark.MASTER} for Spark paths)"
+    )
     return Section(title, f"ours@{small.initial_rows}", results, notes, details)
 
 
@@ -163,18 +180,24 @@ def _child(name: str, path: GrowthPath, work: Path, tables: list[dict], ws: tupl
     """One path at both sizes in a process of its own (`CHILD`)."""
     child_input, result_path, log_path = work / "input.json", work / "result.json", work / "path.log"
     child_input.write_text(json.dumps({"kind": path.kind, "tables": tables}))
-    code, _, rss = run_measured([sys.executable, "-c", CHILD, str(child_input), str(result_path)],
-                                log_path)
+    code, _, rss = run_measured([sys.executable, "-c", CHILD, str(child_input), str(result_path)], log_path)
     names = [(f"{name}@{wn.initial_rows}", f"{path.label}, N={_short(wn.initial_rows)}") for wn in ws]
     if code != 0:
         tail = "\n".join(log_path.read_text().splitlines()[-20:])
-        return [PathResult(n, label, 0, 0.0, peak_rss=rss, details={"error": f"exit {code}, log {log_path}:\n{tail}"})
-                for n, label in names]
+        return [
+            PathResult(n, label, 0, 0.0, peak_rss=rss, details={"error": f"exit {code}, log {log_path}:\n{tail}"})
+            for n, label in names
+        ]
     results = [PathResult.from_json(r) for r in json.loads(result_path.read_text())]
     for (n, label), wn, t, result in zip(names, ws, tables, results):
         result.name, result.label, result.peak_rss, result.expected_rows = n, label, rss, wn.expected_rows()
-        result.details.update({"initial_rows": wn.initial_rows, "buckets_per_partition": t["buckets"],
-                               "loaded_from_copy": t["seed"] is not None})
+        result.details.update(
+            {
+                "initial_rows": wn.initial_rows,
+                "buckets_per_partition": t["buckets"],
+                "loaded_from_copy": t["seed"] is not None,
+            }
+        )
     return results
 
 
@@ -284,11 +307,15 @@ class _Delta:
         self.table = DeltaTable(self.path)
 
     def upsert(self, batch: pa.Table) -> None:
-        (self.table.merge(batch, "t.order_id = s.order_id AND t.region = s.region", source_alias="s", target_alias="t")
-         .when_matched_delete("s.is_deleted")
-         .when_matched_update_all("s.updated_at > t.updated_at", except_cols=["is_deleted"])
-         .when_not_matched_insert_all("NOT s.is_deleted", except_cols=["is_deleted"])
-         .execute())
+        (
+            self.table.merge(
+                batch, "t.order_id = s.order_id AND t.region = s.region", source_alias="s", target_alias="t"
+            )
+            .when_matched_delete("s.is_deleted")
+            .when_matched_update_all("s.updated_at > t.updated_at", except_cols=["is_deleted"])
+            .when_not_matched_insert_all("NOT s.is_deleted", except_cols=["is_deleted"])
+            .execute()
+        )
 
     def rows(self) -> int:
         from deltalake import DeltaTable
@@ -318,10 +345,12 @@ class _SparkCow:
 
         latest = Window.partitionBy("order_id").orderBy(F.col("updated_at").desc())
         current = self.spark.read.parquet(str(self.table / f"v{self.version}")).withColumn("is_deleted", F.lit(False))
-        merged = (current.unionByName(self.spark.createDataFrame(batch))
-                  .withColumn("rank", F.row_number().over(latest))
-                  .where("rank = 1 AND NOT is_deleted")
-                  .select(*TABLE_SCHEMA.names))
+        merged = (
+            current.unionByName(self.spark.createDataFrame(batch))
+            .withColumn("rank", F.row_number().over(latest))
+            .where("rank = 1 AND NOT is_deleted")
+            .select(*TABLE_SCHEMA.names)
+        )
         merged.write.partitionBy("region").parquet(str(self.table / f"v{self.version + 1}"))
         shutil.rmtree(self.table / f"v{self.version}")
         self.version += 1
@@ -330,8 +359,7 @@ class _SparkCow:
         return self.spark.read.parquet(str(self.table / f"v{self.version}")).count()
 
 
-KINDS = {"ours-spark": _Ours, "ours-python": _Ours, "hudi-spark": _Hudi, "delta-merge": _Delta,
-         "spark-cow": _SparkCow}
+KINDS = {"ours-spark": _Ours, "ours-python": _Ours, "hudi-spark": _Hudi, "delta-merge": _Delta, "spark-cow": _SparkCow}
 
 
 def run_path(kind: str, tables: list[dict]) -> list[PathResult]:
@@ -385,9 +413,19 @@ def _run_path(kind: str, tables: list[dict], engine) -> list[PathResult]:
     results = []
     for handle, timed, loaded_in, rows in zip(handles, seconds, load_seconds, batch_rows):
         counted = timed[WARMUP_BATCHES:]
-        records = sum(rows[WARMUP_BATCHES:len(timed)])
-        results.append(PathResult(kind, kind, records, sum(counted), counted, loaded_in, handle.rows(),
-                                  details={"warmup_batch_seconds": timed[:WARMUP_BATCHES]}))
+        records = sum(rows[WARMUP_BATCHES : len(timed)])
+        results.append(
+            PathResult(
+                kind,
+                kind,
+                records,
+                sum(counted),
+                counted,
+                loaded_in,
+                handle.rows(),
+                details={"warmup_batch_seconds": timed[:WARMUP_BATCHES]},
+            )
+        )
     return results
 
 

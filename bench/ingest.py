@@ -58,17 +58,21 @@ def scenario(w: W1, work: Path, skip: frozenset[str] = frozenset()) -> Section:
         print("  ours: streamer run --once", flush=True)
         results = list(streaming.run(work / "ours", w, bootstrap, TOPIC, TOPIC_PARTITIONS))
         print("  ours: streamer run --once, source.format kafka (Spark's own source)", flush=True)
-        results += streaming.run(work / "ours-spark-kafka", w, bootstrap, TOPIC, TOPIC_PARTITIONS,
-                                 source_format="kafka")
+        results += streaming.run(
+            work / "ours-spark-kafka", w, bootstrap, TOPIC, TOPIC_PARTITIONS, source_format="kafka"
+        )
         print(f"  ours: streamer run, trigger {CONTINUOUS_TRIGGER}", flush=True)
-        results += streaming.run(work / "ours-continuous", w, bootstrap, TOPIC, TOPIC_PARTITIONS,
-                                 trigger=CONTINUOUS_TRIGGER)
+        results += streaming.run(
+            work / "ours-continuous", w, bootstrap, TOPIC, TOPIC_PARTITIONS, trigger=CONTINUOUS_TRIGGER
+        )
         for name in (name for name in PEERS if name not in skip):
             print(f"  {name}", flush=True)
             results.append(peer(name, work / name, w, bootstrap))
     details["batch_mix"] = dict(zip(("updates", "inserts", "deletes"), w.batch_mix))
-    title = (f"W1 ingestion: {w.initial_rows:,} rows loaded, then {w.batches} upsert batches of "
-             f"{w.batch_rows:,} records ({spark.MASTER} for Spark paths)")
+    title = (
+        f"W1 ingestion: {w.initial_rows:,} rows loaded, then {w.batches} upsert batches of "
+        f"{w.batch_rows:,} records ({spark.MASTER} for Spark paths)"
+    )
     section = Section(title, "ours", results, NOTES, details)
     section.checks = targets(section, w)
     return section
@@ -95,11 +99,18 @@ def targets(section: Section, w: W1) -> list[Check]:
     checks.append(Check(f"p50 micro-batch of {w.batch_rows:,}", f"{p50:.2f}s", "<= 1.0s", p50 <= 1.0))
     if ours.load_seconds:
         load_rate = w.initial_rows / ours.load_seconds
-        checks.append(Check("initial load from Kafka", f"{load_rate:,.0f} records/s", ">= 200,000",
-                            load_rate >= 200_000))
+        checks.append(
+            Check("initial load from Kafka", f"{load_rate:,.0f} records/s", ">= 200,000", load_rate >= 200_000)
+        )
     peak, pss = ours.peak_rss.get("total", 0) / 2**30, ours.peak_rss.get("pss", 0) / 2**30
-    checks.append(Check("peak RSS of the whole job", f"{peak:.2f} GiB (PSS {pss:.2f} GiB)", "<= 2.5 GB (2.33 GiB)",
-                        peak <= 2.5e9 / 2**30))
+    checks.append(
+        Check(
+            "peak RSS of the whole job",
+            f"{peak:.2f} GiB (PSS {pss:.2f} GiB)",
+            "<= 2.5 GB (2.33 GiB)",
+            peak <= 2.5e9 / 2**30,
+        )
+    )
     return checks
 
 
@@ -113,18 +124,26 @@ def _produce(bootstrap: str, files: WorkloadFiles) -> dict:
     produce(bootstrap, TOPIC, records)
     seconds = time.monotonic() - started
     print(f"  produced {len(records):,} messages in {seconds:.1f}s", flush=True)
-    return {"topic_partitions": TOPIC_PARTITIONS, "messages": len(records),
-            "message_bytes": sum(len(value) for _, value, _ in records), "produce_seconds": seconds}
+    return {
+        "topic_partitions": TOPIC_PARTITIONS,
+        "messages": len(records),
+        "message_bytes": sum(len(value) for _, value, _ in records),
+        "produce_seconds": seconds,
+    }
 
 
 def peer(name: str, work: Path, w: W1, bootstrap: str) -> PathResult:
     """Run one peer through `bench.child` and add the memory sampled from outside."""
     work.mkdir(parents=True)
     peer_input, result_path, log_path = work / "input.json", work / "result.json", work / "peer.log"
-    peer_input.write_text(json.dumps({"workload": str(work.parent / "w1"), "table": str(work / "table"),
-                                      "bootstrap": bootstrap, "topic": TOPIC}))
-    code, _, rss = run_measured([sys.executable, "-m", "bench.child", name, str(peer_input), str(result_path)],
-                                log_path)
+    peer_input.write_text(
+        json.dumps(
+            {"workload": str(work.parent / "w1"), "table": str(work / "table"), "bootstrap": bootstrap, "topic": TOPIC}
+        )
+    )
+    code, _, rss = run_measured(
+        [sys.executable, "-m", "bench.child", name, str(peer_input), str(result_path)], log_path
+    )
     if code != 0:
         tail = "\n".join(log_path.read_text().splitlines()[-20:])
         return PathResult(name, name, 0, 0.0, peak_rss=rss, details={"error": f"exit {code}, log {log_path}:\n{tail}"})

@@ -8,6 +8,7 @@ what a Python-heavy path adds).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import statistics
@@ -15,9 +16,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import psutil
 
@@ -54,9 +55,13 @@ class PathResult:
         return ordered[min(len(ordered) - 1, max(0, -(-q * len(ordered) // 100) - 1))]
 
     def to_json(self) -> dict:
-        return {**asdict(self), "records_per_second": self.records_per_second,
-                "p50_batch_seconds": self.batch_percentile(50), "p95_batch_seconds": self.batch_percentile(95),
-                "mean_batch_seconds": statistics.fmean(self.batch_seconds) if self.batch_seconds else None}
+        return {
+            **asdict(self),
+            "records_per_second": self.records_per_second,
+            "p50_batch_seconds": self.batch_percentile(50),
+            "p95_batch_seconds": self.batch_percentile(95),
+            "mean_batch_seconds": statistics.fmean(self.batch_seconds) if self.batch_seconds else None,
+        }
 
     @classmethod
     def from_json(cls, obj: dict) -> PathResult:
@@ -88,10 +93,8 @@ class PeakRss:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
+            with contextlib.suppress(psutil.Error):  # the root exited or a process vanished between listing and reading
                 self._sample()
-            except psutil.Error:
-                pass  # the root exited or a process vanished between listing and reading
             self._stop.wait(SAMPLE_SECONDS)
 
     def _sample(self) -> None:
@@ -105,7 +108,8 @@ class PeakRss:
         if self._samples % self.PSS_EVERY == 0:
             now["pss"] = sum(_pss(pid) for pid in procs)
         self._samples += 1
-        for pid, (parent, is_jvm, rss) in procs.items():
+        for ppid, is_jvm, rss in procs.values():
+            parent = ppid
             while parent in procs and not procs[parent][1]:
                 parent = procs[parent][0]
             role = "jvm" if is_jvm else "workers" if parent in procs else "driver"
@@ -127,8 +131,13 @@ def _pss(pid: int) -> int:
     return 0
 
 
-def run_measured(argv: list[str], log_path: Path, env: dict[str, str] | None = None,
-                 timeout: float = 3600, stop_when: Callable[[], bool] | None = None) -> tuple[int, float, dict[str, int]]:
+def run_measured(
+    argv: list[str],
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 3600,
+    stop_when: Callable[[], bool] | None = None,
+) -> tuple[int, float, dict[str, int]]:
     """Run a command from the repo root with its output in `log_path`; returns its exit code,
     wall seconds and the peak RSS per role of its process tree. A command that runs until
     stopped (a continuous job) gets SIGTERM once `stop_when()` is true."""

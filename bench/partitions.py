@@ -46,8 +46,13 @@ NOTES = [
 ]
 
 
-def scenario(w: W1, work: Path, partitions: tuple[int, ...] = PARTITIONS, s3: W1 | None = S3_SIZE,
-             s3_partitions: tuple[int, ...] | None = None) -> Section:
+def scenario(
+    w: W1,
+    work: Path,
+    partitions: tuple[int, ...] = PARTITIONS,
+    s3: W1 | None = S3_SIZE,
+    s3_partitions: tuple[int, ...] | None = None,
+) -> Section:
     """`partitions` counts at W1's size; S3 at `s3`'s size (None: no S3 part) over `s3_partitions`
     (default: the same counts)."""
     results: list[PathResult] = []
@@ -73,8 +78,10 @@ def scenario(w: W1, work: Path, partitions: tuple[int, ...] = PARTITIONS, s3: W1
             broker.delete_topic(bootstrap, topic)
         if s3 is not None:
             details["s3"] = _s3(work / "s3", s3, s3_partitions or partitions, bootstrap)
-    title = (f"W1 over many partitions ({BUCKETS} buckets each): {w.initial_rows:,} rows loaded, then "
-             f"{w.batches} upsert batches of {w.batch_rows:,} records ({spark.MASTER})")
+    title = (
+        f"W1 over many partitions ({BUCKETS} buckets each): {w.initial_rows:,} rows loaded, then "
+        f"{w.batches} upsert batches of {w.batch_rows:,} records ({spark.MASTER})"
+    )
     section = Section(title, f"ours-p{partitions[0]}", results, NOTES, details)
     section.tables = [_shape_table(section, partitions)]
     if s3 is not None:
@@ -96,23 +103,33 @@ def _pairs(section: Section, partitions: tuple[int, ...]):
 
 
 def _shape_table(section: Section, partitions: tuple[int, ...]) -> str:
-    header = (f"{'partitions':>10}  {'groups':>6}  {'ours rec/s':>10}  {'p50 s':>6}  {'p95 s':>6}  {'load s':>6}  "
-              f"{'load rec/s':>10}  {'delta rec/s':>11}  {'ours/delta':>10}  {'peak RSS MB':>11}  {'peak PSS MB':>11}")
-    lines = ["by partition count (ours: the job's upsert batches; delta: delta-rs merge of the same events)",
-             header, "-" * len(header)]
+    header = (
+        f"{'partitions':>10}  {'groups':>6}  {'ours rec/s':>10}  {'p50 s':>6}  {'p95 s':>6}  {'load s':>6}  "
+        f"{'load rec/s':>10}  {'delta rec/s':>11}  {'ours/delta':>10}  {'peak RSS MB':>11}  {'peak PSS MB':>11}"
+    )
+    lines = [
+        "by partition count (ours: the job's upsert batches; delta: delta-rs merge of the same events)",
+        header,
+        "-" * len(header),
+    ]
     for count, ours, delta in _pairs(section, partitions):
         rate = ours.records_per_second
         load_rate = ours.details["load_records"] / ours.load_seconds if ours.load_seconds else 0
         delta_rate = f"{delta.records_per_second:,.0f}" if delta else "failed"
         ratio = f"{rate / delta.records_per_second:.2f}x" if delta else "-"
-        lines.append(f"{count:>10,}  {count * BUCKETS:>6,}  {rate:>10,.0f}  {ours.batch_percentile(50):>6.2f}  "
-                     f"{ours.batch_percentile(95):>6.2f}  {ours.load_seconds:>6.1f}  {load_rate:>10,.0f}  "
-                     f"{delta_rate:>11}  {ratio:>10}  {ours.peak_rss.get('total', 0) / 2**20:>11,.0f}  "
-                     f"{ours.peak_rss.get('pss', 0) / 2**20:>11,.0f}")
+        lines.append(
+            f"{count:>10,}  {count * BUCKETS:>6,}  {rate:>10,.0f}  {ours.batch_percentile(50):>6.2f}  "
+            f"{ours.batch_percentile(95):>6.2f}  {ours.load_seconds:>6.1f}  {load_rate:>10,.0f}  "
+            f"{delta_rate:>11}  {ratio:>10}  {ours.peak_rss.get('total', 0) / 2**20:>11,.0f}  "
+            f"{ours.peak_rss.get('pss', 0) / 2**20:>11,.0f}"
+        )
     names = list(next(iter(section.results)).details.get("load_phases", {}))
     if names:
-        lines += ["", "the initial load's phases (seconds; fetch, decode, route and write are task-seconds)",
-                  f"{'partitions':>10}  " + "  ".join(f"{n:>7}" for n in names)]
+        lines += [
+            "",
+            "the initial load's phases (seconds; fetch, decode, route and write are task-seconds)",
+            f"{'partitions':>10}  " + "  ".join(f"{n:>7}" for n in names),
+        ]
         for count, ours, _ in _pairs(section, partitions):
             lines.append(f"{count:>10,}  " + "  ".join(f"{ours.details['load_phases'].get(n, 0):>7.2f}" for n in names))
     return "\n".join(lines)
@@ -132,15 +149,29 @@ def _s3(work: Path, w: W1, partitions: tuple[int, ...], bootstrap: str) -> dict:
             bucket = server.create_bucket(f"orders-p{count}")
             print(f"  ours on S3: {count:,} partitions", flush=True)
             mark = server.requests.mark()
-            ours, _ = streaming.run(here / "ours", wn, bootstrap, topic, TOPIC_PARTITIONS, name=f"ours-s3-p{count}",
-                                    table={"path": f"s3://{bucket}/orders", "storage_options": server.storage_options})
+            ours, _ = streaming.run(
+                here / "ours",
+                wn,
+                bootstrap,
+                topic,
+                TOPIC_PARTITIONS,
+                name=f"ours-s3-p{count}",
+                table={"path": f"s3://{bucket}/orders", "storage_options": server.storage_options},
+            )
             time.sleep(0.5)  # the server logs a request after answering it
-            job = [r for r in server.requests.timed(mark, bucket)  # not the bench's own read of the table
-                   if r[0] <= datetime.fromisoformat(ours.details["exited"])]
-            found[count] = {"requests": _per_batch(job, ours.details["batches"]),
-                            "records_per_second": ours.records_per_second, "load_seconds": ours.load_seconds,
-                            "p50_batch_seconds": ours.batch_percentile(50), "rows": ours.table_rows,
-                            "expected_rows": ours.expected_rows}
+            job = [
+                r
+                for r in server.requests.timed(mark, bucket)  # not the bench's own read of the table
+                if r[0] <= datetime.fromisoformat(ours.details["exited"])
+            ]
+            found[count] = {
+                "requests": _per_batch(job, ours.details["batches"]),
+                "records_per_second": ours.records_per_second,
+                "load_seconds": ours.load_seconds,
+                "p50_batch_seconds": ours.batch_percentile(50),
+                "rows": ours.table_rows,
+                "expected_rows": ours.expected_rows,
+            }
             broker.delete_topic(bootstrap, topic)
     return found
 
@@ -149,8 +180,10 @@ def _per_batch(requests: list, batches: list[dict]) -> list[dict]:
     """Each micro-batch's requests by kind: those logged after the previous commit, up to its own
     (the first batch's from the job's start); then what the job did after its last commit."""
     ends = [datetime.fromisoformat(b["ended"]) for b in batches]
-    shares = [{"batch_id": b["batch_id"], "records": b["records"], "files": b["files"], **dict.fromkeys(KINDS, 0)}
-              for b in batches] + [{"batch_id": "after", "records": 0, "files": 0, **dict.fromkeys(KINDS, 0)}]
+    shares = [
+        {"batch_id": b["batch_id"], "records": b["records"], "files": b["files"], **dict.fromkeys(KINDS, 0)}
+        for b in batches
+    ] + [{"batch_id": "after", "records": 0, "files": 0, **dict.fromkeys(KINDS, 0)}]
     at = 0
     for logged, kind in requests:
         while at < len(ends) and logged > ends[at]:
@@ -168,18 +201,29 @@ def _s3_mean(found: dict, kind: str) -> float:
 
 
 def _s3_table(s3: dict, w: W1) -> str:
-    header = (f"{'partitions':>10}  {'groups':>6}  {'batch':>6}  {'records':>8}  {'data files':>10}  "
-              + "  ".join(f"{k:>6}" for k in KINDS) + f"  {'total':>6}")
-    lines = [f"S3 requests per micro-batch ({w.initial_rows:,} rows loaded, then {w.batches} batches of "
-             f"{w.batch_rows:,}; batch 0 is the load)", header, "-" * len(header)]
+    header = (
+        f"{'partitions':>10}  {'groups':>6}  {'batch':>6}  {'records':>8}  {'data files':>10}  "
+        + "  ".join(f"{k:>6}" for k in KINDS)
+        + f"  {'total':>6}"
+    )
+    lines = [
+        f"S3 requests per micro-batch ({w.initial_rows:,} rows loaded, then {w.batches} batches of "
+        f"{w.batch_rows:,}; batch 0 is the load)",
+        header,
+        "-" * len(header),
+    ]
     for count, found in s3.items():
         for b in found["requests"]:
-            lines.append(f"{count:>10,}  {count * BUCKETS:>6,}  {b['batch_id']!s:>6}  {b['records']:>8,}  "
-                         f"{b['files']:>10,}  " + "  ".join(f"{b[k]:>6,}" for k in KINDS)
-                         + f"  {sum(b[k] for k in KINDS):>6,}")
+            lines.append(
+                f"{count:>10,}  {count * BUCKETS:>6,}  {b['batch_id']!s:>6}  {b['records']:>8,}  "
+                f"{b['files']:>10,}  " + "  ".join(f"{b[k]:>6,}" for k in KINDS) + f"  {sum(b[k] for k in KINDS):>6,}"
+            )
         means = {k: _s3_mean(found, k) for k in (*KINDS, "files")}
-        lines.append(f"{count:>10,}  {count * BUCKETS:>6,}  {'mean':>6}  {'upserts':>8}  {means['files']:>10,.1f}  "
-                     + "  ".join(f"{means[k]:>6,.1f}" for k in KINDS) + f"  {sum(means[k] for k in KINDS):>6,.1f}")
+        lines.append(
+            f"{count:>10,}  {count * BUCKETS:>6,}  {'mean':>6}  {'upserts':>8}  {means['files']:>10,.1f}  "
+            + "  ".join(f"{means[k]:>6,.1f}" for k in KINDS)
+            + f"  {sum(means[k] for k in KINDS):>6,.1f}"
+        )
     return "\n".join(lines)
 
 
@@ -207,9 +251,11 @@ def targets(section: Section, partitions: tuple[int, ...]) -> list[Check]:
     if 8 in s3 and 400 in s3:
         for kind in ("LIST", "HEAD"):
             few, many = _s3_mean(s3[8], kind), _s3_mean(s3[400], kind)
-            checks.append(Check(f"S3 {kind} per batch at 400 over at 8", f"{many:.1f} / {few:.1f}", "<= 1.2x",
-                                many <= 1.2 * few))
+            checks.append(
+                Check(f"S3 {kind} per batch at 400 over at 8", f"{many:.1f} / {few:.1f}", "<= 1.2x", many <= 1.2 * few)
+            )
         few, many = (_s3_mean(s3[n], "PUT") - _s3_mean(s3[n], "files") for n in (8, 400))
-        checks.append(Check("S3 PUTs beyond data files, 400 over 8", f"{many:.1f} / {few:.1f}", "<= 1.2x",
-                            many <= 1.2 * few))
+        checks.append(
+            Check("S3 PUTs beyond data files, 400 over 8", f"{many:.1f} / {few:.1f}", "<= 1.2x", many <= 1.2 * few)
+        )
     return checks

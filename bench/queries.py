@@ -67,22 +67,39 @@ CHILD = "import sys; from bench.queries import _child; _child(*sys.argv[1:])"
 
 SQL = {
     "count": "SELECT count(*) AS n FROM t",
-    "aggregate": ("SELECT region, status, count(*) AS n, sum(amount) AS amount, min(customer) AS customer, "
-                  "max(order_id) AS order_id, max(note) AS note, max(updated_at) AS updated_at "
-                  "FROM t GROUP BY region, status"),
-    "selective": ("SELECT status, count(*) AS n, sum(amount) AS amount FROM t "
-                  "WHERE updated_at BETWEEN {lo} AND {hi} GROUP BY status"),
+    "aggregate": (
+        "SELECT region, status, count(*) AS n, sum(amount) AS amount, min(customer) AS customer, "
+        "max(order_id) AS order_id, max(note) AS note, max(updated_at) AS updated_at "
+        "FROM t GROUP BY region, status"
+    ),
+    "selective": (
+        "SELECT status, count(*) AS n, sum(amount) AS amount FROM t "
+        "WHERE updated_at BETWEEN {lo} AND {hi} GROUP BY status"
+    ),
 }
 
 #: layout -> engine -> queries, in the order they run; a result is named `engine-query-layout`.
 PLAN = {
-    "logs": {"spark": ("count", "aggregate", "ro-count"), "hudi": ("count", "aggregate", "ro-count"),
-             "python": ("snapshot", "ro-scan"), "hudi-rs": ("snapshot", "ro-scan")},
-    "compacted": {"spark": ("count", "aggregate", "selective", "parquet"), "hudi": ("count", "aggregate", "selective"),
-                  "python": ("snapshot", "selective"), "hudi-rs": ("snapshot", "selective"),
-                  "pyarrow": ("rg-filter", "what-if")},
-    "sorted": {"spark": ("selective", "parquet"), "hudi": ("selective",), "python": ("selective",),
-               "hudi-rs": ("selective",), "pyarrow": ("rg-filter", "what-if")},
+    "logs": {
+        "spark": ("count", "aggregate", "ro-count"),
+        "hudi": ("count", "aggregate", "ro-count"),
+        "python": ("snapshot", "ro-scan"),
+        "hudi-rs": ("snapshot", "ro-scan"),
+    },
+    "compacted": {
+        "spark": ("count", "aggregate", "selective", "parquet"),
+        "hudi": ("count", "aggregate", "selective"),
+        "python": ("snapshot", "selective"),
+        "hudi-rs": ("snapshot", "selective"),
+        "pyarrow": ("rg-filter", "what-if"),
+    },
+    "sorted": {
+        "spark": ("selective", "parquet"),
+        "hudi": ("selective",),
+        "python": ("selective",),
+        "hudi-rs": ("selective",),
+        "pyarrow": ("rg-filter", "what-if"),
+    },
 }
 LABELS = {
     ("spark", "count"): "spark mor: count(*)",
@@ -124,16 +141,18 @@ def scenario(w: W1, work: Path) -> Section:
     layouts = {}
     server = _SparkServer(work / "spark", path, window, w)
     try:
-        for layout in PLAN:
+        for layout, engines in PLAN.items():
             if layout == "compacted":
                 details["compaction_seconds"] = _compact(table)
             elif layout == "sorted":
                 details["clustering_seconds"] = _sort(table)
             layouts[layout] = _layout(table)
             details["pushdown"][layout] = pushdown_check(path, window)
-            print(f"  {layout}: {layouts[layout]['base_files']} base files, {layouts[layout]['log_files']} "
-                  "log files", flush=True)
-            for engine, queries in PLAN[layout].items():
+            print(
+                f"  {layout}: {layouts[layout]['base_files']} base files, {layouts[layout]['log_files']} log files",
+                flush=True,
+            )
+            for engine, queries in engines.items():
                 print(f"    {engine}: {', '.join(queries)}", flush=True)
                 if engine == "spark":
                     results += server.layout(layout)
@@ -144,9 +163,11 @@ def scenario(w: W1, work: Path) -> Section:
     details["layouts"] = layouts
     ratios = _ratios(results)
     details["ratios"] = ratios
-    title = (f"W1 queries: {w.expected_rows():,} live rows in {layouts['logs']['file_groups']} file groups, "
-             f"{layouts['logs']['log_files']} log files before compaction ({spark.MASTER} for Spark; "
-             f"median of {REPETITIONS})")
+    title = (
+        f"W1 queries: {w.expected_rows():,} live rows in {layouts['logs']['file_groups']} file groups, "
+        f"{layouts['logs']['log_files']} log files before compaction ({spark.MASTER} for Spark; "
+        f"median of {REPETITIONS})"
+    )
     return Section(title, BASELINE, results, _notes(details, ratios, layouts, results), details)
 
 
@@ -158,8 +179,12 @@ def _window(table: MorTable) -> dict:
     values = table.snapshot(columns=[SORT_COLUMN])[SORT_COLUMN].combine_chunks()
     column = values.take(pc.sort_indices(values))
     k = max(1, math.ceil(SELECTIVE_SHARE * len(column)))
-    return {"lo": column[len(column) - k].as_py(), "hi": column[len(column) - 1].as_py(), "rows": k,
-            "share": k / len(column)}
+    return {
+        "lo": column[len(column) - k].as_py(),
+        "hi": column[len(column) - 1].as_py(),
+        "rows": k,
+        "share": k / len(column),
+    }
 
 
 def _compact(table: MorTable) -> float:
@@ -179,8 +204,13 @@ def _sort(table: MorTable) -> float:
     from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
 
     buckets = max(_layout(table)["buckets_per_partition"].values())
-    policy = ClusteringPolicy(split_threshold_bytes=HUGE, merge_threshold_bytes=0, min_buckets=buckets,
-                              max_buckets=max(buckets, 1024), sort_columns=(SORT_COLUMN,))
+    policy = ClusteringPolicy(
+        split_threshold_bytes=HUGE,
+        merge_threshold_bytes=0,
+        min_buckets=buckets,
+        max_buckets=max(buckets, 1024),
+        sort_columns=(SORT_COLUMN,),
+    )
     started = time.monotonic()
     with table.writer(WriteOptions(initial_buckets=INITIAL_BUCKETS, delete_field="is_deleted")) as writer:
         instant = schedule_clustering(writer, policy)
@@ -207,9 +237,11 @@ def _layout(table: MorTable) -> dict:
         column = parquet.read(columns=[SORT_COLUMN])[SORT_COLUMN]
         sorted_files += bool(len(column) < 2 or pc.all(pc.greater_equal(column[1:], column[:-1])).as_py())
     return {
-        "file_groups": len(slices), "buckets_per_partition": per_partition,
+        "file_groups": len(slices),
+        "buckets_per_partition": per_partition,
         "log_files": sum(len(s.log_files) for s in slices),
-        "base_files": len(base_rows), "base_rows": sum(base_rows),
+        "base_files": len(base_rows),
+        "base_rows": sum(base_rows),
         "base_bytes": sum(s.base_file.size for s in slices if s.base_file),
         "log_bytes": sum(f.size for s in slices for f in s.log_files),
         "row_groups_per_base_file": max(row_groups, default=0),
@@ -236,33 +268,55 @@ def pushdown_check(path: Path, window: dict) -> dict:
     list(reader.pushFilters(offered))
     tasks = reader.partitions()
     handed_on = sum(b.num_rows for task in tasks for b in reader.read(task))
-    return {"filters_offered": len(offered), "predicates_taken": len(reader.predicates), "tasks": len(tasks),
-            "slices": len(table.read_plan()[0]), "rows_handed_to_spark": handed_on,
-            "rows": table.snapshot(columns=["order_id"]).num_rows}
+    return {
+        "filters_offered": len(offered),
+        "predicates_taken": len(reader.predicates),
+        "tasks": len(tasks),
+        "slices": len(table.read_plan()[0]),
+        "rows_handed_to_spark": handed_on,
+        "rows": table.snapshot(columns=["order_id"]).num_rows,
+    }
 
 
 # -- one engine's queries on one layout, in a process of its own -----------------------------------
 
 
-def _run_child(engine: str, queries: tuple[str, ...], layout: str, path: Path, work: Path, window: dict,
-               w: W1) -> list[PathResult]:
+def _run_child(
+    engine: str, queries: tuple[str, ...], layout: str, path: Path, work: Path, window: dict, w: W1
+) -> list[PathResult]:
     run_dir = work / f"{engine}-{layout}"
     run_dir.mkdir()
-    spec = {"table": str(path), "queries": queries, "window": window, "live": w.expected_rows(),
-            "what_if_dir": str(run_dir / "what-if")}
+    spec = {
+        "table": str(path),
+        "queries": queries,
+        "window": window,
+        "live": w.expected_rows(),
+        "what_if_dir": str(run_dir / "what-if"),
+    }
     load_before = os.getloadavg()[0]
     (run_dir / "input.json").write_text(json.dumps(spec))
-    code, wall, rss = run_measured([sys.executable, "-c", CHILD, engine, str(run_dir / "input.json"),
-                                    str(run_dir / "result.json")], run_dir / "child.log")
+    code, wall, rss = run_measured(
+        [sys.executable, "-c", CHILD, engine, str(run_dir / "input.json"), str(run_dir / "result.json")],
+        run_dir / "child.log",
+    )
     if code != 0:
         return _failed(engine, queries, layout, f"exit {code}", run_dir / "child.log", rss)
     got = json.loads((run_dir / "result.json").read_text())
-    return _path_results(engine, queries, layout, got, window, w, rss,
-                         {"process_seconds": wall, "load_average": [load_before, os.getloadavg()[0]]})
+    return _path_results(
+        engine,
+        queries,
+        layout,
+        got,
+        window,
+        w,
+        rss,
+        {"process_seconds": wall, "load_average": [load_before, os.getloadavg()[0]]},
+    )
 
 
-def _path_results(engine: str, queries: tuple[str, ...], layout: str, got: list[dict], window: dict, w: W1,
-                  rss: dict, details: dict) -> list[PathResult]:
+def _path_results(
+    engine: str, queries: tuple[str, ...], layout: str, got: list[dict], window: dict, w: W1, rss: dict, details: dict
+) -> list[PathResult]:
     out = []
     for query, one in zip(queries, got):
         if query in ("selective", "parquet") or engine == "pyarrow":
@@ -271,17 +325,31 @@ def _path_results(engine: str, queries: tuple[str, ...], layout: str, got: list[
             expected = None  # base files only: as many rows as the last compaction left
         else:
             expected = w.expected_rows()
-        out.append(PathResult(f"{engine}-{query}-{layout}", f"{LABELS[engine, query]} [{layout}]", one["covered"],
-                              statistics.median(one["seconds"]), one["seconds"], table_rows=one["rows"],
-                              expected_rows=expected, peak_rss=rss, details={**details, **one.get("details", {})}))
+        out.append(
+            PathResult(
+                f"{engine}-{query}-{layout}",
+                f"{LABELS[engine, query]} [{layout}]",
+                one["covered"],
+                statistics.median(one["seconds"]),
+                one["seconds"],
+                table_rows=one["rows"],
+                expected_rows=expected,
+                peak_rss=rss,
+                details={**details, **one.get("details", {})},
+            )
+        )
     return out
 
 
 def _failed(engine: str, queries: tuple[str, ...], layout: str, why: str, log: Path, rss: dict) -> list[PathResult]:
     tail = "\n".join(log.read_text().splitlines()[-20:]) if log.exists() else ""
     error = f"{why}, log {log}:\n{tail}"
-    return [PathResult(f"{engine}-{q}-{layout}", f"{LABELS[engine, q]} [{layout}]", 0, 0.0, peak_rss=rss,
-                       details={"error": error}) for q in queries]
+    return [
+        PathResult(
+            f"{engine}-{q}-{layout}", f"{LABELS[engine, q]} [{layout}]", 0, 0.0, peak_rss=rss, details={"error": error}
+        )
+        for q in queries
+    ]
 
 
 class _SparkServer:
@@ -293,8 +361,13 @@ class _SparkServer:
         directory.mkdir()
         self.directory, self.window, self.w = directory, window, w
         self.results: list[PathResult] = []
-        spec = {"table": str(path), "layouts": {k: v["spark"] for k, v in PLAN.items() if "spark" in v},
-                "window": window, "live": w.expected_rows(), "control": str(directory)}
+        spec = {
+            "table": str(path),
+            "layouts": {k: v["spark"] for k, v in PLAN.items() if "spark" in v},
+            "window": window,
+            "live": w.expected_rows(),
+            "control": str(directory),
+        }
         (directory / "input.json").write_text(json.dumps(spec))
         self.outcome: dict = {}
         argv = [sys.executable, "-c", CHILD, "spark", str(directory / "input.json"), str(directory / "result.json")]
@@ -303,7 +376,8 @@ class _SparkServer:
 
     def _run(self, argv: list[str]) -> None:
         self.outcome["code"], self.outcome["wall"], self.outcome["rss"] = run_measured(
-            argv, self.directory / "child.log")
+            argv, self.directory / "child.log"
+        )
 
     def layout(self, layout: str) -> list[PathResult]:
         queries = PLAN[layout]["spark"]
@@ -312,13 +386,22 @@ class _SparkServer:
         load_before = os.getloadavg()[0]
         while not done.exists():
             if not self.thread.is_alive():
-                out = _failed("spark", queries, layout, f"exit {self.outcome.get('code')}",
-                              self.directory / "child.log", {})
+                out = _failed(
+                    "spark", queries, layout, f"exit {self.outcome.get('code')}", self.directory / "child.log", {}
+                )
                 break
             time.sleep(0.2)
         else:
-            out = _path_results("spark", queries, layout, json.loads(done.read_text()), self.window, self.w, {},
-                                {"load_average": [load_before, os.getloadavg()[0]]})
+            out = _path_results(
+                "spark",
+                queries,
+                layout,
+                json.loads(done.read_text()),
+                self.window,
+                self.w,
+                {},
+                {"load_average": [load_before, os.getloadavg()[0]]},
+            )
         self.results += out
         return out
 
@@ -415,12 +498,17 @@ def _apache_hudi(spec: dict) -> list[dict]:
                 query_type, sql = "read_optimized", SQL["count"]
             elif query == "selective":
                 sql = _selective_sql(spec["window"])
-            judge.sql(f"CREATE OR REPLACE TEMPORARY VIEW t USING hudi OPTIONS (path '{spec['table']}', "
-                      f"'hoodie.datasource.query.type' '{query_type}')")
+            judge.sql(
+                f"CREATE OR REPLACE TEMPORARY VIEW t USING hudi OPTIONS (path '{spec['table']}', "
+                f"'hoodie.datasource.query.type' '{query_type}')"
+            )
             seconds, rows = _timed(lambda: judge.sql(sql), warm_up=i == 0)
             counted = sum(rows.column("n").to_pylist())
-            out.append(_query_result(seconds, counted, counted if query == "ro-count" else live, sql=sql,
-                                     hudi=judge.versions.get("hudi")))
+            out.append(
+                _query_result(
+                    seconds, counted, counted if query == "ro-count" else live, sql=sql, hudi=judge.versions.get("hudi")
+                )
+            )
     finally:
         judge.stop()
     return out
@@ -439,8 +527,12 @@ def _python(spec: dict) -> list[dict]:
         else:
             window = spec["window"]
             predicates = [Predicate(SORT_COLUMN, ">=", window["lo"]), Predicate(SORT_COLUMN, "<=", window["hi"])]
-            seconds, rows = _timed(lambda: _group(_in_window(
-                table.snapshot(columns=list(SELECTIVE_COLUMNS), predicates=predicates), window)), warm_up=True)
+            seconds, rows = _timed(
+                lambda: _group(
+                    _in_window(table.snapshot(columns=list(SELECTIVE_COLUMNS), predicates=predicates), window)
+                ),
+                warm_up=True,
+            )
             out.append(_query_result(seconds, rows, live))
     return out
 
@@ -464,8 +556,11 @@ def _hudi_rs(spec: dict) -> list[dict]:
             out.append(_query_result(seconds, rows, rows))
         else:
             window = spec["window"]
-            options = (hudi.HudiReadOptions().with_projection(list(SELECTIVE_COLUMNS))
-                       .with_filters([(SORT_COLUMN, ">=", str(window["lo"])), (SORT_COLUMN, "<=", str(window["hi"]))]))
+            options = (
+                hudi.HudiReadOptions()
+                .with_projection(list(SELECTIVE_COLUMNS))
+                .with_filters([(SORT_COLUMN, ">=", str(window["lo"])), (SORT_COLUMN, "<=", str(window["hi"]))])
+            )
             # hudi-rs applies the filter; filtering again is a no-op that keeps the check honest
             seconds, rows = _timed(lambda: _group(_in_window(read(options), window)), warm_up=True)
             out.append(_query_result(seconds, rows, live))
@@ -482,10 +577,18 @@ def _pyarrow(spec: dict) -> list[dict]:
             files = _rewrite_row_groups(files, Path(spec["what_if_dir"]))
         dataset = ds.dataset(files, format="parquet")
         condition = (ds.field(SORT_COLUMN) >= window["lo"]) & (ds.field(SORT_COLUMN) <= window["hi"])
-        seconds, rows = _timed(lambda: _group(dataset.to_table(columns=list(SELECTIVE_COLUMNS), filter=condition)),
-                               warm_up=True)
-        out.append(_query_result(seconds, rows, live, row_groups_read=_row_groups_read(files, window),
-                                 row_groups=sum(pq.ParquetFile(f).metadata.num_row_groups for f in files)))
+        seconds, rows = _timed(
+            lambda: _group(dataset.to_table(columns=list(SELECTIVE_COLUMNS), filter=condition)), warm_up=True
+        )
+        out.append(
+            _query_result(
+                seconds,
+                rows,
+                live,
+                row_groups_read=_row_groups_read(files, window),
+                row_groups=sum(pq.ParquetFile(f).metadata.num_row_groups for f in files),
+            )
+        )
     return out
 
 
@@ -504,8 +607,9 @@ def _rewrite_row_groups(files: list[str], directory: Path) -> list[str]:
     for i, f in enumerate(files):
         rows = pq.read_table(f)
         out.append(str(directory / f"{i:04d}.parquet"))
-        pq.write_table(rows, out[-1], row_group_size=max(1, math.ceil(rows.num_rows / WHAT_IF_ROW_GROUPS)),
-                       compression="snappy")
+        pq.write_table(
+            rows, out[-1], row_group_size=max(1, math.ceil(rows.num_rows / WHAT_IF_ROW_GROUPS)), compression="snappy"
+        )
     return out
 
 
@@ -540,11 +644,26 @@ def _ratios(results: list[PathResult]) -> dict:
     """Speedups (before seconds / after seconds) of the same query on two layouts."""
     by_name = {r.name: r for r in results if "error" not in r.details and r.seconds > 0}
     out = {}
-    for before, after, queries in (("logs", "compacted", ("spark-count", "spark-aggregate", "hudi-count",
-                                                          "hudi-aggregate", "python-snapshot", "hudi-rs-snapshot")),
-                                   ("compacted", "sorted", ("spark-selective", "hudi-selective", "python-selective",
-                                                            "hudi-rs-selective", "spark-parquet", "pyarrow-rg-filter",
-                                                            "pyarrow-what-if"))):
+    for before, after, queries in (
+        (
+            "logs",
+            "compacted",
+            ("spark-count", "spark-aggregate", "hudi-count", "hudi-aggregate", "python-snapshot", "hudi-rs-snapshot"),
+        ),
+        (
+            "compacted",
+            "sorted",
+            (
+                "spark-selective",
+                "hudi-selective",
+                "python-selective",
+                "hudi-rs-selective",
+                "spark-parquet",
+                "pyarrow-rg-filter",
+                "pyarrow-what-if",
+            ),
+        ),
+    ):
         for q in queries:
             a, b = by_name.get(f"{q}-{before}"), by_name.get(f"{q}-{after}")
             if a and b:
@@ -565,19 +684,31 @@ def _notes(details: dict, ratios: dict, layouts: dict, results: list[PathResult]
     what_if = ratios.get("pyarrow-what-if sorted vs pyarrow-rg-filter compacted")
 
     spark_sort = ratios.get("spark-selective: sorted vs compacted")
-    verdict = ("no result" if spark_sort is None else
-               f"{'met' if spark_sort >= TARGET_SPEEDUP else 'MISSED'} ({spark_sort:.2f}x)")
+    verdict = (
+        "no result"
+        if spark_sort is None
+        else f"{'met' if spark_sort >= TARGET_SPEEDUP else 'MISSED'} ({spark_sort:.2f}x)"
+    )
     seconds = {r.name: r.seconds for r in results if "error" not in r.details}
     mor, native = seconds.get("spark-selective-sorted"), seconds.get("spark-parquet-sorted")
-    overhead = ([] if not (mor and native) else [
-        f"on the sorted layout Spark's own Parquet scan of the same base files runs the selective aggregate in "
-        f"{native:.2f}s, the mor source in {mor:.2f}s ({push['sorted']['slices']} slices in "
-        f"{push['sorted']['tasks']} tasks)."])
+    overhead = (
+        []
+        if not (mor and native)
+        else [
+            f"on the sorted layout Spark's own Parquet scan of the same base files runs the selective aggregate in "
+            f"{native:.2f}s, the mor source in {mor:.2f}s ({push['sorted']['slices']} slices in "
+            f"{push['sorted']['tasks']} tasks)."
+        ]
+    )
     loads = [x for r in results for x in r.details.get("load_average", ())]
-    groups = {r.name: (r.details.get("row_groups_read"), r.details.get("row_groups")) for r in results
-              if "row_groups" in r.details}
-    skipping = "; ".join(f"{name.removeprefix('pyarrow-')}: {read} of {total}"
-                         for name, (read, total) in groups.items())
+    groups = {
+        r.name: (r.details.get("row_groups_read"), r.details.get("row_groups"))
+        for r in results
+        if "row_groups" in r.details
+    }
+    skipping = "; ".join(
+        f"{name.removeprefix('pyarrow-')}: {read} of {total}" for name, (read, total) in groups.items()
+    )
     return [
         "records = the live rows a query is over (read-optimized: rows in the base files); seconds = the median "
         f"of {REPETITIONS} timed runs after an untimed one (Spark: only before its first query through each "
@@ -602,13 +733,18 @@ def _notes(details: dict, ratios: dict, layouts: dict, results: list[PathResult]
         "selective aggregate speedup after sort clustering (compacted s / sorted s): "
         f"{speedups(': sorted vs compacted')}. Target >= {TARGET_SPEEDUP}x for Spark over the mor source: {verdict}.",
         "pushdown: the mor source takes "
-        + "; ".join(f"on {name}: {p['predicates_taken']} of the {p['filters_offered']} {SORT_COLUMN} filters as "
-                    f"predicates, and hands Spark {p['rows_handed_to_spark']:,} of {p['rows']:,} rows"
-                    for name, p in push.items())
+        + "; ".join(
+            f"on {name}: {p['predicates_taken']} of the {p['filters_offered']} {SORT_COLUMN} filters as "
+            f"predicates, and hands Spark {p['rows_handed_to_spark']:,} of {p['rows']:,} rows"
+            for name, p in push.items()
+        )
         + " (a slice without log files is read by row group statistics and filtered before Spark; one with log "
-          "files is merged whole, then filtered)"
-        + ("." if what_if is None else
-           f"; sorted files of {WHAT_IF_ROW_GROUPS} row groups against the compacted files: {what_if:.2f}x."),
+        "files is merged whole, then filtered)"
+        + (
+            "."
+            if what_if is None
+            else f"; sorted files of {WHAT_IF_ROW_GROUPS} row groups against the compacted files: {what_if:.2f}x."
+        ),
         *overhead,
         f"row groups a statistics filter must read for the window (exact, unlike the timings): {skipping}.",
         f"1-minute load average on this {os.cpu_count()}-core machine during the measurements: "

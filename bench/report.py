@@ -41,9 +41,15 @@ class Section:
         return next(r for r in self.results if r.name == name)
 
     def to_json(self) -> dict:
-        return {"title": self.title, "baseline": self.baseline, "notes": self.notes, "details": self.details,
-                "results": [r.to_json() for r in self.results], "checks": [asdict(c) for c in self.checks],
-                "tables": self.tables}
+        return {
+            "title": self.title,
+            "baseline": self.baseline,
+            "notes": self.notes,
+            "details": self.details,
+            "results": [r.to_json() for r in self.results],
+            "checks": [asdict(c) for c in self.checks],
+            "tables": self.tables,
+        }
 
 
 COLUMNS = (  # header, width, value of a result given the baseline's records/s
@@ -79,8 +85,10 @@ def table(section: Section) -> str:
     lines += [f"* {note}" for note in section.notes]
     lines += phase_table(section)
     if section.checks:
-        lines += ["", "targets"] + [f"  {'met    ' if c.met else 'NOT MET'}  {c.target:<36} {c.measured:>20}  (want {c.wanted})"
-                                    for c in section.checks]
+        lines += ["", "targets"] + [
+            f"  {'met    ' if c.met else 'NOT MET'}  {c.target:<36} {c.measured:>20}  (want {c.wanted})"
+            for c in section.checks
+        ]
     return "\n".join(lines)
 
 
@@ -91,9 +99,12 @@ def phase_table(section: Section) -> list[str]:
     if not timed:
         return []
     names = list(timed[0].details["phases"])
-    lines = ["", "where a micro-batch's time goes (median seconds; fetch, decode, route and write are "
-             "task-seconds summed over the batch's tasks, jobs the wall time of its Spark jobs)",
-             "  ".join(_cell(h, w, i) for i, (h, w) in enumerate([("path", 44), *((n, 8) for n in names)]))]
+    lines = [
+        "",
+        "where a micro-batch's time goes (median seconds; fetch, decode, route and write are "
+        "task-seconds summed over the batch's tasks, jobs the wall time of its Spark jobs)",
+        "  ".join(_cell(h, w, i) for i, (h, w) in enumerate([("path", 44), *((n, 8) for n in names)])),
+    ]
     for r in timed:
         values = [r.label] + [f"{r.details['phases'].get(n, 0):.2f}" for n in names]
         lines.append("  ".join(_cell(v, 44 if i == 0 else 8, i) for i, v in enumerate(values)))
@@ -104,8 +115,18 @@ def write(out: Path, size: str, w: W1, machine: dict, seconds: float, sections: 
     """`<size>.json` and the plots of each scenario under `out`; returns the files written."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{size}.json"
-    path.write_text(json.dumps({"size": size, "workload": asdict(w), "seconds": seconds, "machine": machine,
-                                "scenarios": {name: s.to_json() for name, s in sections.items()}}, indent=2))
+    path.write_text(
+        json.dumps(
+            {
+                "size": size,
+                "workload": asdict(w),
+                "seconds": seconds,
+                "machine": machine,
+                "scenarios": {name: s.to_json() for name, s in sections.items()},
+            },
+            indent=2,
+        )
+    )
     written = [path]
     for name, section in sections.items():
         written += plots(out / f"{size}-{name}", section)
@@ -137,8 +158,11 @@ def plots(prefix: Path, section: Section) -> list[Path]:
 
     throughput = prefix.with_name(prefix.name + "-records-per-second.png")
     fig, ax = plt.subplots(figsize=(9, 0.5 * len(done) + 1.5))
-    ax.barh([r.label for r in done], [r.records_per_second for r in done],
-            color=["tab:red" if r.name == section.baseline else "tab:blue" for r in done])
+    ax.barh(
+        [r.label for r in done],
+        [r.records_per_second for r in done],
+        color=["tab:red" if r.name == section.baseline else "tab:blue" for r in done],
+    )
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set(title=_wrap(f"{section.title}: records/s"), xlabel="records/s (log scale)")

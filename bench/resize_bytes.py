@@ -30,18 +30,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
+import numpy as np
+import pyarrow as pa
 
-from table.index import consistent_hashing as ring  # noqa: E402
-from table.mor_table import MorTable, TableSpec  # noqa: E402
-from table.services.clustering.execute import execute_clustering  # noqa: E402
-from table.plans.clustering import ClusteringGroup, PlannedSlice, read_clustering_plan  # noqa: E402
-from table.services.clustering.planner import ClusteringPolicy, schedule_clustering  # noqa: E402
-from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction  # noqa: E402
-from table.storage.file_io import Storage  # noqa: E402
-from table.storage.layout import BaseFileName, LogFileName, partition_file_path  # noqa: E402
-from table.timeline.commit_metadata import WriteStat  # noqa: E402
+from table.index import consistent_hashing as ring
+from table.mor_table import MorTable, TableSpec
+from table.plans.clustering import ClusteringGroup, PlannedSlice, read_clustering_plan
+from table.services.clustering.execute import execute_clustering
+from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
+from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
+from table.storage.file_io import Storage
+from table.storage.layout import BaseFileName, LogFileName, partition_file_path
+from table.timeline.commit_metadata import WriteStat
 from table.write.writer import WriteOptions
 
 BOUND = 1.1
@@ -57,13 +57,39 @@ SPLIT_FACTOR = 4  # a bucket splits above this many times the median bucket size
 SORT_COLUMNS = ("customer",)
 KEY_CHUNK = 200_000
 QUICK_ROWS = 100_000
-SCHEMA = pa.schema([("order_id", pa.string()), ("customer", pa.string()), ("region", pa.string()),
-                    ("amount", pa.float64()), ("status", pa.string()), ("note", pa.string()),
-                    ("updated_at", pa.int64())])
+SCHEMA = pa.schema(
+    [
+        ("order_id", pa.string()),
+        ("customer", pa.string()),
+        ("region", pa.string()),
+        ("amount", pa.float64()),
+        ("status", pa.string()),
+        ("note", pa.string()),
+        ("updated_at", pa.int64()),
+    ]
+)
 DELETE_FIELD = "is_deleted"  # in the change rows, not a table column: the writer drops it
 SPEC = TableSpec("orders", SCHEMA, ("order_id",), "updated_at", ("region",))
-WORDS = ("parcel", "courier", "delayed", "address", "updated", "refund", "partial", "express", "gift",
-         "wrap", "customer", "called", "warehouse", "backorder", "priority", "invoice", "sent", "again")
+WORDS = (
+    "parcel",
+    "courier",
+    "delayed",
+    "address",
+    "updated",
+    "refund",
+    "partial",
+    "express",
+    "gift",
+    "wrap",
+    "customer",
+    "called",
+    "warehouse",
+    "backorder",
+    "priority",
+    "invoice",
+    "sent",
+    "again",
+)
 
 
 # -- data ----------------------------------------------------------------------------------------
@@ -87,16 +113,18 @@ class Orders:
         n = len(index)
         updated_at = self.clock + np.arange(n, dtype=np.int64)
         self.clock += n
-        return pa.table({
-            "order_id": pa.array(self.keys[index], pa.string()),
-            "customer": pa.array(self.customers[index], pa.string()),
-            "region": pa.array(self.regions[index], pa.string()),
-            "amount": pa.array(np.round(self.rng.uniform(5, 2_000, n), 2)),
-            "status": pa.array([status] * n, pa.string()),
-            "note": pa.array(self.notes[self.rng.integers(0, len(self.notes), n)], pa.string()),
-            "updated_at": pa.array(updated_at),
-            DELETE_FIELD: pa.array(np.full(n, deleted)),
-        })
+        return pa.table(
+            {
+                "order_id": pa.array(self.keys[index], pa.string()),
+                "customer": pa.array(self.customers[index], pa.string()),
+                "region": pa.array(self.regions[index], pa.string()),
+                "amount": pa.array(np.round(self.rng.uniform(5, 2_000, n), 2)),
+                "status": pa.array([status] * n, pa.string()),
+                "note": pa.array(self.notes[self.rng.integers(0, len(self.notes), n)], pa.string()),
+                "updated_at": pa.array(updated_at),
+                DELETE_FIELD: pa.array(np.full(n, deleted)),
+            }
+        )
 
 
 def skewed_keys(rows: int, seed: int) -> list[str]:
@@ -115,7 +143,7 @@ def skewed_keys(rows: int, seed: int) -> list[str]:
             kind[(hashes >= lo) & (hashes < hi)] = k
         for k, quota in enumerate(quotas):
             need = quota - len(picked[k])
-            picked[k].extend(candidates[i] for i in np.flatnonzero(kind == k)[:max(need, 0)])
+            picked[k].extend(candidates[i] for i in np.flatnonzero(kind == k)[: max(need, 0)])
         start += KEY_CHUNK
     return [key for p in picked for key in p]
 
@@ -172,23 +200,33 @@ def latest_sizes(table: MorTable) -> dict[tuple[str, str], int]:
 
 def split_policy(table: MorTable, split_point: str) -> ClusteringPolicy:
     sizes = latest_sizes(table).values()
-    return ClusteringPolicy(split_threshold_bytes=SPLIT_FACTOR * int(statistics.median(sizes)),
-                            merge_threshold_bytes=0, split_point=split_point)
+    return ClusteringPolicy(
+        split_threshold_bytes=SPLIT_FACTOR * int(statistics.median(sizes)),
+        merge_threshold_bytes=0,
+        split_point=split_point,
+    )
 
 
 def merge_policy(bucket_bytes: int) -> Callable[[MorTable], ClusteringPolicy]:
     """Merge runs of buckets up to half of `bucket_bytes` (the median bucket before the deletes);
     nothing splits."""
+
     def policy(table: MorTable) -> ClusteringPolicy:
-        return ClusteringPolicy(split_threshold_bytes=max(latest_sizes(table).values()),
-                                merge_threshold_bytes=bucket_bytes // 2)
+        return ClusteringPolicy(
+            split_threshold_bytes=max(latest_sizes(table).values()), merge_threshold_bytes=bucket_bytes // 2
+        )
+
     return policy
 
 
 def sort_policy(table: MorTable) -> ClusteringPolicy:
     """Sort the buckets of one partition (the others stay as they are); nothing splits or merges."""
-    return ClusteringPolicy(split_threshold_bytes=max(latest_sizes(table).values()), merge_threshold_bytes=0,
-                            sort_columns=SORT_COLUMNS, max_partitions=1)
+    return ClusteringPolicy(
+        split_threshold_bytes=max(latest_sizes(table).values()),
+        merge_threshold_bytes=0,
+        sort_columns=SORT_COLUMNS,
+        max_partitions=1,
+    )
 
 
 @dataclass
@@ -236,11 +274,16 @@ class ScenarioResult:
         return self.rows_rewritten / (self.plan_seconds + self.execute_seconds)
 
     def to_json(self) -> dict:
-        return {**asdict(self), "ratio_written_to_touched": self.ratio,
-                "ratio_written_to_table": self.written_bytes / self.table_bytes,
-                "rows_per_second": self.rows_per_second, "within_bound": self.within_bound,
-                "split_balance": {f"{g.partition}/{g.inputs[0]}": g.balance
-                                  for g in self.group_results if g.kind == "split"}}
+        return {
+            **asdict(self),
+            "ratio_written_to_touched": self.ratio,
+            "ratio_written_to_table": self.written_bytes / self.table_bytes,
+            "rows_per_second": self.rows_per_second,
+            "within_bound": self.within_bound,
+            "split_balance": {
+                f"{g.partition}/{g.inputs[0]}": g.balance for g in self.group_results if g.kind == "split"
+            },
+        }
 
 
 def run_clustering(name: str, path: Path, policy_of: Callable[[MorTable], ClusteringPolicy]) -> ScenarioResult:
@@ -262,8 +305,11 @@ def run_clustering(name: str, path: Path, policy_of: Callable[[MorTable], Cluste
     execute_seconds = time.monotonic() - started
     files_after = data_files(table)
     in_plan = plan.file_groups() | plan.child_file_groups()
-    changed = sorted(f"{p}/{f}" for p, f in files_before.keys() | files_after.keys()
-                     if (p, f) not in in_plan and files_before.get((p, f)) != files_after.get((p, f)))
+    changed = sorted(
+        f"{p}/{f}"
+        for p, f in files_before.keys() | files_after.keys()
+        if (p, f) not in in_plan and files_before.get((p, f)) != files_after.get((p, f))
+    )
     return ScenarioResult(
         name=name,
         groups=dict(Counter(g.kind for g in plan.groups)),
@@ -284,10 +330,16 @@ def run_clustering(name: str, path: Path, policy_of: Callable[[MorTable], Cluste
 
 def group_result(storage: Storage, group: ClusteringGroup, stats: list[WriteStat]) -> GroupResult:
     by_file_id = {s.file_id: s for s in stats if s.partition_path == group.partition_path}
-    return GroupResult(group.kind, group.partition_path, group.file_ids,
-                       sum(slice_bytes(storage, s) for s in group.slices),
-                       {f: {"bytes": by_file_id[f].file_size_in_bytes, "rows": by_file_id[f].num_writes}
-                        for f in group.child_file_ids})
+    return GroupResult(
+        group.kind,
+        group.partition_path,
+        group.file_ids,
+        sum(slice_bytes(storage, s) for s in group.slices),
+        {
+            f: {"bytes": by_file_id[f].file_size_in_bytes, "rows": by_file_id[f].num_writes}
+            for f in group.child_file_ids
+        },
+    )
 
 
 # -- report --------------------------------------------------------------------------------------
@@ -298,31 +350,40 @@ def kib(n: int) -> str:
 
 
 def print_scenarios(results: list[ScenarioResult]) -> None:
-    header = (f"{'scenario':<30} {'groups':<18} {'buckets':>8} {'touched KiB':>12} {'written KiB':>12} "
-              f"{'w/touched':>9} {'untouched KiB':>13} {'same':>4} {'table KiB':>10} {'w/table':>7} "
-              f"{'plan s':>6} {'exec s':>6} {'rows':>9} {'rows/s':>9}")
+    header = (
+        f"{'scenario':<30} {'groups':<18} {'buckets':>8} {'touched KiB':>12} {'written KiB':>12} "
+        f"{'w/touched':>9} {'untouched KiB':>13} {'same':>4} {'table KiB':>10} {'w/table':>7} "
+        f"{'plan s':>6} {'exec s':>6} {'rows':>9} {'rows/s':>9}"
+    )
     print(header)
     print("-" * len(header))
     for r in results:
         groups = ", ".join(f"{n} {kind}" for kind, n in r.groups.items())
-        print(f"{r.name:<30} {groups:<18} {f'{r.buckets_touched}/{r.buckets_total}':>8} {kib(r.touched_bytes):>12} "
-              f"{kib(r.written_bytes):>12} {r.ratio:>9.3f} {kib(r.untouched_bytes):>13} "
-              f"{'yes' if r.untouched_unchanged else 'NO':>4} {kib(r.table_bytes):>10} "
-              f"{r.written_bytes / r.table_bytes:>7.3f} {r.plan_seconds:>6.2f} {r.execute_seconds:>6.2f} "
-              f"{r.rows_rewritten:>9,} {r.rows_per_second:>9,.0f}")
+        print(
+            f"{r.name:<30} {groups:<18} {f'{r.buckets_touched}/{r.buckets_total}':>8} {kib(r.touched_bytes):>12} "
+            f"{kib(r.written_bytes):>12} {r.ratio:>9.3f} {kib(r.untouched_bytes):>13} "
+            f"{'yes' if r.untouched_unchanged else 'NO':>4} {kib(r.table_bytes):>10} "
+            f"{r.written_bytes / r.table_bytes:>7.3f} {r.plan_seconds:>6.2f} {r.execute_seconds:>6.2f} "
+            f"{r.rows_rewritten:>9,} {r.rows_per_second:>9,.0f}"
+        )
     print()
     for r in results:
         extra = "" if r.untouched_unchanged else f" (files changed outside the plan: {r.changed_outside_plan})"
-        print(f"{r.name}: written/touched {r.ratio:.3f}, untouched groups unchanged: "
-              f"{'yes' if r.untouched_unchanged else 'no'}{extra} -> within {BOUND}x: "
-              f"{'yes' if r.within_bound else 'no'}")
+        print(
+            f"{r.name}: written/touched {r.ratio:.3f}, untouched groups unchanged: "
+            f"{'yes' if r.untouched_unchanged else 'no'}{extra} -> within {BOUND}x: "
+            f"{'yes' if r.within_bound else 'no'}"
+        )
     if any("sort" in r.groups for r in results):
-        print("note: a sort is not a resize; rows ordered by the sort columns compress differently "
-              "(keys compress worse out of key order), which is what moves its ratio, not extra buckets")
+        print(
+            "note: a sort is not a resize; rows ordered by the sort columns compress differently "
+            "(keys compress worse out of key order), which is what moves its ratio, not extra buckets"
+        )
 
 
 def print_split_balance(middle: ScenarioResult, distribution: ScenarioResult) -> None:
     """Children of each split bucket, larger/smaller by bytes, for both split points."""
+
     def splits(r: ScenarioResult) -> dict[tuple[str, str], GroupResult]:
         return {(g.partition, g.inputs[0]): g for g in r.group_results if g.kind == "split"}
 
@@ -334,15 +395,19 @@ def print_split_balance(middle: ScenarioResult, distribution: ScenarioResult) ->
 
     by_middle, by_distribution = splits(middle), splits(distribution)
     print("\nsplit children, KiB (larger/smaller by bytes):")
-    header = (f"{'partition':<16} {'bucket':<38} {'parent KiB':>10} {'middle children':>18} {'balance':>8} "
-              f"{'distribution children':>22} {'balance':>8}")
+    header = (
+        f"{'partition':<16} {'bucket':<38} {'parent KiB':>10} {'middle children':>18} {'balance':>8} "
+        f"{'distribution children':>22} {'balance':>8}"
+    )
     print(header)
     print("-" * len(header))
     for key in sorted(by_middle.keys() | by_distribution.keys()):
         m, d = by_middle.get(key), by_distribution.get(key)
         parent = (m or d).input_bytes
-        print(f"{key[0]:<16} {key[1]:<38} {kib(parent):>10} {children(m):>18} {balance(m):>8} "
-              f"{children(d):>22} {balance(d):>8}")
+        print(
+            f"{key[0]:<16} {key[1]:<38} {kib(parent):>10} {children(m):>18} {balance(m):>8} "
+            f"{children(d):>22} {balance(d):>8}"
+        )
 
 
 # -- main ----------------------------------------------------------------------------------------
@@ -389,20 +454,35 @@ def main() -> None:
         shutil.rmtree(work)
 
     hot = sum(share for *_, share in HOT_RANGES)
-    print(f"\n{rows:,} rows in {args.partitions} partition(s) of {args.initial_buckets} buckets, seed {args.seed}, "
-          f"{hot:.0%} of the keys in narrow hash ranges; built and compacted in {build_seconds:.1f} s")
-    print("touched: the planned slices' files; untouched: every other latest slice ('same': none of their "
-          "files created or deleted);\npeer: a full-table rewrite writes about 'table KiB' (all latest slices), "
-          "'w/table' is the share of it this resize wrote\n")
+    print(
+        f"\n{rows:,} rows in {args.partitions} partition(s) of {args.initial_buckets} buckets, seed {args.seed}, "
+        f"{hot:.0%} of the keys in narrow hash ranges; built and compacted in {build_seconds:.1f} s"
+    )
+    print(
+        "touched: the planned slices' files; untouched: every other latest slice ('same': none of their "
+        "files created or deleted);\npeer: a full-table rewrite writes about 'table KiB' (all latest slices), "
+        "'w/table' is the share of it this resize wrote\n"
+    )
     print_scenarios(results)
     print_split_balance(results[0], results[1])
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "rows": rows, "partitions": args.partitions, "initial_buckets": args.initial_buckets, "seed": args.seed,
-        "bound": BOUND, "hot_ranges": HOT_RANGES, "build_seconds": build_seconds, "cpus": os.cpu_count(),
-        "scenarios": [r.to_json() for r in results],
-    }, indent=2))
+    args.out.write_text(
+        json.dumps(
+            {
+                "rows": rows,
+                "partitions": args.partitions,
+                "initial_buckets": args.initial_buckets,
+                "seed": args.seed,
+                "bound": BOUND,
+                "hot_ranges": HOT_RANGES,
+                "build_seconds": build_seconds,
+                "cpus": os.cpu_count(),
+                "scenarios": [r.to_json() for r in results],
+            },
+            indent=2,
+        )
+    )
     print(f"\nwritten to {args.out}")
 
 

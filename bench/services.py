@@ -64,17 +64,23 @@ RESIZE_MAX_ROWS = 400_000  # bench.resize_bytes' default table size
 
 COMPACTION_RUNS = {  # name -> (label, services section of the YAML, over streaming.SERVICES_OFF)
     "compaction-off": ("ours: compaction off", {}),
-    "compaction-async": (f"ours: compaction async, every {EVERY}",
-                         {"compaction": {"mode": "async", "every_delta_commits": EVERY}}),
-    "compaction-inline": (f"ours: compaction inline, every {EVERY}",
-                          {"compaction": {"mode": "inline", "every_delta_commits": EVERY}}),
+    "compaction-async": (
+        f"ours: compaction async, every {EVERY}",
+        {"compaction": {"mode": "async", "every_delta_commits": EVERY}},
+    ),
+    "compaction-inline": (
+        f"ours: compaction inline, every {EVERY}",
+        {"compaction": {"mode": "inline", "every_delta_commits": EVERY}},
+    ),
 }
 BOUND = 3  # services.compaction.max_log_files_per_group of the bounded run
 SLOW_COMPACTION_INTERVALS = 3  # a held compaction lasts about this many batch-to-batch intervals
 SLOW_RUNS = {  # name -> (label, compaction section): async compactions held at compaction.files_written
     "compaction-async-held": ("ours: compaction async, held {held:.0f}s", {}),
-    "compaction-async-held-bounded": (f"ours: async, held {{held:.0f}}s, bound {BOUND}",
-                                      {"max_log_files_per_group": BOUND}),
+    "compaction-async-held-bounded": (
+        f"ours: async, held {{held:.0f}}s, bound {BOUND}",
+        {"max_log_files_per_group": BOUND},
+    ),
 }
 DUAL_CLASSES = {  # class of a batch of run (b) -> label
     "outside": "(b) no resize pending",
@@ -82,9 +88,13 @@ DUAL_CLASSES = {  # class of a batch of run (b) -> label
     "held": "(b) dual writes, resize held",
 }
 
-BATCH_LINE = re.compile(r"^(\S+ \S+) INFO streamer\.sink: orders batch (\d+): ([\d,]+) records, .*, (\d+) files "
-                        r"-> deltacommit (\d+) in ([\d.]+)s")
-SERVICE_LINE = re.compile(r"^(\S+ \S+) INFO streamer\.scheduler: orders: (compaction|clustering) (\d+) done in ([\d.]+)s")
+BATCH_LINE = re.compile(
+    r"^(\S+ \S+) INFO streamer\.sink: orders batch (\d+): ([\d,]+) records, .*, (\d+) files "
+    r"-> deltacommit (\d+) in ([\d.]+)s"
+)
+SERVICE_LINE = re.compile(
+    r"^(\S+ \S+) INFO streamer\.scheduler: orders: (compaction|clustering) (\d+) done in ([\d.]+)s"
+)
 
 
 @dataclass(frozen=True)
@@ -103,8 +113,12 @@ def scenario(w: W1, work: Path) -> Section:
     loaded = work / "loaded"
     started = time.monotonic()
     load_ours(loaded, files.load(), BUCKETS)
-    details: dict = {"load_seconds": time.monotonic() - started, "buckets_per_partition": BUCKETS,
-                     "warmup_batches": WARMUP_BATCHES, "runs": {}}
+    details: dict = {
+        "load_seconds": time.monotonic() - started,
+        "buckets_per_partition": BUCKETS,
+        "warmup_batches": WARMUP_BATCHES,
+        "runs": {},
+    }
     results: list[PathResult] = []
     notes = [
         f"every run: `streamer run --once` ({spark.MASTER}) from a copy of the same table ({w.initial_rows:,} "
@@ -127,9 +141,14 @@ def scenario(w: W1, work: Path) -> Section:
         held = max(PAUSE_MIN_SECONDS, SLOW_COMPACTION_INTERVALS * statistics.median(off.intervals()))
         for name, (label, bound) in SLOW_RUNS.items():
             print(f"  {name} (compactions held {held:.0f}s)", flush=True)
-            runs[name] = _run(work / name, w, bootstrap, loaded,
-                              {"compaction": {"mode": "async", "every_delta_commits": EVERY, **bound}},
-                              env={PAUSE_ENV_VAR: f"compaction.files_written={held:.1f}"})
+            runs[name] = _run(
+                work / name,
+                w,
+                bootstrap,
+                loaded,
+                {"compaction": {"mode": "async", "every_delta_commits": EVERY, **bound}},
+                env={PAUSE_ENV_VAR: f"compaction.files_written={held:.1f}"},
+            )
             results.append(_compaction_result(name, label.format(held=held), w, runs[name], details["load_seconds"]))
             details["runs"][name] = {**runs[name].summary(), "compaction_held_seconds": held}
         # One resize, planned after the warm-up batch and a third of the others (the count is of
@@ -142,19 +161,35 @@ def scenario(w: W1, work: Path) -> Section:
         pause = max(PAUSE_MIN_SECONDS, (counted // 2 + 1) * statistics.median(off.intervals()))
         threshold = SPLIT_MARGIN * max(latest_sizes(MorTable.load(str(loaded))).values())
         print(f"  dual-writes (resize held {pause:.0f}s)", flush=True)
-        dual = _run(work / "dual-writes", w, bootstrap, loaded,
-                    {"clustering": {"mode": "async", "every_delta_commits": every}},
-                    index={"initial_buckets": BUCKETS, "split_threshold_mb": threshold / MIB, "merge_threshold_mb": 0},
-                    env={PAUSE_ENV_VAR: f"clustering.files_written={pause:.1f}"})
-        details["runs"]["dual-writes"] = {**dual.summary(), "pause_seconds": pause, "split_threshold_bytes": threshold,
-                                          "clustering_every_delta_commits": every}
+        dual = _run(
+            work / "dual-writes",
+            w,
+            bootstrap,
+            loaded,
+            {"clustering": {"mode": "async", "every_delta_commits": every}},
+            index={"initial_buckets": BUCKETS, "split_threshold_mb": threshold / MIB, "merge_threshold_mb": 0},
+            env={PAUSE_ENV_VAR: f"clustering.files_written={pause:.1f}"},
+        )
+        details["runs"]["dual-writes"] = {
+            **dual.summary(),
+            "pause_seconds": pause,
+            "split_threshold_bytes": threshold,
+            "clustering_every_delta_commits": every,
+        }
         print("  compaction-off, again (the machine's drift over the runs)", flush=True)
         again = _run(work / "compaction-off-again", w, bootstrap, loaded, {})
         details["runs"]["compaction-off-again"] = again.summary()
-    results.insert(1, _compaction_result("compaction-off-again", "ours: compaction off, run again last", w, again,
-                                         details["load_seconds"]))
-    results.append(_compaction_result("clustering-async", "(b) ours: clustering async, all batches", w, dual,
-                                      details["load_seconds"]))
+    results.insert(
+        1,
+        _compaction_result(
+            "compaction-off-again", "ours: compaction off, run again last", w, again, details["load_seconds"]
+        ),
+    )
+    results.append(
+        _compaction_result(
+            "clustering-async", "(b) ours: clustering async, all batches", w, dual, details["load_seconds"]
+        )
+    )
     classes, resizes = _dual_writes(dual)
     details["dual_writes"] = {"classes": {k: [b.instant for b in v] for k, v in classes.items()}, "resizes": resizes}
     for key, label in DUAL_CLASSES.items():
@@ -162,8 +197,15 @@ def scenario(w: W1, work: Path) -> Section:
     print("  resize bytes (bench.resize_bytes split)", flush=True)
     split = _resize_split(work / "resize", w)
     details["resize_split"] = split.to_json()
-    results.append(PathResult("resize-split", "(c) resize_bytes: one split plan", split.rows_rewritten,
-                              split.plan_seconds + split.execute_seconds, details=split.to_json()))
+    results.append(
+        PathResult(
+            "resize-split",
+            "(c) resize_bytes: one split plan",
+            split.rows_rewritten,
+            split.plan_seconds + split.execute_seconds,
+            details=split.to_json(),
+        )
+    )
 
     notes += _compaction_notes(results, runs)
     details["read_amplification"] = {name: _read_amplification(run) for name, run in runs.items()}
@@ -175,9 +217,12 @@ def scenario(w: W1, work: Path) -> Section:
         f"touched {split.touched_bytes / MIB:.2f} MiB, written {split.written_bytes / MIB:.2f} MiB, "
         f"written/touched {split.ratio:.3f} (bound 1.1: {'met' if split.within_bound else 'NOT met'}), "
         f"table {split.table_bytes / MIB:.2f} MiB, other buckets untouched: "
-        f"{'yes' if split.untouched_unchanged else 'NO'}; its row: rows rewritten, plan + execute seconds.")
-    title = (f"Services: W1's {w.batches} batches of {w.batch_rows:,} records into {w.initial_rows:,} rows through "
-             f"`streamer run --once` ({spark.MASTER}), by service mode")
+        f"{'yes' if split.untouched_unchanged else 'NO'}; its row: rows rewritten, plan + execute seconds."
+    )
+    title = (
+        f"Services: W1's {w.batches} batches of {w.batch_rows:,} records into {w.initial_rows:,} rows through "
+        f"`streamer run --once` ({spark.MASTER}), by service mode"
+    )
     return Section(title, "compaction-off", results, notes, details)
 
 
@@ -202,16 +247,21 @@ class Run:
     def intervals(self) -> list[float]:
         """Seconds from one batch's end to the next's: the cadence, inline services included."""
         ends = [b.ended for b in self.batches]
-        return [(b - a).total_seconds() for a, b in zip(ends[WARMUP_BATCHES:], ends[WARMUP_BATCHES + 1:])]
+        return [(b - a).total_seconds() for a, b in zip(ends[WARMUP_BATCHES:], ends[WARMUP_BATCHES + 1 :])]
 
     def services_during_batches(self) -> list[tuple[datetime, str, str, float]]:
         last = self.batches[-1].ended
         return [s for s in self.services if s[0] <= last]
 
     def summary(self) -> dict:
-        return {"micro_batches": len(self.batches), "wall_seconds": self.wall, "intervals": self.intervals(),
-                "services_done": [(t.isoformat(), s, i, sec) for t, s, i, sec in self.services],
-                "services_done_during_batches": len(self.services_during_batches()), "config": self.settings}
+        return {
+            "micro_batches": len(self.batches),
+            "wall_seconds": self.wall,
+            "intervals": self.intervals(),
+            "services_done": [(t.isoformat(), s, i, sec) for t, s, i, sec in self.services],
+            "services_done_during_batches": len(self.services_during_batches()),
+            "config": self.settings,
+        }
 
 
 def _produce(bootstrap: str, files: WorkloadFiles) -> dict:
@@ -225,8 +275,9 @@ def _produce(bootstrap: str, files: WorkloadFiles) -> dict:
     return {"topic_partitions": TOPIC_PARTITIONS, "messages": len(records), "produce_seconds": seconds}
 
 
-def _run(work: Path, w: W1, bootstrap: str, loaded: Path, services: dict, index: dict | None = None,
-         env: dict | None = None) -> Run:
+def _run(
+    work: Path, w: W1, bootstrap: str, loaded: Path, services: dict, index: dict | None = None, env: dict | None = None
+) -> Run:
     """`streamer run --once` from a copy of the loaded table, as `bench.streaming.run` runs it."""
     work.mkdir(parents=True)
     shutil.copytree(loaded, work / "table")
@@ -261,17 +312,31 @@ def _compaction_result(name: str, label: str, w: W1, run: Run, load_seconds: flo
     """A whole run; 'load s' is the in-process load of the table every run starts from a copy of."""
     counted = run.counted
     started = counted[0].ended.timestamp() - counted[0].seconds
-    return PathResult(name, label, sum(b.records for b in counted), run.batches[-1].ended.timestamp() - started,
-                      [b.seconds for b in counted], load_seconds, run.rows, run.expected_rows, run.rss,
-                      {"intervals": run.intervals(), "whole_run_seconds": run.wall})
+    return PathResult(
+        name,
+        label,
+        sum(b.records for b in counted),
+        run.batches[-1].ended.timestamp() - started,
+        [b.seconds for b in counted],
+        load_seconds,
+        run.rows,
+        run.expected_rows,
+        run.rss,
+        {"intervals": run.intervals(), "whole_run_seconds": run.wall},
+    )
 
 
 def _subset_result(name: str, label: str, batches: list[Batch]) -> PathResult:
     """Some batches of one run: records/s is over the sum of their latencies (they are not
     consecutive), not wall time."""
-    return PathResult(name, label, sum(b.records for b in batches), sum(b.seconds for b in batches),
-                      [b.seconds for b in batches],
-                      details={"instants": [b.instant for b in batches], "files": [b.files for b in batches]})
+    return PathResult(
+        name,
+        label,
+        sum(b.records for b in batches),
+        sum(b.seconds for b in batches),
+        [b.seconds for b in batches],
+        details={"instants": [b.instant for b in batches], "files": [b.files for b in batches]},
+    )
 
 
 def _p(values: list[float], q: int) -> float | None:
@@ -280,11 +345,13 @@ def _p(values: list[float], q: int) -> float | None:
 
 def _compaction_notes(results: list[PathResult], runs: dict[str, Run]) -> list[str]:
     off, again = (next(r for r in results if r.name == name) for name in ("compaction-off", "compaction-off-again"))
-    notes = [f"(a) drift: the same run (compaction off) again after all others: p50 "
-             f"x{again.batch_percentile(50) / off.batch_percentile(50):.2f}, p95 "
-             f"x{again.batch_percentile(95) / off.batch_percentile(95):.2f}, records/s "
-             f"x{again.records_per_second / off.records_per_second:.2f} of the first: the noise the ratios below "
-             f"are within"]
+    notes = [
+        f"(a) drift: the same run (compaction off) again after all others: p50 "
+        f"x{again.batch_percentile(50) / off.batch_percentile(50):.2f}, p95 "
+        f"x{again.batch_percentile(95) / off.batch_percentile(95):.2f}, records/s "
+        f"x{again.records_per_second / off.records_per_second:.2f} of the first: the noise the ratios below "
+        f"are within"
+    ]
     for name in ("compaction-async", "compaction-inline"):
         r = next(r for r in results if r.name == name)
         run = runs[name]
@@ -293,13 +360,17 @@ def _compaction_notes(results: list[PathResult], runs: dict[str, Run]) -> list[s
         cadence = [_p(run.intervals(), q) / _p(runs["compaction-off"].intervals(), q) for q in (50, 95)]
         throughput = r.records_per_second / off.records_per_second
         met = ratio[50] <= 1.2 and ratio[95] <= 1.2 and throughput >= 1 / 1.2
-        target = f"; target async/off within 1.2x (p50, p95, records/s): {'met' if met else 'NOT met'}" \
-            if "async" in name else ""
+        target = (
+            f"; target async/off within 1.2x (p50, p95, records/s): {'met' if met else 'NOT met'}"
+            if "async" in name
+            else ""
+        )
         notes.append(
             f"(a) {name.removeprefix('compaction-')}/off: batch latency p50 x{ratio[50]:.2f}, p95 x{ratio[95]:.2f}; "
             f"records/s x{throughput:.2f}; batch-to-batch interval p50 "
             f"x{cadence[0]:.2f}, p95 x{cadence[1]:.2f}; {len(during)} compaction(s) finished during the batches "
-            f"({sum(s[3] for s in during):.1f}s), {len(run.services) - len(during)} after them{target}")
+            f"({sum(s[3] for s in during):.1f}s), {len(run.services) - len(during)} after them{target}"
+        )
     return notes
 
 
@@ -307,54 +378,74 @@ def _read_amplification(run: Run) -> dict:
     """Log files a snapshot as of each counted batch's deltacommit reads: in all, and in its
     worst file group."""
     counted = {b.instant for b in run.counted}
-    snapshots = [layout for instant, layout in after_each_deltacommit(MorTable.load(str(run.work / "table")))
-                 if instant in counted]
+    snapshots = [
+        layout
+        for instant, layout in after_each_deltacommit(MorTable.load(str(run.work / "table")))
+        if instant in counted
+    ]
     totals = [sum(s.log_files for sizes in layout.partitions.values() for s in sizes.values()) for layout in snapshots]
     worst = [layout.log_files() for layout in snapshots]
-    return {"log_files_per_snapshot": totals, "most_per_file_group": worst,
-            "mean_log_files_per_snapshot": statistics.fmean(totals), "max_log_files_per_snapshot": max(totals),
-            "max_log_files_per_file_group": max(worst)}
+    return {
+        "log_files_per_snapshot": totals,
+        "most_per_file_group": worst,
+        "mean_log_files_per_snapshot": statistics.fmean(totals),
+        "max_log_files_per_snapshot": max(totals),
+        "max_log_files_per_file_group": max(worst),
+    }
 
 
 def _read_amplification_notes(results: list[PathResult], amplification: dict[str, dict], held: float) -> list[str]:
-    notes = [f"read amplification: log files a snapshot read as of each counted batch's deltacommit (mean, max), "
-             f"and the most in one file group; the 'held' runs hold each compaction {held:.0f}s "
-             f"(MOR_STREAMER_PAUSE), so that batches outrun it; the bounded one has "
-             f"services.compaction.max_log_files_per_group {BOUND}"]
+    notes = [
+        f"read amplification: log files a snapshot read as of each counted batch's deltacommit (mean, max), "
+        f"and the most in one file group; the 'held' runs hold each compaction {held:.0f}s "
+        f"(MOR_STREAMER_PAUSE), so that batches outrun it; the bounded one has "
+        f"services.compaction.max_log_files_per_group {BOUND}"
+    ]
     for name, a in amplification.items():
         r = next(r for r in results if r.name == name)
-        notes.append(f"read amplification, {name}: {a['mean_log_files_per_snapshot']:.1f} log files per snapshot "
-                     f"(max {a['max_log_files_per_snapshot']}), at most {a['max_log_files_per_file_group']} in one "
-                     f"file group; {r.records_per_second:,.0f} records/s")
+        notes.append(
+            f"read amplification, {name}: {a['mean_log_files_per_snapshot']:.1f} log files per snapshot "
+            f"(max {a['max_log_files_per_snapshot']}), at most {a['max_log_files_per_file_group']} in one "
+            f"file group; {r.records_per_second:,.0f} records/s"
+        )
     return notes
 
 
-def _dual_notes(classes: dict[str, list[Batch]], resizes: list[dict], pause: float, threshold: float,
-                every: int) -> list[str]:
+def _dual_notes(
+    classes: dict[str, list[Batch]], resizes: list[dict], pause: float, threshold: float, every: int
+) -> list[str]:
     outside = [b.seconds for b in classes["outside"]]
-    notes = [f"(b) clustering async every {every} deltacommits (the load's included: one resize, after the "
-             f"first batches), split above {threshold / MIB:.2f} MiB (the largest "
-             f"loaded bucket x{SPLIT_MARGIN}), merges off, compaction off, the resize held {pause:.0f}s at "
-             f"clustering.files_written; a batch is 'dual writes' when it began (its deltacommit.requested) "
-             f"between a replacecommit's requested and completed files, 'rewriting' when its span (Kafka read "
-             f"included) also overlapped a rewrite (replacecommit.inflight to its last .hashing_meta); subset rows' records/s are over "
-             f"the sum of their batch latencies."]
+    notes = [
+        f"(b) clustering async every {every} deltacommits (the load's included: one resize, after the "
+        f"first batches), split above {threshold / MIB:.2f} MiB (the largest "
+        f"loaded bucket x{SPLIT_MARGIN}), merges off, compaction off, the resize held {pause:.0f}s at "
+        f"clustering.files_written; a batch is 'dual writes' when it began (its deltacommit.requested) "
+        f"between a replacecommit's requested and completed files, 'rewriting' when its span (Kafka read "
+        f"included) also overlapped a rewrite (replacecommit.inflight to its last .hashing_meta); subset rows' records/s are over "
+        f"the sum of their batch latencies."
+    ]
     for key in ("rewriting", "held"):
         pending = [b.seconds for b in classes[key]]
         if outside and pending:
-            notes.append(f"(b) {DUAL_CLASSES[key].removeprefix('(b) ')} vs none pending: p50 "
-                         f"x{_p(pending, 50) / _p(outside, 50):.2f}, p95 x{_p(pending, 95) / _p(outside, 95):.2f} "
-                         f"({len(pending)} vs {len(outside)} batches; files per batch "
-                         f"{statistics.fmean(b.files for b in classes[key]):.0f} vs "
-                         f"{statistics.fmean(b.files for b in classes['outside']):.0f})")
+            notes.append(
+                f"(b) {DUAL_CLASSES[key].removeprefix('(b) ')} vs none pending: p50 "
+                f"x{_p(pending, 50) / _p(outside, 50):.2f}, p95 x{_p(pending, 95) / _p(outside, 95):.2f} "
+                f"({len(pending)} vs {len(outside)} batches; files per batch "
+                f"{statistics.fmean(b.files for b in classes[key]):.0f} vs "
+                f"{statistics.fmean(b.files for b in classes['outside']):.0f})"
+            )
         else:
-            notes.append(f"(b) {DUAL_CLASSES[key].removeprefix('(b) ')}: {len(pending)} batch(es), "
-                         f"{len(outside)} with none pending: no ratio")
+            notes.append(
+                f"(b) {DUAL_CLASSES[key].removeprefix('(b) ')}: {len(pending)} batch(es), "
+                f"{len(outside)} with none pending: no ratio"
+            )
     for r in resizes:
-        notes.append(f"(c) resize {r['instant']} of run (b): {r['splits']} split(s), {r['merges']} merge(s), "
-                     f"touched {r['touched_bytes'] / MIB:.2f} MiB, written {r['written_bytes'] / MIB:.2f} MiB, "
-                     f"written/touched {r['written_bytes'] / r['touched_bytes']:.3f}; pending {r['pending_seconds']:.1f}s "
-                     f"(rewrite {r['rewrite_seconds']:.1f}s), {r['batches_dual']} batch(es) dual-wrote")
+        notes.append(
+            f"(c) resize {r['instant']} of run (b): {r['splits']} split(s), {r['merges']} merge(s), "
+            f"touched {r['touched_bytes'] / MIB:.2f} MiB, written {r['written_bytes'] / MIB:.2f} MiB, "
+            f"written/touched {r['written_bytes'] / r['touched_bytes']:.3f}; pending {r['pending_seconds']:.1f}s "
+            f"(rewrite {r['rewrite_seconds']:.1f}s), {r['batches_dual']} batch(es) dual-wrote"
+        )
     if not resizes:
         notes.append("(b) no resize was planned: the split threshold was never crossed")
     return notes
@@ -387,8 +478,15 @@ def _dual_writes(run: Run) -> tuple[dict[str, list[Batch]], list[dict]]:
         rings = [p.stat().st_mtime for p in (hoodie / ".bucket_index").rglob(f"{instant}.hashing_meta")]
         done = _mtime(hoodie / f"{instant}.replacecommit")
         inflight = _mtime(hoodie / f"{instant}.replacecommit.inflight")
-        windows.append({"instant": instant, "requested": requested.stat().st_mtime, "inflight": inflight,
-                        "rewritten": max(rings, default=None), "completed": done})
+        windows.append(
+            {
+                "instant": instant,
+                "requested": requested.stat().st_mtime,
+                "inflight": inflight,
+                "rewritten": max(rings, default=None),
+                "completed": done,
+            }
+        )
     classes: dict[str, list[Batch]] = {key: [] for key in DUAL_CLASSES}
     dual_count = {w["instant"]: 0 for w in windows}
     for batch in run.counted:
@@ -403,8 +501,9 @@ def _dual_writes(run: Run) -> tuple[dict[str, list[Batch]], list[dict]]:
             continue
         for w in pending:
             dual_count[w["instant"]] += 1
-        rewriting = any(w["inflight"] is not None and started < (w["rewritten"] or ended) and w["inflight"] < ended
-                        for w in windows)
+        rewriting = any(
+            w["inflight"] is not None and started < (w["rewritten"] or ended) and w["inflight"] < ended for w in windows
+        )
         classes["rewriting" if rewriting else "held"].append(batch)
     resizes = []
     for w in windows:
@@ -413,16 +512,23 @@ def _dual_writes(run: Run) -> tuple[dict[str, list[Batch]], list[dict]]:
         written = None
         if w["completed"] is not None:
             metadata = ReplaceCommitMetadata.from_json(
-                timeline.read_content(Instant(w["instant"], "replacecommit", "completed")))
+                timeline.read_content(Instant(w["instant"], "replacecommit", "completed"))
+            )
             written = sum(s.file_size_in_bytes for s in metadata.write_stats())
-        resizes.append({
-            "instant": w["instant"], "splits": kinds.count("split"), "merges": kinds.count("merge"),
-            "buckets": len(plan.file_groups()),
-            "touched_bytes": sum(slice_bytes(table.storage, s) for g in plan.groups for s in g.slices),
-            "written_bytes": written,
-            "pending_seconds": (w["completed"] or w["requested"]) - w["requested"],
-            "rewrite_seconds": (w["rewritten"] or 0) - (w["inflight"] or 0),
-            "batches_dual": dual_count[w["instant"]], "window_mtimes": w})
+        resizes.append(
+            {
+                "instant": w["instant"],
+                "splits": kinds.count("split"),
+                "merges": kinds.count("merge"),
+                "buckets": len(plan.file_groups()),
+                "touched_bytes": sum(slice_bytes(table.storage, s) for g in plan.groups for s in g.slices),
+                "written_bytes": written,
+                "pending_seconds": (w["completed"] or w["requested"]) - w["requested"],
+                "rewrite_seconds": (w["rewritten"] or 0) - (w["inflight"] or 0),
+                "batches_dual": dual_count[w["instant"]],
+                "window_mtimes": w,
+            }
+        )
     return classes, [r for r in resizes if r["written_bytes"] is not None]
 
 

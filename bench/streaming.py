@@ -27,9 +27,13 @@ from streamer.config.model import SourceSettings
 from table.mor_table import MorTable
 
 # A micro-batch's line, or the initial load's when a batch query makes it (`source.format: kafka`).
-BATCH_LINE = re.compile(r"^(\S+ \S+) INFO streamer\.sink: orders (?:batch (\d+)|initial load): ([\d,]+) records, "
-                        r".* (\d+) files -> deltacommit \S+ in ([\d.]+)s")
-PHASE_LINE = re.compile(r"DEBUG streamer\.sink: orders batch (\d+) phases: (.*?)(?:; freshness ([\d.]+)s to ([\d.]+)s)?$")
+BATCH_LINE = re.compile(
+    r"^(\S+ \S+) INFO streamer\.sink: orders (?:batch (\d+)|initial load): ([\d,]+) records, "
+    r".* (\d+) files -> deltacommit \S+ in ([\d.]+)s"
+)
+PHASE_LINE = re.compile(
+    r"DEBUG streamer\.sink: orders batch (\d+) phases: (.*?)(?:; freshness ([\d.]+)s to ([\d.]+)s)?$"
+)
 CAUGHT_UP = re.compile(r"INFO streamer\.sink: orders batch \d+: .*; lag \S+ 0$", re.MULTILINE)
 SERVICES_OFF = {name: {"mode": "off"} for name in ("compaction", "clustering", "clean", "archive")}
 
@@ -45,11 +49,21 @@ def config(work: Path, w: W1, bootstrap: str, topic: str, partitions: int) -> di
     first micro-batch is the initial load of W1's first rows (the empty table takes its backlog
     at once, up to the job's cap), the next ones W1's upsert batches."""
     return {
-        "table": {"name": "orders", "path": str(work / "table"), "record_key": "order_id", "partition_by": "region",
-                  "ordering_field": "updated_at", "delete_field": "is_deleted"},
-        "source": {"bootstrap_servers": bootstrap, "topics": topic, "starting_offsets": "earliest",
-                   "max_offsets_per_trigger": w.batch_rows + partitions,
-                   "initial_load_max_records": min(w.initial_rows, INITIAL_LOAD_CAP) + partitions},
+        "table": {
+            "name": "orders",
+            "path": str(work / "table"),
+            "record_key": "order_id",
+            "partition_by": "region",
+            "ordering_field": "updated_at",
+            "delete_field": "is_deleted",
+        },
+        "source": {
+            "bootstrap_servers": bootstrap,
+            "topics": topic,
+            "starting_offsets": "earliest",
+            "max_offsets_per_trigger": w.batch_rows + partitions,
+            "initial_load_max_records": min(w.initial_rows, INITIAL_LOAD_CAP) + partitions,
+        },
         "decode": {"key": {"format": "none"}, "value": {"format": "json", "schema": VALUE_DDL}},
         "index": {"initial_buckets": 4},
         "stream": {"checkpoint_location": str(work / "checkpoint")},
@@ -76,21 +90,43 @@ class Batch:
 def batches(log: str) -> list[Batch]:
     """The micro-batches of a job's log, in order."""
     lines = log.splitlines()
-    phases = {int(m[1]): {name: float(seconds.rstrip("s")) for name, seconds in
-                          (part.split(" ") for part in m[2].split(", "))}
-              for m in map(PHASE_LINE.search, lines) if m}
+    phases = {
+        int(m[1]): {
+            name: float(seconds.rstrip("s")) for name, seconds in (part.split(" ") for part in m[2].split(", "))
+        }
+        for m in map(PHASE_LINE.search, lines)
+        if m
+    }
     found = []
     for m in map(BATCH_LINE.match, lines):
         if m:
             batch_id = int(m[2]) if m[2] is not None else -1
-            found.append(Batch(batch_id, datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f"), int(m[3].replace(",", "")),
-                               float(m[5]), int(m[4]), phases.get(batch_id, {})))
+            found.append(
+                Batch(
+                    batch_id,
+                    datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f"),
+                    int(m[3].replace(",", "")),
+                    float(m[5]),
+                    int(m[4]),
+                    phases.get(batch_id, {}),
+                )
+            )
     return found
 
 
 def command(config_path: Path, trigger: str | None = None, source_format: str = "kafka-arrow") -> list[str]:
     """`streamer run` of one config as a user runs it, local[2] with the bench's Spark settings."""
-    argv = [sys.executable, "-m", "streamer.cli", "run", str(config_path), "--master", spark.MASTER, "--log-level", "DEBUG"]
+    argv = [
+        sys.executable,
+        "-m",
+        "streamer.cli",
+        "run",
+        str(config_path),
+        "--master",
+        spark.MASTER,
+        "--log-level",
+        "DEBUG",
+    ]
     argv += [] if trigger else ["--once"]
     conf = dict(spark.CONF)
     if source_format == "kafka":
@@ -102,9 +138,17 @@ def command(config_path: Path, trigger: str | None = None, source_format: str = 
     return argv
 
 
-def run(work: Path, w: W1, bootstrap: str, topic: str, partitions: int,
-        trigger: str | None = None, source_format: str = "kafka-arrow", name: str | None = None,
-        table: dict | None = None) -> tuple[PathResult, PathResult]:
+def run(
+    work: Path,
+    w: W1,
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    trigger: str | None = None,
+    source_format: str = "kafka-arrow",
+    name: str | None = None,
+    table: dict | None = None,
+) -> tuple[PathResult, PathResult]:
     """The upsert batches (the baseline every ratio is against) and the whole run (JVM start,
     initial load through Kafka, upserts): `--once`, or continuous every `trigger`; read with
     `source_format` (Spark's own `kafka` with its connector's jars from the harness's cache).
@@ -123,15 +167,19 @@ def run(work: Path, w: W1, bootstrap: str, topic: str, partitions: int,
     def caught_up() -> bool:
         return CAUGHT_UP.search(log_path.read_text()) is not None
 
-    code, wall, rss = run_measured(command(config_path, trigger, source_format), log_path,
-                                   stop_when=caught_up if trigger else None)
+    code, wall, rss = run_measured(
+        command(config_path, trigger, source_format), log_path, stop_when=caught_up if trigger else None
+    )
     exited = datetime.now()
     log = log_path.read_text()
     if code != 0:
         raise RuntimeError(f"streamer run exited {code}; log {log_path}:\n" + "\n".join(log.splitlines()[-30:]))
     done = batches(log)
-    rows = MorTable.load(settings["table"]["path"], settings["table"].get("storage_options")).snapshot(
-        columns=["order_id"]).num_rows
+    rows = (
+        MorTable.load(settings["table"]["path"], settings["table"].get("storage_options"))
+        .snapshot(columns=["order_id"])
+        .num_rows
+    )
     details = {"micro_batches": len(done), "config": settings, "exited": exited.isoformat()}
 
     # A micro-batch belongs to the upsert phase when most of its records come after the load.
@@ -140,12 +188,22 @@ def run(work: Path, w: W1, bootstrap: str, topic: str, partitions: int,
         read += batch.records
         (upserts if read - w.initial_rows > batch.records / 2 else load).append(batch)
     load_end = load[-1].ended
-    details["phases"] = {name: statistics.median(b.phases[name] for b in upserts if name in b.phases)
-                         for name in (upserts[0].phases if upserts else {})}
+    details["phases"] = {
+        name: statistics.median(b.phases[name] for b in upserts if name in b.phases)
+        for name in (upserts[0].phases if upserts else {})
+    }
     details["load_records"] = sum(b.records for b in load)
     details["load_phases"] = {name: sum(b.phases.get(name, 0.0) for b in load) for name in load[0].phases}
-    details["batches"] = [{"batch_id": b.batch_id, "ended": b.ended.isoformat(), "records": b.records,
-                           "seconds": b.seconds, "files": b.files} for b in done]
+    details["batches"] = [
+        {
+            "batch_id": b.batch_id,
+            "ended": b.ended.isoformat(),
+            "records": b.records,
+            "seconds": b.seconds,
+            "files": b.files,
+        }
+        for b in done
+    ]
     first_started = done[0].started
     path, mode = ("ours-continuous", f"trigger {trigger}") if trigger else ("ours", "--once")
     ours = "ours"
@@ -153,10 +211,27 @@ def run(work: Path, w: W1, bootstrap: str, topic: str, partitions: int,
         path, ours = f"{path}-spark-kafka", "ours, format kafka"
     name = name or path
     upsert_result = PathResult(
-        name, f"{ours}: streamer run {mode} (upserts)", sum(b.records for b in upserts),
-        (upserts[-1].ended - load_end).total_seconds(), [b.seconds for b in upserts],
-        (load_end - first_started).total_seconds(), rows, w.expected_rows(), rss, details)
+        name,
+        f"{ours}: streamer run {mode} (upserts)",
+        sum(b.records for b in upserts),
+        (upserts[-1].ended - load_end).total_seconds(),
+        [b.seconds for b in upserts],
+        (load_end - first_started).total_seconds(),
+        rows,
+        w.expected_rows(),
+        rss,
+        details,
+    )
     whole = PathResult(
-        f"{name}-whole-run", f"{ours}: {mode}, whole run (JVM, load)", read, wall, [b.seconds for b in done],
-        None, rows, w.expected_rows(), rss, details)
+        f"{name}-whole-run",
+        f"{ours}: {mode}, whole run (JVM, load)",
+        read,
+        wall,
+        [b.seconds for b in done],
+        None,
+        rows,
+        w.expected_rows(),
+        rss,
+        details,
+    )
     return upsert_result, whole

@@ -41,14 +41,22 @@ PARTITIONS = (8, 200)
 MODES = ("off", "inline", "async")
 BATCH_ROWS = 20_000
 BATCHES = 8
-SCHEMA = pa.schema([("order_id", pa.string()), ("day", pa.string()), ("amount", pa.float64()),
-                    ("updated_at", pa.int64())])
+SCHEMA = pa.schema(
+    [("order_id", pa.string()), ("day", pa.string()), ("amount", pa.float64()), ("updated_at", pa.int64())]
+)
 
 
 def batch(rng: random.Random, partitions: int, n: int) -> pa.Table:
     keys = [f"o-{rng.randrange(BATCH_ROWS * 4)}" for _ in range(BATCH_ROWS)]
-    return pa.table({"order_id": keys, "day": [f"d{int(k[2:]) % partitions:03d}" for k in keys],
-                     "amount": [rng.random() * 100 for _ in keys], "updated_at": [n] * len(keys)}, schema=SCHEMA)
+    return pa.table(
+        {
+            "order_id": keys,
+            "day": [f"d{int(k[2:]) % partitions:03d}" for k in keys],
+            "amount": [rng.random() * 100 for _ in keys],
+            "updated_at": [n] * len(keys),
+        },
+        schema=SCHEMA,
+    )
 
 
 def run(work: Path, jvm, metastore: HiveMetastore, partitions: int, mode: str, batches: int) -> PathResult:
@@ -58,8 +66,9 @@ def run(work: Path, jvm, metastore: HiveMetastore, partitions: int, mode: str, b
     metrics = Metrics()
     if mode != "off":
         settings = SyncSettings(mode=mode, metastore_uris=metastore.uri, database="bench")
-        hive = HiveSync(table, SyncTarget("bench", f"orders_p{partitions}_{mode}"),
-                        lambda: HiveMetastoreClient(jvm, metastore.uri))
+        hive = HiveSync(
+            table, SyncTarget("bench", f"orders_p{partitions}_{mode}"), lambda: HiveMetastoreClient(jvm, metastore.uri)
+        )
         catalog = CatalogSync(settings, table, hive, metrics.table("orders", 1.0, 10))
     rng = random.Random(partitions)
     seconds: list[float] = []
@@ -82,13 +91,26 @@ def run(work: Path, jvm, metastore: HiveMetastore, partitions: int, mode: str, b
         catalog.close()
     steady = seconds[1:]
     syncs = metrics.registry.get_sample_value("mor_streamer_catalog_sync_duration_seconds_count", {"table": "orders"})
-    sync_seconds = metrics.registry.get_sample_value("mor_streamer_catalog_sync_duration_seconds_sum", {"table": "orders"})
-    return PathResult(f"p{partitions}-{mode}", f"{partitions} partitions, sync {mode}", BATCH_ROWS * len(steady),
-                      sum(steady), steady, load_seconds=seconds[0],
-                      details={"first_batch_seconds": seconds[0], "final_sync_seconds": behind_at_end,
-                               "first_wait_seconds": waited[0], "steady_wait_seconds": waited[1:],
-                               "syncs": syncs, "sync_seconds": sync_seconds,
-                               "state": catalog.state.__dict__ if catalog is not None else None})
+    sync_seconds = metrics.registry.get_sample_value(
+        "mor_streamer_catalog_sync_duration_seconds_sum", {"table": "orders"}
+    )
+    return PathResult(
+        f"p{partitions}-{mode}",
+        f"{partitions} partitions, sync {mode}",
+        BATCH_ROWS * len(steady),
+        sum(steady),
+        steady,
+        load_seconds=seconds[0],
+        details={
+            "first_batch_seconds": seconds[0],
+            "final_sync_seconds": behind_at_end,
+            "first_wait_seconds": waited[0],
+            "steady_wait_seconds": waited[1:],
+            "syncs": syncs,
+            "sync_seconds": sync_seconds,
+            "state": catalog.state.__dict__ if catalog is not None else None,
+        },
+    )
 
 
 def warm_up(work: Path, jvm, metastore: HiveMetastore) -> None:
@@ -119,17 +141,21 @@ def scenario(w: W1, work: Path) -> Section:
         gateway.shutdown()
         gateway.proc.kill()
         gateway.proc.wait()
-    notes = [f"{BATCH_ROWS:,} records per batch, {batches - 1} steady batches per run after the first "
-             "(\"load s\": the first batch, which creates and registers the partitions); the client's JVM "
-             "warmed up by one sync before the runs",
-             "added: what the batch spent after its commit (inline: the sync; async: waking the thread), "
-             "median of the steady batches, and on the first; sync: the syncs' own seconds, on the batch's "
-             "thread or the sync thread (async takes the commits made meanwhile in one sync)"]
+    notes = [
+        f"{BATCH_ROWS:,} records per batch, {batches - 1} steady batches per run after the first "
+        '("load s": the first batch, which creates and registers the partitions); the client\'s JVM '
+        "warmed up by one sync before the runs",
+        "added: what the batch spent after its commit (inline: the sync; async: waking the thread), "
+        "median of the steady batches, and on the first; sync: the syncs' own seconds, on the batch's "
+        "thread or the sync thread (async takes the commits made meanwhile in one sync)",
+    ]
     for partitions in PARTITIONS:
         for mode in ("inline", "async"):
             r = next(r for r in results if r.name == f"p{partitions}-{mode}")
             syncs, spent = r.details["syncs"] or 0, r.details["sync_seconds"] or 0.0
-            notes.append(f"{partitions} partitions, {mode}: added {statistics.median(r.details['steady_wait_seconds']):.3f} s "
-                         f"per steady batch, {r.details['first_wait_seconds']:.2f} s on the first (registering "
-                         f"{partitions} partitions in two tables); {syncs:.0f} syncs, {spent:.2f} s in all")
+            notes.append(
+                f"{partitions} partitions, {mode}: added {statistics.median(r.details['steady_wait_seconds']):.3f} s "
+                f"per steady batch, {r.details['first_wait_seconds']:.2f} s on the first (registering "
+                f"{partitions} partitions in two tables); {syncs:.0f} syncs, {spent:.2f} s in all"
+            )
     return Section("catalog sync: seconds added to a micro-batch", "p8-off", results, notes)

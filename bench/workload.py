@@ -30,14 +30,24 @@ UPDATES, INSERTS = 0.70, 0.25  # deletes are the rest
 FIRST_UPDATED_AT = 1_700_000_000_000
 NOTES = 512  # distinct 60-character notes
 
-SCHEMA = pa.schema([
-    ("order_id", pa.string()), ("customer", pa.string()), ("region", pa.string()), ("amount", pa.float64()),
-    ("status", pa.string()), ("note", pa.string()), ("updated_at", pa.int64()), ("is_deleted", pa.bool_()),
-])
+SCHEMA = pa.schema(
+    [
+        ("order_id", pa.string()),
+        ("customer", pa.string()),
+        ("region", pa.string()),
+        ("amount", pa.float64()),
+        ("status", pa.string()),
+        ("note", pa.string()),
+        ("updated_at", pa.int64()),
+        ("is_deleted", pa.bool_()),
+    ]
+)
 #: The table's columns: the delete flag marks an event, it is not stored.
 TABLE_SCHEMA = SCHEMA.remove(SCHEMA.get_field_index("is_deleted"))
-VALUE_DDL = ", ".join(f"{f.name} {t}" for f, t in zip(
-    SCHEMA, ("STRING", "STRING", "STRING", "DOUBLE", "STRING", "STRING", "BIGINT", "BOOLEAN")))
+VALUE_DDL = ", ".join(
+    f"{f.name} {t}"
+    for f, t in zip(SCHEMA, ("STRING", "STRING", "STRING", "DOUBLE", "STRING", "STRING", "BIGINT", "BOOLEAN"))
+)
 
 
 @dataclass(frozen=True)
@@ -90,8 +100,7 @@ class W1:
         next_id = self.initial_rows
         for _ in range(self.batches):
             changed = _weighted_sample(rng, np.where(alive[:next_id], weight[:next_id], 0.0), updates + deletes)
-            kind = np.concatenate([np.ones(updates, np.int8), np.full(deletes, 2, np.int8),
-                                   np.zeros(inserts, np.int8)])
+            kind = np.concatenate([np.ones(updates, np.int8), np.full(deletes, 2, np.int8), np.zeros(inserts, np.int8)])
             ids = np.concatenate([changed, np.arange(next_id, next_id + inserts)])
             order = rng.permutation(len(ids))
             ids, kind = ids[order], kind[order]
@@ -126,23 +135,35 @@ def _notes(rng: np.random.Generator) -> pa.Array:
     return pa.array([row.tobytes().decode() for row in raw])
 
 
-def _events(rng, ids: np.ndarray, kind: np.ndarray, regions: pa.Array, region: np.ndarray, customer: np.ndarray,
-            notes: pa.Array, clock: int) -> pa.Table:
+def _events(
+    rng,
+    ids: np.ndarray,
+    kind: np.ndarray,
+    regions: pa.Array,
+    region: np.ndarray,
+    customer: np.ndarray,
+    notes: pa.Array,
+    clock: int,
+) -> pa.Table:
     """Rows for `ids` (`region` and `customer` given per row); kind 0 inserts, 1 updates, 2 deletes."""
     n = len(ids)
-    statuses = pa.array(("created",) + UPDATE_STATUSES + ("cancelled",))
-    status = np.where(kind == 0, 0, np.where(kind == 2, len(UPDATE_STATUSES) + 1,
-                                             rng.integers(1, len(UPDATE_STATUSES) + 1, n)))
-    return pa.table({
-        "order_id": _padded("ord-", ids, 10),
-        "customer": _padded("cust-", customer, 6),
-        "region": pc.take(regions, pa.array(region)),
-        "amount": pa.array(np.round(rng.uniform(5, 900, n), 2)),
-        "status": pc.take(statuses, pa.array(status)),
-        "note": pc.take(notes, pa.array(rng.integers(0, NOTES, n))),
-        "updated_at": pa.array(clock + np.arange(n, dtype=np.int64)),
-        "is_deleted": pa.array(kind == 2),
-    }, schema=SCHEMA)
+    statuses = pa.array(("created", *UPDATE_STATUSES, "cancelled"))
+    status = np.where(
+        kind == 0, 0, np.where(kind == 2, len(UPDATE_STATUSES) + 1, rng.integers(1, len(UPDATE_STATUSES) + 1, n))
+    )
+    return pa.table(
+        {
+            "order_id": _padded("ord-", ids, 10),
+            "customer": _padded("cust-", customer, 6),
+            "region": pc.take(regions, pa.array(region)),
+            "amount": pa.array(np.round(rng.uniform(5, 900, n), 2)),
+            "status": pc.take(statuses, pa.array(status)),
+            "note": pc.take(notes, pa.array(rng.integers(0, NOTES, n))),
+            "updated_at": pa.array(clock + np.arange(n, dtype=np.int64)),
+            "is_deleted": pa.array(kind == 2),
+        },
+        schema=SCHEMA,
+    )
 
 
 def _padded(prefix: str, numbers: np.ndarray, width: int) -> pa.Array:
@@ -152,8 +173,9 @@ def _padded(prefix: str, numbers: np.ndarray, width: int) -> pa.Array:
 
 def kafka_records(table: pa.Table) -> list[tuple[bytes, bytes, None]]:
     """The events as Kafka messages: key order_id, value the JSON object of the row."""
-    return [(row["order_id"].encode(), json.dumps(row, separators=(",", ":")).encode(), None)
-            for row in table.to_pylist()]
+    return [
+        (row["order_id"].encode(), json.dumps(row, separators=(",", ":")).encode(), None) for row in table.to_pylist()
+    ]
 
 
 class WorkloadFiles:
@@ -190,8 +212,9 @@ def json_values(table: pa.Table) -> pa.Array:
     return pc.binary_join_element_wise(*parts, "").combine_chunks()
 
 
-def inserts(records: int, partitions: int = len(REGIONS), chunk_rows: int = 1_000_000,
-            seed: int = 7) -> Iterator[pa.Table]:
+def inserts(
+    records: int, partitions: int = len(REGIONS), chunk_rows: int = 1_000_000, seed: int = 7
+) -> Iterator[pa.Table]:
     """A backlog of `records` new orders, W1's load events in chunks of `chunk_rows` (none of the
     chunks' arrays outlives its chunk, so tens of millions cost one chunk's memory)."""
     w = W1(initial_rows=0, batch_rows=0, batches=0, seed=seed, partitions=partitions)
@@ -199,5 +222,13 @@ def inserts(records: int, partitions: int = len(REGIONS), chunk_rows: int = 1_00
     regions, notes = pa.array(w.regions), _notes(rng)
     for start in range(0, records, chunk_rows):
         ids = np.arange(start, min(records, start + chunk_rows))
-        yield _events(rng, ids, np.zeros(len(ids), np.int8), regions, rng.integers(0, partitions, len(ids)),
-                      rng.integers(0, max(1, records // 20), len(ids)), notes, FIRST_UPDATED_AT + start)
+        yield _events(
+            rng,
+            ids,
+            np.zeros(len(ids), np.int8),
+            regions,
+            rng.integers(0, partitions, len(ids)),
+            rng.integers(0, max(1, records // 20), len(ids)),
+            notes,
+            FIRST_UPDATED_AT + start,
+        )

@@ -20,10 +20,10 @@ import os
 import time
 from xml.sax.saxutils import escape
 
+from harness.errors import HarnessError
 from streamer.sandbox import jars
 from streamer.sandbox.ports import free_port, port_answers
 from streamer.sandbox.server_process import ServerProcess, java_executable
-from harness.errors import HarnessError
 
 HIVE_VERSION = "3.1.3"
 ARTIFACTS = (f"org.apache.hive:hive-standalone-metastore:{HIVE_VERSION}",)
@@ -48,8 +48,13 @@ class HiveMetastore(ServerProcess):
 
     STOP_TIMEOUT = 20.0
 
-    def __init__(self, work_dir: str | os.PathLike[str] | None = None, host: str = "127.0.0.1",
-                 startup_timeout: float = 120.0, die_with_parent: bool | None = None):
+    def __init__(
+        self,
+        work_dir: str | os.PathLike[str] | None = None,
+        host: str = "127.0.0.1",
+        startup_timeout: float = 120.0,
+        die_with_parent: bool | None = None,
+    ):
         super().__init__(work_dir, host, None, startup_timeout, die_with_parent, temp_prefix="hive-metastore-")
 
     @property
@@ -71,14 +76,25 @@ class HiveMetastore(ServerProcess):
         if self.port is None:
             self.port = free_port(self.host)
             self._write_config()
-        self._spawn([java_executable(), *JVM_OPTIONS, "-cp", f"{self.work_dir / 'conf'}{os.pathsep}{classpath}",
-                     MAIN_CLASS, "-p", str(self.port)])
+        self._spawn(
+            [
+                java_executable(),
+                *JVM_OPTIONS,
+                "-cp",
+                f"{self.work_dir / 'conf'}{os.pathsep}{classpath}",
+                MAIN_CLASS,
+                "-p",
+                str(self.port),
+            ]
+        )
         deadline = time.monotonic() + self.startup_timeout
         while not self.answers():
             if not self.is_running() or time.monotonic() > deadline:
                 self.stop(timeout=5.0)
-                raise MetastoreError(f"Hive Metastore {HIVE_VERSION} did not start on {self.uri}:\n"
-                                     f"log {self.log_path}:\n{self.log_tail()}")
+                raise MetastoreError(
+                    f"Hive Metastore {HIVE_VERSION} did not start on {self.uri}:\n"
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
             time.sleep(0.2)
         return self
 
@@ -99,10 +115,12 @@ class HiveMetastore(ServerProcess):
             "metastore.expression.proxy": "org.apache.hadoop.hive.metastore.DefaultPartitionExpressionProxy",
             "metastore.task.threads.always": "org.apache.hadoop.hive.metastore.events.EventCleanerTask",
         }
-        properties = "".join(f"  <property><name>{escape(k)}</name><value>{escape(v)}</value></property>\n"
-                             for k, v in settings.items())
+        properties = "".join(
+            f"  <property><name>{escape(k)}</name><value>{escape(v)}</value></property>\n" for k, v in settings.items()
+        )
         (conf / "metastore-site.xml").write_text(f"<configuration>\n{properties}</configuration>\n")
         (conf / "log4j2.properties").write_text(
             "rootLogger.level = warn\nrootLogger.appenderRef.out.ref = out\n"
             "appender.out.type = Console\nappender.out.name = out\n"
-            "appender.out.layout.type = PatternLayout\nappender.out.layout.pattern = %d %p %c{1} %m%n\n")
+            "appender.out.layout.type = PatternLayout\nappender.out.layout.pattern = %d %p %c{1} %m%n\n"
+        )

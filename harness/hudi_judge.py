@@ -19,6 +19,7 @@ script timing Hudi's own upserts) pays for the JVM once:
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -32,8 +33,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from harness.hudi_judge_server import receive, send
 from harness.errors import HarnessError
+from harness.hudi_judge_server import receive, send
 
 REPO = Path(__file__).resolve().parents[1]
 SERVER = Path(__file__).resolve().with_name("hudi_judge_server.py")
@@ -121,8 +122,10 @@ def install(target: JudgeInstall | None = None, log=print) -> JudgeInstall:
         target.stamp.unlink(missing_ok=True)
         if not target.python.exists():
             subprocess.run([sys.executable, "-m", "venv", str(target.venv)], check=True)
-        subprocess.run([str(target.python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                        *JUDGE_REQUIREMENTS], check=True)
+        subprocess.run(
+            [str(target.python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *JUDGE_REQUIREMENTS],
+            check=True,
+        )
         _fetch_bundle(target)
         target.stamp.write_text(target.identity)
     return target
@@ -132,16 +135,30 @@ def _fetch_bundle(target: JudgeInstall) -> None:
     """`mvn dependency:copy-dependencies` of the bundle alone (it shades what it needs)."""
     group, artifact, version = HUDI_BUNDLE
     if shutil.which("mvn") is None:
-        raise HudiJudgeError(f"fetching {group}:{artifact}:{version} needs Maven: mvn is not on PATH "
-                             "(Debian: apt-get install maven)")
+        raise HudiJudgeError(
+            f"fetching {group}:{artifact}:{version} needs Maven: mvn is not on PATH (Debian: apt-get install maven)"
+        )
     pom = target.root / "pom.xml"
     pom.write_text(_POM.format(group=group, artifact=artifact, version=version))
     shutil.rmtree(target.jars_dir, ignore_errors=True)
-    fetched = subprocess.run(["mvn", "--batch-mode", "--quiet", "-f", str(pom), "dependency:copy-dependencies",
-                              f"-DoutputDirectory={target.jars_dir}"], capture_output=True, text=True)
+    fetched = subprocess.run(
+        [
+            "mvn",
+            "--batch-mode",
+            "--quiet",
+            "-f",
+            str(pom),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={target.jars_dir}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if fetched.returncode != 0 or not target.jars():
-        raise HudiJudgeError(f"mvn could not fetch {':'.join(HUDI_BUNDLE)} (exit {fetched.returncode}):\n"
-                             f"{fetched.stdout[-3000:]}{fetched.stderr[-3000:]}")
+        raise HudiJudgeError(
+            f"mvn could not fetch {':'.join(HUDI_BUNDLE)} (exit {fetched.returncode}):\n"
+            f"{fetched.stdout[-3000:]}{fetched.stderr[-3000:]}"
+        )
 
 
 class HudiJudge:
@@ -158,32 +175,55 @@ class HudiJudge:
         return self.process.pid
 
     @classmethod
-    def start(cls, work_dir: Path, target: JudgeInstall | None = None, driver_memory: str = "1g",
-              spark_conf: dict[str, str] | None = None) -> "HudiJudge":
+    def start(
+        cls,
+        work_dir: Path,
+        target: JudgeInstall | None = None,
+        driver_memory: str = "1g",
+        spark_conf: dict[str, str] | None = None,
+    ) -> HudiJudge:
         """Start a judge server; `spark_conf` overrides its test session's Spark settings."""
         target = install(target)
         work_dir.mkdir(parents=True, exist_ok=True)
         sock_path = work_dir / "judge.sock"
         log_path = work_dir / "judge.log"
         sock_path.unlink(missing_ok=True)
-        env = {**os.environ, "PYSPARK_PYTHON": str(target.python), "PYSPARK_DRIVER_PYTHON": str(target.python),
-               "SPARK_LOCAL_IP": "127.0.0.1"}
+        env = {
+            **os.environ,
+            "PYSPARK_PYTHON": str(target.python),
+            "PYSPARK_DRIVER_PYTHON": str(target.python),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+        }
         for leaked in ("SPARK_HOME", "PYTHONPATH", "VIRTUAL_ENV"):  # ours point at Spark 4
             env.pop(leaked, None)
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
-                [str(target.python), str(SERVER), "--socket", str(sock_path),
-                 "--jars", ",".join(str(j) for j in target.jars()), "--driver-memory", driver_memory,
-                 *(arg for key, value in (spark_conf or {}).items() for arg in ("--conf", f"{key}={value}"))],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(work_dir))
+                [
+                    str(target.python),
+                    str(SERVER),
+                    "--socket",
+                    str(sock_path),
+                    "--jars",
+                    ",".join(str(j) for j in target.jars()),
+                    "--driver-memory",
+                    driver_memory,
+                    *(arg for key, value in (spark_conf or {}).items() for arg in ("--conf", f"{key}={value}")),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=str(work_dir),
+            )
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while not sock_path.exists():
             if process.poll() is not None or time.monotonic() > deadline:
                 if process.poll() is None:
                     process.kill()
                     process.wait()
-                raise HudiJudgeError(f"the judge did not start (exit {process.returncode}); "
-                                     f"its log ends with:\n{_tail(log_path)}")
+                raise HudiJudgeError(
+                    f"the judge did not start (exit {process.returncode}); its log ends with:\n{_tail(log_path)}"
+                )
             time.sleep(0.2)
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(str(sock_path))
@@ -197,7 +237,9 @@ class HudiJudge:
     def read_optimized(self, path: str | Path, options: dict | None = None) -> pa.Table:
         return self.read(path, "read_optimized", options=options)
 
-    def incremental(self, path: str | Path, begin: str, end: str | None = None, options: dict | None = None) -> pa.Table:
+    def incremental(
+        self, path: str | Path, begin: str, end: str | None = None, options: dict | None = None
+    ) -> pa.Table:
         """Records written by commits in (begin, end], as Hudi's incremental query."""
         return self.read(path, "incremental", begin=begin, end=end, options=options)
 
@@ -220,7 +262,9 @@ class HudiJudge:
         """`df.write.format("hudi").options(options).mode(mode).save(path)` of these rows."""
         self._call({"op": "write", "path": str(path), "options": options, "mode": mode}, rows)
 
-    def write_parquet(self, path: str | Path, source: str | Path, options: dict[str, str], mode: str = "append") -> None:
+    def write_parquet(
+        self, path: str | Path, source: str | Path, options: dict[str, str], mode: str = "append"
+    ) -> None:
         """As `write`, of the rows of the Parquet file `source` (read by the judge's Spark)."""
         self._call({"op": "write", "path": str(path), "options": options, "mode": mode, "source": str(source)})
 
@@ -232,10 +276,8 @@ class HudiJudge:
     def stop(self, timeout: float = 60.0) -> None:
         """Ask the server to stop its session; kill it by its pid if it does not exit in time."""
         if self.process.poll() is None:
-            try:
+            with contextlib.suppress(OSError, EOFError, HudiJudgeError):
                 self._call({"op": "stop"})
-            except (OSError, EOFError, HudiJudgeError):
-                pass
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:

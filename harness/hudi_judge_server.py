@@ -72,9 +72,13 @@ def spark_session(jars: str, driver_memory: str, conf: dict[str, str] | None = N
     """local[2] with Hudi's Spark extensions, the way Hudi's quick start configures a session."""
     from pyspark.sql import SparkSession
 
-    builder = (SparkSession.builder.master("local[2]").appName("hudi-judge")
-               .config("spark.jars", jars).config("spark.driver.memory", driver_memory)
-               .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="hudi-judge-warehouse-")))
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName("hudi-judge")
+        .config("spark.jars", jars)
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="hudi-judge-warehouse-"))
+    )
     for key, value in {**TEST_SESSION_CONF, **(conf or {}), **HUDI_SESSION_CONF}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
@@ -135,8 +139,12 @@ class Judge:
 
     def _write(self, request: dict, parquet_path: str) -> None:
         frame = self.spark.read.parquet(parquet_path)
-        (frame.write.format("hudi").options(**request.get("options", {}))
-         .mode(request.get("mode", "append")).save(request["path"]))
+        (
+            frame.write.format("hudi")
+            .options(**request.get("options", {}))
+            .mode(request.get("mode", "append"))
+            .save(request["path"])
+        )
 
 
 def collect(frame) -> pa.Table:
@@ -205,7 +213,7 @@ def serve(judge: Judge, listener: socket.socket) -> None:
                     answer, rows = handlers[op](request)
                 else:
                     raise ValueError(f"unknown op {op!r}")
-            except Exception as e:  # the session goes on; the client raises it
+            except Exception as e:  # noqa: BLE001 - the session goes on; the client raises it
                 print(f"request {op} failed: {e}", file=sys.stderr, flush=True)
                 send(conn, {"ok": False, "error": java_message(e), "trace": traceback.format_exc()})
                 continue
@@ -224,8 +232,13 @@ def main() -> None:
     parser.add_argument("--socket", required=True)
     parser.add_argument("--jars", required=True, help="comma-separated jar paths for spark.jars")
     parser.add_argument("--driver-memory", default="1g")
-    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                        help="a Spark setting over the test session's own (repeatable)")
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting over the test session's own (repeatable)",
+    )
     args = parser.parse_args()
     spark = spark_session(args.jars, args.driver_memory, dict(c.split("=", 1) for c in args.conf))
     scratch = tempfile.mkdtemp(prefix="hudi-judge-")

@@ -23,11 +23,11 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
+from harness.errors import HarnessError
 from streamer.sandbox import jars
 from streamer.sandbox.kafka_broker import KAFKA_VERSION, LOG4J_VERSION
 from streamer.sandbox.ports import free_port
 from streamer.sandbox.server_process import ServerProcess, java_executable
-from harness.errors import HarnessError
 
 DEBEZIUM_VERSION = "3.6.1.Final"
 CONNECT_ARTIFACTS = (
@@ -73,9 +73,15 @@ def debezium_postgres_jars() -> jars.JarSet:
 class KafkaConnect(ServerProcess):
     """A standalone Kafka Connect worker as a child process, its REST API on a free loopback port."""
 
-    def __init__(self, bootstrap: str, work_dir: str | os.PathLike[str] | None = None, host: str = "127.0.0.1",
-                 log_path: str | os.PathLike[str] | None = None, startup_timeout: float = 120.0,
-                 die_with_parent: bool | None = None):
+    def __init__(
+        self,
+        bootstrap: str,
+        work_dir: str | os.PathLike[str] | None = None,
+        host: str = "127.0.0.1",
+        log_path: str | os.PathLike[str] | None = None,
+        startup_timeout: float = 120.0,
+        die_with_parent: bool | None = None,
+    ):
         super().__init__(work_dir, host, log_path, startup_timeout, die_with_parent, temp_prefix="kafka-connect-")
         self.bootstrap = bootstrap
 
@@ -93,9 +99,17 @@ class KafkaConnect(ServerProcess):
             plugins.mkdir(parents=True, exist_ok=True)
             (plugins / "debezium-connector-postgres").symlink_to(debezium_postgres_jars().directory)
             self._write_config(plugins)
-        self._spawn([java_executable(), *JVM_OPTIONS, f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.yaml'}",
-                     "-cp", classpath, "org.apache.kafka.connect.cli.ConnectStandalone",
-                     str(self.work_dir / "worker.properties")])
+        self._spawn(
+            [
+                java_executable(),
+                *JVM_OPTIONS,
+                f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.yaml'}",
+                "-cp",
+                classpath,
+                "org.apache.kafka.connect.cli.ConnectStandalone",
+                str(self.work_dir / "worker.properties"),
+            ]
+        )
         deadline = time.monotonic() + self.startup_timeout
         while True:
             if not self.is_running():
@@ -108,8 +122,10 @@ class KafkaConnect(ServerProcess):
                 pass
             if time.monotonic() > deadline:
                 self.stop(timeout=5.0)
-                raise HarnessError(f"Kafka Connect did not serve its REST API with Debezium's connector within "
-                                   f"{self.startup_timeout:.0f}s; log {self.log_path}:\n{self.log_tail()}")
+                raise HarnessError(
+                    f"Kafka Connect did not serve its REST API with Debezium's connector within "
+                    f"{self.startup_timeout:.0f}s; log {self.log_path}:\n{self.log_tail()}"
+                )
             time.sleep(0.5)
 
     # -- connectors ------------------------------------------------------------------------------
@@ -131,8 +147,11 @@ class KafkaConnect(ServerProcess):
             failed = [t for t in tasks if t.get("state") == "FAILED"]
             if failed:
                 raise HarnessError(f"connector {name} failed: {failed[0].get('trace', '')[:3000]}")
-            if status.get("connector", {}).get("state") == "RUNNING" and tasks and all(
-                    t.get("state") == "RUNNING" for t in tasks):
+            if (
+                status.get("connector", {}).get("state") == "RUNNING"
+                and tasks
+                and all(t.get("state") == "RUNNING" for t in tasks)
+            ):
                 return
             if time.monotonic() > deadline:
                 raise HarnessError(f"connector {name} not running after {timeout:.0f}s: {status}\n{self.log_tail()}")
@@ -140,8 +159,12 @@ class KafkaConnect(ServerProcess):
 
     def _call(self, method: str, path: str, body=None):
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json", "Accept": "application/json"})
+        request = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=30) as response:
             text = response.read()
         return json.loads(text) if text else None
@@ -162,9 +185,17 @@ class KafkaConnect(ServerProcess):
         (self.work_dir / "log4j2.yaml").write_text(_LOG4J2)
 
 
-def debezium_postgres_config(host: str, port: int, database: str, slot: str, topic_prefix: str,
-                             tables: str, partitions: int = 3, schemas: bool = True,
-                             **overrides: str) -> dict[str, str]:
+def debezium_postgres_config(
+    host: str,
+    port: int,
+    database: str,
+    slot: str,
+    topic_prefix: str,
+    tables: str,
+    partitions: int = 3,
+    schemas: bool = True,
+    **overrides: str,
+) -> dict[str, str]:
     """A Debezium PostgreSQL connector with `pgoutput` (PostgreSQL's own plugin: nothing to install
     in the server), its own slot and publication, JSON keys and values (with Connect's schemas
     when `schemas`), tombstones after deletes, and topics of `partitions` partitions that Connect

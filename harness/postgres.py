@@ -25,9 +25,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from harness.errors import HarnessError
 from streamer.sandbox.ports import free_port
 from streamer.sandbox.server_process import ServerProcess
-from harness.errors import HarnessError
 
 USER = "postgres"  # the superuser initdb makes, and the system user that runs the server under root
 PACKAGE = "postgresql"
@@ -54,9 +54,10 @@ def postgres_bin_dir() -> Path:
     NO_MAIN_CLUSTER.parent.mkdir(parents=True, exist_ok=True)
     NO_MAIN_CLUSTER.write_text("create_main_cluster = false\n")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for command in (["apt-get", "update"],
-                    ["apt-get", "install", "-y", "--no-install-recommends", "-o", "Dpkg::Options::=--force-confold",
-                     PACKAGE]):
+    for command in (
+        ["apt-get", "update"],
+        ["apt-get", "install", "-y", "--no-install-recommends", "-o", "Dpkg::Options::=--force-confold", PACKAGE],
+    ):
         done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
             output = (done.stdout + done.stderr)[-2000:]
@@ -75,9 +76,14 @@ def _newest_bin_dir() -> Path | None:
 class PostgresServer(ServerProcess):
     """One PostgreSQL server as a child process; `sql` and `rows` talk to it with `psql`."""
 
-    def __init__(self, work_dir: str | os.PathLike[str] | None = None, host: str = "127.0.0.1",
-                 log_path: str | os.PathLike[str] | None = None, startup_timeout: float = 60.0,
-                 die_with_parent: bool | None = None):
+    def __init__(
+        self,
+        work_dir: str | os.PathLike[str] | None = None,
+        host: str = "127.0.0.1",
+        log_path: str | os.PathLike[str] | None = None,
+        startup_timeout: float = 60.0,
+        die_with_parent: bool | None = None,
+    ):
         super().__init__(work_dir, host, log_path, startup_timeout, die_with_parent, temp_prefix="postgres-")
         self.bin_dir: Path | None = None
 
@@ -96,31 +102,60 @@ class PostgresServer(ServerProcess):
         if self.port is None:
             self.port = free_port(self.host)
             self._init_data_dir()
-        settings = [f"--{name}={value}" for name, value in {**SETTINGS, "port": self.port,
-                                                            "listen_addresses": self.host,
-                                                            "unix_socket_directories": str(self.work_dir)}.items()]
+        settings = [
+            f"--{name}={value}"
+            for name, value in {
+                **SETTINGS,
+                "port": self.port,
+                "listen_addresses": self.host,
+                "unix_socket_directories": str(self.work_dir),
+            }.items()
+        ]
         self._spawn(self._as_server_user([str(self.bin_dir / "postgres"), "-D", str(self.data_dir), *settings]))
         deadline = time.monotonic() + self.startup_timeout
         while True:
             if not self.is_running():
                 raise HarnessError(f"PostgreSQL exited while starting; log {self.log_path}:\n{self.log_tail()}")
-            ready = subprocess.run([str(self.bin_dir / "pg_isready"), "-h", self.host, "-p", str(self.port),
-                                    "-U", USER], capture_output=True, stdin=subprocess.DEVNULL)
+            ready = subprocess.run(
+                [str(self.bin_dir / "pg_isready"), "-h", self.host, "-p", str(self.port), "-U", USER],
+                capture_output=True,
+                stdin=subprocess.DEVNULL,
+            )
             if ready.returncode == 0:
                 return self
             if time.monotonic() > deadline:
                 self.stop(timeout=5.0)
-                raise HarnessError(f"PostgreSQL did not answer within {self.startup_timeout:.0f}s; "
-                                   f"log {self.log_path}:\n{self.log_tail()}")
+                raise HarnessError(
+                    f"PostgreSQL did not answer within {self.startup_timeout:.0f}s; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
             time.sleep(0.2)
 
     # -- SQL -------------------------------------------------------------------------------------
     def sql(self, script: str, database: str = "postgres") -> str:
         """Run a script (statements separated by semicolons; an error stops it and raises)."""
         done = subprocess.run(
-            [str(self.bin_dir / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-At", "-h", self.host,
-             "-p", str(self.port), "-U", USER, "-d", database],
-            input=script, capture_output=True, text=True, timeout=300)
+            [
+                str(self.bin_dir / "psql"),
+                "-X",
+                "-q",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-At",
+                "-h",
+                self.host,
+                "-p",
+                str(self.port),
+                "-U",
+                USER,
+                "-d",
+                database,
+            ],
+            input=script,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if done.returncode != 0:
             raise HarnessError(f"psql failed (exit {done.returncode}): {done.stderr.strip()}\nscript: {script[:500]}")
         return done.stdout
@@ -143,10 +178,21 @@ class PostgresServer(ServerProcess):
                     break
                 os.chmod(path, os.stat(path).st_mode | 0o011)  # the server's user passes through
             shutil.chown(self.work_dir, account.pw_uid, account.pw_gid)
-        command = [str(self.bin_dir / "initdb"), "-D", str(self.data_dir), "-U", USER, "--auth=trust",
-                   "-E", "UTF8", "--locale=C", "--no-sync"]
-        done = subprocess.run(self._as_server_user(command), capture_output=True, text=True, timeout=120,
-                              stdin=subprocess.DEVNULL)
+        command = [
+            str(self.bin_dir / "initdb"),
+            "-D",
+            str(self.data_dir),
+            "-U",
+            USER,
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        ]
+        done = subprocess.run(
+            self._as_server_user(command), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+        )
         if done.returncode != 0:
             raise HarnessError(f"initdb failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-2000:]}")
 

@@ -20,8 +20,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from streamer.sandbox.ports import free_port
 from harness.errors import HarnessError
+from streamer.sandbox.ports import free_port
 
 SCRAPE_SECONDS = 2  # a scrape may take this long: the lag is asked of Kafka when scraped
 BINARY = "prometheus"
@@ -36,7 +36,9 @@ def prometheus_binary() -> str:
     for command in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", BINARY]):
         done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
-            raise HarnessError(f"{' '.join(command)} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-2000:]}")
+            raise HarnessError(
+                f"{' '.join(command)} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-2000:]}"
+            )
     found = shutil.which(BINARY)
     if not found:
         raise HarnessError("apt-get installed the prometheus package but no `prometheus` is on the PATH")
@@ -47,8 +49,13 @@ class PrometheusServer:
     """One Prometheus scraping `targets` (host:port, path /metrics) as the job `mor-streamer`,
     evaluating the alerting rules of `rule_files`."""
 
-    def __init__(self, targets: list[str], work_dir: str | os.PathLike[str], host: str = "127.0.0.1",
-                 rule_files: list[str | os.PathLike[str]] = ()):
+    def __init__(
+        self,
+        targets: list[str],
+        work_dir: str | os.PathLike[str],
+        host: str = "127.0.0.1",
+        rule_files: list[str | os.PathLike[str]] = (),
+    ):
         self.targets = targets
         self.rule_files = [str(Path(f).resolve()) for f in rule_files]
         self.work_dir = Path(work_dir)
@@ -64,21 +71,30 @@ class PrometheusServer:
     def log_path(self) -> Path:
         return self.work_dir / "prometheus.log"
 
-    def start(self, timeout: float = 60.0) -> "PrometheusServer":
+    def start(self, timeout: float = 60.0) -> PrometheusServer:
         binary = prometheus_binary()
         self.work_dir.mkdir(parents=True, exist_ok=True)
         config = self.work_dir / "prometheus.yml"
-        config.write_text(json.dumps({  # YAML is a superset of JSON
-            "global": {"scrape_interval": f"{SCRAPE_SECONDS}s", "evaluation_interval": f"{SCRAPE_SECONDS}s"},
-            "rule_files": self.rule_files,
-            "scrape_configs": [{"job_name": "mor-streamer", "static_configs": [{"targets": self.targets}]}],
-        }))
+        config.write_text(
+            json.dumps(
+                {  # YAML is a superset of JSON
+                    "global": {"scrape_interval": f"{SCRAPE_SECONDS}s", "evaluation_interval": f"{SCRAPE_SECONDS}s"},
+                    "rule_files": self.rule_files,
+                    "scrape_configs": [{"job_name": "mor-streamer", "static_configs": [{"targets": self.targets}]}],
+                }
+            )
+        )
         self.port = free_port(self.host)
-        command = [binary, f"--config.file={config}", f"--storage.tsdb.path={self.work_dir / 'data'}",
-                   f"--web.listen-address={self.host}:{self.port}"]
+        command = [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={self.work_dir / 'data'}",
+            f"--web.listen-address={self.host}:{self.port}",
+        ]
         with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                          close_fds=True)
+            self._proc = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, close_fds=True
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -123,7 +139,7 @@ class PrometheusServer:
             raise HarnessError(f"{url}: {body}")
         return body["data"] if endpoint != "query" else body["data"]["result"]
 
-    def __enter__(self) -> "PrometheusServer":
+    def __enter__(self) -> PrometheusServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

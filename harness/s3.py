@@ -22,17 +22,16 @@ import datetime
 import os
 import re
 import secrets
-import socket
 import time
 import urllib.error
 import urllib.request
 
 import pyarrow.fs as pafs
 
+from harness.errors import HarnessError
 from streamer.sandbox import jars
 from streamer.sandbox.ports import free_port
 from streamer.sandbox.server_process import ServerProcess, java_executable
-from harness.errors import HarnessError
 
 S3PROXY_VERSION = "4.1.0"
 ARTIFACTS = (
@@ -120,8 +119,13 @@ class S3Server(ServerProcess):
 
     STOP_TIMEOUT = 20.0
 
-    def __init__(self, work_dir: str | os.PathLike[str] | None = None, host: str = "127.0.0.1",
-                 startup_timeout: float = 90.0, die_with_parent: bool | None = None):
+    def __init__(
+        self,
+        work_dir: str | os.PathLike[str] | None = None,
+        host: str = "127.0.0.1",
+        startup_timeout: float = 90.0,
+        die_with_parent: bool | None = None,
+    ):
         super().__init__(work_dir, host, None, startup_timeout, die_with_parent, temp_prefix="s3-")
         self.access_key_id = "test-" + secrets.token_hex(6)
         self.secret_access_key = secrets.token_hex(20)
@@ -136,14 +140,24 @@ class S3Server(ServerProcess):
     @property
     def storage_options(self) -> dict[str, str]:
         """The table storage options (`table.storage.file_io.S3Options`) that reach this server."""
-        return {"aws_endpoint_url": self.endpoint_url, "aws_access_key_id": self.access_key_id,
-                "aws_secret_access_key": self.secret_access_key, "aws_region": REGION, "aws_allow_http": "true"}
+        return {
+            "aws_endpoint_url": self.endpoint_url,
+            "aws_access_key_id": self.access_key_id,
+            "aws_secret_access_key": self.secret_access_key,
+            "aws_region": REGION,
+            "aws_allow_http": "true",
+        }
 
     @property
     def environment(self) -> dict[str, str]:
         """The same, as the environment variables AWS tools read."""
-        return {"AWS_ENDPOINT_URL": self.endpoint_url, "AWS_ACCESS_KEY_ID": self.access_key_id,
-                "AWS_SECRET_ACCESS_KEY": self.secret_access_key, "AWS_REGION": REGION, "AWS_ALLOW_HTTP": "true"}
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": self.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
+            "AWS_REGION": REGION,
+            "AWS_ALLOW_HTTP": "true",
+        }
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> S3Server:
@@ -158,16 +172,23 @@ class S3Server(ServerProcess):
         while not self._answers():
             if not self.is_running() or time.monotonic() > deadline:
                 self.stop(timeout=5.0)
-                raise S3ServerError(f"S3Proxy {S3PROXY_VERSION} did not start on {self.endpoint_url}:\n"
-                                    f"log {self.log_path}:\n{self.log_tail()}")
+                raise S3ServerError(
+                    f"S3Proxy {S3PROXY_VERSION} did not start on {self.endpoint_url}:\n"
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
             time.sleep(0.2)
         return self
 
     # -- buckets -----------------------------------------------------------------------------------
     def filesystem(self) -> pafs.S3FileSystem:
-        return pafs.S3FileSystem(access_key=self.access_key_id, secret_key=self.secret_access_key, region=REGION,
-                                 endpoint_override=f"{self.host}:{self.port}", scheme="http",
-                                 allow_bucket_creation=True)
+        return pafs.S3FileSystem(
+            access_key=self.access_key_id,
+            secret_key=self.secret_access_key,
+            region=REGION,
+            endpoint_override=f"{self.host}:{self.port}",
+            scheme="http",
+            allow_bucket_creation=True,
+        )
 
     def create_bucket(self, name: str) -> str:
         """Create a bucket (nothing if it exists); returns its name."""
@@ -180,7 +201,7 @@ class S3Server(ServerProcess):
             urllib.request.urlopen(self.endpoint_url + "/", timeout=2).close()
         except urllib.error.HTTPError:
             return True  # an S3 error document: the server is up
-        except (urllib.error.URLError, socket.timeout, ConnectionError):
+        except (TimeoutError, urllib.error.URLError, ConnectionError):
             return False
         return True
 
@@ -198,5 +219,13 @@ class S3Server(ServerProcess):
         (self.work_dir / "logback.xml").write_text(_LOGBACK)
 
     def _command(self, classpath: str) -> list[str]:
-        return [java_executable(), *JVM_OPTIONS, f"-Dlogback.configurationFile={self.work_dir / 'logback.xml'}",
-                "-cp", classpath, "org.gaul.s3proxy.Main", "--properties", str(self.work_dir / "s3proxy.conf")]
+        return [
+            java_executable(),
+            *JVM_OPTIONS,
+            f"-Dlogback.configurationFile={self.work_dir / 'logback.xml'}",
+            "-cp",
+            classpath,
+            "org.gaul.s3proxy.Main",
+            "--properties",
+            str(self.work_dir / "s3proxy.conf"),
+        ]

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pyspark
 
-from streamer.sandbox import jars
 from streamer.kafka.connector import connector_version, published_versions
+from streamer.sandbox import jars
 
 FALLBACK_VERSION = "4.2.0"
 

@@ -15,6 +15,7 @@ an executor exits when its worker does, so a crashed test run leaves no cluster 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -28,14 +29,13 @@ from pathlib import Path
 import psutil
 import pyspark
 
+from harness.errors import HarnessError
 from streamer.sandbox.ports import free_port
 from streamer.sandbox.server_process import java_executable
-from harness.errors import HarnessError
 
 SPARK_HOME = Path(pyspark.__file__).parent
 #: The master and worker daemons only schedule: a small heap and the quick compiler start them fast.
-DAEMON_JVM_OPTIONS = ("-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                      "-Djava.awt.headless=true")
+DAEMON_JVM_OPTIONS = ("-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
 
 
 class ClusterStartError(HarnessError):
@@ -64,8 +64,9 @@ class _Daemon:
             command = ["setpriv", "--pdeathsig", "KILL", "--", *command]
         env = node_environment()
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         env=env, close_fds=True)
+            self.proc = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, close_fds=True
+            )
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM, then SIGKILL after `timeout`; the processes it started go with it."""
@@ -90,8 +91,10 @@ class _Daemon:
 
 #: An executor's log lines that start and end a task attempt, by its task id.
 _TASK_STARTED = re.compile(r"Executor: Running task \S+ in stage \S+ \(TID (\d+)\)")
-_TASK_ENDED = re.compile(r"Executor: (?:Finished|Executor killed) task \S+ in stage \S+ \(TID (\d+)\)"
-                         r"|Executor: Exception in task \S+ in stage \S+ \(TID (\d+)\)")
+_TASK_ENDED = re.compile(
+    r"Executor: (?:Finished|Executor killed) task \S+ in stage \S+ \(TID (\d+)\)"
+    r"|Executor: Exception in task \S+ in stage \S+ \(TID (\d+)\)"
+)
 
 
 class Worker(_Daemon):
@@ -140,8 +143,16 @@ class Worker(_Daemon):
 class SparkCluster:
     """A standalone master and `workers` workers of `cores` cores and `memory` each, on `host`."""
 
-    def __init__(self, work_dir: str | os.PathLike[str], workers: int = 2, cores: int = 1, memory: str = "1g",
-                 host: str = "127.0.0.1", startup_timeout: float = 90.0, die_with_parent: bool | None = None):
+    def __init__(
+        self,
+        work_dir: str | os.PathLike[str],
+        workers: int = 2,
+        cores: int = 1,
+        memory: str = "1g",
+        host: str = "127.0.0.1",
+        startup_timeout: float = 90.0,
+        die_with_parent: bool | None = None,
+    ):
         self.work_dir = Path(work_dir)
         self.host = host
         self.cores = cores
@@ -163,8 +174,11 @@ class SparkCluster:
             self._start_master()
             for worker in self.workers:
                 self._start_worker(worker)
-            self._wait(lambda state: len(self.alive_workers(state)) == len(self.workers),
-                       f"{len(self.workers)} workers registered", *self.workers)
+            self._wait(
+                lambda state: len(self.alive_workers(state)) == len(self.workers),
+                f"{len(self.workers)} workers registered",
+                *self.workers,
+            )
         except BaseException:
             self.stop()
             raise
@@ -191,32 +205,54 @@ class SparkCluster:
 
     def _start_master(self) -> None:
         self.port, self.webui_port = free_port(self.host), free_port(self.host)
-        self.master.spawn("org.apache.spark.deploy.master.Master", "--host", self.host,
-                          "--port", str(self.port), "--webui-port", str(self.webui_port))
+        self.master.spawn(
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.webui_port),
+        )
         self._wait(lambda state: state.get("status") == "ALIVE", "the master alive", self.master)
 
     def _start_worker(self, worker: Worker) -> None:
         worker.directory.mkdir(parents=True, exist_ok=True)
         worker.port = free_port(self.host)
-        worker.spawn("org.apache.spark.deploy.worker.Worker", self.master_url, "--host", self.host,
-                     "--port", str(worker.port), "--webui-port", str(free_port(self.host)),
-                     "--cores", str(self.cores), "--memory", self.memory, "--work-dir", str(worker.directory))
+        worker.spawn(
+            "org.apache.spark.deploy.worker.Worker",
+            self.master_url,
+            "--host",
+            self.host,
+            "--port",
+            str(worker.port),
+            "--webui-port",
+            str(free_port(self.host)),
+            "--cores",
+            str(self.cores),
+            "--memory",
+            self.memory,
+            "--work-dir",
+            str(worker.directory),
+        )
 
     def _wait(self, condition, what: str, *daemons: _Daemon) -> None:
         deadline = time.monotonic() + self.startup_timeout
         while True:
             for daemon in (self.master, *daemons):
                 if not daemon.is_running():
-                    raise ClusterStartError(f"{daemon.name} exited while waiting for {what}; "
-                                            f"{daemon.log_path}:\n{daemon.log_tail()}")
+                    raise ClusterStartError(
+                        f"{daemon.name} exited while waiting for {what}; {daemon.log_path}:\n{daemon.log_tail()}"
+                    )
             try:
                 if condition(self.state()):
                     return
             except OSError:  # the master's web UI is not listening yet
                 pass
             if time.monotonic() > deadline:
-                raise ClusterStartError(f"no {what} after {self.startup_timeout:.0f}s; "
-                                        f"{self.master.log_path}:\n{self.master.log_tail()}")
+                raise ClusterStartError(
+                    f"no {what} after {self.startup_timeout:.0f}s; {self.master.log_path}:\n{self.master.log_tail()}"
+                )
             time.sleep(0.3)
 
 
@@ -251,10 +287,8 @@ def _cmdline(process: psutil.Process) -> list[str]:
 
 def _signal(processes: list[psutil.Process], signum: int) -> None:
     for process in processes:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             process.send_signal(signum)
-        except psutil.NoSuchProcess:
-            pass
 
 
 def _kill(processes: list[psutil.Process]) -> None:

@@ -63,8 +63,11 @@ class TableOutcome:
             return f"{self.name}: {counts}, {last}: ok"
         failed = ""
         if self.failed_batch:
-            read = (f" ({self.failed_records:,} records, {self.failed_bad:,} bad)"
-                    if self.failed_records or self.failed_bad else "")
+            read = (
+                f" ({self.failed_records:,} records, {self.failed_bad:,} bad)"
+                if self.failed_records or self.failed_bad
+                else ""
+            )
             failed = f"; {self.failed_batch}{read} failed, nothing of it written"
         return f"{self.name}: {counts} committed{failed}; {last}: FAILED: {self.error}"
 
@@ -106,8 +109,7 @@ JOB_SPARK_SETTINGS = {
     "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1",
     # Writes the checkpoint's offset and commit logs through the FileSystem API: on a local disk
     # the FileContext API spawns a process per file to resolve links.
-    "spark.sql.streaming.checkpointFileManagerClass":
-        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+    "spark.sql.streaming.checkpointFileManagerClass": "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
     # Spark keeps the plans, jobs, stages and tasks of past queries for its UI, 1,000 queries and
     # 100,000 tasks by default: a few micro-batches a minute fill that for an hour, and the
     # driver's JVM grows all that time. The last 100 show what the job does now.
@@ -170,14 +172,17 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None)
 QUIET_SPARK_LOGGERS = tuple(
     f"org.apache.spark.sql.execution.streaming.{package}{name}"
     for name in ("MicroBatchExecution", "ResolveWriteToStream")
-    for package in ("runtime.", ""))  # the package, and the one of Spark 4.0
+    for package in ("runtime.", "")
+)  # the package, and the one of Spark 4.0
 
 
 #: Spark's loggers of a failed task, whose lines carry the task's Java (and Python) stack trace:
 #: the executor's (ERROR), and the scheduler's "Lost task" warnings (its ERROR line that the job
 #: is aborted stays). Quiet unless the job logs at DEBUG.
-TASK_FAILURE_LOGGERS = {"org.apache.spark.executor.Executor": "OFF",
-                        "org.apache.spark.scheduler.TaskSetManager": "ERROR"}
+TASK_FAILURE_LOGGERS = {
+    "org.apache.spark.executor.Executor": "OFF",
+    "org.apache.spark.scheduler.TaskSetManager": "ERROR",
+}
 
 
 def quiet_spark_loggers(spark: SparkSession) -> None:
@@ -191,7 +196,7 @@ def quiet_spark_loggers(spark: SparkSession) -> None:
         configurator = jvm.org.apache.logging.log4j.core.config.Configurator
         for name, level in levels.items():
             configurator.setLevel(name, jvm.org.apache.logging.log4j.Level.getLevel(level))
-    except Exception as e:  # another logging backend under spark-submit: Spark's lines stay
+    except Exception as e:  # noqa: BLE001 - another logging backend under spark-submit: Spark's lines stay
         log.debug("could not quiet Spark's loggers: %s", e)
 
 
@@ -212,8 +217,10 @@ def run(configs: list[JobConfig], spark: SparkSession, once: bool = False) -> Ru
             for job in jobs:
                 job.finish()
         elif not executor.wait_idle(STOP_GRACE_SECONDS):
-            log.warning("a background table service is still running; it is abandoned and its plan "
-                        "is executed again at the next start")
+            log.warning(
+                "a background table service is still running; it is abandoned and its plan "
+                "is executed again at the next start"
+            )
         return result
     finally:
         if server is not None:
@@ -234,8 +241,9 @@ def _metrics_server(configs: list[JobConfig], metrics: Metrics) -> MetricsServer
     try:
         return MetricsServer(metrics, wanted.metrics.host, wanted.metrics.port).start()
     except OSError as e:
-        raise StartupError(f"{wanted.config_path}: metrics.port: cannot listen on "
-                           f"{wanted.metrics.host}:{wanted.metrics.port}: {e}") from e
+        raise StartupError(
+            f"{wanted.config_path}: metrics.port: cannot listen on {wanted.metrics.host}:{wanted.metrics.port}: {e}"
+        ) from e
 
 
 class _Runner:
@@ -251,8 +259,13 @@ class _Runner:
         try:
             for n, job in enumerate(self.jobs, 1):
                 job.start(self.spark, self.once)
-                log.info("%s: streaming %s -> %s (%s)", job.name, _topics(job.config), job.config.table.path,
-                         "until the topics are drained" if self.once else f"every {job.config.stream.trigger_interval}")
+                log.info(
+                    "%s: streaming %s -> %s (%s)",
+                    job.name,
+                    _topics(job.config),
+                    job.config.table.path,
+                    "until the topics are drained" if self.once else f"every {job.config.stream.trigger_interval}",
+                )
                 if n < len(self.jobs):
                     self._wait_for_source(job)
             self._wait()
@@ -295,8 +308,11 @@ class _Runner:
             if job.query is None or not job.query.isActive:
                 continue
             if not job.sink.quiesce(STOP_GRACE_SECONDS):
-                log.warning("%s: the batch in progress did not finish within %.0fs; abandoning it "
-                            "(the next run rolls it back)", job.name, STOP_GRACE_SECONDS)
+                log.warning(
+                    "%s: the batch in progress did not finish within %.0fs; abandoning it (the next run rolls it back)",
+                    job.name,
+                    STOP_GRACE_SECONDS,
+                )
             job.query.stop()
 
     def _failure(self, job: TableJob) -> str | None:

@@ -58,7 +58,7 @@ class BatchTally:
     writer_schemas: dict[int, str] = field(default_factory=dict)  # those ids' schemas, where the decoder has them
     evolving_at: dict[int, tuple[str, int, int]] = field(default_factory=dict)  # id -> its first record
 
-    def merge(self, other: "BatchTally") -> "BatchTally":
+    def merge(self, other: BatchTally) -> BatchTally:
         self.reads.update(other.reads)
         self.bad_rows.update(other.bad_rows)
         self.samples.update(other.samples)

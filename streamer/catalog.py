@@ -69,8 +69,9 @@ def sync_target(config: JobConfig) -> SyncTarget:
 
 def metastore_connector(settings: SyncSettings, jvm: Any, hadoop_conf: Any = None) -> Callable[[], HiveMetastoreClient]:
     """Makes clients of the configured metastore in this JVM (the job's Spark driver)."""
-    return lambda: HiveMetastoreClient(jvm, settings.metastore_uris, hadoop_conf, dict(settings.hive_conf),
-                                       settings.timeout_seconds)
+    return lambda: HiveMetastoreClient(
+        jvm, settings.metastore_uris, hadoop_conf, dict(settings.hive_conf), settings.timeout_seconds
+    )
 
 
 class CatalogSync:
@@ -101,7 +102,9 @@ class CatalogSync:
         """Called on the writer's thread after each deltacommit."""
         if not self._due():
             if self.metrics is not None:
-                self.metrics.catalog_synced(commits_behind(self.table.timeline(), self.state.synced_instant), None, False)
+                self.metrics.catalog_synced(
+                    commits_behind(self.table.timeline(), self.state.synced_instant), None, False
+                )
             return
         self._wake_or_sync()
 
@@ -160,8 +163,14 @@ class CatalogSync:
     def _succeeded(self, result: SyncResult, seconds: float) -> None:
         state = self.state
         if state.failing_since is not None:
-            log.info("%s: catalog sync of %s caught up after %d failed attempt(s) since %s: %s", self.name,
-                     ", ".join(state.tables), state.failures, state.failing_since, result)
+            log.info(
+                "%s: catalog sync of %s caught up after %d failed attempt(s) since %s: %s",
+                self.name,
+                ", ".join(state.tables),
+                state.failures,
+                state.failing_since,
+                result,
+            )
         elif result.created or result.columns_changed or result.partitions_added or result.partitions_dropped:
             log.info("%s: %s", self.name, result)
         else:
@@ -178,9 +187,15 @@ class CatalogSync:
         state.failing_since = state.failing_since or time.strftime(_TIME_FORMAT, time.gmtime())
         state.last_error = str(error)
         behind = commits_behind(self.table.timeline(), state.synced_instant)
-        log.warning("%s: catalog sync of %s failed (attempt %d; the catalog is %d commit(s) behind the table, "
-                    "retried after the next commit): %s", self.name, ", ".join(state.tables), state.failures,
-                    behind, error)
+        log.warning(
+            "%s: catalog sync of %s failed (attempt %d; the catalog is %d commit(s) behind the table, "
+            "retried after the next commit): %s",
+            self.name,
+            ", ".join(state.tables),
+            state.failures,
+            behind,
+            error,
+        )
         self._record(seconds, failed=True)
 
     def _record(self, seconds: float, failed: bool) -> None:
@@ -189,7 +204,9 @@ class CatalogSync:
         except OSError as e:  # the record is for operators; the sync itself is what counts
             log.warning("%s: could not record the catalog sync's state in %s: %s", self.name, SYNC_STATE_PATH, e)
         if self.metrics is not None:
-            self.metrics.catalog_synced(commits_behind(self.table.timeline(), self.state.synced_instant), seconds, failed)
+            self.metrics.catalog_synced(
+                commits_behind(self.table.timeline(), self.state.synced_instant), seconds, failed
+            )
 
     def _work(self) -> None:
         while True:
@@ -240,6 +257,12 @@ def catalog_status(config: JobConfig, table: MorTable, timeline: Timeline) -> Ca
     names = [f"{target.database}.{target.table_name}_rt", f"{target.database}.{target.table_name}_ro"]
     if state is None:
         return CatalogStatus(names, None, commits_behind(timeline, None), never_synced=True)
-    return CatalogStatus(names, state.synced_instant, commits_behind(timeline, state.synced_instant),
-                         state.failing_since, state.failures, state.last_error,
-                         never_synced=state.synced_instant is None)
+    return CatalogStatus(
+        names,
+        state.synced_instant,
+        commits_behind(timeline, state.synced_instant),
+        state.failing_since,
+        state.failures,
+        state.last_error,
+        never_synced=state.synced_instant is None,
+    )

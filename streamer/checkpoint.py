@@ -39,8 +39,12 @@ def planned_offsets(checkpoint_location: str, batch_id: int) -> dict[str, dict[i
         problem: object = f"expected '{VERSION}', batch metadata and one source's offsets"
     except (OSError, ValueError, AttributeError, TypeError) as e:
         problem = e
-    log.warning("could not read the offsets Spark planned for batch %d from %s (%s); the batch's "
-                "records say how far it read", batch_id, checkpoint_location, problem)
+    log.warning(
+        "could not read the offsets Spark planned for batch %d from %s (%s); the batch's records say how far it read",
+        batch_id,
+        checkpoint_location,
+        problem,
+    )
     return None
 
 
@@ -57,14 +61,17 @@ class StreamCheckpoint:
     offsets: dict[str, dict[int, int]]  # topic -> partition -> next offset to read
 
     def to_json(self) -> str:
-        return json.dumps({
-            "queryId": self.query_id,
-            "batchId": self.batch_id,
-            "offsets": self.offsets_json_object(),
-        }, sort_keys=True)
+        return json.dumps(
+            {
+                "queryId": self.query_id,
+                "batchId": self.batch_id,
+                "offsets": self.offsets_json_object(),
+            },
+            sort_keys=True,
+        )
 
     @staticmethod
-    def from_json(obj: dict) -> "StreamCheckpoint":
+    def from_json(obj: dict) -> StreamCheckpoint:
         offsets = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in obj.get("offsets", {}).items()}
         return StreamCheckpoint(obj.get("queryId", ""), int(obj.get("batchId", -1)), offsets)
 
@@ -79,10 +86,10 @@ class StreamCheckpoint:
         """Hudi's streamer checkpoint string, which only has room for one topic."""
         if len(self.offsets) != 1:
             return None
-        (topic, parts), = self.offsets.items()
+        ((topic, parts),) = self.offsets.items()
         return ",".join([topic] + [f"{p}:{o}" for p, o in sorted(parts.items())])
 
-    def advanced(self, query_id: str, batch_id: int, read: dict[str, dict[int, int]]) -> "StreamCheckpoint":
+    def advanced(self, query_id: str, batch_id: int, read: dict[str, dict[int, int]]) -> StreamCheckpoint:
         offsets = {t: dict(parts) for t, parts in self.offsets.items()}
         for topic, parts in read.items():
             offsets.setdefault(topic, {}).update(parts)

@@ -39,8 +39,14 @@ class DecodeStep:
     The records come as Spark's Kafka rows, or as the offset ranges the `kafka-arrow` source
     planned (`streamer.kafka.schema.OFFSET_RANGES_SCHEMA`), which the step reads with `source`."""
 
-    def __init__(self, decoder: RecordDecoder, columns: tuple[str, ...], keep_bad_rows: bool, tally,
-                 source: SourceOptions | None = None):
+    def __init__(
+        self,
+        decoder: RecordDecoder,
+        columns: tuple[str, ...],
+        keep_bad_rows: bool,
+        tally,
+        source: SourceOptions | None = None,
+    ):
         self.decoder = decoder
         self.columns = columns
         self.keep_bad_rows = keep_bad_rows
@@ -82,8 +88,9 @@ class DecodeStep:
         rows = decoded.select(list(self.columns))
         return rows if dropped.true_count == 0 else rows.filter(pc.invert(dropped))
 
-    def _tally(self, decoded: pa.RecordBatch, bad: pa.BooleanArray, deferred: pa.BooleanArray | None,
-               fetch_seconds: float) -> BatchTally:
+    def _tally(
+        self, decoded: pa.RecordBatch, bad: pa.BooleanArray, deferred: pa.BooleanArray | None, fetch_seconds: float
+    ) -> BatchTally:
         tally = BatchTally()
         topics, partitions = decoded.column(KAFKA_TOPIC), decoded.column(KAFKA_PARTITION)
         offsets = np.asarray(decoded.column(KAFKA_OFFSET))
@@ -93,8 +100,12 @@ class DecodeStep:
         else:
             keys = pa.table({"t": topics, "p": partitions, "i": pa.array(np.arange(len(offsets)))})
             grouped = keys.group_by(["t", "p"]).aggregate([("i", "list")])
-            runs = [(t, p, np.asarray(i)) for t, p, i in zip(grouped["t"].to_pylist(), grouped["p"].to_pylist(),
-                                                             grouped["i_list"].to_numpy(zero_copy_only=False))]
+            runs = [
+                (t, p, np.asarray(i))
+                for t, p, i in zip(
+                    grouped["t"].to_pylist(), grouped["p"].to_pylist(), grouped["i_list"].to_numpy(zero_copy_only=False)
+                )
+            ]
         bad_rows = np.asarray(bad)
         kinds = decoded.column(SKIPPED) if SKIPPED in decoded.schema.names else None
         for topic, partition, rows in runs:
@@ -105,8 +116,14 @@ class DecodeStep:
                 counts = pc.value_counts(kinds.take(pa.array(rows)).drop_null()).to_pylist()
                 skipped = tuple(sorted((c["values"], c["counts"]) for c in counts))
             tally.reads[(topic, partition, first)] = SliceRead(
-                int(offsets[rows].max()), len(rows), int(bad_rows[rows].sum()), span["min"].as_py(), span["max"].as_py(),
-                fetch_seconds * len(rows) / len(offsets), skipped)
+                int(offsets[rows].max()),
+                len(rows),
+                int(bad_rows[rows].sum()),
+                span["min"].as_py(),
+                span["max"].as_py(),
+                fetch_seconds * len(rows) / len(offsets),
+                skipped,
+            )
         if bad_rows.any():
             where = np.flatnonzero(bad_rows)
             errors = decoded.column(ERROR).take(pa.array(where[:SAMPLES])).to_pylist()

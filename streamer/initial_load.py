@@ -53,9 +53,13 @@ def wanted(config: JobConfig, table: MorTable, has_spark_checkpoint: bool) -> bo
     """Whether the query starts on a backlog it should take at once: an empty table, no Spark
     checkpoint, and a first batch allowed more than `max_offsets_per_trigger`."""
     source = config.source
-    return bool(source.max_offsets_per_trigger and source.initial_load_max_records > source.max_offsets_per_trigger
-                and not has_spark_checkpoint and source.starting_offsets != StartingOffsets.LATEST
-                and not table.timeline().completed_writes())
+    return bool(
+        source.max_offsets_per_trigger
+        and source.initial_load_max_records > source.max_offsets_per_trigger
+        and not has_spark_checkpoint
+        and source.starting_offsets != StartingOffsets.LATEST
+        and not table.timeline().completed_writes()
+    )
 
 
 def backlog(config: JobConfig, kafka: KafkaProgress) -> Backlog | None:
@@ -67,8 +71,12 @@ def backlog(config: JobConfig, kafka: KafkaProgress) -> Backlog | None:
     whole = Backlog(starts, ends)
     if whole.records <= source.max_offsets_per_trigger:
         return None  # the first micro-batch takes it all anyway
-    end = rate_limit(limit, {(t, p): o for t, parts in starts.items() for p, o in parts.items()},
-                     {(t, p): o for t, parts in ends.items() for p, o in parts.items()}, lambda tps: {})
+    end = rate_limit(
+        limit,
+        {(t, p): o for t, parts in starts.items() for p, o in parts.items()},
+        {(t, p): o for t, parts in ends.items() for p, o in parts.items()},
+        lambda tps: {},
+    )
     return Backlog(starts, _by_topic(end))
 
 
@@ -79,12 +87,18 @@ def run(config: JobConfig, spark: SparkSession, sink: UpsertSink, work: Backlog)
     options.pop("maxOffsetsPerTrigger", None)
     options["endingOffsets"] = _offsets_json(work.end)
     started = time.monotonic()
-    log.info("%s: initial load of %s records from %s", config.table.name, f"{work.records:,}",
-             ", ".join(sorted(work.end)))
+    log.info(
+        "%s: initial load of %s records from %s", config.table.name, f"{work.records:,}", ", ".join(sorted(work.end))
+    )
     report = sink.load(spark.read.format(source.format).options(**options).load(), work.end)
     seconds = time.monotonic() - started
-    log.info("%s: initial load done: %s records in %.1fs (%s records/s)", config.table.name,
-             f"{report.records:,}", seconds, f"{report.records / max(seconds, 1e-9):,.0f}")
+    log.info(
+        "%s: initial load done: %s records in %.1fs (%s records/s)",
+        config.table.name,
+        f"{report.records:,}",
+        seconds,
+        f"{report.records / max(seconds, 1e-9):,.0f}",
+    )
     return report
 
 
@@ -92,11 +106,17 @@ def _starting_offsets(config: JobConfig, ends: dict[str, dict[int, int]]) -> dic
     """`source.starting_offsets` resolved to offsets for every partition that has an end."""
     spec = config.source.starting_offsets
     wanted = {(t, p) for t, parts in ends.items() for p in parts}
-    configured = offsets_from_json(json.loads(config.source.reader_options()["startingOffsets"])) \
-        if isinstance(spec, dict) else {}
+    configured = (
+        offsets_from_json(json.loads(config.source.reader_options()["startingOffsets"]))
+        if isinstance(spec, dict)
+        else {}
+    )
     earliest_needed = [tp for tp in wanted if configured.get(tp, EARLIEST) == EARLIEST]
-    earliest = earliest_offsets(SourceOptions.parse(config.source.reader_options()), earliest_needed) \
-        if earliest_needed else {}
+    earliest = (
+        earliest_offsets(SourceOptions.parse(config.source.reader_options()), earliest_needed)
+        if earliest_needed
+        else {}
+    )
     starts = {}
     for tp in wanted:
         chosen = configured.get(tp, EARLIEST)

@@ -63,10 +63,10 @@ from streamer.scheduler import BackgroundExecutor, TableServices
 from streamer.sink import OffsetJumpCheck, SinkSettings, UpsertSink
 from table.mor_table import MorTable, TableSpec
 from table.schema import arrow_schema_from_avro
-from table.units import MIB
 from table.storage.file_io import Storage
 from table.sync import HiveSync
 from table.timeline.timeline import parse_instant_time
+from table.units import MIB
 from table.write.writer import TableWriter, WriteOptions
 
 log = logging.getLogger(__name__)
@@ -81,10 +81,21 @@ LAG_TIMEOUT_SECONDS = 5.0
 class TableJob:
     """A prepared table job: `start` launches its streaming query."""
 
-    def __init__(self, config: JobConfig, table: MorTable, writer: TableWriter, decoder: RecordDecoder,
-                 sink: UpsertSink, quarantine: QuarantineTable | None, services: TableServices,
-                 starting_offsets: str | None, kafka: KafkaProgress, metrics: TableMetrics, lag_kafka: KafkaProgress,
-                 catalog: CatalogSync | None = None):
+    def __init__(
+        self,
+        config: JobConfig,
+        table: MorTable,
+        writer: TableWriter,
+        decoder: RecordDecoder,
+        sink: UpsertSink,
+        quarantine: QuarantineTable | None,
+        services: TableServices,
+        starting_offsets: str | None,
+        kafka: KafkaProgress,
+        metrics: TableMetrics,
+        lag_kafka: KafkaProgress,
+        catalog: CatalogSync | None = None,
+    ):
         self.config = config
         self.catalog = catalog
         self.metrics = metrics
@@ -104,8 +115,9 @@ class TableJob:
         return self.config.table.name
 
     @classmethod
-    def prepare(cls, config: JobConfig, spark: SparkSession, executor: BackgroundExecutor,
-                metrics: Metrics) -> "TableJob":
+    def prepare(
+        cls, config: JobConfig, spark: SparkSession, executor: BackgroundExecutor, metrics: Metrics
+    ) -> TableJob:
         """Check the config against schemas and the table on disk, then open the table's writer
         (which rolls back what a crashed run left inflight) and resume pending service plans."""
         value = _format_spec(config, config.decode.value, "value")
@@ -120,15 +132,21 @@ class TableJob:
         if follows_writer_schemas(config):
             registry = config.decode.schema_registry
             evolution = SchemaEvolution(
-                t.name, value.avro_schema, decoder,
+                t.name,
+                value.avro_schema,
+                decoder,
                 lambda reader: decoder.with_value(_reader_spec(value.format, reader)),
                 SchemaRegistryClient(registry.url, registry.auth) if registry else None,
-                strict=config.decode.value.envelope == Envelope.DEBEZIUM)
+                strict=config.decode.value.envelope == Envelope.DEBEZIUM,
+            )
         deletes = decoder.deletes
         writer = table.writer(
-            WriteOptions(initial_buckets=config.index.initial_buckets,
-                         delete_field=deletes.column if deletes.made else t.delete_field,
-                         log_block_format=t.log_block_format, task_memory_bytes=int(t.write_task_memory_mb * MIB)),
+            WriteOptions(
+                initial_buckets=config.index.initial_buckets,
+                delete_field=deletes.column if deletes.made else t.delete_field,
+                log_block_format=t.log_block_format,
+                task_memory_bytes=int(t.write_task_memory_mb * MIB),
+            ),
             description=f"mor-streamer job '{t.name}' ({config.config_path})",
         )
         try:
@@ -140,24 +158,43 @@ class TableJob:
         lag_kafka = KafkaProgress(config.source, timeout=LAG_TIMEOUT_SECONDS)
         try:
             if config.decode.on_error == BadRecordPolicy.QUARANTINE:
-                quarantine = QuarantineTable(t.quarantine_location, t.name, t.log_block_format, t.storage_options).open()
-            table_metrics = metrics.table(t.name, config.stream.trigger_seconds, config.metrics.stuck_after_triggers,
-                                          config.services.compaction.max_log_files_per_group)
+                quarantine = QuarantineTable(
+                    t.quarantine_location, t.name, t.log_block_format, t.storage_options
+                ).open()
+            table_metrics = metrics.table(
+                t.name,
+                config.stream.trigger_seconds,
+                config.metrics.stuck_after_triggers,
+                config.services.compaction.max_log_files_per_group,
+            )
             table_metrics.last_commit_before(_last_commit_time(table))
-            services = TableServices(config.services, table, writer, executor, index=config.index,
-                                     metrics=table_metrics)
+            services = TableServices(
+                config.services, table, writer, executor, index=config.index, metrics=table_metrics
+            )
             catalog = _catalog_sync(config, table, spark, table_metrics)
-            after_commit = services.after_commit if catalog is None else _one_then_other(services.after_commit,
-                                                                                         catalog.after_commit)
+            after_commit = (
+                services.after_commit
+                if catalog is None
+                else _one_then_other(services.after_commit, catalog.after_commit)
+            )
             starting = _resume_offsets(config, table, spark)
             offset_jumps = OffsetJumpCheck(kafka.earliest_offsets, started_from_table=starting is not None)
             kafka_arrow = config.source.format == SourceFormat.KAFKA_ARROW
             source = SourceOptions.parse(config.source.reader_options()) if kafka_arrow else None
-            sink = UpsertSink(SinkSettings(t.name, value_columns, config.decode.on_error, config.transform,
-                                           config.checkpoint_location, source),
-                              table, writer, decoder, quarantine, after_commit=after_commit,
-                              progress=lambda checkpoint: _kafka_progress(config, kafka, checkpoint),
-                              evolution=evolution, offset_jumps=offset_jumps, observe=table_metrics.batch_committed)
+            sink = UpsertSink(
+                SinkSettings(
+                    t.name, value_columns, config.decode.on_error, config.transform, config.checkpoint_location, source
+                ),
+                table,
+                writer,
+                decoder,
+                quarantine,
+                after_commit=after_commit,
+                progress=lambda checkpoint: _kafka_progress(config, kafka, checkpoint),
+                evolution=evolution,
+                offset_jumps=offset_jumps,
+                observe=table_metrics.batch_committed,
+            )
             table_metrics.lag_source = lambda: lag_kafka.partition_lag(sink.checkpoint.offsets)
             services.resume()
             if catalog is not None:
@@ -169,8 +206,20 @@ class TableJob:
             if quarantine is not None:
                 quarantine.close()
             raise
-        return cls(config, table, writer, decoder, sink, quarantine, services, starting, kafka, table_metrics, lag_kafka,
-                   catalog)
+        return cls(
+            config,
+            table,
+            writer,
+            decoder,
+            sink,
+            quarantine,
+            services,
+            starting,
+            kafka,
+            table_metrics,
+            lag_kafka,
+            catalog,
+        )
 
     def start(self, spark: SparkSession, once: bool) -> StreamingQuery:
         source = self.config.source
@@ -189,11 +238,20 @@ class TableJob:
                 raise StartupError(
                     f"{self.config.config_path}: source.format: 'kafka' needs Spark's Kafka connector "
                     "(spark-sql-kafka-0-10) on the classpath, e.g. spark-submit --packages "
-                    "org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>; or use 'kafka-arrow'") from e
+                    "org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>; or use 'kafka-arrow'"
+                ) from e
             raise
-        writer = (self._records(stream).writeStream.foreachBatch(self.sink).queryName(self.name)
-                  .option("checkpointLocation", self.config.checkpoint_location))
-        writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=self.config.stream.trigger_interval)
+        writer = (
+            self._records(stream)
+            .writeStream.foreachBatch(self.sink)
+            .queryName(self.name)
+            .option("checkpointLocation", self.config.checkpoint_location)
+        )
+        writer = (
+            writer.trigger(availableNow=True)
+            if once
+            else writer.trigger(processingTime=self.config.stream.trigger_interval)
+        )
         self.query = writer.start()
         self.sink.bind(str(self.query.id))
         return self.query
@@ -214,7 +272,8 @@ class TableJob:
         if "until_offset" in stream.columns:  # the newest timestamp is known after the read only
             return stream.observe(self.name, F.sum(F.col("until_offset") - F.col("from_offset")).alias("records"))
         return stream.select(*RECORD_COLUMNS).observe(
-            self.name, F.count(F.lit(1)).alias("records"), F.max("timestamp").alias("latest_kafka_timestamp"))
+            self.name, F.count(F.lit(1)).alias("records"), F.max("timestamp").alias("latest_kafka_timestamp")
+        )
 
     def finish(self) -> None:
         """For `--once`: background services done and pending plans executed, then the catalog
@@ -246,6 +305,7 @@ def _one_then_other(first, then):
     def both() -> None:
         first()
         then()
+
     return both
 
 
@@ -262,12 +322,13 @@ def _kafka_progress(config: JobConfig, kafka: KafkaProgress, checkpoint: StreamC
         if source.commit_offsets_to_group:
             kafka.commit_to_group(source.commit_offsets_to_group, checkpoint.offsets)
         return kafka.lag(checkpoint.offsets)
-    except Exception as e:  # a view for people and monitors: never fails a committed batch
+    except Exception as e:  # noqa: BLE001 - a view for people and monitors: never fails a committed batch
         log.warning("%s: could not read the Kafka lag: %s", config.table.name, e)
         return {}
 
 
 # ---- decoding ----------------------------------------------------------------------------------
+
 
 def build_decoder(config: JobConfig, value: FormatSpec) -> RecordDecoder:
     """The decoder of the config's key and value formats. Without a transform, the value's record
@@ -278,9 +339,11 @@ def build_decoder(config: JobConfig, value: FormatSpec) -> RecordDecoder:
     required = () if config.transform else (*config.table.record_key, config.table.ordering_field)
     missing = [f for f in required if f not in columns]
     if missing:
-        raise StartupError(f"{config.config_path}: decode.value: the value schema has no field(s) {missing} "
-                           f"named in table.record_key / table.ordering_field"
-                           + (" (nor does decode.envelope_columns)" if d.value.envelope == Envelope.DEBEZIUM else ""))
+        raise StartupError(
+            f"{config.config_path}: decode.value: the value schema has no field(s) {missing} "
+            f"named in table.record_key / table.ordering_field"
+            + (" (nor does decode.envelope_columns)" if d.value.envelope == Envelope.DEBEZIUM else "")
+        )
     key = _key_spec(config, value)
     try:
         return RecordDecoder(
@@ -301,8 +364,12 @@ def _deletes(config: JobConfig, value: FormatSpec, key: FormatSpec) -> Deletes:
     if found.problems:
         raise StartupError("\n".join(map(str, found.problems)))
     if config.decode.tombstones is None and found.deletes.envelope is not None and found.key_lacks:
-        log.info("%s: tombstones are skipped: the Kafka key lacks %s, so a tombstone cannot say which row to "
-                 "delete; the delete event before each tombstone deletes the row", config.table.name, found.key_lacks)
+        log.info(
+            "%s: tombstones are skipped: the Kafka key lacks %s, so a tombstone cannot say which row to "
+            "delete; the delete event before each tombstone deletes the row",
+            config.table.name,
+            found.key_lacks,
+        )
     return found.deletes
 
 
@@ -338,10 +405,16 @@ def _value_reader_schema(config: JobConfig, configured: FormatSpec) -> FormatSpe
     if change.problem is not None:
         if config.decode.value.schema_file is not None or config.decode.value.schema is not None:
             which = "schema_file" if config.decode.value.schema_file is not None else "schema"
-            raise StartupError(f"{config.config_path}: decode.value.{which}: the configured schema {change.problem} "
-                               f"(the reader schema recorded by the table at {config.table.path})")
-        log.warning("%s: the latest schema registered for '%s-value' %s; its records will be refused",
-                    config.table.name, config.source.topics[0], change.problem)
+            raise StartupError(
+                f"{config.config_path}: decode.value.{which}: the configured schema {change.problem} "
+                f"(the reader schema recorded by the table at {config.table.path})"
+            )
+        log.warning(
+            "%s: the latest schema registered for '%s-value' %s; its records will be refused",
+            config.table.name,
+            config.source.topics[0],
+            change.problem,
+        )
     return _reader_spec(configured.format, evolve_json(recorded, change) if change.evolves else recorded)
 
 
@@ -353,16 +426,21 @@ def _reader_spec(fmt: DecodeFormat, reader_schema: str) -> FormatSpec:
 
 # ---- the table ---------------------------------------------------------------------------------
 
-def _table_schema(config: JobConfig, spark: SparkSession, decoder: RecordDecoder,
-                  value_columns: tuple[str, ...]) -> pa.Schema:
+
+def _table_schema(
+    config: JobConfig, spark: SparkSession, decoder: RecordDecoder, value_columns: tuple[str, ...]
+) -> pa.Schema:
     """The table's columns: the value's fields, or what the transform makes of the decoded rows
     (Spark analyses it: the checks before the start could only read its SELECT list)."""
     clash = [c for c in value_columns if c in KAFKA_COLUMNS]
     if clash:
-        raise StartupError(f"{config.config_path}: decode.value: field(s) {clash} clash with the Kafka "
-                           f"columns the decoder adds ({', '.join(KAFKA_COLUMNS)})")
-    source_schema = pa.schema([f for f in decoder.output_schema
-                               if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING, SKIPPED)])
+        raise StartupError(
+            f"{config.config_path}: decode.value: field(s) {clash} clash with the Kafka "
+            f"columns the decoder adds ({', '.join(KAFKA_COLUMNS)})"
+        )
+    source_schema = pa.schema(
+        [f for f in decoder.output_schema if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING, SKIPPED)]
+    )
     if config.transform:
         empty = spark.createDataFrame([], from_arrow_schema(source_schema))
         empty.createOrReplaceTempView("source")
@@ -384,8 +462,10 @@ def _table_schema(config: JobConfig, spark: SparkSession, decoder: RecordDecoder
     elif DELETE in arrow.names:  # the decoder's marker of deletes (tombstones, change events)
         arrow = arrow.remove(arrow.get_field_index(DELETE))
     elif decoder.deletes.made:
-        raise StartupError(f"{config.config_path}: transform: deletes (tombstones, change events) are marked in "
-                           f"the column '{DELETE}' of source; the query must keep it (SELECT *, or name it)")
+        raise StartupError(
+            f"{config.config_path}: transform: deletes (tombstones, change events) are marked in "
+            f"the column '{DELETE}' of source; the query must keep it (SELECT *, or name it)"
+        )
     return arrow
 
 
@@ -393,10 +473,20 @@ def _open_table(config: JobConfig, schema: pa.Schema) -> MorTable:
     t = config.table
     if not MorTable.exists(t.path, t.storage_options):
         try:
-            return MorTable.create(t.path, TableSpec(
-                name=t.name, schema=schema, record_key_fields=t.record_key, ordering_field=t.ordering_field,
-                partition_fields=t.partition_by, hive_style_partitioning=t.hive_style_partitioning,
-                url_encode_partitions=t.url_encode_partitions, database=t.database), t.storage_options)
+            return MorTable.create(
+                t.path,
+                TableSpec(
+                    name=t.name,
+                    schema=schema,
+                    record_key_fields=t.record_key,
+                    ordering_field=t.ordering_field,
+                    partition_fields=t.partition_by,
+                    hive_style_partitioning=t.hive_style_partitioning,
+                    url_encode_partitions=t.url_encode_partitions,
+                    database=t.database,
+                ),
+                t.storage_options,
+            )
         except OSError as e:  # full, read-only, no permission
             raise StartupError(f"{config.config_path}: cannot create the table at {t.path}: {e}") from e
     table = MorTable.load(t.path, t.storage_options)
@@ -413,8 +503,12 @@ def _resume_offsets(config: JobConfig, table: MorTable, spark: SparkSession) -> 
     checkpoint = table_checkpoint(table)
     if checkpoint is None or not checkpoint.offsets:
         return None
-    log.info("%s: no Spark checkpoint at %s; resuming from the table's last commit: %s",
-             config.table.name, config.checkpoint_location, checkpoint.starting_offsets_json())
+    log.info(
+        "%s: no Spark checkpoint at %s; resuming from the table's last commit: %s",
+        config.table.name,
+        config.checkpoint_location,
+        checkpoint.starting_offsets_json(),
+    )
     return _starting_offsets_of(config, checkpoint)
 
 

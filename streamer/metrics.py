@@ -58,55 +58,100 @@ class Metrics:
         self.records_written = counter("records_written", "Rows upserted (the commits' write stats).")
         self.records_deleted = counter("records_deleted", "Keys deleted (the commits' write stats).")
         self.records_bad = counter("records_bad", "Records that could not be decoded (skipped or quarantined).")
-        self.records_ignored = counter("records_ignored", "Records that write nothing, by kind: tombstones "
-                                       "skipped, Debezium's truncates, heartbeats, schema changes...", ("table", "kind"))
+        self.records_ignored = counter(
+            "records_ignored",
+            "Records that write nothing, by kind: tombstones "
+            "skipped, Debezium's truncates, heartbeats, schema changes...",
+            ("table", "kind"),
+        )
         self.batches = counter("batches", "Micro-batches committed.")
-        self.batch_seconds = Histogram(PREFIX + "batch_duration_seconds", "A micro-batch from its start to its "
-                                       "services' end.", t, buckets=SECONDS_BUCKETS, registry=r)
-        self.phase_seconds = counter("batch_phase_seconds", "Seconds spent in each phase of the batches "
-                                     "(task-seconds for fetch, decode, route and write).", ("table", "phase"))
-        self.lag = gauge("kafka_lag_records", "Records between the table's offsets and the partition's end.",
-                         ("table", "topic", "partition"))
-        self.newest_record = gauge("newest_committed_record_timestamp_seconds",
-                                   "The Kafka timestamp of the newest record committed to the table.")
+        self.batch_seconds = Histogram(
+            PREFIX + "batch_duration_seconds",
+            "A micro-batch from its start to its services' end.",
+            t,
+            buckets=SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.phase_seconds = counter(
+            "batch_phase_seconds",
+            "Seconds spent in each phase of the batches (task-seconds for fetch, decode, route and write).",
+            ("table", "phase"),
+        )
+        self.lag = gauge(
+            "kafka_lag_records",
+            "Records between the table's offsets and the partition's end.",
+            ("table", "topic", "partition"),
+        )
+        self.newest_record = gauge(
+            "newest_committed_record_timestamp_seconds",
+            "The Kafka timestamp of the newest record committed to the table.",
+        )
         self.freshness = gauge("freshness_seconds", "Now less the Kafka timestamp of the newest committed record.")
-        self.commit_latency = Histogram(PREFIX + "commit_latency_seconds", "From the Kafka timestamp of a batch's "
-                                        "oldest record to the commit that made it visible.", t,
-                                        buckets=SECONDS_BUCKETS, registry=r)
+        self.commit_latency = Histogram(
+            PREFIX + "commit_latency_seconds",
+            "From the Kafka timestamp of a batch's oldest record to the commit that made it visible.",
+            t,
+            buckets=SECONDS_BUCKETS,
+            registry=r,
+        )
         self.last_commit = gauge("last_commit_timestamp_seconds", "When the table's last deltacommit completed.")
         self.last_commit_age = gauge("last_commit_age_seconds", "Seconds since the table's last deltacommit.")
-        self.log_files_max = gauge("log_files_per_file_group_max", "The most log files a snapshot read merges "
-                                   "in one file group.")
+        self.log_files_max = gauge(
+            "log_files_per_file_group_max", "The most log files a snapshot read merges in one file group."
+        )
         self.log_files_p95 = gauge("log_files_per_file_group_p95", "Log files per file group, 95th percentile.")
         self.log_bytes_max = gauge("log_bytes_per_file_group_max", "The most bytes of log files in one file group.")
-        self.log_bytes_p95 = gauge("log_bytes_per_file_group_p95", "Bytes of log files per file group, 95th percentile.")
-        self.log_files_bound = gauge("log_files_per_file_group_bound", "services.compaction.max_log_files_per_group "
-                                     "(absent when unbounded).")
+        self.log_bytes_p95 = gauge(
+            "log_bytes_per_file_group_p95", "Bytes of log files per file group, 95th percentile."
+        )
+        self.log_files_bound = gauge(
+            "log_files_per_file_group_bound", "services.compaction.max_log_files_per_group (absent when unbounded)."
+        )
         self.pending_compactions = gauge("pending_compactions", "Compaction plans not completed yet.")
         self.pending_resizes = gauge("pending_resizes", "Clustering (bucket resize) plans not completed yet.")
         self.buckets = gauge("buckets", "Buckets (file groups) of a partition.", ("table", "partition"))
-        self.bucket_skew = gauge("bucket_skew", "A partition's largest bucket's bytes over its median bucket's.",
-                                 ("table", "partition"))
+        self.bucket_skew = gauge(
+            "bucket_skew", "A partition's largest bucket's bytes over its median bucket's.", ("table", "partition")
+        )
         self.service_runs = counter("service_runs", "Service executions, failed ones included.", ("table", "service"))
         self.service_failures = counter("service_failures", "Service executions that failed.", ("table", "service"))
-        self.service_seconds = Histogram(PREFIX + "service_duration_seconds", "Duration of service executions.",
-                                         ("table", "service"), buckets=SECONDS_BUCKETS, registry=r)
-        self.backpressure = counter("backpressure", "Times the stream was held until compaction brought the log "
-                                    "files per file group under the bound.")
+        self.service_seconds = Histogram(
+            PREFIX + "service_duration_seconds",
+            "Duration of service executions.",
+            ("table", "service"),
+            buckets=SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.backpressure = counter(
+            "backpressure",
+            "Times the stream was held until compaction brought the log files per file group under the bound.",
+        )
         self.backpressure_seconds = counter("backpressure_seconds", "Seconds the stream was held by the bound.")
-        self.catalog_behind = gauge("catalog_commits_behind", "Completed writes of the table the metastore's "
-                                    "registration (last_commit_time_sync) does not reach yet.")
+        self.catalog_behind = gauge(
+            "catalog_commits_behind",
+            "Completed writes of the table the metastore's registration (last_commit_time_sync) does not reach yet.",
+        )
         self.catalog_syncs = counter("catalog_syncs", "Catalog syncs, failed ones included.")
-        self.catalog_failures = counter("catalog_sync_failures", "Catalog syncs that failed (retried at the next commit).")
-        self.catalog_seconds = Histogram(PREFIX + "catalog_sync_duration_seconds", "Duration of catalog syncs.", t,
-                                         buckets=SECONDS_BUCKETS, registry=r)
-        self.triggers_without_commit = gauge("triggers_without_commit", "Trigger intervals records have waited "
-                                             "in Kafka without a commit.")
-        self.state = gauge("table_state", "1 for the state /health gives the table, 0 for the others.",
-                           ("table", "state"))
+        self.catalog_failures = counter(
+            "catalog_sync_failures", "Catalog syncs that failed (retried at the next commit)."
+        )
+        self.catalog_seconds = Histogram(
+            PREFIX + "catalog_sync_duration_seconds",
+            "Duration of catalog syncs.",
+            t,
+            buckets=SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.triggers_without_commit = gauge(
+            "triggers_without_commit", "Trigger intervals records have waited in Kafka without a commit."
+        )
+        self.state = gauge(
+            "table_state", "1 for the state /health gives the table, 0 for the others.", ("table", "state")
+        )
 
-    def table(self, name: str, trigger_seconds: float, stuck_after_triggers: int,
-              log_files_bound: int | None = None) -> "TableMetrics":
+    def table(
+        self, name: str, trigger_seconds: float, stuck_after_triggers: int, log_files_bound: int | None = None
+    ) -> TableMetrics:
         table = TableMetrics(self, name, trigger_seconds, stuck_after_triggers, log_files_bound)
         self.tables[name] = table
         return table
@@ -135,8 +180,14 @@ class Lag:
 class TableMetrics:
     """One table's children of every family, and what `/health` needs to judge it."""
 
-    def __init__(self, metrics: Metrics, table: str, trigger_seconds: float, stuck_after_triggers: int,
-                 log_files_bound: int | None):
+    def __init__(
+        self,
+        metrics: Metrics,
+        table: str,
+        trigger_seconds: float,
+        stuck_after_triggers: int,
+        log_files_bound: int | None,
+    ):
         self._m = metrics
         self.table = table
         self.trigger_seconds = trigger_seconds
@@ -150,8 +201,17 @@ class TableMetrics:
         self._lag_lock = threading.Lock()
         self._newest_record: float | None = None
         m = metrics
-        for family in (m.records_read, m.records_written, m.records_deleted, m.records_bad, m.batches,
-                       m.backpressure, m.backpressure_seconds, m.pending_compactions, m.pending_resizes):
+        for family in (
+            m.records_read,
+            m.records_written,
+            m.records_deleted,
+            m.records_bad,
+            m.batches,
+            m.backpressure,
+            m.backpressure_seconds,
+            m.pending_compactions,
+            m.pending_resizes,
+        ):
             family.labels(table)  # present from the start, at 0
         for kind in SKIP_KINDS:
             m.records_ignored.labels(table, kind)
@@ -263,16 +323,25 @@ class TableMetrics:
         elif waiting == 0:
             state, why = "idle", "no records waiting in Kafka"
         elif triggers < self.stuck_after_triggers:
-            state = "streaming" if self.last_commit_time is not None and self.last_commit_time >= self.started \
+            state = (
+                "streaming"
+                if self.last_commit_time is not None and self.last_commit_time >= self.started
                 else "starting"
+            )
             why = f"{waiting:,} records waiting" if waiting is not None else f"lag unknown: {lag.unknown}"
         else:
             state = "stuck"
             waiting_text = f"{waiting:,} records waiting" if waiting is not None else f"lag unknown ({lag.unknown})"
             why = f"{waiting_text} and no commit for {triggers} trigger intervals"
-        return {"state": state, "reason": why, "lag": waiting, "triggers_without_commit": triggers,
-                "last_commit_age_seconds": None if self.last_commit_time is None
-                else round(time.time() - self.last_commit_time, 3)}
+        return {
+            "state": state,
+            "reason": why,
+            "lag": waiting,
+            "triggers_without_commit": triggers,
+            "last_commit_age_seconds": None
+            if self.last_commit_time is None
+            else round(time.time() - self.last_commit_time, 3),
+        }
 
     def _refresh_lag(self) -> None:
         if self.lag_source is None:
@@ -282,7 +351,7 @@ class TableMetrics:
                 return
             try:
                 partitions = self.lag_source()
-            except Exception as e:  # Kafka unreachable: the lag is unknown, the job may be fine
+            except Exception as e:  # noqa: BLE001 - Kafka unreachable: the lag is unknown, the job may be fine
                 self._lag = Lag(None, str(e), time.monotonic())
                 return
             self._lag = Lag(partitions, None, time.monotonic())
@@ -310,7 +379,7 @@ class MetricsServer:
     def address(self) -> tuple[str, int]:
         return self._server.server_address[:2]
 
-    def start(self) -> "MetricsServer":
+    def start(self) -> MetricsServer:
         self._thread.start()
         log.info("metrics at http://%s:%d/metrics, health at /health", *self.address)
         return self
@@ -329,8 +398,7 @@ def _handler(metrics: Metrics) -> type[BaseHTTPRequestHandler]:
                 self._answer(200, CONTENT_TYPE_LATEST, generate_latest(metrics.registry))
             elif path == "/health":
                 health = metrics.health()
-                self._answer(200 if health["status"] == "ok" else 503, "application/json",
-                             json.dumps(health).encode())
+                self._answer(200 if health["status"] == "ok" else 503, "application/json", json.dumps(health).encode())
             else:
                 self._answer(404, "text/plain", b"/metrics or /health\n")
 
@@ -341,7 +409,7 @@ def _handler(metrics: Metrics) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args) -> None:  # a scrape every few seconds is no news
+        def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name; scrapes are no news
             pass
 
     return Handler

@@ -99,7 +99,7 @@ class BackgroundExecutor:
                 result = task.run()
                 if result is not None:
                     log.info("%s done in %.1fs (background): %s", task.label, time.monotonic() - started, result)
-            except BaseException as e:  # a failed plan stays pending and is retried later
+            except BaseException as e:  # noqa: BLE001 - a failed plan stays pending and is retried later
                 log.error("%s failed: %s: %s", task.label, type(e).__name__, e)
                 self.failures += 1
             finally:
@@ -115,17 +115,27 @@ def clustering_policy(index: IndexSettings, clustering: ClusteringSettings) -> C
     return ClusteringPolicy(
         split_threshold_bytes=int(index.split_threshold_mb * MIB),
         merge_threshold_bytes=int(index.merge_threshold_mb * MIB),
-        min_buckets=index.bucket_floor, max_buckets=index.max_buckets, split_point=index.split_point,
+        min_buckets=index.bucket_floor,
+        max_buckets=index.max_buckets,
+        split_point=index.split_point,
         max_partitions=clustering.max_partitions,
         max_bytes=None if clustering.max_plan_mb is None else int(clustering.max_plan_mb * MIB),
-        sort_columns=tuple(clustering.sort_columns))
+        sort_columns=tuple(clustering.sort_columns),
+    )
 
 
 class TableServices:
     """Decides after each commit which services are due, and runs them as configured."""
 
-    def __init__(self, settings: ServicesSettings, table: MorTable, writer: TableWriter, executor: BackgroundExecutor,
-                 index: IndexSettings = IndexSettings(), metrics: TableMetrics | None = None):
+    def __init__(
+        self,
+        settings: ServicesSettings,
+        table: MorTable,
+        writer: TableWriter,
+        executor: BackgroundExecutor,
+        index: IndexSettings = IndexSettings(),
+        metrics: TableMetrics | None = None,
+    ):
         self.settings = settings
         self.metrics = metrics
         self.index = index
@@ -148,8 +158,13 @@ class TableServices:
 
     def compaction_strategy(self) -> CompactionStrategy:
         c = self.settings.compaction
-        return CompactionStrategy(kind=c.strategy, min_log_files=c.min_log_files, min_log_bytes=c.min_log_bytes,
-                                  max_io_bytes=c.max_io_mb * MIB, recent_partitions=c.recent_partitions)
+        return CompactionStrategy(
+            kind=c.strategy,
+            min_log_files=c.min_log_files,
+            min_log_bytes=c.min_log_bytes,
+            max_io_bytes=c.max_io_mb * MIB,
+            recent_partitions=c.recent_partitions,
+        )
 
     def clean_policy(self) -> CleanPolicy:
         return CleanPolicy(kind=self.settings.clean.policy, retained=self.settings.clean.retained)
@@ -164,11 +179,19 @@ class TableServices:
         """At start: plans a crashed run left pending are executed again (unless the service is
         off: then the offline command executes them)."""
         for instant in pending_clusterings(self.table) if self.settings.clustering.mode != ServiceMode.OFF else ():
-            self._execute("clustering", instant, lambda i=instant: execute_clustering(self.table, i),
-                          self.settings.clustering.mode)
+            self._execute(
+                "clustering",
+                instant,
+                lambda i=instant: execute_clustering(self.table, i),
+                self.settings.clustering.mode,
+            )
         for instant in pending_compactions(self.table) if self.settings.compaction.mode != ServiceMode.OFF else ():
-            self._execute("compaction", instant, lambda i=instant: execute_compaction(self.table, i),
-                          self.settings.compaction.mode)
+            self._execute(
+                "compaction",
+                instant,
+                lambda i=instant: execute_compaction(self.table, i),
+                self.settings.compaction.mode,
+            )
         for instant in pending_cleans(self.table) if self.settings.clean.mode != ServiceMode.OFF else ():
             self._execute("clean", instant, lambda i=instant: execute_clean(self.table, i), self.settings.clean.mode)
 
@@ -193,9 +216,11 @@ class TableServices:
 
     def _run_pending(self, services: tuple[str, ...]) -> None:
         """Execute the pending plans of `services` (those not `off`) here and now."""
-        for service, pending, execute in (("clustering", pending_clusterings, execute_clustering),
-                                          ("compaction", pending_compactions, execute_compaction),
-                                          ("clean", pending_cleans, execute_clean)):
+        for service, pending, execute in (
+            ("clustering", pending_clusterings, execute_clustering),
+            ("compaction", pending_compactions, execute_compaction),
+            ("clean", pending_cleans, execute_clean),
+        ):
             if service in services and getattr(self.settings, service).mode != ServiceMode.OFF:
                 for instant in pending(self.table):
                     self._run_now(service, instant, lambda i=instant, e=execute: e(self.table, i))
@@ -217,8 +242,13 @@ class TableServices:
         if most < bound:
             return
         started = time.monotonic()
-        log.warning("%s: a file group holds %d log files, services.compaction.max_log_files_per_group is %d: "
-                    "the next batch waits for compaction", self.name, most, bound)
+        log.warning(
+            "%s: a file group holds %d log files, services.compaction.max_log_files_per_group is %d: "
+            "the next batch waits for compaction",
+            self.name,
+            most,
+            bound,
+        )
         self.executor.wait_for(self.name)
         self._run_pending(("clustering", "compaction"))
         if self._most_log_files() >= bound:
@@ -227,8 +257,12 @@ class TableServices:
                 log.info("%s: compaction %s scheduled", self.name, instant)
                 self._run_now("compaction", instant, lambda: execute_compaction(self.table, instant))
         seconds = time.monotonic() - started
-        log.info("%s: the stream waited %.1fs for compaction to bring log files per file group under %d",
-                 self.name, seconds, bound)
+        log.info(
+            "%s: the stream waited %.1fs for compaction to bring log files per file group under %d",
+            self.name,
+            seconds,
+            bound,
+        )
         if self.metrics is not None:
             self.metrics.held_back(seconds)
 
@@ -271,8 +305,14 @@ class TableServices:
                 instant = pending[0]
                 self._execute("compaction", instant, lambda: execute_compaction(self.table, instant), c.mode)
             return
-        last = max((i.timestamp for i in timeline.instants if i.action == "compaction" or
-                    (i.action == "commit" and i.state == "completed")), default=None)
+        last = max(
+            (
+                i.timestamp
+                for i in timeline.instants
+                if i.action == "compaction" or (i.action == "commit" and i.state == "completed")
+            ),
+            default=None,
+        )
         if not self._due("compaction", c, timeline, since=last):
             return
         instant = schedule_compaction(self.writer, self.compaction_strategy())

@@ -104,7 +104,7 @@ class BatchReport:
     offsets: dict[str, dict[int, int]] = field(default_factory=dict)
     lag: dict[str, int] = field(default_factory=dict)  # topic -> records behind, after this batch
     freshness: tuple[float, float] | None = None  # seconds from the Kafka timestamps of its newest
-                                                  # and oldest record to the commit that shows them
+    # and oldest record to the commit that shows them
     phases: dict[str, float] = field(default_factory=dict)  # see `_phases`
     committed_at: float = 0.0  # when its commit completed, seconds since the epoch
     layout: LayoutStats | None = None  # the buckets' latest slices after its commit
@@ -123,12 +123,17 @@ class BatchReport:
             return f"{self.table} {self.what}: already committed by this query, skipped (replay)"
         dropped = "quarantined" if self.bad_policy == BadRecordPolicy.QUARANTINE else "skipped"
         bad = f", {self.bad:,} {dropped}" if self.bad else ""
-        ignored = (", ignored: " + ", ".join(f"{n:,} {kind}" for kind, n in sorted(self.ignored.items()))
-                   if self.ignored else "")
+        ignored = (
+            ", ignored: " + ", ".join(f"{n:,} {kind}" for kind, n in sorted(self.ignored.items()))
+            if self.ignored
+            else ""
+        )
         lag = "; lag " + ", ".join(f"{t} {n:,}" for t, n in sorted(self.lag.items())) if self.lag else ""
-        return (f"{self.table} {self.what}: {self.records:,} records, {self.upserted:,} upserted, "
-                f"{self.deleted:,} deleted{bad}{ignored}, {self.files_written} files -> deltacommit "
-                f"{self.instant} in {self.seconds:.1f}s{lag}")
+        return (
+            f"{self.table} {self.what}: {self.records:,} records, {self.upserted:,} upserted, "
+            f"{self.deleted:,} deleted{bad}{ignored}, {self.files_written} files -> deltacommit "
+            f"{self.instant} in {self.seconds:.1f}s{lag}"
+        )
 
 
 @dataclass
@@ -165,11 +170,19 @@ class UpsertSink:
     """The foreachBatch function of one table's streaming query; its batches are Kafka records
     (key, value, topic, partition, offset, timestamp), decoded in the write's single pass."""
 
-    def __init__(self, settings: SinkSettings, table: MorTable, writer: TableWriter, decoder: RecordDecoder,
-                 quarantine: QuarantineTable | None = None, after_commit: Callable[[], None] | None = None,
-                 progress: Callable[[StreamCheckpoint], dict[str, int]] | None = None,
-                 evolution: SchemaEvolution | None = None, offset_jumps: OffsetJumpCheck | None = None,
-                 observe: Callable[[BatchReport, float], None] | None = None):
+    def __init__(
+        self,
+        settings: SinkSettings,
+        table: MorTable,
+        writer: TableWriter,
+        decoder: RecordDecoder,
+        quarantine: QuarantineTable | None = None,
+        after_commit: Callable[[], None] | None = None,
+        progress: Callable[[StreamCheckpoint], dict[str, int]] | None = None,
+        evolution: SchemaEvolution | None = None,
+        offset_jumps: OffsetJumpCheck | None = None,
+        observe: Callable[[BatchReport, float], None] | None = None,
+    ):
         self.settings = settings
         self.observe = observe  # each committed batch's report and its seconds, services included
         self.offset_jumps = offset_jumps
@@ -213,12 +226,14 @@ class UpsertSink:
             if self._stopping.is_set():
                 # Returning would let Spark record the batch as done; raising leaves it to be
                 # replayed by the next run.
-                self.failure = StopRequestedError(f"{self.settings.table_name}: stopping, batch {batch_id} left "
-                                                  "for the next run")
+                self.failure = StopRequestedError(
+                    f"{self.settings.table_name}: stopping, batch {batch_id} left for the next run"
+                )
                 raise self.failure
             started = time.monotonic()
-            report = self._reported(lambda: self._process(df, self._query_id or "", batch_id, self._planned(batch_id)),
-                                    f"batch {batch_id}")
+            report = self._reported(
+                lambda: self._process(df, self._query_id or "", batch_id, self._planned(batch_id)), f"batch {batch_id}"
+            )
             if report.replayed:
                 return
             if self.after_commit is not None:
@@ -245,7 +260,7 @@ class UpsertSink:
         location = self.settings.checkpoint_location
         return planned_offsets(location, batch_id) if location else None
 
-    def _reported(self, process: Callable[[], "BatchReport"], what: str) -> "BatchReport":
+    def _reported(self, process: Callable[[], BatchReport], what: str) -> BatchReport:
         """Run one write, turning storage that refuses writes into `TableWriteError`, and log it."""
         try:
             report = process()
@@ -256,14 +271,16 @@ class UpsertSink:
                 raise
             self.failure = TableWriteError(
                 f"{self.settings.table_name}: {what} could not be written to {self.table.base_uri}: "
-                f"{refused}; nothing of it was committed, and the next run rolls back what it left")
+                f"{refused}; nothing of it was committed, and the next run rolls back what it left"
+            )
             raise self.failure from e
         self.totals.add(report)
         log.info(report.line())
         return report
 
-    def _process(self, df: DataFrame, query_id: str, batch_id: int,
-                 planned_ends: dict[str, dict[int, int]] | None = None) -> BatchReport:
+    def _process(
+        self, df: DataFrame, query_id: str, batch_id: int, planned_ends: dict[str, dict[int, int]] | None = None
+    ) -> BatchReport:
         started = time.monotonic()
         s = self.settings
         report = BatchReport(s.table_name, batch_id, bad_policy=s.on_error)
@@ -279,9 +296,13 @@ class UpsertSink:
             if report.bad:
                 self._handle_bad(tally, query_id, batch_id, report.what)
             if report.ignored.get(TRUNCATE):
-                log.warning("%s %s: %d truncate event(s) ignored: the table keeps the rows the database "
-                            "truncated (a mirror deletes row by row; see 'Mirroring a database' in the docs)",
-                            s.table_name, report.what, report.ignored[TRUNCATE])
+                log.warning(
+                    "%s %s: %d truncate event(s) ignored: the table keeps the rows the database "
+                    "truncated (a mirror deletes row by row; see 'Mirroring a database' in the docs)",
+                    s.table_name,
+                    report.what,
+                    report.ignored[TRUNCATE],
+                )
             checkpoint = self._checkpoint.advanced(query_id, batch_id, read)
             stats = {"records": report.records, "bad": report.bad, "badPolicy": s.on_error}
             if report.ignored:
@@ -292,10 +313,13 @@ class UpsertSink:
             lost = self._lost_offsets(query_id, tally.first_offsets())
             if lost:
                 extra[DATA_LOSS_KEY] = json.dumps(lost)
-                log.warning("%s %s: Kafka no longer held the offsets the table goes on from; went on "
-                            "from the earliest it holds (source.fail_on_data_loss is false): %s",
-                            s.table_name, report.what, "; ".join(
-                                f"{j['topic']}[{j['partition']}] {j['from']} -> {j['to']}" for j in lost))
+                log.warning(
+                    "%s %s: Kafka no longer held the offsets the table goes on from; went on "
+                    "from the earliest it holds (source.fail_on_data_loss is false): %s",
+                    s.table_name,
+                    report.what,
+                    "; ".join(f"{j['topic']}[{j['partition']}] {j['from']} -> {j['to']}" for j in lost),
+                )
             hudi_checkpoint = checkpoint.hudi_streamer_checkpoint()
             if hudi_checkpoint:
                 extra[HUDI_STREAMER_CHECKPOINT_KEY] = hudi_checkpoint
@@ -335,8 +359,10 @@ class UpsertSink:
             _abandon_quietly(commit)
             if not self.evolution.evolve(evolving, tally.value.writer_schemas, tally.value.evolving_at):
                 break
-        raise SchemaEvolutionError(f"{self.settings.table_name}: records of writer schema id(s) "
-                                    f"{sorted(evolving)} evolve the table's schema, but it could not be evolved")
+        raise SchemaEvolutionError(
+            f"{self.settings.table_name}: records of writer schema id(s) "
+            f"{sorted(evolving)} evolve the table's schema, but it could not be evolved"
+        )
 
     def _write_decoded(self, df: DataFrame, decoder: RecordDecoder, tally) -> tuple[DeltaCommit, DataFrameWriteResult]:
         """A deltacommit begun and its files written. One whose write fails stays inflight: tasks
@@ -350,8 +376,9 @@ class UpsertSink:
             schema = pa.schema([decoder.output_schema.field(c) for c in value_columns])
             commit = self.writer.begin_delta_commit(self.writer.check_schema(schema))
             return commit, write_dataframe(commit, df, step)
-        decoded_schema = pa.schema([f for f in decoder.output_schema
-                                    if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING, SKIPPED)])
+        decoded_schema = pa.schema(
+            [f for f in decoder.output_schema if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING, SKIPPED)]
+        )
         step = DecodeStep(decoder, tuple(decoded_schema.names), keep_bad_rows, tally, self.settings.source)
         decoded = df.mapInArrow(step.decoded_batches, from_arrow_schema(decoded_schema))
         decoded.createOrReplaceTempView("source")  # the batch's own session: queries never share it
@@ -369,18 +396,26 @@ class UpsertSink:
         if check is None or (self._checkpoint.query_id != query_id and not check.started_from_table):
             return []  # a new query that started where its config says, not at the table's offsets
         wanted = {(t, p): o for t, parts in self._checkpoint.offsets.items() for p, o in parts.items()}
-        jumps = {tp: (wanted[tp], read_from) for tp, read_from in first.items()
-                 if tp in wanted and read_from != wanted[tp]}
+        jumps = {
+            tp: (wanted[tp], read_from) for tp, read_from in first.items() if tp in wanted and read_from != wanted[tp]
+        }
         ahead = [tp for tp, (want, got) in jumps.items() if got > want]
         earliest: dict[tuple[str, int], int] = {}
         if ahead:
             try:
                 earliest = check.earliest_offsets(ahead)
-            except Exception as e:  # the batch is good; only the record of the jump is at stake
-                log.warning("%s: could not ask Kafka whether offsets were skipped at %s: %s",
-                            self.settings.table_name, sorted(ahead), e)
-        return [{"topic": t, "partition": p, "from": want, "to": got}
-                for (t, p), (want, got) in sorted(jumps.items()) if got < want or earliest.get((t, p), want) > want]
+            except Exception as e:  # noqa: BLE001 - the batch is good; only the record of the jump is at stake
+                log.warning(
+                    "%s: could not ask Kafka whether offsets were skipped at %s: %s",
+                    self.settings.table_name,
+                    sorted(ahead),
+                    e,
+                )
+        return [
+            {"topic": t, "partition": p, "from": want, "to": got}
+            for (t, p), (want, got) in sorted(jumps.items())
+            if got < want or earliest.get((t, p), want) > want
+        ]
 
     def _count_writes(self, report: BatchReport) -> None:
         stats = self.writer.last_commit.write_stats()
@@ -396,7 +431,8 @@ class UpsertSink:
             more = f"; and {tally.bad - len(samples):,} more" if tally.bad > len(samples) else ""
             raise BadRecordError(
                 f"{self.settings.table_name}: {tally.bad:,} record(s) of {what} could not be decoded "
-                f"(decode.on_error is 'fail'; nothing of this batch was written): {where}{more}")
+                f"(decode.on_error is 'fail'; nothing of this batch was written): {where}{more}"
+            )
         if policy == BadRecordPolicy.QUARANTINE:
             assert self.quarantine is not None
             self.quarantine.write(tally.bad_table(), query_id, batch_id)
@@ -407,17 +443,25 @@ def _abandon_quietly(commit: DeltaCommit) -> None:
     """Roll back a commit that will not complete; when storage refuses that too, the next run does."""
     try:
         commit.abandon()
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - the next run rolls it back
         log.warning("could not roll back deltacommit %s now (the next run will): %s", commit.instant, e)
 
 
-def _phases(written: DataFrameWriteResult, tally: BatchTally, plan_seconds: float, commit_seconds: float) -> dict[str, float]:
+def _phases(
+    written: DataFrameWriteResult, tally: BatchTally, plan_seconds: float, commit_seconds: float
+) -> dict[str, float]:
     """Where a batch's time went: the driver's planning (deltacommit begun, routing), the
     task-seconds of each step of the pass (reading or waiting for records, decoding, keying and
     routing) and of the file writes, the wall time of the Spark jobs that ran them, and the
     driver's commit; `progress` (Kafka lag) and `services` are added after."""
     m = written.metrics
     fetch = tally.fetch_seconds
-    return {"plan": plan_seconds, "fetch": m.input_seconds + fetch, "decode": m.to_rows_seconds - fetch,
-            "route": m.route_seconds,
-            "write": written.write_seconds, "jobs": written.wall_seconds, "commit": commit_seconds}
+    return {
+        "plan": plan_seconds,
+        "fetch": m.input_seconds + fetch,
+        "decode": m.to_rows_seconds - fetch,
+        "route": m.route_seconds,
+        "write": written.write_seconds,
+        "jobs": written.wall_seconds,
+        "commit": commit_seconds,
+    }

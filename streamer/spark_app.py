@@ -12,7 +12,7 @@ import sys
 if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
     del sys.path[0]
 
-from streamer.cli.main import main  # noqa: E402
+from streamer.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main(["run", *sys.argv[1:]]))

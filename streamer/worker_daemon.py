@@ -45,6 +45,7 @@ def preload() -> None:
 
     import streamer.decode_step  # noqa: F401  decoding, and the Kafka source through it
     import table.spark.write  # noqa: F401  routing and writing file groups
+
     gc.freeze()
 
 

@@ -43,6 +43,7 @@ system without atomic file creation: the file, cut off.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -102,8 +103,6 @@ def _kill(name: str) -> None:
     print(f"failpoint {name}: killing process {job}", file=sys.stderr, flush=True)
     if job != os.getpid():
         time.sleep(_OUTPUT_GRACE_SECONDS)
-        try:
+        with contextlib.suppress(ProcessLookupError):  # the job is gone already
             os.kill(job, signal.SIGKILL)
-        except ProcessLookupError:  # the job is gone already
-            pass
     os.kill(os.getpid(), signal.SIGKILL)

@@ -34,9 +34,11 @@ refused: Hudi would key them by a Java object's `toString`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -83,47 +85,68 @@ def infer_key_generator_class(record_key_fields: Sequence[str], partition_fields
     return COMPLEX_KEY_GENERATOR
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class KeyGenerator:
     """Makes the record keys and partition paths of a batch, vectorized over a pyarrow table.
 
     `class_name` is what `hoodie.table.keygenerator.class` records; by default it is inferred
-    from the fields as Hudi infers it. Picklable, so it can travel to Spark executors.
+    from the fields as Hudi infers it. Picklable, so it can travel to Spark executors. Fields are
+    given in Hudi's comma-separated form or as a sequence.
     """
 
     record_key_fields: tuple[str, ...]
-    partition_fields: tuple[str, ...] = ()
-    hive_style_partitioning: bool = False
-    url_encode_partitions: bool = False
-    key_generator_class: str | None = None
-    complex_single_field_encoding: str = FIELD_PREFIXED
-    allow_partial_null_keys: bool = False
+    partition_fields: tuple[str, ...]
+    hive_style_partitioning: bool
+    url_encode_partitions: bool
+    key_generator_class: str | None
+    complex_single_field_encoding: str
+    allow_partial_null_keys: bool
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "record_key_fields", split_fields(self.record_key_fields))
-        object.__setattr__(self, "partition_fields", split_fields(self.partition_fields))
+    def __init__(
+        self,
+        record_key_fields: str | Iterable[str],
+        partition_fields: str | Iterable[str] | None = (),
+        hive_style_partitioning: bool = False,
+        url_encode_partitions: bool = False,
+        key_generator_class: str | None = None,
+        complex_single_field_encoding: str = FIELD_PREFIXED,
+        allow_partial_null_keys: bool = False,
+    ) -> None:
+        set_field = object.__setattr__
+        set_field(self, "record_key_fields", split_fields(record_key_fields))
+        set_field(self, "partition_fields", split_fields(partition_fields))
+        set_field(self, "hive_style_partitioning", hive_style_partitioning)
+        set_field(self, "url_encode_partitions", url_encode_partitions)
+        set_field(self, "key_generator_class", key_generator_class)
+        set_field(self, "complex_single_field_encoding", complex_single_field_encoding)
+        set_field(self, "allow_partial_null_keys", allow_partial_null_keys)
         if not self.record_key_fields:
             raise KeyGenerationError("a key generator needs at least one record key field")
         cls = self.key_generator_class or infer_key_generator_class(self.record_key_fields, self.partition_fields)
         if cls not in KEY_GENERATOR_CLASSES:
-            raise KeyGenerationError(f"unsupported key generator class {cls!r}; supported: {list(KEY_GENERATOR_CLASSES)}")
+            raise KeyGenerationError(
+                f"unsupported key generator class {cls!r}; supported: {list(KEY_GENERATOR_CLASSES)}"
+            )
         if cls == SIMPLE_KEY_GENERATOR and (len(self.record_key_fields) != 1 or len(self.partition_fields) != 1):
             raise KeyGenerationError(
                 f"{SIMPLE_KEY_GENERATOR} takes exactly one record key field and one partition field, got "
-                f"record key fields {list(self.record_key_fields)} and partition fields {list(self.partition_fields)}")
+                f"record key fields {list(self.record_key_fields)} and partition fields {list(self.partition_fields)}"
+            )
         if cls == NONPARTITIONED_KEY_GENERATOR and self.partition_fields:
             raise KeyGenerationError(
-                f"{NONPARTITIONED_KEY_GENERATOR} takes no partition fields, got {list(self.partition_fields)}")
+                f"{NONPARTITIONED_KEY_GENERATOR} takes no partition fields, got {list(self.partition_fields)}"
+            )
         if self.complex_single_field_encoding not in (FIELD_PREFIXED, VALUE_ONLY):
             raise KeyGenerationError(
                 f"complex_single_field_encoding must be {FIELD_PREFIXED!r} or {VALUE_ONLY!r}, "
-                f"got {self.complex_single_field_encoding!r}")
+                f"got {self.complex_single_field_encoding!r}"
+            )
         object.__setattr__(self, "key_generator_class", cls)
 
     # ---- construction --------------------------------------------------------------------
 
     @classmethod
-    def from_config(cls, config) -> "KeyGenerator":
+    def from_config(cls, config: Any) -> KeyGenerator:
         """From a table config object (attributes) or a hoodie.properties mapping."""
         if isinstance(config, Mapping):
             return cls(
@@ -198,8 +221,11 @@ class KeyGenerator:
         for i, (field, value) in enumerate(zip(self.record_key_fields, values)):
             missing = _missing_mask(value)
             all_missing = missing if all_missing is None else pc.and_(all_missing, missing)
-            encoded = pc.if_else(pc.is_null(value), NULL_RECORDKEY_PLACEHOLDER,
-                                 pc.if_else(pc.equal(value, ""), EMPTY_RECORDKEY_PLACEHOLDER, value))
+            encoded = pc.if_else(
+                pc.is_null(value),
+                NULL_RECORDKEY_PLACEHOLDER,
+                pc.if_else(pc.equal(value, ""), EMPTY_RECORDKEY_PLACEHOLDER, value),
+            )
             parts.append((RECORD_KEY_PARTS_SEPARATOR if i else "") + field + COLUMN_VALUE_SEPARATOR)
             parts.append(encoded)
         bad = pc.sum(all_missing).as_py() or 0
@@ -207,7 +233,8 @@ class KeyGenerator:
             first = pc.index(all_missing, True).as_py()
             raise KeyGenerationError(
                 f"record key fields {list(self.record_key_fields)} are all null or empty in {bad} of {total} "
-                f"row(s) (first at row {first}); a record key cannot be entirely null or empty")
+                f"row(s) (first at row {first}); a record key cannot be entirely null or empty"
+            )
         return _join(parts, total)
 
     def partition_paths(self, records: pa.Table | pa.RecordBatch) -> pa.Array:
@@ -242,6 +269,7 @@ class KeyGenerator:
 
 # ---- partition path escaping -----------------------------------------------------------------
 
+
 def escape_path_name(value: str) -> str:
     """Hive's `FileUtils.escapePathName` as Hudi copies it: `%XX` (upper hex) for the listed chars."""
     if not value:
@@ -258,7 +286,7 @@ def unescape_path_name(value: str) -> str:
     while i < n:
         c = value[i]
         if c == "%" and i + 2 < n:
-            code = _hex_code(value[i + 1:i + 3])
+            code = _hex_code(value[i + 1 : i + 3])
             if code is not None:
                 out.append(chr(code))
                 i += 3
@@ -278,6 +306,7 @@ def _hex_code(text: str) -> int | None:
 
 # ---- values as Hudi renders them -------------------------------------------------------------
 
+
 def _field_strings(records: pa.Table | pa.RecordBatch, field: str) -> pa.Array:
     column = _field_column(records, field)
     if isinstance(column, pa.ChunkedArray):
@@ -288,7 +317,7 @@ def _field_strings(records: pa.Table | pa.RecordBatch, field: str) -> pa.Array:
         raise KeyGenerationError(f"field '{field}': {e}") from None
 
 
-def _field_column(records: pa.Table | pa.RecordBatch, field: str):
+def _field_column(records: pa.Table | pa.RecordBatch, field: str) -> pa.Array | pa.ChunkedArray:
     names = records.schema.names
     if field in names:
         return records.column(field)
@@ -312,10 +341,21 @@ def is_key_type(t: pa.DataType) -> bool:
         return is_key_type(t.value_type)
     if isinstance(t, pa.ExtensionType):
         return is_key_type(t.storage_type)
-    return any(check(t) for check in (
-        pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view, pa.types.is_integer,
-        pa.types.is_boolean, pa.types.is_floating, pa.types.is_decimal, pa.types.is_date, pa.types.is_timestamp,
-        pa.types.is_time))
+    return any(
+        check(t)
+        for check in (
+            pa.types.is_string,
+            pa.types.is_large_string,
+            pa.types.is_string_view,
+            pa.types.is_integer,
+            pa.types.is_boolean,
+            pa.types.is_floating,
+            pa.types.is_decimal,
+            pa.types.is_date,
+            pa.types.is_timestamp,
+            pa.types.is_time,
+        )
+    )
 
 
 def java_strings(values: pa.Array) -> pa.Array:
@@ -334,8 +374,9 @@ def java_strings(values: pa.Array) -> pa.Array:
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
         return values.cast(pa.string())
     if pa.types.is_floating(t):
-        return _by_unique(values, lambda v: java_float_to_string(v, single=pa.types.is_float32(t)
-                                                                  or pa.types.is_float16(t)))
+        return _by_unique(
+            values, lambda v: java_float_to_string(v, single=pa.types.is_float32(t) or pa.types.is_float16(t))
+        )
     if pa.types.is_decimal(t):
         return _by_unique(values, java_big_decimal_to_string)
     if pa.types.is_date(t):
@@ -367,7 +408,7 @@ def _floordiv(ints: pa.Array, divisor: int) -> pa.Array:
     return pa.array(np.floor_divide(filled, divisor), pa.int64(), mask=mask)
 
 
-def _by_unique(values: pa.Array, render) -> pa.Array:
+def _by_unique(values: pa.Array, render: Callable[[Any], str]) -> pa.Array:
     encoded = values.dictionary_encode()
     rendered = [render(v) for v in encoded.dictionary.to_pylist()]
     if not rendered:
@@ -378,7 +419,7 @@ def _by_unique(values: pa.Array, render) -> pa.Array:
 def java_float_to_string(value: float, single: bool = False) -> str:
     """Java's `Double.toString` (or `Float.toString` when `single`): shortest round-trip digits,
     plain notation for 1e-3 <= |v| < 1e7, otherwise `d.dddE<exp>`."""
-    if value != value:
+    if math.isnan(value):
         return "NaN"
     if value in (float("inf"), float("-inf")):
         return "Infinity" if value > 0 else "-Infinity"
@@ -399,8 +440,8 @@ def java_float_to_string(value: float, single: bool = False) -> str:
             digits, exp = (m2.replace(".", "").rstrip("0") or "0"), int(e2)
     if -3 <= exp < 7:
         if exp >= 0:
-            whole = digits[:exp + 1].ljust(exp + 1, "0")
-            frac = digits[exp + 1:] or "0"
+            whole = digits[: exp + 1].ljust(exp + 1, "0")
+            frac = digits[exp + 1 :] or "0"
         else:
             whole, frac = "0", "0" * (-exp - 1) + digits
         return f"{sign}{whole}.{frac}"
@@ -414,6 +455,7 @@ def java_big_decimal_to_string(value: Decimal) -> str:
 
 # ---- helpers ---------------------------------------------------------------------------------
 
+
 def _missing_mask(values: pa.Array) -> pa.Array:
     return pc.fill_null(pc.equal(values, ""), True)
 
@@ -425,7 +467,8 @@ def _require_present(field: str, values: pa.Array, total: int) -> None:
         first = pc.index(_missing_mask(values), True).as_py()
         raise KeyGenerationError(
             f"record key field '{field}' is null or empty in {nulls + empty} of {total} row(s) "
-            f"({nulls} null, {empty} empty; first at row {first}); Hudi record keys cannot be null or empty")
+            f"({nulls} null, {empty} empty; first at row {first}); Hudi record keys cannot be null or empty"
+        )
 
 
 def _join(parts: list[object], total: int) -> pa.Array:
@@ -433,11 +476,11 @@ def _join(parts: list[object], total: int) -> pa.Array:
     if not arrays:
         return pa.array(["".join(str(p) for p in parts)] * total, pa.string())
     if len(parts) == 1:
-        return parts[0]  # type: ignore[return-value]
+        return parts[0]
     return pc.binary_join_element_wise(*parts, "")
 
 
-def _truthy(value) -> bool:
+def _truthy(value: object) -> bool:
     if isinstance(value, bool):
         return value
     return str(value).strip().lower() == "true" if value is not None else False

@@ -8,8 +8,8 @@ lease and rolls back what a crashed writer left inflight before its first commit
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -68,15 +68,16 @@ class MorTable:
         return Storage(path, storage_options).file_exists(TableConfig.PATH)
 
     @classmethod
-    def create(cls, path: str, spec: TableSpec, storage_options: Mapping[str, str] | None = None) -> "MorTable":
+    def create(cls, path: str, spec: TableSpec, storage_options: Mapping[str, str] | None = None) -> MorTable:
         storage = Storage(path, storage_options)
         if storage.file_exists(TableConfig.PATH):
             raise TableExistsError(f"a table already exists at {path}")
         for f in (*spec.record_key_fields, *spec.partition_fields, spec.ordering_field):
             if f not in spec.schema.names:
                 raise InvalidBatchError(f"field '{f}' named in the table spec is not in its schema")
-        key_generator = KeyGenerator(spec.record_key_fields, spec.partition_fields,
-                                     spec.hive_style_partitioning, spec.url_encode_partitions)
+        key_generator = KeyGenerator(
+            spec.record_key_fields, spec.partition_fields, spec.hive_style_partitioning, spec.url_encode_partitions
+        )
         config = TableConfig.for_new_mor_table(
             name=spec.name,
             database=spec.database,
@@ -93,15 +94,14 @@ class MorTable:
         return cls(storage, config)
 
     @classmethod
-    def load(cls, path: str, storage_options: Mapping[str, str] | None = None) -> "MorTable":
+    def load(cls, path: str, storage_options: Mapping[str, str] | None = None) -> MorTable:
         storage = Storage(path, storage_options)
         if not storage.file_exists(TableConfig.PATH):
             raise TableNotFoundError(f"no Hudi table at {path} (missing {TableConfig.PATH})")
         return cls(storage, TableConfig.load(storage))
 
     @classmethod
-    def create_or_load(cls, path: str, spec: TableSpec,
-                       storage_options: Mapping[str, str] | None = None) -> "MorTable":
+    def create_or_load(cls, path: str, spec: TableSpec, storage_options: Mapping[str, str] | None = None) -> MorTable:
         if cls.exists(path, storage_options):
             return cls.load(path, storage_options)
         return cls.create(path, spec, storage_options)
@@ -139,14 +139,20 @@ class MorTable:
         schema = arrow_schema_from_avro(avro)
         return pa.schema([f for f in schema if f.name not in META_FIELDS], metadata=schema.metadata)
 
-    def file_system_view(self, as_of: str | None = None, timeline: Timeline | None = None,
-                         partition_paths: list[str] | None = None, include_replaced: bool = False) -> FileSystemView:
+    def file_system_view(
+        self,
+        as_of: str | None = None,
+        timeline: Timeline | None = None,
+        partition_paths: list[str] | None = None,
+        include_replaced: bool = False,
+    ) -> FileSystemView:
         return FileSystemView.build(self.storage, timeline or self.timeline(), partition_paths, as_of, include_replaced)
 
     # ---- reads -----------------------------------------------------------------------------
 
-    def read_plan(self, as_of: str | None = None, columns: list[str] | None = None,
-                  predicates: Sequence[Predicate] = ()) -> tuple[list[FileSlice], SliceReadSpec]:
+    def read_plan(
+        self, as_of: str | None = None, columns: list[str] | None = None, predicates: Sequence[Predicate] = ()
+    ) -> tuple[list[FileSlice], SliceReadSpec]:
         """The slices to read and how: what the Spark source distributes among its tasks."""
         timeline = self.timeline()
         visible = timeline.completed_timestamps()
@@ -162,17 +168,29 @@ class MorTable:
         visible = timeline.completed_timestamps()
         return self._read_spec(visible if as_of is None else visible.up_to(as_of), timeline, columns, ())
 
-    def _read_spec(self, visible: CompletedInstants, timeline: Timeline, columns: list[str] | None,
-                   predicates: tuple[Predicate, ...]) -> SliceReadSpec:
+    def _read_spec(
+        self,
+        visible: CompletedInstants,
+        timeline: Timeline,
+        columns: list[str] | None,
+        predicates: tuple[Predicate, ...],
+    ) -> SliceReadSpec:
         schema = table_schema_with_meta(self.schema(timeline))
         missing = [c for c in list(columns or ()) + [p.column for p in predicates] if c not in schema.names]
         if missing:
             raise InvalidRequestError(f"unknown column(s) {missing}; the table has {schema.names}")
-        return SliceReadSpec(visible, self.config.precombine_field, schema, tuple(columns) if columns else None,
-                             predicates, MergeRule.of(self.config.payload_class))
+        return SliceReadSpec(
+            visible,
+            self.config.precombine_field,
+            schema,
+            tuple(columns) if columns else None,
+            predicates,
+            MergeRule.of(self.config.payload_class),
+        )
 
-    def snapshot(self, columns: list[str] | None = None, as_of: str | None = None,
-                 predicates: Sequence[Predicate] = ()) -> pa.Table:
+    def snapshot(
+        self, columns: list[str] | None = None, as_of: str | None = None, predicates: Sequence[Predicate] = ()
+    ) -> pa.Table:
         """Latest committed rows (or as of an instant): base files merged with log blocks.
 
         With predicates, only rows satisfying all of them, read skipping what statistics rule out."""
@@ -192,7 +210,7 @@ class MorTable:
 
     # ---- writes ----------------------------------------------------------------------------
 
-    def writer(self, options: WriteOptions | None = None, description: str = "mor-streamer writer") -> "TableWriter":
+    def writer(self, options: WriteOptions | None = None, description: str = "mor-streamer writer") -> TableWriter:
         return TableWriter(self, options or WriteOptions(), description)
 
 

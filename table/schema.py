@@ -56,10 +56,7 @@ def to_avro_schema(schema: pa.Schema, table_name: str, *, with_meta_fields: bool
     child_namespace = f"{namespace}.{name}"
     fields: list[AvroSchema] = []
     if with_meta_fields:
-        fields += [
-            {"name": meta, "type": ["null", "string"], "doc": "", "default": None}
-            for meta in META_FIELDS
-        ]
+        fields += [{"name": meta, "type": ["null", "string"], "doc": "", "default": None} for meta in META_FIELDS]
     for f in schema:
         if f.name not in META_FIELDS:
             fields.append(_avro_field(f, child_namespace))
@@ -98,8 +95,10 @@ def evolve(table: pa.Schema, incoming: pa.Schema) -> pa.Schema:
         elif widens(f.type, t):
             fields.append(f.with_type(t))
         else:
-            raise SchemaEvolutionError(f"column '{f.name}' is {t} but {f.type} in the table; a column's type "
-                                       "can only widen (int to long or double, float to double)")
+            raise SchemaEvolutionError(
+                f"column '{f.name}' is {t} but {f.type} in the table; a column's type "
+                "can only widen (int to long or double, float to double)"
+            )
     for f in incoming:
         if f.name not in table.names:
             if pa.types.is_null(f.type):

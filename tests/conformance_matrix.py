@@ -40,8 +40,10 @@ class Matrix:
 
     def lines(self, versions: dict) -> list[str]:
         width = max([len(s) for s in self.rows] + [20])
-        head = [f"Conformance, judged by Apache Hudi {versions.get('hudi')} on Spark {versions.get('spark')} "
-                f"(S snapshot, R read-optimized, I incremental, T time travel; ~ known deviation, ! wrong, . not run)",
-                f"  {'table state':<{width}}  " + "  ".join(f"{r:<12}" for r in READERS)]
+        head = [
+            f"Conformance, judged by Apache Hudi {versions.get('hudi')} on Spark {versions.get('spark')} "
+            f"(S snapshot, R read-optimized, I incremental, T time travel; ~ known deviation, ! wrong, . not run)",
+            f"  {'table state':<{width}}  " + "  ".join(f"{r:<12}" for r in READERS),
+        ]
         body = [f"  {s:<{width}}  " + "  ".join(f"{c[r]:<12}" for r in READERS) for s, c in self.rows.items()]
         return head + body + [f"  {n}" for n in self.notes]

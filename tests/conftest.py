@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # harness/ (the Hudi judge) is imported from the repo root, as bench/ does.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import kafka_broker  # noqa: E402
+import kafka_broker
 
 _session_broker: kafka_broker.TestBroker | None = None
 
@@ -210,9 +210,10 @@ def hudi_judge(tmp_path_factory, hive_metastore):
     catalog is the session's Hive Metastore, so it reads synced tables by name."""
     from harness.hudi_judge import HudiJudge
 
-    judge = HudiJudge.start(tmp_path_factory.mktemp("hudi-judge"),
-                            spark_conf={"spark.sql.catalogImplementation": "hive",
-                                        "spark.hadoop.hive.metastore.uris": hive_metastore.uri})
+    judge = HudiJudge.start(
+        tmp_path_factory.mktemp("hudi-judge"),
+        spark_conf={"spark.sql.catalogImplementation": "hive", "spark.hadoop.hive.metastore.uris": hive_metastore.uri},
+    )
     try:
         yield judge
     finally:

@@ -29,23 +29,45 @@ from table.timeline.timeline import State
 from table.write.writer import WriteOptions
 
 REPO = Path(__file__).resolve().parents[1]
-VALUE_SCHEMA = ("order_id STRING, customer STRING, region STRING, amount DOUBLE, status STRING, "
-                "note STRING, updated_at BIGINT, deleted BOOLEAN")
+VALUE_SCHEMA = (
+    "order_id STRING, customer STRING, region STRING, amount DOUBLE, status STRING, "
+    "note STRING, updated_at BIGINT, deleted BOOLEAN"
+)
 DATA_COLUMNS = ["order_id", "customer", "region", "amount", "status", "note", "updated_at"]
-ORDER_SCHEMA = pa.schema([("order_id", pa.string()), ("customer", pa.string()), ("region", pa.string()),
-                          ("amount", pa.float64()), ("status", pa.string()), ("note", pa.string()),
-                          ("updated_at", pa.int64()), ("deleted", pa.bool_())])
+ORDER_SCHEMA = pa.schema(
+    [
+        ("order_id", pa.string()),
+        ("customer", pa.string()),
+        ("region", pa.string()),
+        ("amount", pa.float64()),
+        ("status", pa.string()),
+        ("note", pa.string()),
+        ("updated_at", pa.int64()),
+        ("deleted", pa.bool_()),
+    ]
+)
 SUBPROCESS_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def order_config(tmp: Path, name: str, bootstrap: str, topic: str, **overrides) -> dict:
     """The mapping of a JSON orders table config; `overrides` replace whole sections' keys."""
     config = {
-        "table": {"name": name, "path": str(tmp / "tables" / name), "record_key": "order_id",
-                  "partition_by": "region", "ordering_field": "updated_at", "delete_field": "deleted"},
+        "table": {
+            "name": name,
+            "path": str(tmp / "tables" / name),
+            "record_key": "order_id",
+            "partition_by": "region",
+            "ordering_field": "updated_at",
+            "delete_field": "deleted",
+        },
         # Micro-batches from the first record on: tests of the initial load turn it on.
-        "source": {"bootstrap_servers": bootstrap, "topics": topic, "starting_offsets": "earliest",
-                   "max_offsets_per_trigger": 10000, "initial_load_max_records": 0},
+        "source": {
+            "bootstrap_servers": bootstrap,
+            "topics": topic,
+            "starting_offsets": "earliest",
+            "max_offsets_per_trigger": 10000,
+            "initial_load_max_records": 0,
+        },
         "decode": {"key": {"format": "string"}, "value": {"format": "json", "schema": VALUE_SCHEMA}},
         "index": {"initial_buckets": 2},
         "stream": {"trigger_interval": "1 second", "checkpoint_location": str(tmp / "checkpoints" / name)},
@@ -69,11 +91,14 @@ def committed_table(path: str | Path, events: list[dict], offsets: dict[str, dic
     """A table of `events` written by the table engine alone (no Spark), in one deltacommit that
     records `offsets` as a job's commit does; a table already there gets one more deltacommit."""
     stored = ORDER_SCHEMA.remove(ORDER_SCHEMA.get_field_index("deleted"))  # the delete marker is not a column
-    table = MorTable.create_or_load(str(path), TableSpec(Path(path).name, stored, ("order_id",), "updated_at",
-                                                         ("region",)))
+    table = MorTable.create_or_load(
+        str(path), TableSpec(Path(path).name, stored, ("order_id",), "updated_at", ("region",))
+    )
     with table.writer(WriteOptions(initial_buckets=2, delete_field="deleted")) as writer:
-        writer.upsert(pa.Table.from_pylist(events, schema=ORDER_SCHEMA),
-                      {CHECKPOINT_KEY: StreamCheckpoint("query", 0, offsets).to_json()})
+        writer.upsert(
+            pa.Table.from_pylist(events, schema=ORDER_SCHEMA),
+            {CHECKPOINT_KEY: StreamCheckpoint("query", 0, offsets).to_json()},
+        )
     return table
 
 
@@ -135,8 +160,10 @@ def _diff(got: dict, want: dict) -> str:
     missing = sorted(set(want) - set(got))[:5]
     extra = sorted(set(got) - set(want))[:5]
     changed = [k for k in sorted(set(got) & set(want)) if got[k] != want[k]][:3]
-    return (f"{len(got)} rows vs {len(want)} expected; missing {missing}, unexpected {extra}, "
-            f"different {[(got[k], want[k]) for k in changed]}")
+    return (
+        f"{len(got)} rows vs {len(want)} expected; missing {missing}, unexpected {extra}, "
+        f"different {[(got[k], want[k]) for k in changed]}"
+    )
 
 
 def assert_data_files_belong_to_instants(path: str) -> None:
@@ -169,7 +196,9 @@ def assert_data_files_belong_to_instants(path: str) -> None:
                 orphans.append(entry.path)
     assert not orphans, f"data files of no completed or pending instant: {orphans}"
 
-    latest = {(s.partition_path, s.file_id): s.base_instant for s in table.file_system_view(timeline=timeline).latest_slices()}
+    latest = {
+        (s.partition_path, s.file_id): s.base_instant for s in table.file_system_view(timeline=timeline).latest_slices()
+    }
     missing = []
     for file, instant in written.items():
         if storage.exists(file):
@@ -197,19 +226,27 @@ def committed_offsets(path: str, topic: str) -> dict[int, int]:
     return dict(checkpoint.offsets[topic]) if checkpoint else {}
 
 
-def streamer_process(args: list[str], env: dict | None = None, java_options: str | None = SUBPROCESS_JAVA_OPTIONS,
-                     **popen) -> subprocess.Popen:
+def streamer_process(
+    args: list[str], env: dict | None = None, java_options: str | None = SUBPROCESS_JAVA_OPTIONS, **popen
+) -> subprocess.Popen:
     """`streamer ...` in its own process, as a user runs it; the driver's JVM with `java_options`
     (None: the job's own)."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable, **(env or {})}
     conf = ["--conf", f"spark.driver.extraJavaOptions={java_options}"] if java_options else []
-    conf += ["--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
-            "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1"]
+    conf += [
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.sql.shuffle.partitions=4",
+        "--conf",
+        "spark.driver.host=127.0.0.1",
+        "--conf",
+        "spark.driver.bindAddress=127.0.0.1",
+    ]
     command = [sys.executable, "-m", "streamer.cli", *args]
     if args and args[0] == "run":
         command += ["--master", "local[2]", *conf]
-    return subprocess.Popen(command, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            **popen)
+    return subprocess.Popen(command, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
 
 
 def run_streamer(args: list[str], env: dict | None = None, timeout: float = 300, **popen) -> tuple[int, str]:
@@ -246,5 +283,8 @@ class JobOutput:
 
 def has_read(table_path: str, topic: str, records: int) -> bool:
     """True once the table's commits account for `records` offsets of `topic`."""
-    return (MorTable.exists(table_path) and table_checkpoint(MorTable.load(table_path)) is not None
-            and sum(committed_offsets(table_path, topic).values()) >= records)
+    return (
+        MorTable.exists(table_path)
+        and table_checkpoint(MorTable.load(table_path)) is not None
+        and sum(committed_offsets(table_path, topic).values()) >= records
+    )

@@ -15,9 +15,9 @@ import everything Kafka from one place.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from streamer.errors import BrokerStartError  # noqa: F401  (re-export)
 from streamer.sandbox.kafka_broker import KAFKA_VERSION, KafkaBroker

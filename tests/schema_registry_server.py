@@ -165,9 +165,10 @@ class RegistryProcess:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
-        self._log = open(log_path, "w")
-        self.process = subprocess.Popen([sys.executable, __file__, "--port", str(port)],
-                                        stdout=self._log, stderr=subprocess.STDOUT)
+        self._log = open(log_path, "w")  # noqa: SIM115 - the server's output for its whole life, closed by stop()
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--port", str(port)], stdout=self._log, stderr=subprocess.STDOUT
+        )
         self._wait_until_answering(log_path, timeout)
 
     def _wait_until_answering(self, log_path: str, timeout: float) -> None:

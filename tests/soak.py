@@ -38,9 +38,11 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the test helpers import each other by name
 
-import kafka_broker  # noqa: E402
-import psutil  # noqa: E402
-from ingestion import (  # noqa: E402
+import contextlib
+
+import kafka_broker
+import psutil
+from ingestion import (
     DATA_COLUMNS,
     end_offsets,
     hudi_rs_rows,
@@ -49,15 +51,15 @@ from ingestion import (  # noqa: E402
     streamer_process,
     write_config,
 )
-from oracle import Oracle  # noqa: E402
+from oracle import Oracle
 
-from streamer.checkpoint import table_checkpoint  # noqa: E402
-from streamer.sandbox.change_events import as_kafka_records  # noqa: E402
-from table.index import consistent_hashing as ring  # noqa: E402
-from table.mor_table import MorTable  # noqa: E402
-from table.services.archive import read_archived_instants  # noqa: E402
-from table.timeline.timeline import State  # noqa: E402
-from table.units import MIB  # noqa: E402
+from streamer.checkpoint import table_checkpoint
+from streamer.sandbox.change_events import as_kafka_records
+from table.index import consistent_hashing as ring
+from table.mor_table import MorTable
+from table.services.archive import read_archived_instants
+from table.timeline.timeline import State
+from table.units import MIB
 
 TOPIC = "soak-orders"
 REGIONS = ("emea", "apac", "amer")
@@ -124,16 +126,26 @@ class SoakOrders:
             roll = self.rng.random()
             new_share, delete_share = self.STEADY if len(self.live) >= self.max_live else self.GROWING
             if not self.live or roll < new_share:
-                event = {"order_id": self._new_key(), "customer": f"cust-{self.rng.randint(1, 5000):05d}",
-                         "region": self.rng.choice(REGIONS), "amount": round(self.rng.uniform(5, 900), 2),
-                         "status": "created", "note": f"note {self.rng.randint(0, 10**9)}",
-                         "updated_at": self.clock, "deleted": False}
+                event = {
+                    "order_id": self._new_key(),
+                    "customer": f"cust-{self.rng.randint(1, 5000):05d}",
+                    "region": self.rng.choice(REGIONS),
+                    "amount": round(self.rng.uniform(5, 900), 2),
+                    "status": "created",
+                    "note": f"note {self.rng.randint(0, 10**9)}",
+                    "updated_at": self.clock,
+                    "deleted": False,
+                }
                 self.live.append(event)
             else:
                 i = int(len(self.live) * self.rng.random() ** 3)
                 if roll < 1 - delete_share:
-                    event = dict(self.live[i], status=self.rng.choice(STATUSES),
-                                 amount=round(self.rng.uniform(5, 900), 2), updated_at=self.clock)
+                    event = dict(
+                        self.live[i],
+                        status=self.rng.choice(STATUSES),
+                        amount=round(self.rng.uniform(5, 900), 2),
+                        updated_at=self.clock,
+                    )
                     self.live[i] = event
                 else:
                     event = dict(self.live[i], updated_at=self.clock, deleted=True)
@@ -174,7 +186,7 @@ class SteadyProducer(threading.Thread):
                     self.produced += len(events)
                 tick += 1
                 self._stopping.wait(max(0.0, start + tick - time.monotonic()))
-        except BaseException as exc:  # reported as a failed check
+        except BaseException as exc:  # noqa: BLE001 - reported as a failed check
             self.error = exc
 
     def stop(self) -> None:
@@ -197,16 +209,26 @@ def soak_config(out: Path, bootstrap: str, rate: int) -> dict:
     """The orders table with every service async: clustering splits the hot buckets, compaction
     folds logs, clean keeps 3 commits and archival keeps the active timeline short."""
     return order_config(
-        out, "orders", bootstrap, TOPIC,
+        out,
+        "orders",
+        bootstrap,
+        TOPIC,
         source={"max_offsets_per_trigger": rate * TRIGGER_SECONDS * 3},
-        index={"initial_buckets": INITIAL_BUCKETS, "split_threshold_mb": SPLIT_THRESHOLD_MB,
-               "merge_threshold_mb": SPLIT_THRESHOLD_MB / 10, "max_buckets": MAX_BUCKETS,
-               "split_point": "distribution"},
+        index={
+            "initial_buckets": INITIAL_BUCKETS,
+            "split_threshold_mb": SPLIT_THRESHOLD_MB,
+            "merge_threshold_mb": SPLIT_THRESHOLD_MB / 10,
+            "max_buckets": MAX_BUCKETS,
+            "split_point": "distribution",
+        },
         stream={"trigger_interval": f"{TRIGGER_SECONDS} seconds"},
-        services={"clustering": {"mode": "async", "every_delta_commits": 3},
-                  "compaction": {"mode": "async", "every_delta_commits": 4},
-                  "clean": {"mode": "async", "every_delta_commits": 2, "retained": 3},
-                  "archive": {"mode": "async", "every_delta_commits": 2, "min_instants": 6, "max_instants": 9}})
+        services={
+            "clustering": {"mode": "async", "every_delta_commits": 3},
+            "compaction": {"mode": "async", "every_delta_commits": 4},
+            "clean": {"mode": "async", "every_delta_commits": 2, "retained": 3},
+            "archive": {"mode": "async", "every_delta_commits": 2, "min_instants": 6, "max_instants": 9},
+        },
+    )
 
 
 class Job:
@@ -237,10 +259,8 @@ class Job:
 
     def kill(self) -> None:
         """Whatever is left of the job's session, JVM and workers included."""
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait()
         self._copier.join(10)
 
@@ -339,13 +359,19 @@ def take_sample(started: float, job: Job, producer: SteadyProducer, progress: Ta
     produced, ends = producer.snapshot()
     committed = committed_records(progress.path)
     return Sample(
-        seconds=round(time.monotonic() - started, 1), produced=produced, committed=sum(committed.values()),
+        seconds=round(time.monotonic() - started, 1),
+        produced=produced,
+        committed=sum(committed.values()),
         lag=sum(max(0, end - committed.get(p, 0)) for p, end in ends.items()),
-        deltacommits=progress.count("deltacommit"), compactions=progress.count("commit"),
-        resizes=progress.count("replacecommit"), cleans=progress.count("clean"),
+        deltacommits=progress.count("deltacommit"),
+        compactions=progress.count("commit"),
+        resizes=progress.count("replacecommit"),
+        cleans=progress.count("clean"),
         rss_mb={k: round(v / MIB, 1) for k, v in rss.items()},
-        pss_mb={k: round(v / MIB, 1) for k, v in pss.items()}, processes=processes,
-        load_1m=round(os.getloadavg()[0], 2))
+        pss_mb={k: round(v / MIB, 1) for k, v in pss.items()},
+        processes=processes,
+        load_1m=round(os.getloadavg()[0], 2),
+    )
 
 
 # -- checks and the report -----------------------------------------------------------------------
@@ -365,8 +391,10 @@ def rows_check(name: str, got: dict, want: dict) -> Check:
     ok = not (missing or extra or different)
     detail = f"{len(got)} rows, {len(want)} expected"
     if not ok:
-        detail += (f"; {len(missing)} missing {missing[:5]}, {len(extra)} unexpected {extra[:5]}, "
-                   f"{len(different)} different {[(got[k], want[k]) for k in different[:2]]}")
+        detail += (
+            f"; {len(missing)} missing {missing[:5]}, {len(extra)} unexpected {extra[:5]}, "
+            f"{len(different)} different {[(got[k], want[k]) for k in different[:2]]}"
+        )
     return Check(name, ok, detail)
 
 
@@ -393,10 +421,15 @@ def memory_checks(samples: list[Sample], run_seconds: float, max_slope: float) -
             continue
         slope = slope_mb_per_min(points)
         peak = max(s.rss_mb[kind] for s in samples)
-        checks.append(Check(name, slope <= max_slope,
-                            f"slope {slope:+.3f} MiB/min over the second half (bound {max_slope}); "
-                            f"{points[0][1]:.0f} -> {points[-1][1]:.0f} MiB, peak {peak:.0f} MiB, "
-                            f"{second_half[-1].processes[kind]} process(es)"))
+        checks.append(
+            Check(
+                name,
+                slope <= max_slope,
+                f"slope {slope:+.3f} MiB/min over the second half (bound {max_slope}); "
+                f"{points[0][1]:.0f} -> {points[-1][1]:.0f} MiB, peak {peak:.0f} MiB, "
+                f"{second_half[-1].processes[kind]} process(es)",
+            )
+        )
     return checks
 
 
@@ -411,24 +444,44 @@ def minute_rows(samples: list[Sample], run_seconds: float) -> list[dict]:
         if not within:
             continue
         last = within[-1]
-        rows.append({"minute": minute if minute <= minutes else "end", "produced": last.produced,
-                     "committed": last.committed, "lag": last.lag, "deltacommits": last.deltacommits,
-                     "compactions": last.compactions, "resizes": last.resizes, "cleans": last.cleans,
-                     **{f"{k}_mb": max(s.rss_mb[k] for s in within) for k in KINDS},
-                     **{f"{k}_pss_mb": max(s.pss_mb[k] for s in within) for k in KINDS},
-                     "load_1m": last.load_1m})
+        rows.append(
+            {
+                "minute": minute if minute <= minutes else "end",
+                "produced": last.produced,
+                "committed": last.committed,
+                "lag": last.lag,
+                "deltacommits": last.deltacommits,
+                "compactions": last.compactions,
+                "resizes": last.resizes,
+                "cleans": last.cleans,
+                **{f"{k}_mb": max(s.rss_mb[k] for s in within) for k in KINDS},
+                **{f"{k}_pss_mb": max(s.pss_mb[k] for s in within) for k in KINDS},
+                "load_1m": last.load_1m,
+            }
+        )
     return rows
 
 
 def render_table(rows: list[dict]) -> str:
-    columns = ["minute", "produced", "committed", "lag", "deltacommits", "compactions", "resizes", "cleans",
-               *(f"{k}_mb" for k in KINDS), *(f"{k}_pss_mb" for k in KINDS), "load_1m"]
-    widths = {c: max(len(c), *(len(f"{r[c]:,}" if isinstance(r[c], int) else str(r[c])) for r in rows))
-              for c in columns}
+    columns = [
+        "minute",
+        "produced",
+        "committed",
+        "lag",
+        "deltacommits",
+        "compactions",
+        "resizes",
+        "cleans",
+        *(f"{k}_mb" for k in KINDS),
+        *(f"{k}_pss_mb" for k in KINDS),
+        "load_1m",
+    ]
+    widths = {
+        c: max(len(c), *(len(f"{r[c]:,}" if isinstance(r[c], int) else str(r[c])) for r in rows)) for c in columns
+    }
     lines = ["  ".join(c.rjust(widths[c]) for c in columns)]
     for r in rows:
-        lines.append("  ".join((f"{r[c]:,}" if isinstance(r[c], int) else str(r[c])).rjust(widths[c])
-                               for c in columns))
+        lines.append("  ".join((f"{r[c]:,}" if isinstance(r[c], int) else str(r[c])).rjust(widths[c]) for c in columns))
     return "\n".join(lines)
 
 
@@ -446,8 +499,11 @@ def bucket_counts(path: str) -> dict[str, int]:
 def instants_by_action(path: str) -> dict[str, int]:
     """Completed instants over the whole history, archived ones included."""
     table = MorTable.load(path)
-    completed = {(i.timestamp, str(i.action)) for i in [*read_archived_instants(table), *table.timeline().instants]
-                 if i.state is State.COMPLETED}
+    completed = {
+        (i.timestamp, str(i.action))
+        for i in [*read_archived_instants(table), *table.timeline().instants]
+        if i.state is State.COMPLETED
+    }
     counts: dict[str, int] = {}
     for _, action in completed:
         counts[action] = counts.get(action, 0) + 1
@@ -467,8 +523,15 @@ def soak(args: argparse.Namespace) -> int:
         else:
             target.unlink(missing_ok=True)
     run_seconds = args.minutes * 60
-    report: dict = {"minutes": args.minutes, "rate": args.rate, "partitions": args.partitions, "seed": args.seed,
-                    "trigger_seconds": TRIGGER_SECONDS, "cpus": os.cpu_count(), "load_at_start": os.getloadavg()}
+    report: dict = {
+        "minutes": args.minutes,
+        "rate": args.rate,
+        "partitions": args.partitions,
+        "seed": args.seed,
+        "trigger_seconds": TRIGGER_SECONDS,
+        "cpus": os.cpu_count(),
+        "load_at_start": os.getloadavg(),
+    }
     checks: list[Check] = []
     samples: list[Sample] = []
     broker = kafka_broker.KafkaBroker(out / "kafka", log_path=out / "broker.log").start()
@@ -478,8 +541,11 @@ def soak(args: argparse.Namespace) -> int:
         config = write_config(out / "configs", soak_config(out, broker.bootstrap, args.rate))
         path = str(out / "tables" / "orders")
         report["table"] = path
-        print(f"soak: {args.minutes} min at {args.rate} records/s into {args.partitions} partitions; "
-              f"table {path}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs", flush=True)
+        print(
+            f"soak: {args.minutes} min at {args.rate} records/s into {args.partitions} partitions; "
+            f"table {path}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs",
+            flush=True,
+        )
 
         job = Job(["run", str(config)], out / "job.log")
         producer = SteadyProducer(broker.bootstrap, TOPIC, args.rate, args.seed)
@@ -492,20 +558,34 @@ def soak(args: argparse.Namespace) -> int:
             samples.append(take_sample(started, job, producer, progress))
             if samples[-1].seconds >= next_minute:
                 s = samples[-1]
-                print(f"  {s.seconds / 60:5.1f} min: {s.committed:,} of {s.produced:,} committed, "
-                      f"{s.deltacommits} deltacommits, {s.compactions} compactions, {s.resizes} resizes, "
-                      f"RSS MiB {({k: s.rss_mb[k] for k in KINDS})}, PSS MiB {({k: s.pss_mb[k] for k in KINDS})}, "
-                      f"load {s.load_1m}", flush=True)
+                print(
+                    f"  {s.seconds / 60:5.1f} min: {s.committed:,} of {s.produced:,} committed, "
+                    f"{s.deltacommits} deltacommits, {s.compactions} compactions, {s.resizes} resizes, "
+                    f"RSS MiB { ({k: s.rss_mb[k] for k in KINDS}) }, PSS MiB { ({k: s.pss_mb[k] for k in KINDS}) }, "
+                    f"load {s.load_1m}",
+                    flush=True,
+                )
                 next_minute += 60
         producer.stop()
         produced, ends = producer.snapshot()
         report["produced"] = produced
         kept_rate = produced >= 0.9 * args.rate * run_seconds
-        checks.append(Check("producer kept its rate", producer.error is None and kept_rate,
-                            repr(producer.error) if producer.error else
-                            f"{produced:,} records, {produced / run_seconds:.0f}/s for a target of {args.rate}/s"))
-        checks.append(Check("job ran the whole time", job.running(),
-                            "running" if job.running() else f"exited with {job.proc.returncode}; see job.log"))
+        checks.append(
+            Check(
+                "producer kept its rate",
+                producer.error is None and kept_rate,
+                repr(producer.error)
+                if producer.error
+                else f"{produced:,} records, {produced / run_seconds:.0f}/s for a target of {args.rate}/s",
+            )
+        )
+        checks.append(
+            Check(
+                "job ran the whole time",
+                job.running(),
+                "running" if job.running() else f"exited with {job.proc.returncode}; see job.log",
+            )
+        )
 
         deadline = time.monotonic() + CATCH_UP_TIMEOUT
         while job.running() and committed_records(path) != ends and time.monotonic() < deadline:
@@ -513,8 +593,14 @@ def soak(args: argparse.Namespace) -> int:
             samples.append(take_sample(started, job, producer, progress))
         caught_up = committed_records(path) == ends == end_offsets(broker.bootstrap, TOPIC)
         report["catch_up_seconds"] = round(time.monotonic() - started - run_seconds, 1)
-        checks.append(Check("caught up", caught_up, f"{report['catch_up_seconds']} s after producing stopped; "
-                                                    f"committed {committed_records(path)}, end offsets {ends}"))
+        checks.append(
+            Check(
+                "caught up",
+                caught_up,
+                f"{report['catch_up_seconds']} s after producing stopped; "
+                f"committed {committed_records(path)}, end offsets {ends}",
+            )
+        )
         if job.running():
             code = job.stop(STOP_TIMEOUT)
             checks.append(Check("clean stop on SIGTERM", code == 0, f"exit status {code}"))
@@ -538,10 +624,15 @@ def soak(args: argparse.Namespace) -> int:
         for service, action in (("compaction", "commit"), ("resize", "replacecommit"), ("clean", "clean")):
             checks.append(Check(f"{service} ran", history.get(action, 0) > 0, f"{history.get(action, 0)} completed"))
         checks.append(Check("archival ran", archived > 0, f"{archived} instants archived"))
-        checks.append(Check("some bucket split", sum(buckets.values()) > INITIAL_BUCKETS * len(REGIONS),
-                            f"buckets {buckets}, {INITIAL_BUCKETS} each at the start"))
+        checks.append(
+            Check(
+                "some bucket split",
+                sum(buckets.values()) > INITIAL_BUCKETS * len(REGIONS),
+                f"buckets {buckets}, {INITIAL_BUCKETS} each at the start",
+            )
+        )
         checks += memory_checks(samples, run_seconds, args.max_slope)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the report names any failure
         traceback.print_exc()
         checks.append(Check("soak completed", False, f"{type(exc).__name__}: {exc}"))
     finally:
@@ -552,8 +643,12 @@ def soak(args: argparse.Namespace) -> int:
         broker.stop()
 
     rows = minute_rows(samples, run_seconds)
-    report.update(load_at_end=os.getloadavg(), table_over_time=rows, samples=[asdict(s) for s in samples],
-                  checks=[asdict(c) for c in checks])
+    report.update(
+        load_at_end=os.getloadavg(),
+        table_over_time=rows,
+        samples=[asdict(s) for s in samples],
+        checks=[asdict(c) for c in checks],
+    )
     (out / "report.json").write_text(json.dumps(report, indent=2))
     if rows:
         print(render_table(rows))
@@ -574,11 +669,17 @@ def soak(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10, help="how long to produce (default 10)")
-    parser.add_argument("--rate", type=int, default=200, metavar="RECORDS_PER_S",
-                        help="records produced a second (default 200)")
+    parser.add_argument(
+        "--rate", type=int, default=200, metavar="RECORDS_PER_S", help="records produced a second (default 200)"
+    )
     parser.add_argument("--partitions", type=int, default=3, help="partitions of the topic (default 3)")
-    parser.add_argument("--max-slope", type=float, default=MAX_SLOPE_MB_PER_MIN, metavar="MIB_PER_MIN",
-                        help=f"steepest RSS growth of a process kind (default {MAX_SLOPE_MB_PER_MIN} MiB/min)")
+    parser.add_argument(
+        "--max-slope",
+        type=float,
+        default=MAX_SLOPE_MB_PER_MIN,
+        metavar="MIB_PER_MIN",
+        help=f"steepest RSS growth of a process kind (default {MAX_SLOPE_MB_PER_MIN} MiB/min)",
+    )
     parser.add_argument("--seed", type=int, default=11, help="seed of the change stream (default 11)")
     parser.add_argument("--out", default="soak-output", help="directory for the report, logs and table")
     parser.add_argument("--keep", action="store_true", help="keep the table and checkpoint under --out")

@@ -43,15 +43,26 @@ OUTAGE_SECONDS = 15  # several triggers of the job and retries of its Kafka quer
 def test_a_continuous_job_rides_out_a_broker_restart_and_a_hung_broker_without_loss_duplicates_or_restart(tmp_path):
     events = settled_change_events(6_000, seed=71)
     quarter = len(events) // 4
-    before, while_down, after, hung = (events[:quarter], events[quarter:2 * quarter],
-                                       events[2 * quarter:3 * quarter], events[3 * quarter:])
+    before, while_down, after, hung = (
+        events[:quarter],
+        events[quarter : 2 * quarter],
+        events[2 * quarter : 3 * quarter],
+        events[3 * quarter :],
+    )
     with kafka_broker.KafkaBroker(tmp_path / "kafka") as kafka:
         topic = kafka.create_topic("orders", partitions=2)
         produce_orders(kafka.bootstrap, topic, before)
-        path = write_config(tmp_path / "configs", order_config(
-            tmp_path, "orders", kafka.bootstrap, topic,
-            source={"max_offsets_per_trigger": 1_000, "options": {"fetchOffset.timeoutMs": 5_000}},
-            stream={"trigger_interval": "2 seconds"}))
+        path = write_config(
+            tmp_path / "configs",
+            order_config(
+                tmp_path,
+                "orders",
+                kafka.bootstrap,
+                topic,
+                source={"max_offsets_per_trigger": 1_000, "options": {"fetchOffset.timeoutMs": 5_000}},
+                stream={"trigger_interval": "2 seconds"},
+            ),
+        )
         table_path = str(tmp_path / "tables" / "orders")
         job = JobOutput(streamer_process(["run", str(path)]))
         try:
@@ -64,8 +75,10 @@ def test_a_continuous_job_rides_out_a_broker_restart_and_a_hung_broker_without_l
             kafka.start()  # the same port and data
             producer.join()
             produce_orders(kafka.bootstrap, topic, after)
-            job.wait_for(lambda: has_read(table_path, topic, len(before) + len(while_down) + len(after)),
-                         "the records of and after the restart")
+            job.wait_for(
+                lambda: has_read(table_path, topic, len(before) + len(while_down) + len(after)),
+                "the records of and after the restart",
+            )
 
             kafka.hang()  # connections open, nothing answered
             producer = threading.Thread(target=produce_orders, args=(kafka.bootstrap, topic, hung))
@@ -98,8 +111,10 @@ def test_a_broker_down_for_ten_seconds_gives_a_short_output_one_line_per_retry_n
     "Connection refused" for each reconnect stays out of the console, the job says once per retry
     which broker failed and why, then ends with an error naming the broker."""
     bootstrap = f"127.0.0.1:{kafka_broker.free_port()}"  # nothing listens there
-    path = write_config(tmp_path / "configs", order_config(
-        tmp_path, "orders", bootstrap, "orders", source={"max_broker_outage_seconds": 10}))
+    path = write_config(
+        tmp_path / "configs",
+        order_config(tmp_path, "orders", bootstrap, "orders", source={"max_broker_outage_seconds": 10}),
+    )
 
     started = time.monotonic()
     code, out = run_streamer(["run", str(path), "--once"], timeout=240)
@@ -108,17 +123,26 @@ def test_a_broker_down_for_ten_seconds_gives_a_short_output_one_line_per_retry_n
     lines = out.splitlines()
     assert len(lines) < 20, out
     assert "rdkafka" not in out and "Traceback" not in out, out
-    retries = [line for line in lines if re.search(rf"WARNING streamer\.kafka\.admin: Kafka .+ to {re.escape(bootstrap)} "
-                                                  r"failed \(attempt \d+, .+\); retrying in .+: .*Connection refused",
-                                                  line)]
+    retries = [
+        line
+        for line in lines
+        if re.search(
+            rf"WARNING streamer\.kafka\.admin: Kafka .+ to {re.escape(bootstrap)} "
+            r"failed \(attempt \d+, .+\); retrying in .+: .*Connection refused",
+            line,
+        )
+    ]
     assert len(retries) >= 1, out
     error = f"KafkaSourceTimeoutError: Kafka brokers {bootstrap} did not answer"
     assert re.search(rf"ERROR streamer\.app: orders: stopped with an error: {error}.*Connection refused", out), out
-    assert re.search(rf"^orders: 0 batches, 0 records, 0 bad committed; last commit -: FAILED: {error}", out,
-                     re.MULTILINE), out
+    assert re.search(
+        rf"^orders: 0 batches, 0 records, 0 bad committed; last commit -: FAILED: {error}", out, re.MULTILINE
+    ), out
     assert "maxBrokerOutageMs=10000" in out and "source.max_broker_outage_seconds" in out
-    assert not MorTable.exists(str(tmp_path / "tables" / "orders")) or \
-        MorTable.load(str(tmp_path / "tables" / "orders")).timeline().completed_writes() == []
+    assert (
+        not MorTable.exists(str(tmp_path / "tables" / "orders"))
+        or MorTable.load(str(tmp_path / "tables" / "orders")).timeline().completed_writes() == []
+    )
 
 
 def _recreate(bootstrap: str, topic: str, partitions: int) -> None:
@@ -134,7 +158,8 @@ def _recreate(bootstrap: str, topic: str, partitions: int) -> None:
 
 
 def test_a_recreated_topic_stops_the_job_naming_the_offsets_unless_data_loss_is_tolerated(
-        spark, kafka_bootstrap, kafka_topic, tmp_path):
+    spark, kafka_bootstrap, kafka_topic, tmp_path
+):
     topic = kafka_topic(partitions=2, prefix="orders")
     events = settled_change_events(3_000, seed=73)
     old, new = events[:2_000], events[2_000:]
@@ -155,8 +180,10 @@ def test_a_recreated_topic_stops_the_job_naming_the_offsets_unless_data_loss_is_
     (summary,) = [line for line in out.splitlines() if line.startswith("orders: 0 batches")]
     assert "FAILED: KafkaDataLossError: " in summary
     for p in (0, 1):
-        assert (f"topic '{topic}' partition {p}: the offset to read next is {wanted[p]} but the broker holds "
-                f"offsets 0 to {held[p] - 1}") in summary
+        assert (
+            f"topic '{topic}' partition {p}: the offset to read next is {wanted[p]} but the broker holds "
+            f"offsets 0 to {held[p] - 1}"
+        ) in summary
     assert "source.fail_on_data_loss" in summary
     assert committed_offsets(table_path, topic) == wanted
     assert_table_matches(table_path, old)

@@ -28,12 +28,20 @@ def catalog_metric(metrics: Metrics, name: str, table: str) -> float:
 
 
 def test_a_job_commits_while_its_metastore_is_down_and_its_catalog_catches_up_when_it_is_back(
-        spark, kafka_bootstrap, kafka_topic, tmp_path, hive_metastore, caplog):
+    spark, kafka_bootstrap, kafka_topic, tmp_path, hive_metastore, caplog
+):
     topic = kafka_topic(partitions=2, prefix="orders")
     first, later = change_events(3000, seed=3), change_events(6000, seed=3)[3000:]
     produce_orders(kafka_bootstrap, topic, first)
-    config = config_from_mapping(order_config(tmp_path, "synced_orders", kafka_bootstrap, topic, sync={
-        "metastore_uris": hive_metastore.uri, "database": "lake_job", "timeout_seconds": 5}))
+    config = config_from_mapping(
+        order_config(
+            tmp_path,
+            "synced_orders",
+            kafka_bootstrap,
+            topic,
+            sync={"metastore_uris": hive_metastore.uri, "database": "lake_job", "timeout_seconds": 5},
+        )
+    )
     path = config.table.path
 
     hive_metastore.stop()
@@ -55,8 +63,12 @@ def test_a_job_commits_while_its_metastore_is_down_and_its_catalog_catches_up_wh
 
         metrics = Metrics()
         table = MorTable.load(path)
-        catalog = CatalogSync(config.sync, table, HiveSync(table, sync_target(config), metastore_connector(
-            config.sync, spark._jvm)), metrics.table("synced_orders", 1.0, 10))
+        catalog = CatalogSync(
+            config.sync,
+            table,
+            HiveSync(table, sync_target(config), metastore_connector(config.sync, spark._jvm)),
+            metrics.table("synced_orders", 1.0, 10),
+        )
         catalog.after_commit()
         assert catalog_metric(metrics, "catalog_commits_behind", "synced_orders") == commits
         assert catalog_metric(metrics, "catalog_sync_failures_total", "synced_orders") == 1
@@ -89,8 +101,13 @@ def test_a_job_commits_while_its_metastore_is_down_and_its_catalog_catches_up_wh
 def test_streamer_sync_registers_a_table_written_before_sync_was_on(spark, tmp_path, hive_metastore):
     events = change_events(500, seed=8)
     table = committed_table(tmp_path / "tables" / "old_orders", events, {"orders": {0: len(events)}})
-    mapping = order_config(tmp_path, "old_orders", "127.0.0.1:9", "orders",
-                           sync={"metastore_uris": hive_metastore.uri, "database": "lake_offline", "mode": "off"})
+    mapping = order_config(
+        tmp_path,
+        "old_orders",
+        "127.0.0.1:9",
+        "orders",
+        sync={"metastore_uris": hive_metastore.uri, "database": "lake_offline", "mode": "off"},
+    )
     config_path = write_config(tmp_path / "configs", mapping)
 
     code, output = run_streamer(["sync", str(config_path)])

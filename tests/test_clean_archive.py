@@ -24,9 +24,9 @@ from table.file_group.log_file.block import HeaderKey
 from table.file_group.log_file.reader import read_log_file
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable
+from table.plans.compaction import read_compaction_plan
 from table.services.archive import ArchivePolicy, archive, read_archived_instants
 from table.services.clean import CleanPolicy, clean, execute_clean, pending_cleans, schedule_clean
-from table.plans.compaction import read_compaction_plan
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
 from table.storage.layout import BaseFileName, LogFileName
 from table.timeline.commit_metadata import ReplaceCommitMetadata
@@ -53,15 +53,27 @@ class History:
     def path(self) -> Path:
         return Path(self.table.base_uri)
 
-    def write(self, writer: TableWriter, commits: int, *, size: int = 120, compact_every: int | None = None,
-              between=None, extra_metadata=None, skip_region: str | None = None) -> list[str]:
+    def write(
+        self,
+        writer: TableWriter,
+        commits: int,
+        *,
+        size: int = 120,
+        compact_every: int | None = None,
+        between=None,
+        extra_metadata=None,
+        skip_region: str | None = None,
+    ) -> list[str]:
         """Upsert `commits` batches; compact every `compact_every` of them, and call `between()`
         after each, as the streamer runs services between batches."""
         instants = []
         for _ in range(commits):
             n = len(self.expected_as_of)
-            batch = [r for r in change_batch(self.rng, self.known, size, n * size, 100 + 100 * n)
-                     if r["region"] != skip_region]
+            batch = [
+                r
+                for r in change_batch(self.rng, self.known, size, n * size, 100 + 100 * n)
+                if r["region"] != skip_region
+            ]
             self.oracle.apply_batch(batch)
             instant = writer.upsert(pa.Table.from_pylist(batch, schema=SCHEMA), extra_metadata)
             self.expected_as_of[instant] = strip(self.oracle.rows(), DATA_COLUMNS)
@@ -148,13 +160,15 @@ def test_clean_keeps_the_snapshot_and_reads_as_of_retained_commits(tmp_path):
     planned = [Path(f["filePath"]).name for files in plan["filePathsToBeDeletedPerPartition"].values() for f in files]
     for i, name in enumerate(planned):  # a base file goes after the log files of its slice
         base = BaseFileName.parse(name)
-        later_logs = {(log.file_id, log.base_instant) for log in map(LogFileName.parse, planned[i + 1:]) if log}
+        later_logs = {(log.file_id, log.base_instant) for log in map(LogFileName.parse, planned[i + 1 :]) if log}
         assert base is None or (base.file_id, base.instant) not in later_logs
     metadata = deserialize_plan("HoodieCleanMetadata", timeline.read_content(done))
     deleted = {f for p in metadata["partitionMetadata"].values() for f in p["successDeleteFiles"]}
     assert deleted == set(planned) == {Path(f).name for f in before - after}
     assert metadata["totalFilesDeleted"] == len(deleted)
-    assert clean_as_writer(history.table, CleanPolicy("keep_latest_commits", retained=5)) is None  # nothing left to delete
+    assert (
+        clean_as_writer(history.table, CleanPolicy("keep_latest_commits", retained=5)) is None
+    )  # nothing left to delete
 
 
 @pytest.mark.parametrize("policy", [CleanPolicy("keep_latest_commits", 1), CleanPolicy("keep_latest_file_versions", 1)])
@@ -213,7 +227,9 @@ def test_a_clean_killed_before_completing_is_finished_by_the_next_call(tmp_path)
     deleted = before - data_files(history.path)
     assert deleted
     history.assert_reads_match()
-    assert clean_as_writer(history.table, CleanPolicy(retained=3)) is None  # finishes the pending one, finds nothing new
+    assert (
+        clean_as_writer(history.table, CleanPolicy(retained=3)) is None
+    )  # finishes the pending one, finds nothing new
     assert pending_cleans(history.table) == []
     done = Instant(instant, "clean", "completed")
     metadata = deserialize_plan("HoodieCleanMetadata", history.table.timeline().read_content(done))
@@ -300,10 +316,16 @@ def test_archival_keeps_the_active_timeline_between_its_bounds_over_hundreds_of_
         sizes.append(len(history.table.timeline().completed()))
 
     with history.table.writer(write_options(initial_buckets=2)) as writer:
-        history.write(writer, 200, size=20, compact_every=7, between=services,
-                      extra_metadata={CHECKPOINT_KEY: json.dumps({"offsets": [1]})})
+        history.write(
+            writer,
+            200,
+            size=20,
+            compact_every=7,
+            between=services,
+            extra_metadata={CHECKPOINT_KEY: json.dumps({"offsets": [1]})},
+        )
 
-    assert max(sizes) <= policy.max_instants and min(sizes[policy.max_instants:]) >= policy.min_instants
+    assert max(sizes) <= policy.max_instants and min(sizes[policy.max_instants :]) >= policy.min_instants
     active = history.table.timeline()
     archived = read_archived_instants(history.table)
     assert len(archived) > 200 and {i.key for i in archived}.isdisjoint(i.key for i in active.instants)

@@ -44,17 +44,31 @@ def submit(cluster: SparkCluster, configs: Path, log_path: Path) -> subprocess.P
     executors run the Python that `spark.pyspark.python` names, with mor-streamer installed (this
     venv, at the same path on every node here). Nothing else tells them where our code is."""
     command = [
-        str(SPARK_HOME / "bin" / "spark-submit"), "--master", cluster.master_url, "--deploy-mode", "client",
-        "--conf", f"spark.pyspark.python={sys.executable}",
-        "--conf", "spark.executor.memory=768m",
-        "--driver-java-options", SUBPROCESS_JAVA_OPTIONS,
-        "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.ui.enabled=false",
-        "--conf", "spark.sql.shuffle.partitions=4",
-        streamer.spark_app.__file__, str(configs), "--once",
+        str(SPARK_HOME / "bin" / "spark-submit"),
+        "--master",
+        cluster.master_url,
+        "--deploy-mode",
+        "client",
+        "--conf",
+        f"spark.pyspark.python={sys.executable}",
+        "--conf",
+        "spark.executor.memory=768m",
+        "--driver-java-options",
+        SUBPROCESS_JAVA_OPTIONS,
+        "--conf",
+        "spark.driver.host=127.0.0.1",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.sql.shuffle.partitions=4",
+        streamer.spark_app.__file__,
+        str(configs),
+        "--once",
     ]
     with open(log_path, "ab") as log:
-        return subprocess.Popen(command, env=node_environment(), stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            command, env=node_environment(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+        )
 
 
 def deltacommits(table_path: str) -> list[str]:
@@ -73,8 +87,9 @@ def batch_writing(table_path: str, after_commits: int) -> str | None:
     timeline = MorTable.load(table_path).timeline()
     if len(timeline.completed("deltacommit")) < after_commits:
         return None
-    writing = [i.timestamp for i in timeline.pending("deltacommit")
-               if (Path(table_path) / marker_dir(i.timestamp)).is_dir()]
+    writing = [
+        i.timestamp for i in timeline.pending("deltacommit") if (Path(table_path) / marker_dir(i.timestamp)).is_dir()
+    ]
     return writing[0] if writing else None
 
 
@@ -108,12 +123,20 @@ def test_a_job_on_a_standalone_cluster_survives_losing_a_worker(kafka_bootstrap,
             def lost_mid_write() -> bool:
                 nonlocal in_flight
                 in_flight = batch_writing(table_path, COMMITS_BEFORE_LOSS)
-                return (in_flight is not None and bool(kept.executor_pids()) and bool(lost.running_tasks())
-                        and lost.lose_mid_task())
+                return (
+                    in_flight is not None
+                    and bool(kept.executor_pids())
+                    and bool(lost.running_tasks())
+                    and lost.lose_mid_task()
+                )
 
-            wait_until(lost_mid_write, f"a worker lost in the middle of a write task of a batch after "
-                                       f"{COMMITS_BEFORE_LOSS} deltacommits, while the other has an executor",
-                       job, log_path)
+            wait_until(
+                lost_mid_write,
+                f"a worker lost in the middle of a write task of a batch after "
+                f"{COMMITS_BEFORE_LOSS} deltacommits, while the other has an executor",
+                job,
+                log_path,
+            )
             committed_before_loss = len(deltacommits(table_path))
             code = job.wait(300)
         finally:

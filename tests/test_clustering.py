@@ -24,6 +24,7 @@ from test_table_engine import DATA_COLUMNS, SCHEMA, by_key, hudi_rs_read, make_t
 from table.errors import ClusteringConflictError
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable, TableSpec
+from table.plans.clustering import CHILD_NODES_KEY, PARTITION_KEY, SEQUENCE_NUMBER_KEY, read_clustering_plan
 from table.services.clean import CleanPolicy, clean
 from table.services.clustering.execute import (
     execute_clustering,
@@ -31,7 +32,6 @@ from table.services.clustering.execute import (
     pending_clusterings,
     rollback_clustering,
 )
-from table.plans.clustering import CHILD_NODES_KEY, PARTITION_KEY, SEQUENCE_NUMBER_KEY, read_clustering_plan
 from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
 from table.storage.layout import HASHING_METADATA_DIR
@@ -80,8 +80,14 @@ class SkewedStream:
                 self.known.append(key)
                 rows.append(row(key, clock, deleted=False, rng=self.rng))
             else:
-                rows.append(row(self.rng.choice(self.known), clock + self.rng.randint(0, 50),
-                                deleted=roll > 1 - deletes, rng=self.rng))
+                rows.append(
+                    row(
+                        self.rng.choice(self.known),
+                        clock + self.rng.randint(0, 50),
+                        deleted=roll > 1 - deletes,
+                        rng=self.rng,
+                    )
+                )
         return rows
 
     def commit(self, rows: list[dict] | None = None) -> str:
@@ -95,8 +101,9 @@ class SkewedStream:
 
 
 def unpartitioned_table(path: Path) -> MorTable:
-    return MorTable.create(str(path), TableSpec("orders", SCHEMA.remove(SCHEMA.get_field_index("is_deleted")),
-                                                ("order_id",), "updated_at"))
+    return MorTable.create(
+        str(path), TableSpec("orders", SCHEMA.remove(SCHEMA.get_field_index("is_deleted")), ("order_id",), "updated_at")
+    )
 
 
 def ours(path: Path) -> dict:
@@ -131,14 +138,16 @@ def compact_all(writer) -> None:
 
 def files_of(path: Path, file_ids: set[str]) -> dict[str, int]:
     """Name -> size of the data files of the given file groups."""
-    return {p.name: p.stat().st_size for p in path.rglob("*")
-            if p.is_file() and ".hoodie" not in p.parts and any(f in p.name for f in file_ids)}
+    return {
+        p.name: p.stat().st_size
+        for p in path.rglob("*")
+        if p.is_file() and ".hoodie" not in p.parts and any(f in p.name for f in file_ids)
+    }
 
 
 # ~25 bytes a row and ~3 KiB a file once compacted: these thresholds split above ~800 rows and
 # merge below ~300
-POLICY = ClusteringPolicy(split_threshold_bytes=24 * KB, merge_threshold_bytes=11 * KB,
-                          split_point="distribution")
+POLICY = ClusteringPolicy(split_threshold_bytes=24 * KB, merge_threshold_bytes=11 * KB, split_point="distribution")
 
 
 # -- the whole story -----------------------------------------------------------------------------
@@ -178,9 +187,14 @@ def test_skewed_keys_converge_to_buckets_within_2x_with_both_readers_exact_in_ev
     sizes = bucket_sizes(table)
     assert plans >= 3 and len(sizes) >= 8
     assert max(sizes) <= 2 * min(sizes), sizes
-    replaced = {f for c in table.timeline().completed("replacecommit")
-                for ids in ReplaceCommitMetadata.from_json(table.timeline().read_content(c))
-                .partition_to_replace_file_ids.values() for f in ids}
+    replaced = {
+        f
+        for c in table.timeline().completed("replacecommit")
+        for ids in ReplaceCommitMetadata.from_json(
+            table.timeline().read_content(c)
+        ).partition_to_replace_file_ids.values()
+        for f in ids
+    }
     assert not files_of(path, replaced), "the cleaner removes replaced file groups"
 
 
@@ -221,8 +235,9 @@ def test_writes_while_a_resize_is_pending_are_read_before_and_after_completion_a
         groups = table.file_system_view().file_groups("")
         assert not old & set(groups) and children <= set(groups)
         snapshot = by_key(table.snapshot())
-        assert {k for k, r in snapshot.items() if r["_hoodie_commit_time"] == dual} == \
-            {r["order_id"] for r in updates + inserts}
+        assert {k for k, r in snapshot.items() if r["_hoodie_commit_time"] == dual} == {
+            r["order_id"] for r in updates + inserts
+        }
 
         stream.commit()  # the writer now routes to the children only
         assert not {st.file_id for st in writer.last_commit.write_stats()} & old
@@ -241,8 +256,9 @@ def test_a_commit_that_began_while_a_resize_was_pending_dual_writes_though_the_r
         prepared = prepare_batch(records, writer.batch_spec, writer.key_generator)
         commit = writer.begin_delta_commit(writer.check_schema(records.schema))  # the resize is pending for it
         execute_clustering(table, instant)  # an async executor completes it before the commit writes
-        delta = commit.complete(write_file_groups(commit.context, WriteTask(0), commit.routing,
-                                                  commit.routing.route(prepared)))
+        delta = commit.complete(
+            write_file_groups(commit.context, WriteTask(0), commit.routing, commit.routing.route(prepared))
+        )
 
         assert not list(path.glob(f"*_{delta}.parquet")), "no new base file hides the resize's output"
         assert_readers_exact(path, stream, "after a commit that straddled the completion")
@@ -256,8 +272,9 @@ def test_a_resize_rewrites_only_the_buckets_in_its_plan(tmp_path):
     with table.writer(write_options()) as writer:
         stream = SkewedStream(writer, size=2000, hot_share=0.0)
         stream.commit()
-        policy = ClusteringPolicy(split_threshold_bytes=4 * KB, merge_threshold_bytes=0, max_partitions=1,
-                                  max_buckets=6)
+        policy = ClusteringPolicy(
+            split_threshold_bytes=4 * KB, merge_threshold_bytes=0, max_partitions=1, max_buckets=6
+        )
         sizes_before = {g.file_id: g.latest_slice().total_size for g in table.file_system_view().all_file_groups()}
         all_groups = set(sizes_before)
         instant = schedule_clustering(writer, policy)
@@ -274,7 +291,9 @@ def test_a_resize_rewrites_only_the_buckets_in_its_plan(tmp_path):
     # 2 of 16 buckets: a small share of the table (bench/resize_bytes.py measures the ratio to the
     # touched buckets' bytes at realistic sizes, where a file's fixed overhead does not dominate)
     assert result.bytes_written < 0.35 * sum(sizes_before.values())
-    metadata = ReplaceCommitMetadata.from_json(table.timeline().read_content(Instant(instant, "replacecommit", "completed")))
+    metadata = ReplaceCommitMetadata.from_json(
+        table.timeline().read_content(Instant(instant, "replacecommit", "completed"))
+    )
     assert metadata.operation_type == "CLUSTER"
     assert {f for ids in metadata.partition_to_replace_file_ids.values() for f in ids} == touched
 
@@ -282,7 +301,7 @@ def test_a_resize_rewrites_only_the_buckets_in_its_plan(tmp_path):
 def test_split_at_the_median_hash_gives_each_child_half_the_records_where_the_middle_does_not(tmp_path):
     counts = {}
     for split_point in ("middle", "distribution"):
-        path, table, writer, stream, instant = split_plan(tmp_path / split_point, commits=1, split_point=split_point)
+        _path, table, writer, _stream, instant = split_plan(tmp_path / split_point, commits=1, split_point=split_point)
         writer.close()
         result = execute_clustering(table, instant)
         by_child = sorted(s.num_writes for s in result.write_stats)
@@ -318,8 +337,9 @@ def test_a_partition_shrunk_by_deletes_merges_adjacent_buckets_and_reads_correct
         stream.commit([row(k, clock, deleted=True, rng=stream.rng) for k in doomed[: int(len(doomed) * 0.95)]])
         compact_all(writer)
         before = bucket_sizes(table, region)
-        instant = schedule_clustering(writer, ClusteringPolicy(split_threshold_bytes=64 * KB,
-                                                               merge_threshold_bytes=12 * KB, min_buckets=2))
+        instant = schedule_clustering(
+            writer, ClusteringPolicy(split_threshold_bytes=64 * KB, merge_threshold_bytes=12 * KB, min_buckets=2)
+        )
         assert instant is not None
         plan = read_clustering_plan(table.timeline(), instant)
         assert {g.kind for g in plan.groups} == {"merge"} and plan.partition_paths == [region]
@@ -337,8 +357,9 @@ def test_a_partition_shrunk_by_deletes_merges_adjacent_buckets_and_reads_correct
 def test_sort_clustering_rewrites_each_bucket_sorted_by_the_sort_columns_once(tmp_path):
     path = tmp_path / "orders"
     table = make_table(path)
-    policy = ClusteringPolicy(split_threshold_bytes=1024 * KB, merge_threshold_bytes=0, min_buckets=4,
-                              sort_columns=("status", "amount"))
+    policy = ClusteringPolicy(
+        split_threshold_bytes=1024 * KB, merge_threshold_bytes=0, min_buckets=4, sort_columns=("status", "amount")
+    )
     with table.writer(write_options()) as writer:
         stream = SkewedStream(writer, size=2000, hot_share=0.0)
         stream.commit()
@@ -358,10 +379,11 @@ def test_sort_clustering_rewrites_each_bucket_sorted_by_the_sort_columns_once(tm
 
 
 def test_the_plan_and_the_hashing_metadata_are_written_as_hudi_writes_them(tmp_path):
-    path, table, writer, stream, instant = split_plan(tmp_path)
+    path, table, writer, _stream, instant = split_plan(tmp_path)
     writer.close()
-    requested = deserialize_plan("HoodieRequestedReplaceMetadata",
-                                 (path / ".hoodie" / f"{instant}.replacecommit.requested").read_bytes())
+    requested = deserialize_plan(
+        "HoodieRequestedReplaceMetadata", (path / ".hoodie" / f"{instant}.replacecommit.requested").read_bytes()
+    )
     assert requested["operationType"] == "CLUSTER"
     plan = requested["clusteringPlan"]
     assert plan["strategy"]["strategyClassName"].endswith("SparkConsistentBucketClusteringExecutionStrategy")
@@ -467,11 +489,13 @@ def test_a_rolled_back_plan_leaves_the_old_buckets_and_no_child_files(tmp_path):
 
 
 def test_a_second_executor_of_the_same_plan_is_refused(tmp_path):
-    path, table, writer, stream, instant = split_plan(tmp_path)
+    _path, table, writer, _stream, instant = split_plan(tmp_path)
     writer.close()
-    with WriterLease(table.storage, "the other executor", path=executor_lease_path(instant)):
-        with pytest.raises(ClusteringConflictError, match="the other executor"):
-            execute_clustering(table, instant)
+    with (
+        WriterLease(table.storage, "the other executor", path=executor_lease_path(instant)),
+        pytest.raises(ClusteringConflictError, match="the other executor"),
+    ):
+        execute_clustering(table, instant)
 
 
 def test_compaction_and_clustering_never_plan_the_same_file_group(tmp_path):
@@ -483,7 +507,10 @@ def test_compaction_and_clustering_never_plan_the_same_file_group(tmp_path):
         compacted = set()
         if compaction:
             from table.plans.compaction import read_compaction_plan
-            compacted = {(op.partition_path, op.file_id) for op in read_compaction_plan(table.timeline(), compaction)[0]}
+
+            compacted = {
+                (op.partition_path, op.file_id) for op in read_compaction_plan(table.timeline(), compaction)[0]
+            }
         assert not resized & compacted
         assert schedule_clustering(writer, ClusteringPolicy(split_threshold_bytes=1, merge_threshold_bytes=0)) is None
         if compaction:
@@ -494,11 +521,14 @@ def test_compaction_and_clustering_never_plan_the_same_file_group(tmp_path):
         writer.close()
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"split_threshold_bytes": 10, "merge_threshold_bytes": 10}, "merge threshold must be below"),
-    ({"split_threshold_bytes": 10, "merge_threshold_bytes": 1, "min_buckets": 5, "max_buckets": 4}, "min_buckets"),
-    ({"split_threshold_bytes": 10, "merge_threshold_bytes": 1, "split_point": "quantile"}, "split point"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"split_threshold_bytes": 10, "merge_threshold_bytes": 10}, "merge threshold must be below"),
+        ({"split_threshold_bytes": 10, "merge_threshold_bytes": 1, "min_buckets": 5, "max_buckets": 4}, "min_buckets"),
+        ({"split_threshold_bytes": 10, "merge_threshold_bytes": 1, "split_point": "quantile"}, "split point"),
+    ],
+)
 def test_a_policy_that_would_oscillate_or_cannot_hold_is_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ClusteringPolicy(**kwargs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from hudi_samples import SAMPLES
 
 from table.timeline.commit_metadata import (
     CommitMetadata,
@@ -15,8 +16,6 @@ from table.timeline.commit_metadata import (
 )
 
 pytestmark = pytest.mark.unit
-
-from hudi_samples import SAMPLES
 
 SAMPLE_COMMIT_FILES = sorted(p for p in SAMPLES.glob("*/.hoodie/*.deltacommit*") if p.stat().st_size)
 
@@ -113,11 +112,7 @@ def test_extra_metadata_values_must_be_strings():
 
 def test_replace_commit_names_the_file_groups_it_replaces():
     metadata = ReplaceCommitMetadata(
-        {
-            "p": [
-                WriteStat(file_id="new-0", path="p/new-0_0-1-2_20250618054711154.parquet", partition_path="p")
-            ]
-        },
+        {"p": [WriteStat(file_id="new-0", path="p/new-0_0-1-2_20250618054711154.parquet", partition_path="p")]},
         extra_metadata={"schema": "{}"},
         operation_type="CLUSTER",
         partition_to_replace_file_ids={"p": ["old-0", "old-1"]},

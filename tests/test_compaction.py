@@ -207,7 +207,7 @@ def test_the_compaction_commit_carries_the_schema_and_its_write_stats(tmp_path):
     for stat in commit.write_stats():
         assert stat.log_version is None and stat.total_log_files_compacted == 1
     built = hudi.HudiTableBuilder.from_base_uri(str(path)).build()
-    assert built.get_schema().names[-len(DATA_COLUMNS):] == DATA_COLUMNS
+    assert built.get_schema().names[-len(DATA_COLUMNS) :] == DATA_COLUMNS
     for record in table.read_optimized().to_pylist():
         assert record["_hoodie_file_name"].endswith(f"_{instant}.parquet")
 
@@ -270,7 +270,7 @@ def plan_of(table: MorTable, strategy: CompactionStrategy) -> list[str] | None:
 
 
 @pytest.mark.parametrize(
-    ("strategy", "picked"),
+    "strategy, picked",
     [
         (CompactionStrategy(), ["latam", "emea", "apac"]),
         (CompactionStrategy(min_log_files=2), ["latam", "emea"]),
@@ -313,8 +313,13 @@ def test_the_plan_is_a_hoodie_compaction_plan_naming_the_slice_files(uneven_tabl
     assert op["fileId"] == base.name.split("_")[0]
     assert op["metrics"]["TOTAL_LOG_FILES"] == 3.0
     assert op["metrics"]["TOTAL_LOG_FILES_SIZE"] == float(sum(p.stat().st_size for p in logs))
-    assert set(op["metrics"]) == {"TOTAL_IO_READ_MB", "TOTAL_IO_WRITE_MB", "TOTAL_IO_MB", "TOTAL_LOG_FILES_SIZE",
-                                  "TOTAL_LOG_FILES"}
+    assert set(op["metrics"]) == {
+        "TOTAL_IO_READ_MB",
+        "TOTAL_IO_WRITE_MB",
+        "TOTAL_IO_MB",
+        "TOTAL_LOG_FILES_SIZE",
+        "TOTAL_LOG_FILES",
+    }
 
 
 # -- crashes, retries, concurrent executors ------------------------------------------------------

@@ -73,7 +73,8 @@ def plain(value: Any) -> Any:
 
 def test_the_page_is_a_fresh_render():
     assert PAGE.read_text(encoding="utf-8") == config_reference.render(), (
-        "docs/configuration.md is stale: python -m streamer.config.reference > docs/configuration.md")
+        "docs/configuration.md is stale: python -m streamer.config.reference > docs/configuration.md"
+    )
 
 
 def test_the_page_documents_exactly_the_leaf_keys():
@@ -111,7 +112,7 @@ def test_a_key_shows_its_choices_and_bounds(path):
 
 @pytest.mark.parametrize("path", [path for path, _, _ in all_fields()])
 def test_every_field_has_a_description(path):
-    info = dict((p, i) for p, i, _ in all_fields())[path]
+    info = {p: i for p, i, _ in all_fields()}[path]
     assert info.description and info.description.strip(), f"{path} has no description in streamer/config/model.py"
 
 

@@ -36,7 +36,7 @@ def reference_xxh32(data: bytes, seed: int = 0) -> int:
         v = [(seed + _P1 + _P2) & _U32, (seed + _P2) & _U32, seed & _U32, (seed - _P1) & _U32]
         while i + 16 <= n:
             for j in range(4):
-                lane = int.from_bytes(data[i:i + 4], "little")
+                lane = int.from_bytes(data[i : i + 4], "little")
                 i += 4
                 v[j] = (_rotl((v[j] + lane * _P2) & _U32, 13) * _P1) & _U32
         acc = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & _U32
@@ -44,7 +44,7 @@ def reference_xxh32(data: bytes, seed: int = 0) -> int:
         acc = (seed + _P5) & _U32
     acc = (acc + n) & _U32
     while i + 4 <= n:
-        acc = (_rotl((acc + int.from_bytes(data[i:i + 4], "little") * _P3) & _U32, 17) * _P4) & _U32
+        acc = (_rotl((acc + int.from_bytes(data[i : i + 4], "little") * _P3) & _U32, 17) * _P4) & _U32
         i += 4
     while i < n:
         acc = (_rotl((acc + data[i] * _P5) & _U32, 11) * _P1) & _U32
@@ -87,10 +87,12 @@ def counter_prefixes():
     def make() -> str:
         state["n"] += 1
         return f"child-{state['n']}"
+
     return make
 
 
 # ---- hashing ---------------------------------------------------------------------------------
+
 
 def test_reference_xxh32_reproduces_published_test_vectors():
     assert reference_xxh32(b"") == 0x02CC5D05
@@ -169,18 +171,21 @@ def test_vectorized_routing_matches_per_key_routing_for_simple_and_complex_keys(
     assert router.route(pa.chunked_array([keys[:50], keys[50:]])).tolist() == fast
 
 
-@pytest.mark.parametrize("key,fields,joined", [
-    ("plain-key", ["uuid"], "plain-key"),
-    ("a,b", ["uuid"], "a,b"),  # no ':' -> the whole key
-    ("f1:a,f2:b", ["f1", "f2"], "ab"),
-    ("f1:a,f2:b", ["f2"], "b"),
-    ("f1:a,f2:b", None, "ab"),
-    ("f1:a,f2:__null__", ["f1", "f2"], "anull"),
-    ("f1:a,f2:__empty__", ["f1", "f2"], "a"),
-    ("id:1,ts:2024-01-01 10:00:00", ["id", "ts"], "12024-01-01 10:00:00"),
-    ("f1:x,f2:b,c", ["f1", "f2"], "xbc"),  # Hudi 0.14/0.15 keeps a ',' piece without ':'
-    ("2024-01-01 10:00:00", ["ts"], ""),  # Hudi 0.14/0.15: such simple keys keep no part
-])
+@pytest.mark.parametrize(
+    "key,fields,joined",
+    [
+        ("plain-key", ["uuid"], "plain-key"),
+        ("a,b", ["uuid"], "a,b"),  # no ':' -> the whole key
+        ("f1:a,f2:b", ["f1", "f2"], "ab"),
+        ("f1:a,f2:b", ["f2"], "b"),
+        ("f1:a,f2:b", None, "ab"),
+        ("f1:a,f2:__null__", ["f1", "f2"], "anull"),
+        ("f1:a,f2:__empty__", ["f1", "f2"], "a"),
+        ("id:1,ts:2024-01-01 10:00:00", ["id", "ts"], "12024-01-01 10:00:00"),
+        ("f1:x,f2:b,c", ["f1", "f2"], "xbc"),  # Hudi 0.14/0.15 keeps a ',' piece without ':'
+        ("2024-01-01 10:00:00", ["ts"], ""),  # Hudi 0.14/0.15: such simple keys keep no part
+    ],
+)
 def test_hash_keys_follow_hudi_bucket_identifier(key, fields, joined):
     assert ch.hash_key_string(key, fields) == joined
     assert ch.hash_value(key, fields) == reference_xxh32(joined.encode()) & MASK
@@ -189,8 +194,8 @@ def test_hash_keys_follow_hudi_bucket_identifier(key, fields, joined):
 def test_complex_key_routes_by_its_index_key_fields_only():
     router_all = Router(ring(RING4), index_key_fields=["f1", "f2"])
     router_f2 = Router(ring(RING4), index_key_fields=["f2"])
-    assert router_all.route(["f1:a,f2:b"]).tolist() == [2]      # xxh32("ab") -> bucket 2
-    assert router_f2.route(["f1:zz,f2:abc"]).tolist() == [1]    # xxh32("abc") -> bucket 1
+    assert router_all.route(["f1:a,f2:b"]).tolist() == [2]  # xxh32("ab") -> bucket 2
+    assert router_f2.route(["f1:zz,f2:abc"]).tolist() == [1]  # xxh32("abc") -> bucket 1
 
 
 def test_null_record_keys_are_refused_by_the_router():
@@ -206,6 +211,7 @@ def test_router_survives_pickling():
 
 
 # ---- the initial ring ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 16, 100, 256, 1000])
 def test_initial_node_values_are_hudis_equal_division(n):
@@ -224,7 +230,13 @@ def test_initial_node_values_literal_for_three_and_four_buckets():
 
 def test_initial_metadata_header_is_what_hudi_creates():
     m = ch.initial_metadata("city=chennai", 4)
-    assert (m.version, m.partition_path, m.instant, m.num_buckets, m.seq_no) == (0, "city=chennai", "00000000000000", 4, 0)
+    assert (m.version, m.partition_path, m.instant, m.num_buckets, m.seq_no) == (
+        0,
+        "city=chennai",
+        "00000000000000",
+        4,
+        0,
+    )
     assert all(node.tag is NodeTag.NORMAL for node in m.nodes)
     assert m.filename == "00000000000000.hashing_meta"
 
@@ -279,8 +291,11 @@ EXPECTED_JSON = """{
 
 
 def test_json_is_byte_for_byte_jacksons_pretty_printed_layout():
-    m = ring([1073741824, MASK], ["aaaaaaaa-0000-0000-0000-000000000000", "bbbbbbbb-0000-0000-0000-000000000000"],
-             partition="city=chennai")
+    m = ring(
+        [1073741824, MASK],
+        ["aaaaaaaa-0000-0000-0000-000000000000", "bbbbbbbb-0000-0000-0000-000000000000"],
+        partition="city=chennai",
+    )
     assert m.to_json() == EXPECTED_JSON
     assert m.to_bytes() == EXPECTED_JSON.encode("utf-8")
 
@@ -292,16 +307,31 @@ def test_json_field_names_are_hudis():
 
 
 def test_json_round_trip_keeps_every_field():
-    m = HashingMetadata(0, "a/b=c", "20240101000000000", 4, 3,
-                        (HashingNode(10, "x", NodeTag.NORMAL), HashingNode(MASK, "y", NodeTag.NORMAL)))
+    m = HashingMetadata(
+        0,
+        "a/b=c",
+        "20240101000000000",
+        4,
+        3,
+        (HashingNode(10, "x", NodeTag.NORMAL), HashingNode(MASK, "y", NodeTag.NORMAL)),
+    )
     back = HashingMetadata.from_bytes(m.to_bytes())
     assert back == m
     assert back.to_json() == m.to_json()
 
 
 def test_json_reading_tolerates_unknown_fields_missing_tag_and_old_field_name():
-    text = json.dumps({"version": 0, "partitionPath": "p", "instant": "1", "numBuckets": 1, "seqNo": 0,
-                       "extra": True, "nodes": [{"value": 7, "fileIdPfx": "old"}]})
+    text = json.dumps(
+        {
+            "version": 0,
+            "partitionPath": "p",
+            "instant": "1",
+            "numBuckets": 1,
+            "seqNo": 0,
+            "extra": True,
+            "nodes": [{"value": 7, "fileIdPfx": "old"}],
+        }
+    )
     m = HashingMetadata.from_bytes(text.encode())
     assert m.nodes == (HashingNode(7, "old", NodeTag.NORMAL),)
 
@@ -319,18 +349,23 @@ def test_unreadable_metadata_raises_a_clear_error():
 
 def test_children_json_writes_null_prefix_of_deleted_nodes():
     text = ch.children_to_json([HashingNode(5, None, NodeTag.DELETE), HashingNode(9, "n", NodeTag.REPLACE)])
-    assert text == ('[ {\n  "value" : 5,\n  "fileIdPrefix" : null,\n  "tag" : "DELETE"\n}, '
-                    '{\n  "value" : 9,\n  "fileIdPrefix" : "n",\n  "tag" : "REPLACE"\n} ]')
+    assert text == (
+        '[ {\n  "value" : 5,\n  "fileIdPrefix" : null,\n  "tag" : "DELETE"\n}, '
+        '{\n  "value" : 9,\n  "fileIdPrefix" : "n",\n  "tag" : "REPLACE"\n} ]'
+    )
     assert ch.children_from_json(text) == [HashingNode(5, None, NodeTag.DELETE), HashingNode(9, "n", NodeTag.REPLACE)]
 
 
 # ---- split, merge, next version --------------------------------------------------------------
 
+
 def test_split_at_range_middle_gives_two_replace_children():
     m = ring(RING4)
     children = ch.split_node(m, m.nodes[1], new_prefix=counter_prefixes())
-    assert children == (HashingNode((RING4[0] + RING4[1]) // 2, "child-1", NodeTag.REPLACE),
-                        HashingNode(RING4[1], "child-2", NodeTag.REPLACE))
+    assert children == (
+        HashingNode((RING4[0] + RING4[1]) // 2, "child-1", NodeTag.REPLACE),
+        HashingNode(RING4[1], "child-2", NodeTag.REPLACE),
+    )
 
 
 def test_split_of_the_first_node_takes_the_middle_of_its_wrapping_range():
@@ -389,7 +424,10 @@ def test_apply_merge_children_removes_the_merged_range():
     m = ring(RING4)
     new = ch.apply_children(m, ch.merge_nodes(m, [m.nodes[0], m.nodes[1]], new_prefix=counter_prefixes()), "2")
     assert [(n.value, n.file_id_prefix) for n in new.nodes] == [
-        (RING4[1], "child-1"), (RING4[2], m.nodes[2].file_id_prefix), (RING4[3], m.nodes[3].file_id_prefix)]
+        (RING4[1], "child-1"),
+        (RING4[2], m.nodes[2].file_id_prefix),
+        (RING4[3], m.nodes[3].file_id_prefix),
+    ]
     assert Router(new).node_for_hash(5).file_id_prefix == "child-1"
 
 
@@ -405,6 +443,7 @@ def test_router_with_pending_children_routes_to_the_children():
 
 
 # ---- storage ---------------------------------------------------------------------------------
+
 
 def _write(storage: Storage, partition: str, metadata: HashingMetadata, marker: bool) -> None:
     ch.save(storage, metadata)
@@ -470,12 +509,12 @@ def test_load_latest_recovers_an_archived_resize_from_the_file_groups(storage):
     v1 = ch.apply_children(init, ch.split_node(init, init.nodes[0]), "20240101000000001")
     _write(storage, "p", v1, marker=False)
     child_prefix = v1.nodes[0].file_id_prefix
-    assert ch.load_latest(storage, "p", set(), pending_instants={v1.instant},
-                          existing_file_id_prefixes={child_prefix}) == init
-    assert ch.load_latest(storage, "p", set(), pending_instants=set(),
-                          existing_file_id_prefixes={"unrelated"}) == init
-    assert ch.load_latest(storage, "p", set(), pending_instants=set(),
-                          existing_file_id_prefixes={child_prefix}) == v1
+    assert (
+        ch.load_latest(storage, "p", set(), pending_instants={v1.instant}, existing_file_id_prefixes={child_prefix})
+        == init
+    )
+    assert ch.load_latest(storage, "p", set(), pending_instants=set(), existing_file_id_prefixes={"unrelated"}) == init
+    assert ch.load_latest(storage, "p", set(), pending_instants=set(), existing_file_id_prefixes={child_prefix}) == v1
 
 
 def test_load_latest_ignores_temporary_files_and_orphan_markers(storage):

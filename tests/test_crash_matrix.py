@@ -57,27 +57,27 @@ BATCHES = 8  # the first batch, the initial load, takes two batches' worth
 # first clustering splits them.
 CHAIN = [
     "deltacommit.base_file_written",  # run 1: the initial load (batch 1) dies writing base files
-    "clustering.requested",       # the restart writes batch 1 again; its inline clustering planned
-    "clustering.files_written",   # the restart executes the plan (services resume at start)
+    "clustering.requested",  # the restart writes batch 1 again; its inline clustering planned
+    "clustering.files_written",  # the restart executes the plan (services resume at start)
     "clustering.completed",
-    "deltacommit.requested",      # batch 2, over and over: each restart rolls the last one back
+    "deltacommit.requested",  # batch 2, over and over: each restart rolls the last one back
     "deltacommit.inflight",
     "deltacommit.markers_written",
     "deltacommit.log_file_written",
     "logfile.torn_write",
     "deltacommit.files_written",
-    "rollback.requested",         # the restart dies rolling back the batch above,
-    "rollback.files_deleted",     # and the next ones while finishing that rollback
+    "rollback.requested",  # the restart dies rolling back the batch above,
+    "rollback.files_deleted",  # and the next ones while finishing that rollback
     "rollback.completed",
-    "deltacommit.completed",      # batch 2 committed, its checkpoint not recorded by Spark
-    "sink.batch_committed",       # Spark replays batch 2 (skipped), batch 3 committed
-    "compaction.requested",       # batch 4; clustering finds nothing more (max_buckets)
-    "compaction.files_written",   # the restarts execute the plan
+    "deltacommit.completed",  # batch 2 committed, its checkpoint not recorded by Spark
+    "sink.batch_committed",  # Spark replays batch 2 (skipped), batch 3 committed
+    "compaction.requested",  # batch 4; clustering finds nothing more (max_buckets)
+    "compaction.files_written",  # the restarts execute the plan
     "compaction.completed",
-    "clean.requested",            # batch 5 (and a second, inline compaction), then the clean plan
+    "clean.requested",  # batch 5 (and a second, inline compaction), then the clean plan
     "clean.files_deleted",
     "clean.completed",
-    "archive.entries_written",    # batch 6: the first run to reach archival
+    "archive.entries_written",  # batch 6: the first run to reach archival
     "sink.quarantine_committed",  # the last batch holds the malformed records
 ]
 
@@ -93,14 +93,20 @@ def matrix_config(tmp_path: Path, bootstrap: str, topic: str) -> dict:
     """Every service inline and due after each deltacommit; buckets split once (2 to 4 per
     partition), never merge; clean and archival keep few instants, so each has work early."""
     return order_config(
-        tmp_path, "orders", bootstrap, topic,
+        tmp_path,
+        "orders",
+        bootstrap,
+        topic,
         source={"max_offsets_per_trigger": BATCH, "initial_load_max_records": 2 * BATCH},
         decode={"on_error": "quarantine"},
         index={"initial_buckets": 2, "max_buckets": 4, "split_threshold_mb": 0.001, "merge_threshold_mb": 0},
-        services={"clustering": {"mode": "inline", "every_delta_commits": 1},
-                  "compaction": {"mode": "inline", "every_delta_commits": 1},
-                  "clean": {"mode": "inline", "retained": 2},
-                  "archive": {"mode": "inline", "min_instants": 4, "max_instants": 8}})
+        services={
+            "clustering": {"mode": "inline", "every_delta_commits": 1},
+            "compaction": {"mode": "inline", "every_delta_commits": 1},
+            "clean": {"mode": "inline", "retained": 2},
+            "archive": {"mode": "inline", "min_instants": 4, "max_instants": 8},
+        },
+    )
 
 
 # -- checking a table after a run ------------------------------------------------------------------
@@ -171,21 +177,33 @@ def crash_leftovers(path: str, before: dict[str, str], pending: dict[str, str]) 
 
 def matrix_table(rows: list[MatrixRow], seconds: float) -> list[str]:
     width = max(len(r.point) for r in rows)
-    lines = [f"crash matrix: {len(rows)} failure points in {seconds:.0f}s",
-             f"  {'point':<{width}}  runs  crash run  outcome"]
+    lines = [
+        f"crash matrix: {len(rows)} failure points in {seconds:.0f}s",
+        f"  {'point':<{width}}  runs  crash run  outcome",
+    ]
     lines += [f"  {r.point:<{width}}  {r.runs:>4}  {r.seconds:>8.0f}s  {r.outcome or 'FAILED'}" for r in rows]
     return lines
 
 
-def crash_chain(chain: list[str], config: Path, path: str, topic: str, events: list[dict],
-                offsets: list[tuple[int, int]], spark, rows: list[MatrixRow], extra_args: tuple[str, ...] = ()) -> None:
+def crash_chain(
+    chain: list[str],
+    config: Path,
+    path: str,
+    topic: str,
+    events: list[dict],
+    offsets: list[tuple[int, int]],
+    spark,
+    rows: list[MatrixRow],
+    extra_args: tuple[str, ...] = (),
+) -> None:
     """`streamer run --once` killed at each point of `chain` in turn, then run to the end; the
     table checked after every run (see the module's doc), a row per point added to `rows`."""
     for point in [*chain, None]:
         before = pending_instants(path) if MorTable.exists(path) else {}
         run_started = time.monotonic()
-        code, out = run_streamer(["run", str(config), "--once", *extra_args],
-                                 env={failpoints.FAIL_ENV_VAR: point} if point else None)
+        code, out = run_streamer(
+            ["run", str(config), "--once", *extra_args], env={failpoints.FAIL_ENV_VAR: point} if point else None
+        )
         seconds = time.monotonic() - run_started
         if point is not None:
             assert code == -signal.SIGKILL, f"{point} was never reached (exit {code}):\n{out[-6000:]}"
@@ -217,7 +235,8 @@ def assert_whole_stream_in(path: str, topic: str, events: list[dict], bootstrap:
 
 @pytest.mark.e2e
 def test_every_failure_point_restarts_to_the_oracle_with_nothing_lost_duplicated_or_left_pending(
-        kafka_bootstrap, kafka_topic, tmp_path, spark, terminal_summary):
+    kafka_bootstrap, kafka_topic, tmp_path, spark, terminal_summary
+):
     register(spark)
     topic = kafka_topic(partitions=2, prefix="orders")
     events = two_region_events(BATCHES * BATCH, seed=97)
@@ -243,14 +262,15 @@ def test_every_failure_point_restarts_to_the_oracle_with_nothing_lost_duplicated
 # batch's own. The other points are the table's, whichever source feeds it.
 KAFKA_FORMAT_CHAIN = [
     "deltacommit.base_file_written",  # run 1: the initial load's batch query dies writing base files
-    "deltacommit.completed",          # the restart loads again and commits; killed before Spark records it
-    "sink.quarantine_committed",      # the last batch holds the malformed records
+    "deltacommit.completed",  # the restart loads again and commits; killed before Spark records it
+    "sink.quarantine_committed",  # the last batch holds the malformed records
 ]
 
 
 @pytest.mark.e2e
 def test_failure_points_of_the_source_restart_to_the_oracle_with_sparks_kafka_format(
-        kafka_bootstrap, kafka_topic, tmp_path, spark, terminal_summary):
+    kafka_bootstrap, kafka_topic, tmp_path, spark, terminal_summary
+):
     from harness.spark import kafka_connector
 
     jars = ",".join(str(jar) for jar in kafka_connector().jars)
@@ -258,21 +278,35 @@ def test_failure_points_of_the_source_restart_to_the_oracle_with_sparks_kafka_fo
     events = two_region_events(6 * BATCH, seed=98)
     bad = [(b"bad", raw, None) for raw in MALFORMED]
     offsets = kafka_broker.produce(kafka_bootstrap, topic, as_kafka_records(events) + bad)
-    mapping = order_config(tmp_path, "orders", kafka_bootstrap, topic, decode={"on_error": "quarantine"},
-                           source={"format": "kafka", "max_offsets_per_trigger": BATCH,
-                                   "initial_load_max_records": 2 * BATCH})
+    mapping = order_config(
+        tmp_path,
+        "orders",
+        kafka_bootstrap,
+        topic,
+        decode={"on_error": "quarantine"},
+        source={"format": "kafka", "max_offsets_per_trigger": BATCH, "initial_load_max_records": 2 * BATCH},
+    )
     config = write_config(tmp_path / "configs", mapping)
     path = str(tmp_path / "tables" / "orders")
 
     rows: list[MatrixRow] = []
     started = time.monotonic()
     try:
-        crash_chain(KAFKA_FORMAT_CHAIN, config, path, topic, events, offsets, spark, rows,
-                    extra_args=("--conf", f"spark.jars={jars}"))
+        crash_chain(
+            KAFKA_FORMAT_CHAIN,
+            config,
+            path,
+            topic,
+            events,
+            offsets,
+            spark,
+            rows,
+            extra_args=("--conf", f"spark.jars={jars}"),
+        )
         assert_whole_stream_in(path, topic, events, kafka_bootstrap)
     finally:
         if rows:
-            terminal_summary.extend(["source.format: kafka"] + matrix_table(rows, time.monotonic() - started))
+            terminal_summary.extend(["source.format: kafka", *matrix_table(rows, time.monotonic() - started)])
     assert [r.point for r in rows] == KAFKA_FORMAT_CHAIN and all(r.outcome for r in rows)
 
 
@@ -301,25 +335,55 @@ def test_a_log_file_cut_off_in_its_last_block_reads_as_its_earlier_blocks(tmp_pa
     path = str(tmp_path / "table")
     table = MorTable.create(path, TableSpec("orders", ORDERS, ("order_id",), "updated_at"))
     with table.writer(WriteOptions(initial_buckets=1, delete_field="deleted", log_block_format=block_format)) as w:
-        w.upsert(pa.table({"order_id": [f"o{i}" for i in range(6)], "amount": list(range(6)),
-                           "updated_at": [1] * 6, "deleted": [False] * 6}))
-        w.upsert(pa.table({"order_id": ["o1", "o2", "o3"], "amount": [100, 0, 0], "updated_at": [2, 2, 2],
-                           "deleted": [False, True, True]}))
-    (log,) = [p for p in Path(path).rglob(".*.log.*")]
+        w.upsert(
+            pa.table(
+                {
+                    "order_id": [f"o{i}" for i in range(6)],
+                    "amount": list(range(6)),
+                    "updated_at": [1] * 6,
+                    "deleted": [False] * 6,
+                }
+            )
+        )
+        w.upsert(
+            pa.table(
+                {
+                    "order_id": ["o1", "o2", "o3"],
+                    "amount": [100, 0, 0],
+                    "updated_at": [2, 2, 2],
+                    "deleted": [False, True, True],
+                }
+            )
+        )
+    (log,) = list(Path(path).rglob(".*.log.*"))
     data = log.read_bytes()
     second = data.find(MAGIC, 1)
-    assert second > 0 and [type(b).__name__ for b in read_log_file(table.storage, log.relative_to(path).as_posix())] \
-        == ["DataBlock", "DeleteBlock"]
+    assert second > 0 and [
+        type(b).__name__ for b in read_log_file(table.storage, log.relative_to(path).as_posix())
+    ] == ["DataBlock", "DeleteBlock"]
     whole = {f"o{i}": i for i in range(6)} | {"o1": 100}
     after_delete = {k: v for k, v in whole.items() if k not in ("o2", "o3")}
     # hudi-rs 0.5 refuses a file that ends inside a block's 8-byte length field (just after its
     # magic): "read of 8 byte(s) ... runs past the end". Every other cut it skips, as we do.
     length_field = range(second + len(MAGIC), second + len(MAGIC) + 8)
-    for cut in sorted({second, second + 3, *length_field, second + 14, second + 40,
-                       (second + len(data)) // 2, len(data) - 9, len(data) - 1, len(data)}):
+    for cut in sorted(
+        {
+            second,
+            second + 3,
+            *length_field,
+            second + 14,
+            second + 40,
+            (second + len(data)) // 2,
+            len(data) - 9,
+            len(data) - 1,
+            len(data),
+        }
+    ):
         log.write_bytes(data[:cut])
         want = after_delete if cut == len(data) else whole
-        ours = {r["order_id"]: r["amount"] for r in MorTable.load(path).snapshot(columns=["order_id", "amount"]).to_pylist()}
+        ours = {
+            r["order_id"]: r["amount"] for r in MorTable.load(path).snapshot(columns=["order_id", "amount"]).to_pylist()
+        }
         assert ours == want, cut
         if cut not in length_field:
             batches = hudi.HudiTableBuilder.from_base_uri(path).build().read()

@@ -74,8 +74,12 @@ def test_the_dashboard_shows_every_metric_the_job_exports():
 
 def test_every_file_the_compose_file_mounts_is_in_the_repository():
     compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
-    mounted = [volume.split(":")[0] for service in compose["services"].values()
-               for volume in service.get("volumes", []) if volume.startswith(".")]
+    mounted = [
+        volume.split(":")[0]
+        for service in compose["services"].values()
+        for volume in service.get("volumes", [])
+        if volume.startswith(".")
+    ]
     assert "./grafana/dashboards" in mounted
     assert [m for m in mounted if not (DOCKER / m).exists()] == []
 

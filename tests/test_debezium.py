@@ -42,8 +42,17 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "configs" / "examples" / "accoun
 REGIONS = ("emea", "apac", "amer", "africa")
 COLUMNS = ["region", "id", "name", "balance", "visits", "active", "tier"]
 #: Kafka Connect's primitive types as the Avro converter writes them.
-CONNECT_AVRO = {"int8": "int", "int16": "int", "int32": "int", "int64": "long", "float": "float", "double": "double",
-                "boolean": "boolean", "string": "string", "bytes": "bytes"}
+CONNECT_AVRO = {
+    "int8": "int",
+    "int16": "int",
+    "int32": "int",
+    "int64": "long",
+    "float": "float",
+    "double": "double",
+    "boolean": "boolean",
+    "string": "string",
+    "bytes": "bytes",
+}
 KEY = ("region", "id")
 CAPTURE_TIMEOUT = 120
 
@@ -62,14 +71,22 @@ class Workload:
         return self.pg.sql(script, self.database)
 
     def create(self, rows: int) -> None:
-        self.sql("CREATE TABLE accounts (region text NOT NULL, id int NOT NULL, name text, balance double precision, "
-                 "visits bigint, active boolean, PRIMARY KEY (region, id));")
+        self.sql(
+            "CREATE TABLE accounts (region text NOT NULL, id int NOT NULL, name text, balance double precision, "
+            "visits bigint, active boolean, PRIMARY KEY (region, id));"
+        )
         self.sql(self._inserts(rows, tier=False))
 
     def _row_values(self, region: str, row_id: int, tier: bool) -> str:
         r = self.random
-        values = [f"'{region}'", str(row_id), f"'name-{r.randrange(10**6)}'", f"{r.uniform(-1000, 1000):.4f}",
-                  str(r.randrange(10**9)), r.choice(["true", "false", "NULL"])]
+        values = [
+            f"'{region}'",
+            str(row_id),
+            f"'name-{r.randrange(10**6)}'",
+            f"{r.uniform(-1000, 1000):.4f}",
+            str(r.randrange(10**9)),
+            r.choice(["true", "false", "NULL"]),
+        ]
         if tier:
             values.append(r.choice(["'gold'", "'silver'", "NULL"]))
         return f"({', '.join(values)})"
@@ -97,12 +114,17 @@ class Workload:
             script.append("BEGIN;")
             for _ in range(min(20, updates - start)):
                 region, row_id = self._pick()
-                sets = [f"balance = balance + {self.random.randrange(1, 100)}", f"visits = visits + 1",
-                        f"name = 'renamed-{self.random.randrange(10**6)}'"]
+                sets = [
+                    f"balance = balance + {self.random.randrange(1, 100)}",
+                    "visits = visits + 1",
+                    f"name = 'renamed-{self.random.randrange(10**6)}'",
+                ]
                 if tier:
                     sets.append(f"tier = {self.random.choice(['gold', 'silver', 'bronze'])!r}")
-                script.append(f"UPDATE accounts SET {', '.join(self.random.sample(sets, 2))} "
-                              f"WHERE region = '{region}' AND id = {row_id};")
+                script.append(
+                    f"UPDATE accounts SET {', '.join(self.random.sample(sets, 2))} "
+                    f"WHERE region = '{region}' AND id = {row_id};"
+                )
             script.append("COMMIT;")
         self.sql("\n".join(script))
         script = []
@@ -121,22 +143,27 @@ class Workload:
             self.next_id += 1
             self.live.discard((region, row_id))
             self.live.add(new)
-            script.append(f"UPDATE accounts SET region = '{new[0]}', id = {new[1]} "
-                          f"WHERE region = '{region}' AND id = {row_id};")
+            script.append(
+                f"UPDATE accounts SET region = '{new[0]}', id = {new[1]} WHERE region = '{region}' AND id = {row_id};"
+            )
         self.sql("\n".join(script))
 
     def rolled_back(self) -> None:
         region, row_id = self._pick()
-        self.sql(f"BEGIN; INSERT INTO accounts VALUES ('emea', -1, 'never', 0, 0, true); "
-                 f"UPDATE accounts SET name = 'never' WHERE region = '{region}' AND id = {row_id}; "
-                 f"DELETE FROM accounts WHERE region = '{region}' AND id = {row_id}; ROLLBACK;")
+        self.sql(
+            f"BEGIN; INSERT INTO accounts VALUES ('emea', -1, 'never', 0, 0, true); "
+            f"UPDATE accounts SET name = 'never' WHERE region = '{region}' AND id = {row_id}; "
+            f"DELETE FROM accounts WHERE region = '{region}' AND id = {row_id}; ROLLBACK;"
+        )
 
     def last_change(self) -> str:
         """One more change, in a transaction that returns a WAL position before its commit: once
         every connector's slot has confirmed past it, Kafka holds every change."""
         region, row_id = self._pick()
-        return self.sql(f"BEGIN; UPDATE accounts SET visits = visits + 1 WHERE region = '{region}' AND id = {row_id}; "
-                        "SELECT pg_current_wal_insert_lsn(); COMMIT;").strip()
+        return self.sql(
+            f"BEGIN; UPDATE accounts SET visits = visits + 1 WHERE region = '{region}' AND id = {row_id}; "
+            "SELECT pg_current_wal_insert_lsn(); COMMIT;"
+        ).strip()
 
     def rows(self) -> dict:
         return {(r["region"], r["id"]): r for r in self.pg.rows("SELECT * FROM accounts", self.database)}
@@ -146,8 +173,9 @@ def wait_captured(pg, slots: list[str], lsn: str) -> None:
     deadline = time.monotonic() + CAPTURE_TIMEOUT
     names = ", ".join(f"'{s}'" for s in slots)
     while True:
-        done = pg.value(f"SELECT count(*) FROM pg_replication_slots WHERE slot_name IN ({names}) "
-                        f"AND confirmed_flush_lsn >= '{lsn}'")
+        done = pg.value(
+            f"SELECT count(*) FROM pg_replication_slots WHERE slot_name IN ({names}) AND confirmed_flush_lsn >= '{lsn}'"
+        )
         if int(done) == len(slots):
             return
         slots_now = "SELECT slot_name, confirmed_flush_lsn FROM pg_replication_slots"
@@ -166,9 +194,20 @@ def mirrored(postgres_server, kafka_connect, tmp_path_factory):
     workload.create(300)
     connectors = {"with-schemas": ("cdc_schemas", True), "without-schemas": ("cdc_plain", False)}
     for prefix, (slot, schemas) in connectors.items():
-        kafka_connect.add_connector(prefix, debezium_postgres_config(
-            pg.host, pg.port, database, slot, prefix, "public.accounts", partitions=3, schemas=schemas,
-            **{"heartbeat.interval.ms": "500", "topic.heartbeat.prefix": "heartbeats"}))
+        kafka_connect.add_connector(
+            prefix,
+            debezium_postgres_config(
+                pg.host,
+                pg.port,
+                database,
+                slot,
+                prefix,
+                "public.accounts",
+                partitions=3,
+                schemas=schemas,
+                **{"heartbeat.interval.ms": "500", "topic.heartbeat.prefix": "heartbeats"},
+            ),
+        )
     for prefix in connectors:
         kafka_connect.wait_running(prefix)
     workload.changes(inserts=400, updates=700, deletes=120, tier=False)
@@ -241,12 +280,21 @@ def ignored_counts(path: str) -> dict[str, int]:
 
 
 def test_the_json_stream_with_schemas_mirrors_the_table_across_a_kill_and_the_added_column(
-        mirrored, kafka_bootstrap, hudi_judge):
+    mirrored, kafka_bootstrap, hudi_judge
+):
     source, tmp = mirrored
     heartbeats = r"heartbeats\.with-schemas"  # topic patterns leave out topics named __*, Debezium's default
-    path = cdc_config(tmp, kafka_bootstrap, "with-schemas",
-                      source={"topics": None, "topic_pattern": rf"with-schemas\.public\.accounts|{heartbeats}",
-                              "max_offsets_per_trigger": 700, "initial_load_max_records": 0})
+    path = cdc_config(
+        tmp,
+        kafka_bootstrap,
+        "with-schemas",
+        source={
+            "topics": None,
+            "topic_pattern": rf"with-schemas\.public\.accounts|{heartbeats}",
+            "max_offsets_per_trigger": 700,
+            "initial_load_max_records": 0,
+        },
+    )
     table_path = yaml.safe_load(path.read_text())["table"]["path"]
     job = JobOutput(streamer_process(["run", str(path)]))
     try:
@@ -293,8 +341,12 @@ def avro_of_connect(schema: dict, defined: set[str]) -> object:
         if avro is None:
             defined.add(full)
             namespace, _, name = full.rpartition(".")
-            avro = {"type": "record", "name": name, **({"namespace": namespace} if namespace else {}),
-                    "fields": [dict(name=f["field"], **_avro_field(f, defined)) for f in schema["fields"]]}
+            avro = {
+                "type": "record",
+                "name": name,
+                **({"namespace": namespace} if namespace else {}),
+                "fields": [dict(name=f["field"], **_avro_field(f, defined)) for f in schema["fields"]],
+            }
         return avro
     return CONNECT_AVRO[schema["type"]]
 
@@ -331,10 +383,18 @@ def avro_copy(bootstrap: str, registry: SchemaRegistryClient, source_topic: str,
     assert len(records) == sum(partitions.values())
     records.sort(key=lambda m: (m.partition(), m.offset()))
     kafka_broker.create_topic(bootstrap, topic, partitions=len(partitions))
-    kafka_broker.produce(bootstrap, topic, [
-        (as_avro(registry, f"{topic}-key", json.loads(m.key())),
-         as_avro(registry, f"{topic}-value", json.loads(m.value()) if m.value() else None), m.partition())
-        for m in records])
+    kafka_broker.produce(
+        bootstrap,
+        topic,
+        [
+            (
+                as_avro(registry, f"{topic}-key", json.loads(m.key())),
+                as_avro(registry, f"{topic}-value", json.loads(m.value()) if m.value() else None),
+                m.partition(),
+            )
+            for m in records
+        ],
+    )
     first = json.loads(min((m for m in records if m.value()), key=lambda m: m.timestamp()[1]).value())["schema"]
     return avro_of_connect(next(f for f in first["fields"] if f["field"] == "after"), set())
 
@@ -348,8 +408,12 @@ def one_application(mirrored, kafka_bootstrap, schema_registry_url):
     schema before ALTER TABLE and one after), and the Avro table's reader schema is the row before
     ALTER TABLE, so that the added column is followed from the registry."""
     _, tmp = mirrored
-    row = avro_copy(kafka_bootstrap, SchemaRegistryClient(schema_registry_url), "with-schemas.public.accounts",
-                    "avro.public.accounts")
+    row = avro_copy(
+        kafka_bootstrap,
+        SchemaRegistryClient(schema_registry_url),
+        "with-schemas.public.accounts",
+        "avro.public.accounts",
+    )
     assert "tier" not in [f["name"] for f in row["fields"]], "the first change is from before ALTER TABLE"
     work = tmp / "one-application"
     work.mkdir()
@@ -357,10 +421,16 @@ def one_application(mirrored, kafka_bootstrap, schema_registry_url):
     declared = "region STRING, id INT, name STRING, balance DOUBLE, visits BIGINT, active BOOLEAN, tier STRING"
     paths = {
         "without-schemas": cdc_config(work, kafka_bootstrap, "without-schemas", declared),
-        "avro": cdc_config(work, kafka_bootstrap, "avro", decode={
-            "key": {"format": "confluent-avro"},
-            "value": {"format": "confluent-avro", "envelope": "debezium", "schema_file": str(work / "row.avsc")},
-            "schema_registry": {"url": schema_registry_url}}),
+        "avro": cdc_config(
+            work,
+            kafka_bootstrap,
+            "avro",
+            decode={
+                "key": {"format": "confluent-avro"},
+                "value": {"format": "confluent-avro", "envelope": "debezium", "schema_file": str(work / "row.avsc")},
+                "schema_registry": {"url": schema_registry_url},
+            },
+        ),
     }
     code, out = run_streamer(["run", str(work / "configs"), "--once"])
     assert code == 0, out[-5000:]
@@ -368,14 +438,16 @@ def one_application(mirrored, kafka_bootstrap, schema_registry_url):
 
 
 def test_the_json_stream_without_schemas_mirrors_the_table_with_the_declared_columns(
-        mirrored, one_application, hudi_judge):
+    mirrored, one_application, hudi_judge
+):
     table_path = one_application["without-schemas"]
     assert_mirrors(table_path, mirrored[0], hudi_judge)
     assert len(list_partitions(MorTable.load(table_path).storage)) == len(REGIONS)
 
 
 def test_the_same_changes_in_avro_through_a_schema_registry_mirror_the_table_and_follow_the_added_column(
-        mirrored, one_application, hudi_judge):
+    mirrored, one_application, hudi_judge
+):
     table_path = one_application["avro"]
     assert "tier" in MorTable.load(table_path).schema().names
     assert_mirrors(table_path, mirrored[0], hudi_judge)

@@ -10,7 +10,7 @@ import pickle
 import socket
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import fastavro
@@ -26,47 +26,59 @@ from streamer.kafka.schema import ARROW_SCHEMA_WITHOUT_HEADERS
 
 pytestmark = pytest.mark.unit
 
-ORDERS = pa.schema([
-    pa.field("order_id", pa.string()),
-    pa.field("customer", pa.string()),
-    pa.field("amount", pa.float64()),
-    pa.field("updated_at", pa.int64()),
-    pa.field("deleted", pa.bool_()),
-    pa.field("created", pa.timestamp("us", tz="UTC")),
-    pa.field("address", pa.struct([pa.field("city", pa.string()), pa.field("zip", pa.int32())])),
-    pa.field("tags", pa.list_(pa.string())),
-])
+ORDERS = pa.schema(
+    [
+        pa.field("order_id", pa.string()),
+        pa.field("customer", pa.string()),
+        pa.field("amount", pa.float64()),
+        pa.field("updated_at", pa.int64()),
+        pa.field("deleted", pa.bool_()),
+        pa.field("created", pa.timestamp("us", tz="UTC")),
+        pa.field("address", pa.struct([pa.field("city", pa.string()), pa.field("zip", pa.int32())])),
+        pa.field("tags", pa.list_(pa.string())),
+    ]
+)
 ORDER_FIELDS = ORDERS.names
 STRING_KEY = FormatSpec("string", None)
 NO_KEY = FormatSpec("none", None)
-T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
 
-def kafka_batch(values: list[bytes | None], keys: list[bytes | None] | None = None,
-                topic: str = "orders") -> pa.RecordBatch:
+def kafka_batch(
+    values: list[bytes | None], keys: list[bytes | None] | None = None, topic: str = "orders"
+) -> pa.RecordBatch:
     """Rows as Spark's Kafka source gives them (timestampType included: the decoder ignores it)."""
     n = len(values)
-    return pa.RecordBatch.from_arrays([
-        pa.array(keys if keys is not None else [f"k{i}".encode() for i in range(n)], pa.binary()),
-        pa.array(values, pa.binary()),
-        pa.array([topic] * n, pa.string()),
-        pa.array([i % 3 for i in range(n)], pa.int32()),
-        pa.array([1000 + i for i in range(n)], pa.int64()),
-        pa.array([T0] * n, pa.timestamp("us", tz="UTC")),
-        pa.array([0] * n, pa.int32()),
-    ], schema=ARROW_SCHEMA_WITHOUT_HEADERS)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(keys if keys is not None else [f"k{i}".encode() for i in range(n)], pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array([topic] * n, pa.string()),
+            pa.array([i % 3 for i in range(n)], pa.int32()),
+            pa.array([1000 + i for i in range(n)], pa.int64()),
+            pa.array([T0] * n, pa.timestamp("us", tz="UTC")),
+            pa.array([0] * n, pa.int32()),
+        ],
+        schema=ARROW_SCHEMA_WITHOUT_HEADERS,
+    )
 
 
 def order(i: int, **changes) -> bytes:
-    record = {"order_id": f"o{i}", "customer": f"c{i}", "amount": i + 0.5, "updated_at": 100 + i,
-              "deleted": False, "created": "2024-05-01T12:00:00.000001Z",
-              "address": {"city": "Lyon", "zip": 69000 + i}, "tags": ["a", "b"]}
+    record = {
+        "order_id": f"o{i}",
+        "customer": f"c{i}",
+        "amount": i + 0.5,
+        "updated_at": 100 + i,
+        "deleted": False,
+        "created": "2024-05-01T12:00:00.000001Z",
+        "address": {"city": "Lyon", "zip": 69000 + i},
+        "tags": ["a", "b"],
+    }
     record.update(changes)
     return json.dumps(record).encode()
 
 
-def json_decoder(key: FormatSpec = STRING_KEY, schema: pa.Schema = ORDERS,
-                 required=("order_id",)) -> RecordDecoder:
+def json_decoder(key: FormatSpec = STRING_KEY, schema: pa.Schema = ORDERS, required=("order_id",)) -> RecordDecoder:
     return RecordDecoder(FormatSpec("json", schema), key, required_fields=required)
 
 
@@ -89,22 +101,39 @@ def test_good_json_decodes_every_type_including_timestamps_and_nested_structs():
     [row] = decode(json_decoder(), [order(1)])
     assert row["_error"] is None
     assert value_of(row) == {
-        "order_id": "o1", "customer": "c1", "amount": 1.5, "updated_at": 101, "deleted": False,
-        "created": datetime(2024, 5, 1, 12, 0, 0, 1, tzinfo=timezone.utc),
-        "address": {"city": "Lyon", "zip": 69001}, "tags": ["a", "b"],
+        "order_id": "o1",
+        "customer": "c1",
+        "amount": 1.5,
+        "updated_at": 101,
+        "deleted": False,
+        "created": datetime(2024, 5, 1, 12, 0, 0, 1, tzinfo=UTC),
+        "address": {"city": "Lyon", "zip": 69001},
+        "tags": ["a", "b"],
     }
 
 
 def test_output_schema_is_the_value_fields_then_key_kafka_coordinates_and_error_columns():
     schema = json_decoder().output_schema
-    assert schema.names == [*ORDER_FIELDS, "kafka_key", "kafka_topic", "kafka_partition", "kafka_offset",
-                            "kafka_timestamp", "_error", "_raw_key", "_raw_value"]
+    assert schema.names == [
+        *ORDER_FIELDS,
+        "kafka_key",
+        "kafka_topic",
+        "kafka_partition",
+        "kafka_offset",
+        "kafka_timestamp",
+        "_error",
+        "_raw_key",
+        "_raw_value",
+    ]
     assert schema.field("kafka_key").type == pa.string()
     assert schema.field("kafka_partition").type == pa.int32()
     assert schema.field("kafka_offset").type == pa.int64()
     assert schema.field("kafka_timestamp").type == pa.timestamp("us", tz="UTC")
-    assert [schema.field(n).type for n in ("_error", "_raw_key", "_raw_value")] == \
-        [pa.string(), pa.binary(), pa.binary()]
+    assert [schema.field(n).type for n in ("_error", "_raw_key", "_raw_value")] == [
+        pa.string(),
+        pa.binary(),
+        pa.binary(),
+    ]
 
 
 def test_error_rows_fit_the_output_schema_even_when_fields_are_declared_not_null():
@@ -136,8 +165,11 @@ def test_truncated_json_is_an_error_row_and_its_neighbours_decode():
 
 def test_syntax_error_inside_braces_gives_json_loads_message():
     rows = decode(json_decoder(), [order(1), b'{"order_id": "o2", "amount": 1,}', order(3)])
-    assert errors_of(rows) == [None, "invalid JSON: Expecting property name enclosed in double quotes: "
-                                     "line 1 column 32 (char 31)", None]
+    assert errors_of(rows) == [
+        None,
+        "invalid JSON: Expecting property name enclosed in double quotes: line 1 column 32 (char 31)",
+        None,
+    ]
 
 
 def test_wrong_type_names_the_field_the_expected_type_and_the_value():
@@ -175,14 +207,20 @@ def test_null_required_field_is_an_error_row():
 def test_missing_not_null_field_is_an_error_row():
     schema = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("n", pa.int64())])
     rows = decode(json_decoder(schema=schema, required=()), [b'{"id": "a"}', b'{"n": 1}', b'{"id": null}'])
-    assert errors_of(rows) == [None, "field 'id' is missing or null but declared NOT NULL",
-                               "field 'id' is missing or null but declared NOT NULL"]
+    assert errors_of(rows) == [
+        None,
+        "field 'id' is missing or null but declared NOT NULL",
+        "field 'id' is missing or null but declared NOT NULL",
+    ]
 
 
 def test_garbage_bytes_are_an_error_row():
     rows = decode(json_decoder(), [b"\x00\x01garbage", b"not json", order(3)])
-    assert errors_of(rows) == ["invalid JSON: Expecting value: line 1 column 1 (char 0)",
-                               "invalid JSON: Expecting value: line 1 column 1 (char 0)", None]
+    assert errors_of(rows) == [
+        "invalid JSON: Expecting value: line 1 column 1 (char 0)",
+        "invalid JSON: Expecting value: line 1 column 1 (char 0)",
+        None,
+    ]
 
 
 def test_invalid_utf8_value_is_an_error_row_and_its_neighbours_decode():
@@ -195,9 +233,16 @@ def test_null_value_is_an_error_row():
     assert errors_of(rows) == ["value is null", None]
 
 
-@pytest.mark.parametrize("value, kind", [
-    (b"[1, 2]", "an array"), (b'"text"', "a string"), (b"42", "a number"), (b"null", "null"), (b"true", "a boolean"),
-])
+@pytest.mark.parametrize(
+    "value, kind",
+    [
+        (b"[1, 2]", "an array"),
+        (b'"text"', "a string"),
+        (b"42", "a number"),
+        (b"null", "null"),
+        (b"true", "a boolean"),
+    ],
+)
 def test_json_that_is_not_an_object_is_an_error_row(value, kind):
     [row] = decode(json_decoder(), [value])
     assert row["_error"] == f"the JSON is {kind}, not an object"
@@ -242,13 +287,22 @@ def test_a_record_parsed_alone_gets_the_same_types_as_in_a_block():
     alone, in_block = decode(json_decoder(), [duplicated, order(2)])
     assert alone["_error"] is None and in_block["_error"] is None
     assert alone["customer"] == "last"
-    assert value_of(alone, [f for f in ORDER_FIELDS if f != "customer"]) == \
-        value_of(in_block, [f for f in ORDER_FIELDS if f != "customer"])
+    assert value_of(alone, [f for f in ORDER_FIELDS if f != "customer"]) == value_of(
+        in_block, [f for f in ORDER_FIELDS if f != "customer"]
+    )
 
 
 def test_bad_records_anywhere_in_a_large_batch_are_isolated_exactly():
-    bad_kinds = [order(0)[:-2], order(0, amount="x"), b"\xfe", b"[]", order(0, created="?"), order(0, order_id=None),
-                 b'{"a": 1}{"b": 2}', order(0, address={"zip": "z"})]
+    bad_kinds = [
+        order(0)[:-2],
+        order(0, amount="x"),
+        b"\xfe",
+        b"[]",
+        order(0, created="?"),
+        order(0, order_id=None),
+        b'{"a": 1}{"b": 2}',
+        order(0, address={"zip": "z"}),
+    ]
     values, expected_bad = [], set()
     for i in range(3000):
         if i % 37 == 5:
@@ -283,7 +337,9 @@ def test_decode_batches_maps_each_batch_for_map_in_arrow():
     decoder = json_decoder()
     outs = list(decoder.decode_batches(iter([kafka_batch([order(1)]), kafka_batch([b"x", order(2)])])))
     assert [errors_of(o.to_pylist()) for o in outs] == [
-        [None], ["invalid JSON: Expecting value: line 1 column 1 (char 0)", None]]
+        [None],
+        ["invalid JSON: Expecting value: line 1 column 1 (char 0)", None],
+    ]
 
 
 def test_decoder_pickles_as_its_settings_and_decodes_after_unpickling():
@@ -351,34 +407,49 @@ def test_key_format_none_has_no_key_column():
 
 
 # -- plain Avro ---------------------------------------------------------------------------------
-AVRO_V1 = json.dumps({
-    "type": "record", "name": "Order", "namespace": "shop",
-    "fields": [
-        {"name": "order_id", "type": "string"},
-        {"name": "amount", "type": ["null", "double"], "default": None},
-    ],
-})
-AVRO_V2 = json.dumps({
-    "type": "record", "name": "Order", "namespace": "shop",
-    "fields": [
-        {"name": "order_id", "type": "string"},
-        {"name": "amount", "type": ["null", "double"], "default": None},
-        {"name": "currency", "type": "string", "default": "EUR"},
-    ],
-})
-AVRO_RICH = json.dumps({
-    "type": "record", "name": "Event", "namespace": "shop",
-    "fields": [
-        {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
-        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
-        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}},
-        {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}},
-        {"name": "where", "type": ["null", {"type": "record", "name": "Place",
-                                             "fields": [{"name": "city", "type": "string"}]}], "default": None},
-        {"name": "tags", "type": {"type": "array", "items": "string"}},
-        {"name": "counts", "type": {"type": "map", "values": "long"}},
-    ],
-})
+AVRO_V1 = json.dumps(
+    {
+        "type": "record",
+        "name": "Order",
+        "namespace": "shop",
+        "fields": [
+            {"name": "order_id", "type": "string"},
+            {"name": "amount", "type": ["null", "double"], "default": None},
+        ],
+    }
+)
+AVRO_V2 = json.dumps(
+    {
+        "type": "record",
+        "name": "Order",
+        "namespace": "shop",
+        "fields": [
+            {"name": "order_id", "type": "string"},
+            {"name": "amount", "type": ["null", "double"], "default": None},
+            {"name": "currency", "type": "string", "default": "EUR"},
+        ],
+    }
+)
+AVRO_RICH = json.dumps(
+    {
+        "type": "record",
+        "name": "Event",
+        "namespace": "shop",
+        "fields": [
+            {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+            {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}},
+            {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}},
+            {
+                "name": "where",
+                "type": ["null", {"type": "record", "name": "Place", "fields": [{"name": "city", "type": "string"}]}],
+                "default": None,
+            },
+            {"name": "tags", "type": {"type": "array", "items": "string"}},
+            {"name": "counts", "type": {"type": "map", "values": "long"}},
+        ],
+    }
+)
 
 
 def avro_bytes(schema_json: str, record: dict) -> bytes:
@@ -393,8 +464,15 @@ def avro_decoder(schema_json: str = AVRO_V1, required=("order_id",)) -> RecordDe
 
 def test_plain_avro_decodes_with_the_arrow_schema_of_the_avro_schema():
     event_id = uuid.uuid4()
-    record = {"id": event_id, "at": T0, "price": Decimal("12.34"), "kind": "B", "where": {"city": "Lyon"},
-              "tags": ["x"], "counts": {"a": 1}}
+    record = {
+        "id": event_id,
+        "at": T0,
+        "price": Decimal("12.34"),
+        "kind": "B",
+        "where": {"city": "Lyon"},
+        "tags": ["x"],
+        "counts": {"a": 1},
+    }
     [row] = decode(avro_decoder(AVRO_RICH, required=()), [avro_bytes(AVRO_RICH, record)])
     assert row["_error"] is None
     assert {k: row[k] for k in record} == {**record, "id": str(event_id), "counts": [("a", 1)]}
@@ -426,16 +504,22 @@ def test_avro_null_required_field_is_an_error_row():
 def test_avro_value_that_does_not_fit_a_narrower_arrow_type_is_an_error_row_naming_the_field():
     narrow = pa.schema([pa.field("order_id", pa.string(), nullable=False), pa.field("amount", pa.int8())])
     decoder = RecordDecoder(FormatSpec("avro", narrow, AVRO_V1), STRING_KEY)
-    rows = decode(decoder, [avro_bytes(AVRO_V1, {"order_id": "a", "amount": 1.0}),
-                            avro_bytes(AVRO_V1, {"order_id": "b", "amount": 1000.0})])
+    rows = decode(
+        decoder,
+        [
+            avro_bytes(AVRO_V1, {"order_id": "a", "amount": 1.0}),
+            avro_bytes(AVRO_V1, {"order_id": "b", "amount": 1000.0}),
+        ],
+    )
     assert errors_of(rows) == [None, "field 'amount': expected int8, got 1000.0"]
     assert rows[0]["amount"] == 1
 
 
 # -- Confluent Avro -----------------------------------------------------------------------------
 def confluent_decoder(url: str, reader: str = AVRO_V2) -> RecordDecoder:
-    return RecordDecoder(FormatSpec("confluent-avro", None, reader), STRING_KEY, registry_url=url,
-                         required_fields=["order_id"])
+    return RecordDecoder(
+        FormatSpec("confluent-avro", None, reader), STRING_KEY, registry_url=url, required_fields=["order_id"]
+    )
 
 
 def subject() -> str:
@@ -461,34 +545,50 @@ def test_confluent_avro_resolves_an_older_writer_schema_to_the_reader_schema(sch
     name = subject()
     v1, v2 = client.register(name, AVRO_V1), client.register(name, AVRO_V2)
     assert v1 != v2
-    values = [confluent_frame(v1, avro_bytes(AVRO_V1, {"order_id": "o1", "amount": 1.0})),
-              confluent_frame(v2, avro_bytes(AVRO_V2, {"order_id": "o2", "amount": 2.0, "currency": "USD"}))]
+    values = [
+        confluent_frame(v1, avro_bytes(AVRO_V1, {"order_id": "o1", "amount": 1.0})),
+        confluent_frame(v2, avro_bytes(AVRO_V2, {"order_id": "o2", "amount": 2.0, "currency": "USD"})),
+    ]
     rows = decode(confluent_decoder(schema_registry_url), values)
     assert [(r["order_id"], r["currency"], r["_error"]) for r in rows] == [("o1", "EUR", None), ("o2", "USD", None)]
 
 
 def test_confluent_avro_writer_schema_the_reader_cannot_resolve_is_an_error_row(schema_registry_url):
-    incompatible = json.dumps({"type": "record", "name": "Order", "namespace": "shop",
-                               "fields": [{"name": "order_id", "type": "string"}, {"name": "qty", "type": "int"}]})
+    incompatible = json.dumps(
+        {
+            "type": "record",
+            "name": "Order",
+            "namespace": "shop",
+            "fields": [{"name": "order_id", "type": "string"}, {"name": "qty", "type": "int"}],
+        }
+    )
     schema_id = SchemaRegistryClient(schema_registry_url).register(subject(), AVRO_V1)
-    [row] = decode(confluent_decoder(schema_registry_url, reader=incompatible),
-                   [confluent_frame(schema_id, avro_bytes(AVRO_V1, {"order_id": "o1"}))])
-    assert row["_error"] == (f"writer schema id {schema_id} lacks field 'qty' (int), which the table's reader "
-                             "schema requires (the field has no default)")
+    [row] = decode(
+        confluent_decoder(schema_registry_url, reader=incompatible),
+        [confluent_frame(schema_id, avro_bytes(AVRO_V1, {"order_id": "o1"}))],
+    )
+    assert row["_error"] == (
+        f"writer schema id {schema_id} lacks field 'qty' (int), which the table's reader "
+        "schema requires (the field has no default)"
+    )
 
 
 def test_confluent_avro_unknown_schema_id_is_an_error_row(schema_registry_url):
     schema_id = SchemaRegistryClient(schema_registry_url).register(subject(), AVRO_V1)
     payload = avro_bytes(AVRO_V1, {"order_id": "o1"})
-    rows = decode(confluent_decoder(schema_registry_url), [confluent_frame(2_000_000_000, payload)] * 2
-                  + [confluent_frame(schema_id, payload)])
+    rows = decode(
+        confluent_decoder(schema_registry_url),
+        [confluent_frame(2_000_000_000, payload)] * 2 + [confluent_frame(schema_id, payload)],
+    )
     assert errors_of(rows) == ["unknown schema id 2000000000 in the schema registry"] * 2 + [None]
 
 
 def test_confluent_avro_wrong_magic_byte_is_an_error_row(schema_registry_url):
     rows = decode(confluent_decoder(schema_registry_url), [order(1), b"\x00\x00"])
-    assert errors_of(rows) == ["not in Confluent wire format: first byte 0x7b, expected 0x00",
-                               "not in Confluent wire format: 2 bytes, shorter than the 5-byte header"]
+    assert errors_of(rows) == [
+        "not in Confluent wire format: first byte 0x7b, expected 0x00",
+        "not in Confluent wire format: 2 bytes, shorter than the 5-byte header",
+    ]
 
 
 def test_confluent_avro_truncated_payload_names_the_writer_schema(schema_registry_url):
@@ -604,5 +704,7 @@ def test_json_decode_throughput_is_printed():
     seconds = time.perf_counter() - started
     assert out.num_rows == len(values) and out.column("_error").null_count == len(values)
     mean_bytes = sum(map(len, values)) / len(values)
-    print(f"\nJSON decode: {len(values):,} records of ~{mean_bytes:.0f} bytes in {seconds:.3f}s "
-          f"= {len(values) / seconds:,.0f} records/s")
+    print(
+        f"\nJSON decode: {len(values):,} records of ~{mean_bytes:.0f} bytes in {seconds:.3f}s "
+        f"= {len(values) / seconds:,.0f} records/s"
+    )

@@ -37,9 +37,17 @@ def table_path(kafka_bootstrap, tmp_path_factory) -> str:
     tmp = tmp_path_factory.mktemp("inspect")
     topic = kafka_broker.create_topic(kafka_bootstrap, f"inspect-orders-{uuid.uuid4().hex[:8]}", partitions=2)
     produce_orders(kafka_bootstrap, topic, change_events(3_000, seed=11))
-    config = write_config(tmp / "configs", order_config(
-        tmp, "orders", kafka_bootstrap, topic, source={"max_offsets_per_trigger": 500},
-        services={"compaction": {"mode": "inline", "every_delta_commits": 2}}))
+    config = write_config(
+        tmp / "configs",
+        order_config(
+            tmp,
+            "orders",
+            kafka_bootstrap,
+            topic,
+            source={"max_offsets_per_trigger": 500},
+            services={"compaction": {"mode": "inline", "every_delta_commits": 2}},
+        ),
+    )
     code, out = run_streamer(["run", str(config), "--once"])
     assert code == 0, out
     return str(tmp / "tables" / "orders")
@@ -47,8 +55,13 @@ def table_path(kafka_bootstrap, tmp_path_factory) -> str:
 
 def streamer_json(*args: str) -> dict:
     """The JSON document a command prints, read from stdout alone (Spark logs on stderr)."""
-    proc = subprocess.run([sys.executable, "-m", "streamer.cli", *args, "--json"], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "streamer.cli", *args, "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -82,8 +95,9 @@ def test_info_shows_properties_and_schema(table_path):
 def test_timeline_lists_every_instant_with_what_each_write_wrote(table_path):
     timeline = MorTable.load(table_path).timeline()
     doc = streamer_json("table", "timeline", table_path)
-    assert [(e["instant"], e["action"], e["state"]) for e in doc["instants"]] == \
-        [(i.timestamp, i.action, i.state) for i in timeline.instants]
+    assert [(e["instant"], e["action"], e["state"]) for e in doc["instants"]] == [
+        (i.timestamp, i.action, i.state) for i in timeline.instants
+    ]
     assert doc["pending_plans"] == []
     actions = {e["action"] for e in doc["instants"]}
     assert {"deltacommit", "commit"} <= actions
@@ -121,8 +135,11 @@ def test_files_lists_each_file_group_with_its_latest_slice(table_path):
     for g in doc["file_groups"]:
         group = groups[(g["partition"], g["file_id"])]
         latest = group.latest_slice()
-        assert (g["base_instant"], g["total_bytes"], g["log_files"]) == \
-            (latest.base_instant, latest.total_size, len(latest.log_files))
+        assert (g["base_instant"], g["total_bytes"], g["log_files"]) == (
+            latest.base_instant,
+            latest.total_size,
+            len(latest.log_files),
+        )
         assert g["base_file_bytes"] + g["log_bytes"] == g["total_bytes"] and g["slices"] == len(group.slices)
 
     partition = view.partition_paths()[0]
@@ -157,14 +174,17 @@ def test_a_planned_split_shows_as_pending_in_buckets_and_timeline(table_path, tm
     children = ring.split_node(metadata, node)
     timeline = table.timeline()
     instant = timeline.new_instant_time()
-    timeline.create_requested(Instant(instant, "replacecommit", "requested"),
-                              serialize_plan("HoodieRequestedReplaceMetadata", split_plan(partition, node, children)))
+    timeline.create_requested(
+        Instant(instant, "replacecommit", "requested"),
+        serialize_plan("HoodieRequestedReplaceMetadata", split_plan(partition, node, children)),
+    )
 
     doc = streamer_json("table", "buckets", table.base_uri)
     (resize,) = next(p for p in doc["partitions"] if p["partition"] == partition)["pending_resizes"]
     assert (resize["instant"], resize["kind"], resize["file_ids"]) == (instant, "split", [node.file_id])
-    assert [(c["value"], c["file_id"], c["tag"]) for c in resize["children"]] == \
-        [(c.value, c.file_id, "REPLACE") for c in children]
+    assert [(c["value"], c["file_id"], c["tag"]) for c in resize["children"]] == [
+        (c.value, c.file_id, "REPLACE") for c in children
+    ]
     assert f"split at {instant}: {node.file_id}" in streamer_text("table", "buckets", table.base_uri)
 
     timeline_doc = streamer_json("table", "timeline", table.base_uri, "--limit", "1")
@@ -177,8 +197,9 @@ def test_a_planned_split_shows_as_pending_in_buckets_and_timeline(table_path, tm
 def test_a_clustering_plan_that_sorts_buckets_shows_each_as_a_pending_sort(table_path, tmp_path):
     table = copy_of(table_path, tmp_path)
     with table.writer(WriteOptions()) as writer:
-        instant = schedule_clustering(writer, ClusteringPolicy(split_threshold_bytes=2**40, merge_threshold_bytes=0,
-                                                               sort_columns=("amount",)))
+        instant = schedule_clustering(
+            writer, ClusteringPolicy(split_threshold_bytes=2**40, merge_threshold_bytes=0, sort_columns=("amount",))
+        )
     view = table.file_system_view()
     buckets_by_partition = {p: {g.file_id for g in view.file_groups(p).values()} for p in view.partition_paths()}
 
@@ -198,13 +219,17 @@ def split_plan(partition: str, node: ring.HashingNode, children) -> dict:
     return {
         "operationType": "CLUSTER",
         "clusteringPlan": {
-            "inputGroups": [{
-                "slices": [{"fileId": node.file_id, "partitionPath": partition}],
-                "numOutputFileGroups": 2,
-                "extraMetadata": {"clustering.group.partition": partition,
-                                  "clustering.group.child.node": ring.children_to_json(children),
-                                  "clustering.group.sequence.no": "0"},
-            }],
+            "inputGroups": [
+                {
+                    "slices": [{"fileId": node.file_id, "partitionPath": partition}],
+                    "numOutputFileGroups": 2,
+                    "extraMetadata": {
+                        "clustering.group.partition": partition,
+                        "clustering.group.child.node": ring.children_to_json(children),
+                        "clustering.group.sequence.no": "0",
+                    },
+                }
+            ],
             "extraMetadata": {},
         },
         "extraMetadata": {},
@@ -247,8 +272,14 @@ def test_query_runs_sql_over_the_snapshot(table_path):
     assert doc["columns"] == ["region", "n"] and not doc["truncated"]
     assert sum(n for _, n in doc["rows"]) == count
 
-    out = streamer_text("query", table_path, "--sql", "SELECT region, count(*) AS n FROM t GROUP BY region "
-                        "ORDER BY region", "--limit", "2")
+    out = streamer_text(
+        "query",
+        table_path,
+        "--sql",
+        "SELECT region, count(*) AS n FROM t GROUP BY region ORDER BY region",
+        "--limit",
+        "2",
+    )
     region, n = min(doc["rows"])
     assert re.search(r"^region\s+n$", out, re.M) and re.search(rf"^{region}\s+{n:,}$", out, re.M)
     assert "(more rows; raise --limit)" in out
@@ -257,13 +288,16 @@ def test_query_runs_sql_over_the_snapshot(table_path):
 def test_query_reads_optimized_and_as_of_an_instant(table_path):
     table = MorTable.load(table_path)
     sql = "SELECT count(*) AS n FROM t"
-    assert streamer_json("query", table_path, "--read-optimized", "--sql", sql)["rows"] == \
-        [[table.read_optimized().num_rows]]
+    assert streamer_json("query", table_path, "--read-optimized", "--sql", sql)["rows"] == [
+        [table.read_optimized().num_rows]
+    ]
     first = table.timeline().completed("deltacommit")[0].timestamp
-    assert streamer_json("query", table_path, "--as-of", first, "--sql", sql)["rows"] == \
-        [[table.snapshot(as_of=first).num_rows]]
-    assert streamer_json("query", table_path, "--incremental-from", first, "--sql", sql)["rows"] == \
-        [[table.incremental(first).num_rows]]
+    assert streamer_json("query", table_path, "--as-of", first, "--sql", sql)["rows"] == [
+        [table.snapshot(as_of=first).num_rows]
+    ]
+    assert streamer_json("query", table_path, "--incremental-from", first, "--sql", sql)["rows"] == [
+        [table.incremental(first).num_rows]
+    ]
 
 
 @pytest.mark.parametrize("command", [["table", "info"], ["table", "stats"], ["query", "--sql", "SELECT 1"]])

@@ -86,8 +86,9 @@ def test_an_invalid_config_is_a_problem_naming_the_key(tmp_path, capsys):
 
     out = capsys.readouterr().out
     assert code == 1
-    assert re.search(r"^problem +config +.*orders\.yaml: table\.record_key: .*; fix: correct the config$", out,
-                     re.MULTILINE), out
+    assert re.search(
+        r"^problem +config +.*orders\.yaml: table\.record_key: .*; fix: correct the config$", out, re.MULTILINE
+    ), out
 
 
 @pytest.mark.e2e
@@ -100,9 +101,21 @@ def test_a_healthy_table_passes_every_check(kafka_bootstrap, kafka_topic, tmp_pa
     code, checks = doctor(configs_of(tmp_path, kafka_bootstrap, topic), capsys, timeout=10)
 
     assert code == 0, checks
-    assert {subject: verdict for subject, (verdict, _) in checks.items()} == {
-        s: "ok" for s in ("brokers", "topics", "partitions", "offsets held", "storage", "writer lease", "pending",
-                          "timeline", "compaction", "keys")}
+    assert {subject: verdict for subject, (verdict, _) in checks.items()} == dict.fromkeys(
+        (
+            "brokers",
+            "topics",
+            "partitions",
+            "offsets held",
+            "storage",
+            "writer lease",
+            "pending",
+            "timeline",
+            "compaction",
+            "keys",
+        ),
+        "ok",
+    )
     assert checks["topics"][1] == f"{topic} (2 partitions)"
     assert checks["offsets held"][1] == "yes; the table is 400 records behind"
 
@@ -115,13 +128,15 @@ def test_a_missing_topic_is_a_problem_with_the_command_that_creates_it(kafka_boo
 
     assert code == 1
     verdict, text = checks["topics"]
-    assert verdict == "problem" and text.startswith(f"{topic} not on {kafka_bootstrap}; fix: create it "
-                                                    f"(kafka-topics.sh --create --topic {topic})")
+    assert verdict == "problem" and text.startswith(
+        f"{topic} not on {kafka_bootstrap}; fix: create it (kafka-topics.sh --create --topic {topic})"
+    )
 
 
 @pytest.mark.e2e
-def test_records_deleted_past_the_tables_offsets_are_a_problem_naming_how_many(kafka_bootstrap, kafka_topic,
-                                                                               tmp_path, capsys):
+def test_records_deleted_past_the_tables_offsets_are_a_problem_naming_how_many(
+    kafka_bootstrap, kafka_topic, tmp_path, capsys
+):
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
@@ -137,16 +152,19 @@ def test_records_deleted_past_the_tables_offsets_are_a_problem_naming_how_many(k
     assert code == 1
     verdict, text = checks["offsets held"]
     assert verdict == "problem"
-    assert text == (f"{topic}[0] goes on from 100 but the broker holds 300 to 499 (200 records deleted by "
-                    "retention); fix: to accept the loss, set source.fail_on_data_loss: false and restart")
+    assert text == (
+        f"{topic}[0] goes on from 100 but the broker holds 300 to 499 (200 records deleted by "
+        "retention); fix: to accept the loss, set source.fail_on_data_loss: false and restart"
+    )
 
 
 @pytest.mark.unit
 def test_a_read_only_table_disk_is_a_problem(table_disk, tmp_path, capsys):
     path = table_disk / "orders"
     committed_table(path, change_events(100, seed=14), {"orders": {0: 100}})
-    configs = write_config(tmp_path / "configs", order_config(tmp_path, "orders", dead_broker(), "orders",
-                                                              table={"path": str(path)}))
+    configs = write_config(
+        tmp_path / "configs", order_config(tmp_path, "orders", dead_broker(), "orders", table={"path": str(path)})
+    )
     subprocess.run(["mount", "-o", "remount,ro", str(table_disk)], check=True)
 
     code, checks = doctor(configs, capsys)
@@ -167,9 +185,12 @@ def test_a_new_table_under_a_regular_file_is_a_problem(tmp_path, capsys):
     code, checks = doctor(configs, capsys)
 
     assert code == 1
-    assert checks["storage"] == ("problem", f"no table yet, and none can be created at {path}: {tmp_path / 'data'} "
-                                            "is not a directory; fix: make it writable (free space, a read-write "
-                                            "mount, this user's permissions), or correct table.path")
+    assert checks["storage"] == (
+        "problem",
+        f"no table yet, and none can be created at {path}: {tmp_path / 'data'} "
+        "is not a directory; fix: make it writable (free space, a read-write "
+        "mount, this user's permissions), or correct table.path",
+    )
 
 
 @pytest.mark.unit
@@ -177,17 +198,23 @@ def test_the_writer_lease_held_by_a_live_process_names_it_and_once_killed_is_sta
     path = tmp_path / "tables" / "orders"
     committed_table(path, change_events(100, seed=15), {"orders": {0: 100}})
     configs = configs_of(tmp_path, dead_broker())
-    holder = subprocess.Popen([sys.executable, "-c", LEASE_HOLDER, str(path)], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LEASE_HOLDER, str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     try:
         assert holder.stdout.readline() == "held\n"
 
         _, checks = doctor(configs, capsys)
 
         verdict, text = checks["writer lease"]
-        assert verdict == "warning" and text.startswith(f"held by a live writer: a writer of the test (host ")
-        assert f"pid {holder.pid}), renewed " in text and f"fix: nothing if that is the job; else stop it " \
-                                                          f"(kill {holder.pid} on " in text
+        assert verdict == "warning" and text.startswith("held by a live writer: a writer of the test (host ")
+        assert (
+            f"pid {holder.pid}), renewed " in text
+            and f"fix: nothing if that is the job; else stop it (kill {holder.pid} on " in text
+        )
     finally:
         holder.kill()
         holder.wait()
@@ -197,7 +224,8 @@ def test_the_writer_lease_held_by_a_live_process_names_it_and_once_killed_is_sta
     verdict, text = checks["writer lease"]
     assert verdict == "warning"
     assert text.startswith("stale: held by a writer of the test (host ") and text.endswith(
-        f"pid {holder.pid}), a process that is gone; the next start takes it over at once")
+        f"pid {holder.pid}), a process that is gone; the next start takes it over at once"
+    )
 
 
 @pytest.mark.unit
@@ -214,16 +242,21 @@ def test_a_pending_compaction_says_what_the_next_start_does_with_it(tmp_path, ca
     _, off = doctor(configs_of(tmp_path, dead_broker(), services={"compaction": {"mode": "off"}}), capsys)
 
     assert inline["pending"] == ("warning", f"1: {instant} compaction requested: executed at the next start")
-    assert off["pending"] == ("warning", f"1: {instant} compaction requested: left for `streamer compact {path}` "
-                                         "(the service is off)")
+    assert off["pending"] == (
+        "warning",
+        f"1: {instant} compaction requested: left for `streamer compact {path}` (the service is off)",
+    )
     assert inline["compaction"][0] == "ok" and inline["compaction"][1].startswith("at most 1 log files per file group")
 
 
 @pytest.mark.unit
 def test_a_schema_registry_that_stopped_is_a_problem(tmp_path, capsys):
     registry = schema_registry_server.RegistryProcess(str(tmp_path / "registry.log"))
-    configs = configs_of(tmp_path, dead_broker(), decode={"value": {"format": "confluent-avro"},
-                                                           "schema_registry": {"url": registry.url}})
+    configs = configs_of(
+        tmp_path,
+        dead_broker(),
+        decode={"value": {"format": "confluent-avro"}, "schema_registry": {"url": registry.url}},
+    )
     try:
         _, up = doctor(configs, capsys)
     finally:
@@ -241,9 +274,21 @@ def test_a_schema_registry_that_stopped_is_a_problem(tmp_path, capsys):
 def test_quarantined_records_are_counted_and_the_newest_shown(tmp_path, capsys):
     committed_table(tmp_path / "tables" / "orders", change_events(50, seed=17), {"orders": {0: 60}})
     quarantine = QuarantineTable(str(tmp_path / "tables" / "orders_quarantine"), "orders").table
-    rows = [{"record_id": f"0-{o}", "topic": "orders", "partition": 0, "offset": o, "timestamp": None, "key": None,
-             "value": b"{", "reason": f"malformed JSON at offset {o}", "query_id": "q", "batch_id": 0}
-            for o in (50, 51, 57)]
+    rows = [
+        {
+            "record_id": f"0-{o}",
+            "topic": "orders",
+            "partition": 0,
+            "offset": o,
+            "timestamp": None,
+            "key": None,
+            "value": b"{",
+            "reason": f"malformed JSON at offset {o}",
+            "query_id": "q",
+            "batch_id": 0,
+        }
+        for o in (50, 51, 57)
+    ]
     with quarantine.writer(WriteOptions(initial_buckets=1)) as writer:
         writer.upsert(pa.Table.from_pylist(rows, schema=QUARANTINE_SCHEMA))
     configs = configs_of(tmp_path, dead_broker(), decode={"on_error": "quarantine"})
@@ -253,8 +298,9 @@ def test_quarantined_records_are_counted_and_the_newest_shown(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     (at,) = [i for i, line in enumerate(lines) if LINE.match(line) and LINE.match(line)["subject"] == "quarantine"]
     assert lines[at].startswith("warning") and f"3 records at {tmp_path}/tables/orders_quarantine; fix: " in lines[at]
-    assert [line.strip() for line in lines[at + 1:at + 4]] == [
-        f"orders[0]@{o}: malformed JSON at offset {o}" for o in (57, 51, 50)]
+    assert [line.strip() for line in lines[at + 1 : at + 4]] == [
+        f"orders[0]@{o}: malformed JSON at offset {o}" for o in (57, 51, 50)
+    ]
 
 
 @pytest.mark.unit
@@ -273,26 +319,33 @@ def test_a_kafka_connector_in_sparks_ivy_cache_is_found_without_asking_a_reposit
     cli.main(["doctor", str(configs), "--timeout", "0.5"])
 
     out = capsys.readouterr().out
-    assert re.search(rf"^ok +kafka connector +{kafka_connector.ARTIFACT}:{version} cached at {jars}/", out,
-                     re.MULTILINE), out
+    assert re.search(
+        rf"^ok +kafka connector +{kafka_connector.ARTIFACT}:{version} cached at {jars}/", out, re.MULTILINE
+    ), out
 
 
 @pytest.mark.unit
 def test_keys_stored_in_two_partitions_are_counted_and_shown(tmp_path, capsys):
     path = tmp_path / "tables" / "orders"
-    live = committed_table(path, change_events(200, seed=18), {"orders": {0: 200}}).snapshot(
-        columns=["order_id", "customer", "region", "amount", "status", "note", "updated_at"]).to_pylist()
+    live = (
+        committed_table(path, change_events(200, seed=18), {"orders": {0: 200}})
+        .snapshot(columns=["order_id", "customer", "region", "amount", "status", "note", "updated_at"])
+        .to_pylist()
+    )
     moved = [dict(row, region="moved", updated_at=row["updated_at"] + 1, deleted=False) for row in live[:3]]
     committed_table(path, moved, {"orders": {0: 203}})  # the same order ids, now in region=moved
-    keyed_by_both = configs_of(tmp_path / "both", dead_broker(), table={"path": str(path),
-                                                                        "record_key": ["order_id", "region"]})
+    keyed_by_both = configs_of(
+        tmp_path / "both", dead_broker(), table={"path": str(path), "record_key": ["order_id", "region"]}
+    )
 
     _, checks = doctor(configs_of(tmp_path, dead_broker()), capsys)
     _, both = doctor(keyed_by_both, capsys)
 
     verdict, text = checks["keys"]
     assert verdict == "warning"
-    assert text.startswith(f"3 of {len(live)} keys are in two or more partitions: a key is unique within its "
-                           "partition, and region changed for these (read the keys of ")
+    assert text.startswith(
+        f"3 of {len(live)} keys are in two or more partitions: a key is unique within its "
+        "partition, and region changed for these (read the keys of "
+    )
     assert "fix: partition by fields that never change for a key, or add them to table.record_key" in text
     assert both["keys"] == ("ok", "the partition fields are part of the record key: a key is in one partition")

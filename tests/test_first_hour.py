@@ -40,8 +40,14 @@ def payment_events(count: int, seed: int = 5) -> list[dict]:
     for ts in range(count):
         payment_id = f"pay-{rng.randint(1, count // 4):06d}"
         currency.setdefault(payment_id, rng.choice(CURRENCIES))
-        events.append({"payment_id": payment_id, "currency": currency[payment_id],
-                       "amount": round(rng.uniform(1, 500), 2), "ts": ts})
+        events.append(
+            {
+                "payment_id": payment_id,
+                "currency": currency[payment_id],
+                "amount": round(rng.uniform(1, 500), 2),
+                "ts": ts,
+            }
+        )
     return events
 
 
@@ -52,17 +58,34 @@ def test_the_first_hour_from_a_local_broker_to_a_table_of_ones_own(tmp_path):
     bootstrap = re.search(r"^Apache Kafka \S+ started at (\S+) \(pid \d+\)$", out, re.MULTILINE).group(1)
     assert f"export KAFKA_BOOTSTRAP_SERVERS={bootstrap}" in out and f"streamer kafka stop --dir {kafka_dir}" in out
     try:
-        demo = subprocess.run([sys.executable, "-m", "streamer.cli.demo"], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=600,
-                              env={**os.environ, "DEMO_EVENTS": "1000", "DEMO_OUTPUT": str(tmp_path / "demo"),
-                                   "DEMO_KAFKA_DIR": str(kafka_dir), "PYSPARK_PYTHON": sys.executable,
-                                   "PYTHONPATH": str(REPO)})
+        demo = subprocess.run(
+            [sys.executable, "-m", "streamer.cli.demo"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={
+                **os.environ,
+                "DEMO_EVENTS": "1000",
+                "DEMO_OUTPUT": str(tmp_path / "demo"),
+                "DEMO_KAFKA_DIR": str(kafka_dir),
+                "PYSPARK_PYTHON": sys.executable,
+                "PYTHONPATH": str(REPO),
+            },
+        )
         assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
         assert f"at {bootstrap} (pid " in demo.stdout and "running already" in demo.stdout
         assert "same row count" in demo.stdout
         (paste,) = [line.strip() for line in demo.stdout.splitlines() if line.strip().startswith("echo ")]
-        pasted = subprocess.run(paste, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        pasted = subprocess.run(
+            paste,
+            shell=True,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
         assert pasted.returncode == 0 and f"produced 1 record(s) to orders at {bootstrap}" in pasted.stdout, pasted
 
         events = payment_events(RECORDS)
@@ -71,33 +94,54 @@ def test_the_first_hour_from_a_local_broker_to_a_table_of_ones_own(tmp_path):
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 5000})
         delivered = []
         for event in events:
-            producer.produce("payments", key=event["payment_id"], value=json.dumps(event),
-                             on_delivery=lambda err, msg: delivered.append(err is None))
+            producer.produce(
+                "payments",
+                key=event["payment_id"],
+                value=json.dumps(event),
+                on_delivery=lambda err, msg: delivered.append(err is None),
+            )
             producer.poll(0)
         assert producer.flush(60) == 0 and delivered.count(True) == RECORDS
 
         project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
         project.mkdir()
         elsewhere.mkdir()
-        (project / "payments.yaml").write_text(yaml.safe_dump({
-            "table": {"name": "payments", "path": "tables/payments", "record_key": "payment_id",
-                      "partition_by": "currency", "ordering_field": "ts"},
-            "source": {"bootstrap_servers": bootstrap, "topics": "payments"},
-            "decode": {"value": {"format": "json", "schema": "payment_id STRING, currency STRING, amount DOUBLE, "
-                                                             "ts BIGINT"}},
-        }))
+        (project / "payments.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "table": {
+                        "name": "payments",
+                        "path": "tables/payments",
+                        "record_key": "payment_id",
+                        "partition_by": "currency",
+                        "ordering_field": "ts",
+                    },
+                    "source": {"bootstrap_servers": bootstrap, "topics": "payments"},
+                    "decode": {
+                        "value": {
+                            "format": "json",
+                            "schema": "payment_id STRING, currency STRING, amount DOUBLE, ts BIGINT",
+                        }
+                    },
+                }
+            )
+        )
         config = os.path.join("..", "project", "payments.yaml")
 
         code, out = run_streamer(["run", config, "--once"], timeout=600, cwd=elsewhere)
         assert code == 0, out[-3000:]
-        assert re.search(rf"^payments: \d+ batches, {RECORDS:,} records, 0 bad, last commit \d{{17}}: ok$", out,
-                         re.MULTILINE), out[-3000:]
+        assert re.search(
+            rf"^payments: \d+ batches, {RECORDS:,} records, 0 bad, last commit \d{{17}}: ok$", out, re.MULTILINE
+        ), out[-3000:]
         code, status = run_streamer(["status", config], timeout=120, cwd=elsewhere)
         assert code == 0 and "  lag      payments 0 behind" in status, status
 
         latest = {e["payment_id"]: e for e in events}  # ts grows: the last event of a key wins
-        rows = MorTable.load(str(project / "tables" / "payments")).snapshot(
-            columns=["payment_id", "currency", "amount", "ts"]).to_pylist()
+        rows = (
+            MorTable.load(str(project / "tables" / "payments"))
+            .snapshot(columns=["payment_id", "currency", "amount", "ts"])
+            .to_pylist()
+        )
         assert sorted(rows, key=lambda r: r["payment_id"]) == [latest[k] for k in sorted(latest)]
 
         code, out = run_streamer(["kafka", "status", "--dir", str(kafka_dir)], timeout=120)

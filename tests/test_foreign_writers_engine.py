@@ -18,8 +18,8 @@ from table.mor_table import MorTable
 from table.read.merge import DELETE_COMMIT_TIME, DELETE_KEY, DELETE_ORDERING, MergeRule, merge_slice
 from table.schema import COMMIT_SEQNO, COMMIT_TIME, RECORD_KEY
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
-from table.timeline.commit_metadata import CommitMetadata
 from table.storage.layout import instant_file_path
+from table.timeline.commit_metadata import CommitMetadata
 from table.timeline.timeline import Action, Instant, State
 from table.write.metadata_table import METADATA_PARTITIONS
 
@@ -30,14 +30,25 @@ OVERWRITE_WITH_LATEST = "org.apache.hudi.common.model.OverwriteWithLatestAvroPay
 
 def versions(*rows: tuple[str, int, str, str]) -> pa.Table:
     """(key, ordering value, commit, value) rows."""
-    return pa.table({RECORD_KEY: [r[0] for r in rows], "ts": [r[1] for r in rows],
-                     COMMIT_TIME: [r[2] for r in rows], COMMIT_SEQNO: [f"{r[2]}_0_{i}" for i, r in enumerate(rows)],
-                     "v": [r[3] for r in rows]})
+    return pa.table(
+        {
+            RECORD_KEY: [r[0] for r in rows],
+            "ts": [r[1] for r in rows],
+            COMMIT_TIME: [r[2] for r in rows],
+            COMMIT_SEQNO: [f"{r[2]}_0_{i}" for i, r in enumerate(rows)],
+            "v": [r[3] for r in rows],
+        }
+    )
 
 
 def deletes(*rows: tuple[str, int, str]) -> pa.Table:
-    return pa.table({DELETE_KEY: [r[0] for r in rows], DELETE_ORDERING: pa.array([r[1] for r in rows], pa.int64()),
-                     DELETE_COMMIT_TIME: [r[2] for r in rows]})
+    return pa.table(
+        {
+            DELETE_KEY: [r[0] for r in rows],
+            DELETE_ORDERING: pa.array([r[1] for r in rows], pa.int64()),
+            DELETE_COMMIT_TIME: [r[2] for r in rows],
+        }
+    )
 
 
 def values(table: pa.Table) -> dict[str, str]:
@@ -49,9 +60,14 @@ def test_overwrite_with_latest_lets_what_the_logs_leave_replace_the_base_row_wha
     logs = versions(("a", 3, "02", "late-a"), ("a", 2, "03", "later-but-older-a"), ("b", 9, "02", "new-b"))
     dropped = deletes(("c", 1, "03"))
     assert values(merge_slice(base, logs, dropped, "ts", MergeRule.LOGS_OVER_BASE)) == {
-        "a": "late-a", "b": "new-b"}  # logs compete by ordering value; c's delete wins over its base row
+        "a": "late-a",
+        "b": "new-b",
+    }  # logs compete by ordering value; c's delete wins over its base row
     assert values(merge_slice(base, logs, dropped, "ts", MergeRule.GREATEST_ORDERING)) == {
-        "a": "base-a", "b": "new-b", "c": "base-c"}
+        "a": "base-a",
+        "b": "new-b",
+        "c": "base-c",
+    }
     assert values(merge_slice(base, None, None, "ts", MergeRule.LOGS_OVER_BASE)) == values(base)
 
 
@@ -104,11 +120,14 @@ class ForeignWrite:
 
 
 def has_metadata_table(path) -> bool:
-    return (path / ".hoodie" / "metadata").exists() or METADATA_PARTITIONS in (path / ".hoodie" / "hoodie.properties").read_text()
+    return (path / ".hoodie" / "metadata").exists() or METADATA_PARTITIONS in (
+        path / ".hoodie" / "hoodie.properties"
+    ).read_text()
 
 
 def test_our_writer_removes_a_metadata_table_at_open_and_after_a_foreign_write_but_costs_nothing_otherwise(
-        tmp_path, caplog):
+    tmp_path, caplog
+):
     path = tmp_path / "t"
     table = make_table(path)
     add_metadata_table(path)
@@ -117,7 +136,9 @@ def test_our_writer_removes_a_metadata_table_at_open_and_after_a_foreign_write_b
         writer = MorTable.load(str(path)).writer(write_options()).open()
     try:
         assert not has_metadata_table(path) and not (path / ".hoodie" / ".hoodie.properties.crc").exists()
-        assert "removing Hudi's metadata table (hoodie.table.metadata.partitions=files, .hoodie/metadata)" in caplog.text
+        assert (
+            "removing Hudi's metadata table (hoodie.table.metadata.partitions=files, .hoodie/metadata)" in caplog.text
+        )
         assert TableConfig.load(table.storage).name == "orders"  # the rewritten file is whole, checksum included
 
         writer.upsert(pa.Table.from_pylist([row("a", 1, False, rng)], schema=SCHEMA))

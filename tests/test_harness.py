@@ -42,7 +42,9 @@ def _consume_all(bootstrap: str, topic: str, partitions: int, expected: int, tim
                 raise AssertionError(f"consumer error: {msg.error()}")
             at_eof.discard(msg.partition())
             got.append((msg.partition(), msg.offset(), msg.key(), msg.value(), msg.headers()))
-        watermarks = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in range(partitions)}
+        watermarks = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in range(partitions)
+        }
         return got, watermarks
     finally:
         consumer.close()
@@ -52,10 +54,7 @@ def _consume_all(bootstrap: str, topic: str, partitions: int, expected: int, tim
 def test_broker_stores_and_serves_every_record(kafka_bootstrap, kafka_topic):
     partitions, n = 3, 1000
     topic = kafka_topic(partitions=partitions, prefix="harness")
-    records = [
-        (f"key-{i:04d}".encode(), f"value-{i:04d}".encode(), None, [("seq", str(i).encode())])
-        for i in range(n)
-    ]
+    records = [(f"key-{i:04d}".encode(), f"value-{i:04d}".encode(), None, [("seq", str(i).encode())]) for i in range(n)]
     # A few tombstones and null keys too: the helper and the broker must carry them as they are.
     records[10] = (b"key-0010", None, 1)
     records[11] = (None, b"value-0011-no-key", 2)
@@ -97,7 +96,12 @@ def test_helper_partitions_keys_like_kafka(kafka_bootstrap, kafka_topic):
     delivered = {}
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random"})
     for key in keys:
-        producer.produce(topic, value=b"v", key=key, on_delivery=lambda err, msg, k=key: delivered.__setitem__(k, (err, msg.partition())))
+        producer.produce(
+            topic,
+            value=b"v",
+            key=key,
+            on_delivery=lambda err, msg, k=key: delivered.__setitem__(k, (err, msg.partition())),
+        )
     assert producer.flush(30) == 0
     for key in keys:
         err, partition = delivered[key]
@@ -175,6 +179,7 @@ def test_maven_fetch_names_the_artifact_maven_cannot_resolve(tmp_path):
     from streamer.sandbox import jars
 
     with pytest.raises(jars.MavenFetchError, match=r"mvn could not fetch org\.apache\.kafka:kafka-clients:0\.0\.404 "):
-        jars.fetch("missing", "1", ["org.apache.kafka:kafka-clients:0.0.404", "org.slf4j:slf4j-api:1.7.36"],
-                    cache=tmp_path)
+        jars.fetch(
+            "missing", "1", ["org.apache.kafka:kafka-clients:0.0.404", "org.slf4j:slf4j-api:1.7.36"], cache=tmp_path
+        )
     assert not (tmp_path / "missing-1").exists()

@@ -37,12 +37,19 @@ from table.storage.file_io import Storage
 pytestmark = pytest.mark.hudi
 
 KB = 1024
-META = ["_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path",
-        "_hoodie_file_name"]
+META = [
+    "_hoodie_commit_time",
+    "_hoodie_commit_seqno",
+    "_hoodie_record_key",
+    "_hoodie_partition_path",
+    "_hoodie_file_name",
+]
 
-_PENDING_COMPACTION = ("hudi-rs 0.5 reads the log files written to a file group after a compaction was planned "
-                       "on it only once the compaction completes (it does not merge the new slice with the one "
-                       "before it, as Hudi's file-system view does)")
+_PENDING_COMPACTION = (
+    "hudi-rs 0.5 reads the log files written to a file group after a compaction was planned "
+    "on it only once the compaction completes (it does not merge the new slice with the one "
+    "before it, as Hudi's file-system view does)"
+)
 #: (state, reader, query) -> why that reader differs there. Each must still differ.
 KNOWN: dict[tuple[str, str, str], str] = {
     ("compaction_pending", "hudi-rs", "snapshot"): _PENDING_COMPACTION,
@@ -52,7 +59,8 @@ KNOWN: dict[tuple[str, str, str], str] = {
         "reads the dual-write log files of a pending resize's child file groups though their base instant "
         "(the replacecommit) is not complete: records written during the resize come twice, on its own dual "
         "writes too (test_hudi_writes.py). Its snapshot and time travel read only the old file groups, as "
-        "RFC-42 says readers must (docs/conformance.md)"),
+        "RFC-42 says readers must (docs/conformance.md)"
+    ),
 }
 
 
@@ -86,8 +94,9 @@ class Recorded:
     def expected(self, as_of: str | None = None, after: str | None = None) -> dict:
         """The oracle's rows by key as of an instant, only those written after `after`."""
         rows, writers = self.as_of[as_of or max(self.as_of)]
-        return {k: project(r, self.columns) for k, r in rows.items()
-                if after is None or self.commits[writers[k]] > after}
+        return {
+            k: project(r, self.columns) for k, r in rows.items() if after is None or self.commits[writers[k]] > after
+        }
 
 
 class Changes:
@@ -229,11 +238,18 @@ WIDENED = pa.schema([*SCHEMA, ("quantity", pa.int64()), ("coupon", pa.string())]
 
 
 def state_schema_evolved(root: Path) -> Recorded:
-    rec = Recorded("after schema evolution (int to long, a new column)", root / "orders",
-                   columns=[*DATA_COLUMNS, "quantity", "coupon"])
+    rec = Recorded(
+        "after schema evolution (int to long, a new column)",
+        root / "orders",
+        columns=[*DATA_COLUMNS, "quantity", "coupon"],
+    )
     changes = Changes(seed=17)
-    table = MorTable.create(str(rec.path), TableSpec("orders", EVOLVED.remove(EVOLVED.get_field_index("is_deleted")),
-                                                     ("order_id",), "updated_at", ("region",)))
+    table = MorTable.create(
+        str(rec.path),
+        TableSpec(
+            "orders", EVOLVED.remove(EVOLVED.get_field_index("is_deleted")), ("order_id",), "updated_at", ("region",)
+        ),
+    )
     with table.writer(write_options()) as writer:
         for _ in range(2):
             rec.commit(writer, [{**r, "quantity": len(r["order_id"])} for r in changes.next()], EVOLVED)
@@ -245,7 +261,7 @@ def state_schema_evolved(root: Path) -> Recorded:
     return rec
 
 
-class _Crash(Exception):
+class _CrashError(Exception):
     pass
 
 
@@ -258,10 +274,10 @@ def state_rolled_back(root: Path) -> Recorded:
             rec.commit(writer, changes.next())
 
         def crash(*args, **kwargs):
-            raise _Crash("the writer dies with its files written, the instant inflight")
+            raise _CrashError("the writer dies with its files written, the instant inflight")
 
         writer.complete = crash
-        with pytest.raises(_Crash):
+        with pytest.raises(_CrashError):
             writer.upsert(pa.Table.from_pylist(changes.next(), schema=SCHEMA))
     with table.writer(write_options()) as writer:  # rolls the inflight write back
         rec.commit(writer, changes.next())
@@ -301,8 +317,11 @@ def hudi_rs(path: Path, query: str, rec: Recorded) -> pa.Table:
     if query == "read_optimized":
         options = options.with_hudi_option("hoodie.read.use.read_optimized.mode", "true")
     elif query == "incremental":
-        options = (options.with_query_type(hudi.HudiQueryType.Incremental)
-                   .with_start_timestamp(rec.incremental[0]).with_end_timestamp(rec.incremental[1]))
+        options = (
+            options.with_query_type(hudi.HudiQueryType.Incremental)
+            .with_start_timestamp(rec.incremental[0])
+            .with_end_timestamp(rec.incremental[1])
+        )
     elif query == "time_travel":
         options = options.with_as_of_timestamp(rec.travel_to)
     batches = table.read(options)
@@ -374,8 +393,9 @@ def judge_reader(actual: pa.Table, reference: pa.Table | None, query: str, rec: 
     if query == "read_optimized":
         if reference is None:
             return "not judged: Apache Hudi failed"
-        return difference(actual, {k: project(r, rec.columns + META) for k, r in by_key(reference).items()},
-                          rec.columns + META)
+        return difference(
+            actual, {k: project(r, rec.columns + META) for k, r in by_key(reference).items()}, rec.columns + META
+        )
     expected = expected_rows(rec, query)
     outcome = difference(actual, expected, rec.columns)
     if outcome or reference is None:
@@ -392,8 +412,9 @@ def assert_judged(rec: Recorded, key: str, outcomes: dict[tuple[str, str], str])
 
 
 @pytest.mark.parametrize("key", list(STATES))
-def test_apache_hudi_reads_every_table_state_as_our_reader_and_the_oracle(key, tmp_path, hudi_judge,
-                                                                          conformance_matrix):
+def test_apache_hudi_reads_every_table_state_as_our_reader_and_the_oracle(
+    key, tmp_path, hudi_judge, conformance_matrix
+):
     rec = STATES[key](tmp_path)
     assert len(rec.expected()) > 50 and rec.incremental and rec.travel_to
     outcomes = judge_state(rec, hudi_judge)
@@ -405,8 +426,14 @@ def test_apache_hudi_reads_every_table_state_as_our_reader_and_the_oracle(key, t
 
 
 def order(key: str, updated_at: int, deleted: bool = False) -> dict:
-    return {"order_id": key, "region": "emea", "amount": float(updated_at), "status": "paid",
-            "updated_at": updated_at, "is_deleted": deleted}
+    return {
+        "order_id": key,
+        "region": "emea",
+        "amount": float(updated_at),
+        "status": "paid",
+        "updated_at": updated_at,
+        "is_deleted": deleted,
+    }
 
 
 def test_apache_hudi_0_15_orders_a_delete_by_arrival_where_we_order_it_by_its_ordering_value(tmp_path, hudi_judge):
@@ -419,8 +446,8 @@ def test_apache_hudi_0_15_orders_a_delete_by_arrival_where_we_order_it_by_its_or
     oracle = Oracle("order_id", "updated_at", "is_deleted")
     batches = [
         [order("a", 10), order("b", 10), order("c", 10)],  # base file
-        [order("a", 30, deleted=True)],                     # a: deleted at 30
-        [order("a", 20)],                                   # a: an update from before the delete arrives after it
+        [order("a", 30, deleted=True)],  # a: deleted at 30
+        [order("a", 20)],  # a: an update from before the delete arrives after it
         [order("c", 40)],
     ]
     with table.writer(write_options(initial_buckets=1)) as writer:

@@ -45,9 +45,11 @@ def hudi_compacts(judge, path: Path) -> str:
 
 
 def test_hudis_metadata_table_is_removed_before_our_commit_and_every_hudi_read_sees_our_writes(
-        tmp_path, hudi_judge, conformance_matrix, caplog):
-    story = Story(tmp_path / "orders", seed=91, state="ours; Hudi writes with its metadata table on",
-                  matrix=conformance_matrix)
+    tmp_path, hudi_judge, conformance_matrix, caplog
+):
+    story = Story(
+        tmp_path / "orders", seed=91, state="ours; Hudi writes with its metadata table on", matrix=conformance_matrix
+    )
     story.hudi_configs = {"hoodie.metadata.enable": "true"}  # Hudi's default
     make_table(story.path)
     story.by_us(story.batch(300))
@@ -114,18 +116,21 @@ class LatestOverBase:
 
 
 def test_a_table_with_hudis_default_payload_merges_late_updates_over_the_base_file_as_hudi_does(
-        tmp_path, hudi_judge, conformance_matrix):
+    tmp_path, hudi_judge, conformance_matrix
+):
     path = tmp_path / "orders"
     rng = random.Random(17)
     model = LatestOverBase()
-    options = hudi_options(**{"hoodie.datasource.write.payload.class": OVERWRITE_WITH_LATEST,
-                              "hoodie.metadata.enable": "true"})
+    options = hudi_options(
+        **{"hoodie.datasource.write.payload.class": OVERWRITE_WITH_LATEST, "hoodie.metadata.enable": "true"}
+    )
     keys = [f"k-{i}" for i in range(200)]
 
     def by_hudi(rows: list[dict]) -> None:
         model.write(rows)
-        hudi_judge.upsert(path, pa.Table.from_pylist([project(r, DATA_SCHEMA.names) for r in rows],
-                                                     schema=DATA_SCHEMA), options)
+        hudi_judge.upsert(
+            path, pa.Table.from_pylist([project(r, DATA_SCHEMA.names) for r in rows], schema=DATA_SCHEMA), options
+        )
 
     def by_us(rows: list[dict]) -> None:
         model.write(rows)
@@ -134,14 +139,19 @@ def test_a_table_with_hudis_default_payload_merges_late_updates_over_the_base_fi
 
     def assert_reads(step: str) -> None:
         expected = model.rows()
-        reads = {"Apache Hudi": hudi_judge.snapshot(path),
-                 "Apache Hudi (metadata table)": hudi_judge.snapshot(path, options={"hoodie.metadata.enable": "true"}),
-                 "ours": MorTable.load(str(path)).snapshot()}
+        reads = {
+            "Apache Hudi": hudi_judge.snapshot(path),
+            "Apache Hudi (metadata table)": hudi_judge.snapshot(path, options={"hoodie.metadata.enable": "true"}),
+            "ours": MorTable.load(str(path)).snapshot(),
+        }
         misses = {reader: difference(rows, expected, DATA_COLUMNS) for reader, rows in reads.items()}
         assert not any(misses.values()), f"after {step}: {misses}"
 
     by_hudi([row(k, 1000, False, rng) for k in keys])  # Hudi creates the table: its default payload
-    assert f"hoodie.compaction.payload.class={OVERWRITE_WITH_LATEST}" in (path / ".hoodie" / "hoodie.properties").read_text()
+    assert (
+        f"hoodie.compaction.payload.class={OVERWRITE_WITH_LATEST}"
+        in (path / ".hoodie" / "hoodie.properties").read_text()
+    )
     for clock in (1100, 1200):
         by_us([row(k, clock + rng.randint(-150, 50), False, rng) for k in rng.sample(keys, 80)])
     by_hudi([row(k, 1300, False, rng) for k in rng.sample(keys, 60)])
@@ -171,6 +181,12 @@ def test_a_table_with_hudis_default_payload_merges_late_updates_over_the_base_fi
     model.compact()
     assert_reads("Hudi's writes and compaction after ours")
     rs = hudi_rs(path, "snapshot", None)
-    conformance_matrix.record("Hudi's default payload (OverwriteWithLatest), both writers, compactions",
-                              {("Apache Hudi", "snapshot"): "", ("ours", "snapshot"): "",
-                               ("hudi-rs", "snapshot"): difference(rs, model.rows(), DATA_COLUMNS)}, {})
+    conformance_matrix.record(
+        "Hudi's default payload (OverwriteWithLatest), both writers, compactions",
+        {
+            ("Apache Hudi", "snapshot"): "",
+            ("ours", "snapshot"): "",
+            ("hudi-rs", "snapshot"): difference(rs, model.rows(), DATA_COLUMNS),
+        },
+        {},
+    )

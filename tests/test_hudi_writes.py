@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from oracle import Oracle
 from test_hudi_conformance import META, by_key, difference, hudi_rs, project
-from test_table_engine import DATA_COLUMNS, SCHEMA, change_batch, make_table, row, write_options
+from test_table_engine import DATA_COLUMNS, SCHEMA, change_batch, make_table, write_options
 
 from harness.hudi_judge import HudiJudgeError
 from table.errors import InvalidBatchError
@@ -86,8 +86,11 @@ class Story:
         deletes = [project(r, DATA_SCHEMA.names) for r in latest.values() if r["is_deleted"]]
         judge.upsert(self.path, pa.Table.from_pylist(upserts, schema=DATA_SCHEMA), hudi_options(**self.hudi_configs))
         if deletes:
-            judge.write(self.path, pa.Table.from_pylist(deletes, schema=DATA_SCHEMA),
-                        hudi_options(**self.hudi_configs, **{"hoodie.datasource.write.operation": "delete"}))
+            judge.write(
+                self.path,
+                pa.Table.from_pylist(deletes, schema=DATA_SCHEMA),
+                hudi_options(**self.hudi_configs, **{"hoodie.datasource.write.operation": "delete"}),
+            )
 
     def by_us(self, rows: list[dict]) -> str:
         self.oracle.apply_batch(rows)
@@ -100,8 +103,11 @@ class Story:
         expected = {k: project(r, DATA_COLUMNS) for k, r in self.oracle.rows().items()}
         assert len(expected) > 50
         reference = judge.snapshot(self.path)
-        reads = {"Apache Hudi": reference, "ours": MorTable.load(str(self.path)).snapshot(),
-                 "hudi-rs": hudi_rs(self.path, "snapshot", None)}
+        reads = {
+            "Apache Hudi": reference,
+            "ours": MorTable.load(str(self.path)).snapshot(),
+            "hudi-rs": hudi_rs(self.path, "snapshot", None),
+        }
         if self.spark is not None:
             reads["ours (Spark)"] = self.spark.read.format("mor").load(str(self.path)).toArrow()
         misses = {}
@@ -135,10 +141,16 @@ def key_file_ids(judge, path: Path) -> dict[str, str]:
     return {k: r["_hoodie_file_name"].split("_")[0] for k, r in by_key(judge.snapshot(path)).items()}
 
 
-def test_our_writer_continues_a_table_hudi_wrote_and_keeps_each_key_in_hudis_file_group(tmp_path, hudi_judge,
-                                                                                         conformance_matrix, spark):
-    story = Story(tmp_path / "orders", seed=21, state="Hudi's table, continued by us (upsert, compact, clean)",
-                  matrix=conformance_matrix, spark=spark)
+def test_our_writer_continues_a_table_hudi_wrote_and_keeps_each_key_in_hudis_file_group(
+    tmp_path, hudi_judge, conformance_matrix, spark
+):
+    story = Story(
+        tmp_path / "orders",
+        seed=21,
+        state="Hudi's table, continued by us (upsert, compact, clean)",
+        matrix=conformance_matrix,
+        spark=spark,
+    )
     story.by_hudi(hudi_judge, story.batch(300))
     story.by_hudi(hudi_judge, story.batch())
     groups = file_groups(story.path)
@@ -169,10 +181,16 @@ def test_our_writer_continues_a_table_hudi_wrote_and_keeps_each_key_in_hudis_fil
     assert file_groups(story.path) == groups
 
 
-def test_hudis_writer_continues_our_table_in_our_file_groups_and_compacts_and_cleans_it(tmp_path, hudi_judge,
-                                                                                       conformance_matrix, spark):
-    story = Story(tmp_path / "orders", seed=22, state="ours, continued by Hudi (upsert, delete, compact, clean)",
-                  matrix=conformance_matrix, spark=spark)
+def test_hudis_writer_continues_our_table_in_our_file_groups_and_compacts_and_cleans_it(
+    tmp_path, hudi_judge, conformance_matrix, spark
+):
+    story = Story(
+        tmp_path / "orders",
+        seed=22,
+        state="ours, continued by Hudi (upsert, delete, compact, clean)",
+        matrix=conformance_matrix,
+        spark=spark,
+    )
     make_table(story.path)
     for _ in range(2):
         story.by_us(story.batch(300))
@@ -191,7 +209,9 @@ def test_hudis_writer_continues_our_table_in_our_file_groups_and_compacts_and_cl
     instant = compacted.column("timestamp")[0].as_py()
     assert (story.path / ".hoodie" / f"{instant}.commit").exists()
     compacted_groups = file_groups(story.path)
-    new_bases = {(f.parent.name, BaseFileName.parse(f.name).file_id) for f in story.path.glob(f"region=*/*_{instant}.parquet")}
+    new_bases = {
+        (f.parent.name, BaseFileName.parse(f.name).file_id) for f in story.path.glob(f"region=*/*_{instant}.parquet")
+    }
     assert new_bases and all(fid in groups[p] for p, fid in new_bases) and compacted_groups == groups
     story.assert_readers_agree(hudi_judge, "after Hudi's compaction")
 
@@ -200,8 +220,9 @@ def test_hudis_writer_continues_our_table_in_our_file_groups_and_compacts_and_cl
 
     hudi_judge.sql(f"CREATE TABLE orders_{tmp_path.name.replace('-', '_')} USING hudi LOCATION '{story.path}'")
     before = {f.name for f in story.path.glob("region=*/*")}
-    cleaned = hudi_judge.sql(f"CALL run_clean(table => 'orders_{tmp_path.name.replace('-', '_')}', "
-                             f"retain_commits => 1)")
+    cleaned = hudi_judge.sql(
+        f"CALL run_clean(table => 'orders_{tmp_path.name.replace('-', '_')}', retain_commits => 1)"
+    )
     assert cleaned.column("total_files_deleted")[0].as_py() > 0
     assert {f.name for f in story.path.glob("region=*/*")} < before
     story.assert_readers_agree(hudi_judge, "after Hudi's clean")
@@ -210,12 +231,9 @@ def test_hudis_writer_continues_our_table_in_our_file_groups_and_compacts_and_cl
 
 
 RESIZE = {  # Hudi's consistent-hashing resize: split a bucket whose slice passes 1.0 x 2 KiB
-    "hoodie.clustering.plan.strategy.class":
-        "org.apache.hudi.client.clustering.plan.strategy.SparkConsistentBucketClusteringPlanStrategy",
-    "hoodie.clustering.execution.strategy.class":
-        "org.apache.hudi.client.clustering.run.strategy.SparkConsistentBucketClusteringExecutionStrategy",
-    "hoodie.clustering.updates.strategy":
-        "org.apache.hudi.client.clustering.update.strategy.SparkConsistentBucketDuplicateUpdateStrategy",
+    "hoodie.clustering.plan.strategy.class": "org.apache.hudi.client.clustering.plan.strategy.SparkConsistentBucketClusteringPlanStrategy",
+    "hoodie.clustering.execution.strategy.class": "org.apache.hudi.client.clustering.run.strategy.SparkConsistentBucketClusteringExecutionStrategy",
+    "hoodie.clustering.updates.strategy": "org.apache.hudi.client.clustering.update.strategy.SparkConsistentBucketDuplicateUpdateStrategy",
     "hoodie.bucket.index.max.num.buckets": "8",
     "hoodie.bucket.index.min.num.buckets": "1",
     "hoodie.parquet.max.file.size": "2048",
@@ -228,10 +246,16 @@ def call_clustering(judge, path: Path, op: str):
     return judge.sql(f"CALL run_clustering(op => '{op}', path => '{path}', options => '{options}')")
 
 
-def test_a_resize_hudi_plans_is_dual_written_by_us_and_read_once_by_every_snapshot(tmp_path, hudi_judge,
-                                                                                   conformance_matrix, spark):
-    story = Story(tmp_path / "orders", seed=23, state="Hudi's resize, dual-written by Hudi and us; Hudi compacts",
-                  matrix=conformance_matrix, spark=spark)
+def test_a_resize_hudi_plans_is_dual_written_by_us_and_read_once_by_every_snapshot(
+    tmp_path, hudi_judge, conformance_matrix, spark
+):
+    story = Story(
+        tmp_path / "orders",
+        seed=23,
+        state="Hudi's resize, dual-written by Hudi and us; Hudi compacts",
+        matrix=conformance_matrix,
+        spark=spark,
+    )
     story.hudi_configs = RESIZE
     story.by_hudi(hudi_judge, story.batch(600))
     story.by_hudi(hudi_judge, story.batch(300))
@@ -240,7 +264,7 @@ def test_a_resize_hudi_plans_is_dual_written_by_us_and_read_once_by_every_snapsh
     first_write_during_resize = story.batches
 
     story.by_hudi(hudi_judge, story.batch())  # Hudi's dual writes
-    story.by_us(story.batch())                # ours, to the children Hudi's plan names
+    story.by_us(story.batch())  # ours, to the children Hudi's plan names
     children = {p: ids - before[p] for p, ids in file_groups(story.path).items()}
     assert any(children.values())
     for p, ids in children.items():  # the children have only dual-write logs, at the plan's instant
@@ -252,9 +276,14 @@ def test_a_resize_hudi_plans_is_dual_written_by_us_and_read_once_by_every_snapsh
     during = hudi_judge.incremental(story.path, commits[first_write_during_resize - 1], commits[-1])
     keys = during.column("order_id").to_pylist()
     assert len(keys) > len(set(keys)) > 0
-    assert difference(MorTable.load(str(story.path)).incremental(commits[first_write_during_resize - 1]),
-                      {k: project(r, DATA_COLUMNS) for k, r in story.oracle.rows().items() if k in set(keys)},
-                      DATA_COLUMNS) == ""
+    assert (
+        difference(
+            MorTable.load(str(story.path)).incremental(commits[first_write_during_resize - 1]),
+            {k: project(r, DATA_COLUMNS) for k, r in story.oracle.rows().items() if k in set(keys)},
+            DATA_COLUMNS,
+        )
+        == ""
+    )
 
     call_clustering(hudi_judge, story.path, "execute")
     assert (story.path / ".hoodie" / f"{planned}.replacecommit").exists()
@@ -269,8 +298,7 @@ def test_a_resize_hudi_plans_is_dual_written_by_us_and_read_once_by_every_snapsh
     story.assert_readers_agree(hudi_judge, "after Hudi's compaction of its resized table")
 
 
-def test_hudis_delete_marker_column_becomes_a_column_of_our_table_and_our_writer_then_needs_it(tmp_path,
-                                                                                            hudi_judge):
+def test_hudis_delete_marker_column_becomes_a_column_of_our_table_and_our_writer_then_needs_it(tmp_path, hudi_judge):
     """Hudi keeps its delete marker `_hoodie_is_deleted` as a table column; our writer takes the
     marker from the batch and keeps it out of the table (docs/conformance.md, "The delete marker
     column"). Every reader still reads Hudi's deletes; our writer then refuses batches without
@@ -280,15 +308,19 @@ def test_hudis_delete_marker_column_becomes_a_column_of_our_table_and_our_writer
     story.by_us(story.batch(300))
     live = sorted(story.oracle.rows())
     marked = pa.schema([*DATA_SCHEMA, ("_hoodie_is_deleted", pa.bool_())])
-    rows = [{**project(story.oracle.rows()[k], DATA_SCHEMA.names), "updated_at": 5000, "_hoodie_is_deleted": i < 10}
-            for i, k in enumerate(live[:20])]
+    rows = [
+        {**project(story.oracle.rows()[k], DATA_SCHEMA.names), "updated_at": 5000, "_hoodie_is_deleted": i < 10}
+        for i, k in enumerate(live[:20])
+    ]
     hudi_judge.upsert(story.path, pa.Table.from_pylist(rows, schema=marked), hudi_options())
     story.oracle.apply_batch([{**project(r, DATA_SCHEMA.names), "is_deleted": r["_hoodie_is_deleted"]} for r in rows])
 
     expected = {k: project(r, DATA_COLUMNS) for k, r in story.oracle.rows().items()}
-    for reader, read in (("Apache Hudi", hudi_judge.snapshot(story.path)),
-                         ("ours", MorTable.load(str(story.path)).snapshot()),
-                         ("hudi-rs", hudi_rs(story.path, "snapshot", None))):
+    for reader, read in (
+        ("Apache Hudi", hudi_judge.snapshot(story.path)),
+        ("ours", MorTable.load(str(story.path)).snapshot()),
+        ("hudi-rs", hudi_rs(story.path, "snapshot", None)),
+    ):
         assert "_hoodie_is_deleted" in read.column_names, reader
         assert difference(read, expected, DATA_COLUMNS) == "", reader
     with pytest.raises(InvalidBatchError, match=r"\['_hoodie_is_deleted'\] are missing"):

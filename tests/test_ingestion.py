@@ -45,8 +45,9 @@ def test_fifty_thousand_change_events_end_equal_to_the_oracle(spark, kafka_boots
     topic = kafka_topic(partitions=3, prefix="orders")
     events = change_events(50_000, seed=7)
     produce_orders(kafka_bootstrap, topic, events)
-    config = config_from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic,
-                                                 source={"max_offsets_per_trigger": 12_000}))
+    config = config_from_mapping(
+        order_config(tmp_path, "orders", kafka_bootstrap, topic, source={"max_offsets_per_trigger": 12_000})
+    )
 
     result = run_once(spark, [config])
 
@@ -60,13 +61,20 @@ def test_fifty_thousand_change_events_end_equal_to_the_oracle(spark, kafka_boots
 
 
 def test_a_backlog_into_an_empty_table_is_loaded_as_base_files_by_the_first_batch_then_streamed(
-        spark, kafka_bootstrap, kafka_topic, tmp_path):
+    spark, kafka_bootstrap, kafka_topic, tmp_path
+):
     topic = kafka_topic(partitions=2, prefix="orders")
     events = change_events(6_000, seed=13)
     offsets = produce_orders(kafka_bootstrap, topic, events[:5_000])
-    config = config_from_mapping(order_config(
-        tmp_path, "orders", kafka_bootstrap, topic,
-        source={"max_offsets_per_trigger": 700, "initial_load_max_records": 4_000}))
+    config = config_from_mapping(
+        order_config(
+            tmp_path,
+            "orders",
+            kafka_bootstrap,
+            topic,
+            source={"max_offsets_per_trigger": 700, "initial_load_max_records": 4_000},
+        )
+    )
 
     (outcome,) = run_once(spark, [config]).tables
 
@@ -91,7 +99,9 @@ def test_a_backlog_into_an_empty_table_is_loaded_as_base_files_by_the_first_batc
     assert committed_offsets(config.table.path, topic) == end_offsets(kafka_bootstrap, topic)
 
 
-def test_restart_without_the_spark_checkpoint_resumes_from_the_tables_offsets(spark, kafka_bootstrap, kafka_topic, tmp_path):
+def test_restart_without_the_spark_checkpoint_resumes_from_the_tables_offsets(
+    spark, kafka_bootstrap, kafka_topic, tmp_path
+):
     topic = kafka_topic(partitions=2, prefix="orders")
     events = change_events(8_000, seed=11)
     first, second = events[:5_000], events[5_000:]
@@ -166,10 +176,13 @@ def _stream_with_bad_records(kafka_bootstrap, kafka_topic):
     return topic, events, bad_offsets
 
 
-def test_malformed_records_go_to_quarantine_with_their_reason_and_good_ones_to_the_table(spark, kafka_bootstrap, kafka_topic, tmp_path):
+def test_malformed_records_go_to_quarantine_with_their_reason_and_good_ones_to_the_table(
+    spark, kafka_bootstrap, kafka_topic, tmp_path
+):
     topic, events, bad_offsets = _stream_with_bad_records(kafka_bootstrap, kafka_topic)
-    config = config_from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic,
-                                                 decode={"on_error": "quarantine"}))
+    config = config_from_mapping(
+        order_config(tmp_path, "orders", kafka_bootstrap, topic, decode={"on_error": "quarantine"})
+    )
 
     (outcome,) = run_once(spark, [config]).tables
 
@@ -184,17 +197,28 @@ def test_malformed_records_go_to_quarantine_with_their_reason_and_good_ones_to_t
     assert committed_offsets(config.table.path, topic) == end_offsets(kafka_bootstrap, topic)
 
 
-ORDER_AVRO_SCHEMA = json.dumps({
-    "type": "record", "name": "Order", "namespace": "shop",
-    "fields": [{"name": "order_id", "type": "string"}, {"name": "customer", "type": ["null", "string"]},
-               {"name": "region", "type": "string"}, {"name": "amount", "type": "double"},
-               {"name": "status", "type": "string"}, {"name": "note", "type": ["null", "string"]},
-               {"name": "updated_at", "type": "long"}, {"name": "deleted", "type": "boolean"}],
-})
+ORDER_AVRO_SCHEMA = json.dumps(
+    {
+        "type": "record",
+        "name": "Order",
+        "namespace": "shop",
+        "fields": [
+            {"name": "order_id", "type": "string"},
+            {"name": "customer", "type": ["null", "string"]},
+            {"name": "region", "type": "string"},
+            {"name": "amount", "type": "double"},
+            {"name": "status", "type": "string"},
+            {"name": "note", "type": ["null", "string"]},
+            {"name": "updated_at", "type": "long"},
+            {"name": "deleted", "type": "boolean"},
+        ],
+    }
+)
 
 
-def test_confluent_avro_records_with_an_unknown_schema_id_go_to_quarantine(spark, kafka_bootstrap, kafka_topic,
-                                                                          schema_registry_url, tmp_path):
+def test_confluent_avro_records_with_an_unknown_schema_id_go_to_quarantine(
+    spark, kafka_bootstrap, kafka_topic, schema_registry_url, tmp_path
+):
     import io
 
     import fastavro
@@ -214,10 +238,19 @@ def test_confluent_avro_records_with_an_unknown_schema_id_go_to_quarantine(spark
     records = [(e["order_id"].encode(), frame(e, schema_id), None) for e in events]
     records.insert(700, (b"bad", frame(events[0], 987_654), None))
     kafka_broker.produce(kafka_bootstrap, topic, records)
-    config = config_from_mapping(order_config(
-        tmp_path, "orders", kafka_bootstrap, topic,
-        decode={"value": {"format": "confluent-avro"}, "schema_registry": {"url": schema_registry_url},
-                "on_error": "quarantine"}))
+    config = config_from_mapping(
+        order_config(
+            tmp_path,
+            "orders",
+            kafka_bootstrap,
+            topic,
+            decode={
+                "value": {"format": "confluent-avro"},
+                "schema_registry": {"url": schema_registry_url},
+                "on_error": "quarantine",
+            },
+        )
+    )
 
     (outcome,) = run_once(spark, [config]).tables
 
@@ -229,8 +262,7 @@ def test_confluent_avro_records_with_an_unknown_schema_id_go_to_quarantine(spark
 
 def test_malformed_records_are_dropped_and_counted_under_skip(spark, kafka_bootstrap, kafka_topic, tmp_path):
     topic, events, _ = _stream_with_bad_records(kafka_bootstrap, kafka_topic)
-    config = config_from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic,
-                                                 decode={"on_error": "skip"}))
+    config = config_from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic, decode={"on_error": "skip"}))
 
     (outcome,) = run_once(spark, [config]).tables
 
@@ -241,18 +273,30 @@ def test_malformed_records_are_dropped_and_counted_under_skip(spark, kafka_boots
     assert json.loads(stats)["badPolicy"] == "skip"
 
 
-def test_a_malformed_record_stops_the_job_under_fail_and_names_where_it_is(spark, kafka_bootstrap, kafka_topic, tmp_path):
+def test_a_malformed_record_stops_the_job_under_fail_and_names_where_it_is(
+    spark, kafka_bootstrap, kafka_topic, tmp_path
+):
     topic, _, bad_offsets = _stream_with_bad_records(kafka_bootstrap, kafka_topic)
-    config = config_from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic,
-                                                 source={"max_offsets_per_trigger": 100_000},
-                                                 decode={"on_error": "fail"}))
+    config = config_from_mapping(
+        order_config(
+            tmp_path,
+            "orders",
+            kafka_bootstrap,
+            topic,
+            source={"max_offsets_per_trigger": 100_000},
+            decode={"on_error": "fail"},
+        )
+    )
 
     (outcome,) = run_once(spark, [config]).tables
 
     assert outcome.error is not None and "invalid JSON" in outcome.error
     assert all(f"{topic}[0]@{offset}: " in outcome.error for offset in bad_offsets)  # every one named
     assert (outcome.failed_batch, outcome.failed_records, outcome.failed_bad) == (
-        "batch 0", 3_000 + len(MALFORMED), len(MALFORMED))
+        "batch 0",
+        3_000 + len(MALFORMED),
+        len(MALFORMED),
+    )
     assert outcome.batches == 0 and outcome.last_instant is None
     table = MorTable.load(config.table.path)
     assert table.timeline().completed_writes() == []  # the batch wrote nothing
@@ -261,13 +305,15 @@ def test_a_malformed_record_stops_the_job_under_fail_and_names_where_it_is(spark
 def test_spark_kafka_format_without_its_connector_fails_at_start_with_what_to_add(spark, kafka_bootstrap, tmp_path):
     from streamer.errors import StartupError
 
-    config = config_from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, "orders",
-                                                 source={"format": "kafka"}))
+    config = config_from_mapping(
+        order_config(tmp_path, "orders", kafka_bootstrap, "orders", source={"format": "kafka"})
+    )
     with pytest.raises(StartupError, match="spark-sql-kafka-0-10"):
         run_once(spark, [config])
 
 
 # ---- entry points, crashes and signals ---------------------------------------------------------
+
 
 def test_a_typo_in_a_config_key_fails_at_start_naming_the_key(tmp_path, kafka_bootstrap):
     config = order_config(tmp_path, "orders", kafka_bootstrap, "orders")
@@ -294,8 +340,10 @@ def test_sigterm_stops_a_continuous_job_cleanly_and_the_next_run_finishes(kafka_
     topic = kafka_topic(partitions=2, prefix="orders")
     events = change_events(6_000, seed=61)
     produce_orders(kafka_bootstrap, topic, events)
-    path = write_config(tmp_path / "configs", order_config(tmp_path, "orders", kafka_bootstrap, topic,
-                                                           source={"max_offsets_per_trigger": 1_000}))
+    path = write_config(
+        tmp_path / "configs",
+        order_config(tmp_path, "orders", kafka_bootstrap, topic, source={"max_offsets_per_trigger": 1_000}),
+    )
     table_path = str(tmp_path / "tables" / "orders")
 
     proc = streamer_process(["run", str(path)])
@@ -334,26 +382,48 @@ def test_spark_submit_runs_the_application_file_with_the_same_arguments(kafka_bo
     produce_orders(kafka_bootstrap, topic, events)
     write_config(tmp_path / "configs", order_config(tmp_path, "orders", kafka_bootstrap, topic))
     spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable,
-           "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
     done = subprocess.run(
-        [str(spark_submit), "--master", "local[2]", "--conf", f"spark.driver.extraJavaOptions={SUBPROCESS_JAVA_OPTIONS}",
-         "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.host=127.0.0.1",
-         streamer.spark_app.__file__, str(tmp_path / "configs"), "--once"],
-        env=env, capture_output=True, text=True, timeout=300)
+        [
+            str(spark_submit),
+            "--master",
+            "local[2]",
+            "--conf",
+            f"spark.driver.extraJavaOptions={SUBPROCESS_JAVA_OPTIONS}",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.driver.host=127.0.0.1",
+            streamer.spark_app.__file__,
+            str(tmp_path / "configs"),
+            "--once",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert_table_matches(str(tmp_path / "tables" / "orders"), events)
 
 
-def test_a_table_configured_to_stop_the_application_stops_every_query_when_it_fails(spark, kafka_bootstrap, kafka_topic, tmp_path):
+def test_a_table_configured_to_stop_the_application_stops_every_query_when_it_fails(
+    spark, kafka_bootstrap, kafka_topic, tmp_path
+):
     good_topic, bad_topic = kafka_topic(prefix="good"), kafka_topic(prefix="bad")
     produce_orders(kafka_bootstrap, good_topic, change_events(500, seed=32))
     kafka_broker.produce(kafka_bootstrap, bad_topic, [(b"k", b"not json at all", None)])
     configs = [
         config_from_mapping(order_config(tmp_path, "good", kafka_bootstrap, good_topic)),
-        config_from_mapping(order_config(tmp_path, "bad", kafka_bootstrap, bad_topic,
-                                            stream={"on_failure": "stop_application"})),
+        config_from_mapping(
+            order_config(tmp_path, "bad", kafka_bootstrap, bad_topic, stream={"on_failure": "stop_application"})
+        ),
     ]
 
     result = app.run(configs, spark, once=False)  # continuous: only the failure ends it
@@ -367,8 +437,13 @@ def test_secrets_from_the_environment_reach_neither_logs_nor_table_files(kafka_b
     secret = "hunter2-do-not-print"
     topic = kafka_topic(prefix="orders")
     produce_orders(kafka_bootstrap, topic, change_events(500, seed=81))
-    config = order_config(tmp_path, "orders", kafka_bootstrap, topic,
-                          source={"options": {"kafka.sasl.password": "${ORDERS_KAFKA_PASSWORD}"}})
+    config = order_config(
+        tmp_path,
+        "orders",
+        kafka_bootstrap,
+        topic,
+        source={"options": {"kafka.sasl.password": "${ORDERS_KAFKA_PASSWORD}"}},
+    )
     path = write_config(tmp_path / "configs", config)
 
     code, out = run_streamer(["run", str(path), "--once"], env={"ORDERS_KAFKA_PASSWORD": secret})
@@ -402,14 +477,22 @@ def test_status_shows_each_tables_lag_and_last_error(spark, kafka_bootstrap, kaf
     assert code == 3 and f"{good_topic} 300 behind" in out
 
 
-def test_offsets_reach_the_consumer_group_and_each_batch_line_shows_the_lag(spark, kafka_bootstrap, kafka_topic,
-                                                                           tmp_path, caplog):
+def test_offsets_reach_the_consumer_group_and_each_batch_line_shows_the_lag(
+    spark, kafka_bootstrap, kafka_topic, tmp_path, caplog
+):
     from confluent_kafka import Consumer, TopicPartition
 
     topic = kafka_topic(partitions=2, prefix="orders")
     produce_orders(kafka_bootstrap, topic, change_events(3_000, seed=93))
-    config = config_from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic, source={
-        "max_offsets_per_trigger": 1_000, "commit_offsets_to_group": "orders-lag-monitor"}))
+    config = config_from_mapping(
+        order_config(
+            tmp_path,
+            "orders",
+            kafka_bootstrap,
+            topic,
+            source={"max_offsets_per_trigger": 1_000, "commit_offsets_to_group": "orders-lag-monitor"},
+        )
+    )
 
     with caplog.at_level("INFO", logger="streamer.sink"):
         (outcome,) = run_once(spark, [config]).tables
@@ -431,8 +514,13 @@ def kafka_clients_made(bootstrap: str) -> int:
     """How many Kafka clients this process has made, this count's own included: librdkafka names
     each client with the next number of one counter for the process ("rdkafka#producer-7")."""
     names: list[str] = []
-    probe = Producer({"bootstrap.servers": bootstrap, "statistics.interval.ms": 10,
-                      "stats_cb": lambda stats: names.append(json.loads(stats)["name"])})
+    probe = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "statistics.interval.ms": 10,
+            "stats_cb": lambda stats: names.append(json.loads(stats)["name"]),
+        }
+    )
     deadline = time.monotonic() + 10
     while not names and time.monotonic() < deadline:
         probe.poll(0.05)
@@ -445,8 +533,15 @@ def test_a_job_makes_its_kafka_clients_once_not_for_each_batch(spark, kafka_boot
     clients for the whole run."""
     topic = kafka_topic(partitions=2, prefix="orders")
     produce_orders(kafka_bootstrap, topic, change_events(3_000, seed=97))
-    config = config_from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic, source={
-        "max_offsets_per_trigger": 500, "commit_offsets_to_group": "orders-lag-monitor"}))
+    config = config_from_mapping(
+        order_config(
+            tmp_path,
+            "orders",
+            kafka_bootstrap,
+            topic,
+            source={"max_offsets_per_trigger": 500, "commit_offsets_to_group": "orders-lag-monitor"},
+        )
+    )
 
     before = kafka_clients_made(kafka_bootstrap)
     (outcome,) = run_once(spark, [config]).tables
@@ -481,9 +576,16 @@ def test_a_streaming_query_listener_sees_each_batchs_record_counts(spark, kafka_
     events = change_events(2_000, seed=95)
     records = [(e["order_id"].encode(), json.dumps(e).encode(), None) for e in events] + [(b"bad", b"{oops", None)]
     kafka_broker.produce(kafka_bootstrap, topic, records)
-    config = config_from_mapping(order_config(tmp_path, "orders", kafka_bootstrap, topic,
-                                                 source={"max_offsets_per_trigger": 700},
-                                                 decode={"on_error": "skip"}))
+    config = config_from_mapping(
+        order_config(
+            tmp_path,
+            "orders",
+            kafka_bootstrap,
+            topic,
+            source={"max_offsets_per_trigger": 700},
+            decode={"on_error": "skip"},
+        )
+    )
     listener = Counts()
     spark.streams.addListener(listener)
     try:

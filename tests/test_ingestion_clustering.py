@@ -84,16 +84,26 @@ class SkewedOrders:
             roll = self.rng.random()
             if not self.live or roll < 0.45:
                 key = self._new_key()
-                event = {"order_id": key, "customer": f"cust-{self.rng.randint(1, 500):04d}",
-                         "region": self.rng.choice(REGIONS),
-                         "amount": round(self.rng.uniform(5, 900), 2), "status": "created",
-                         "note": f"note {self.rng.randint(0, 10**9)}", "updated_at": self.clock, "deleted": False}
+                event = {
+                    "order_id": key,
+                    "customer": f"cust-{self.rng.randint(1, 500):04d}",
+                    "region": self.rng.choice(REGIONS),
+                    "amount": round(self.rng.uniform(5, 900), 2),
+                    "status": "created",
+                    "note": f"note {self.rng.randint(0, 10**9)}",
+                    "updated_at": self.clock,
+                    "deleted": False,
+                }
                 self.live.append(event)
             else:
                 i = self.rng.randrange(len(self.live))
                 if roll < 0.95:
-                    event = dict(self.live[i], status=self.rng.choice(STATUSES),
-                                 amount=round(self.rng.uniform(5, 900), 2), updated_at=self.clock)
+                    event = dict(
+                        self.live[i],
+                        status=self.rng.choice(STATUSES),
+                        amount=round(self.rng.uniform(5, 900), 2),
+                        updated_at=self.clock,
+                    )
                     self.live[i] = event
                 else:
                     event = dict(self.live.pop(i), updated_at=self.clock, deleted=True)
@@ -115,12 +125,25 @@ def clustering_config(tmp_path: Path, bootstrap: str, topic: str, services: dict
     """An orders table whose hot buckets split: async clustering every 2 deltacommits, inline
     compaction every 3; `services` adds or replaces service sections."""
     return order_config(
-        tmp_path, "orders", bootstrap, topic,
-        index={"initial_buckets": INITIAL_BUCKETS, "split_threshold_mb": SPLIT_THRESHOLD_MB, "merge_threshold_mb": 0.002,
-               "min_buckets": 1, "max_buckets": MAX_BUCKETS, "split_point": "distribution"},
-        services={"clustering": {"mode": "async", "every_delta_commits": 2},
-                  "compaction": {"mode": "inline", "every_delta_commits": 3}, **(services or {})},
-        **overrides)
+        tmp_path,
+        "orders",
+        bootstrap,
+        topic,
+        index={
+            "initial_buckets": INITIAL_BUCKETS,
+            "split_threshold_mb": SPLIT_THRESHOLD_MB,
+            "merge_threshold_mb": 0.002,
+            "min_buckets": 1,
+            "max_buckets": MAX_BUCKETS,
+            "split_point": "distribution",
+        },
+        services={
+            "clustering": {"mode": "async", "every_delta_commits": 2},
+            "compaction": {"mode": "inline", "every_delta_commits": 3},
+            **(services or {}),
+        },
+        **overrides,
+    )
 
 
 def bucket_counts(path: str) -> dict[str, int]:
@@ -233,7 +256,9 @@ class Job:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 self._reader.join(10)
-                raise AssertionError(f"the job exited ({self.proc.returncode}) while waiting for {what}:\n{self.output}")
+                raise AssertionError(
+                    f"the job exited ({self.proc.returncode}) while waiting for {what}:\n{self.output}"
+                )
             value = condition()
             if value:
                 return value
@@ -255,10 +280,18 @@ def test_async_resize_with_dual_writes_equals_the_oracle_through_both_readers(ka
     orders = SkewedOrders(seed=3)
     events = orders.events(3_000)
     produce_orders(kafka_bootstrap, topic, events)
-    config = write_config(tmp_path / "configs", clustering_config(
-        # no archival: every replacecommit and its plan stay on the active timeline to be checked
-        tmp_path, kafka_bootstrap, topic, services={"archive": {"mode": "off"}},
-        source={"max_offsets_per_trigger": 600}, stream={"trigger_interval": "1 second"}))
+    config = write_config(
+        tmp_path / "configs",
+        clustering_config(
+            # no archival: every replacecommit and its plan stay on the active timeline to be checked
+            tmp_path,
+            kafka_bootstrap,
+            topic,
+            services={"archive": {"mode": "off"}},
+            source={"max_offsets_per_trigger": 600},
+            stream={"trigger_interval": "1 second"},
+        ),
+    )
     path = str(tmp_path / "tables" / "orders")
 
     # The executor holds each resize pending for a while after writing the children's base
@@ -277,8 +310,11 @@ def test_async_resize_with_dual_writes_equals_the_oracle_through_both_readers(ka
 
         def drained() -> bool:
             timeline = _timeline(path)
-            return (committed_offsets(path, topic) == ends and not timeline.pending("replacecommit")
-                    and not timeline.pending("deltacommit"))
+            return (
+                committed_offsets(path, topic) == ends
+                and not timeline.pending("replacecommit")
+                and not timeline.pending("deltacommit")
+            )
 
         job.wait_for(drained, 180, "the topic drained and no resize pending")
         code = job.stop()
@@ -304,24 +340,32 @@ def test_async_resize_with_dual_writes_equals_the_oracle_through_both_readers(ka
 BATCH, BATCHES = 600, 7
 
 
-@pytest.mark.parametrize("kill_at, pause", [
-    # the executor wrote the children's base files, batches dual-wrote meanwhile: killed before completing
-    ("clustering.files_written", "clustering.files_written=8"),
-    # the sixth micro-batch wrote its files, dual writes included, and dies before its deltacommit
-    # completes; the resize, planned after the second or fourth, is held pending till then
-    ("deltacommit.files_written:6", "clustering.files_written=60"),
-], ids=["executor-killed", "dual-writing-batch-killed"])
+@pytest.mark.parametrize(
+    "kill_at, pause",
+    [
+        # the executor wrote the children's base files, batches dual-wrote meanwhile: killed before completing
+        ("clustering.files_written", "clustering.files_written=8"),
+        # the sixth micro-batch wrote its files, dual writes included, and dies before its deltacommit
+        # completes; the resize, planned after the second or fourth, is held pending till then
+        ("deltacommit.files_written:6", "clustering.files_written=60"),
+    ],
+    ids=["executor-killed", "dual-writing-batch-killed"],
+)
 def test_process_killed_during_a_pending_resize_with_dual_writes_restarts_to_a_correct_table(
-        kafka_bootstrap, kafka_topic, tmp_path, kill_at, pause):
+    kafka_bootstrap, kafka_topic, tmp_path, kill_at, pause
+):
     topic = kafka_topic(partitions=2, prefix="orders")
     events = SkewedOrders(seed=7).events(BATCHES * BATCH)
     offsets = produce_orders(kafka_bootstrap, topic, events)
-    config = write_config(tmp_path / "configs", clustering_config(
-        tmp_path, kafka_bootstrap, topic, source={"max_offsets_per_trigger": BATCH}))
+    config = write_config(
+        tmp_path / "configs",
+        clustering_config(tmp_path, kafka_bootstrap, topic, source={"max_offsets_per_trigger": BATCH}),
+    )
     path = str(tmp_path / "tables" / "orders")
 
-    code, out = run_streamer(["run", str(config), "--once"],
-                             env={"MOR_STREAMER_FAILPOINT": kill_at, "MOR_STREAMER_PAUSE": pause})
+    code, out = run_streamer(
+        ["run", str(config), "--once"], env={"MOR_STREAMER_FAILPOINT": kill_at, "MOR_STREAMER_PAUSE": pause}
+    )
     assert code == -signal.SIGKILL, out
 
     # Killed with a resize pending after batches dual-wrote to its children.
@@ -331,14 +375,20 @@ def test_process_killed_during_a_pending_resize_with_dual_writes_restarts_to_a_c
     assert plan is not None and plan.child_file_groups()
     olds = {f for _, f in plan.file_groups()}
     children = {f for _, f in plan.child_file_groups()}
-    dual = [d for d in timeline.completed("deltacommit") if d.timestamp > pending.timestamp
-            and all(side & {s.file_id for s in write_stats_of(timeline, d)} for side in (olds, children))]
+    dual = [
+        d
+        for d in timeline.completed("deltacommit")
+        if d.timestamp > pending.timestamp
+        and all(side & {s.file_id for s in write_stats_of(timeline, d)} for side in (olds, children))
+    ]
     assert dual, "no batch committed while the resize was pending"
     assert child_logs_based_at(path, plan)
     if kill_at.startswith("deltacommit"):  # the killed batch had written to the children too
         (inflight,) = timeline.pending("deltacommit")
-        written = {LogFileName.parse(f.rsplit("/", 1)[-1]) for f in marked_files(MorTable.load(path).storage,
-                                                                                 inflight.timestamp)}
+        written = {
+            LogFileName.parse(f.rsplit("/", 1)[-1])
+            for f in marked_files(MorTable.load(path).storage, inflight.timestamp)
+        }
         assert children & {n.file_id for n in written if n is not None}
     assert_file_groups_are_the_buckets(path)  # still the old buckets
     # What readers see meanwhile is exactly the committed batches, through the old buckets only.
@@ -353,8 +403,9 @@ def test_process_killed_during_a_pending_resize_with_dual_writes_restarts_to_a_c
 
     timeline = MorTable.load(path).timeline()
     assert timeline.pending("replacecommit") == [] and timeline.pending("deltacommit") == [], timeline.pending()
-    assert pending.timestamp in [i.timestamp for i in timeline.completed("replacecommit")], \
+    assert pending.timestamp in [i.timestamp for i in timeline.completed("replacecommit")], (
         "the restart did not finish the crashed resize"
+    )
     assert_table_matches(path, events)
     assert committed_offsets(path, topic) == end_offsets(kafka_bootstrap, topic)
     assert sum(bucket_counts(path).values()) > INITIAL_BUCKETS * len(REGIONS)

@@ -35,9 +35,7 @@ def monotonic_events(count: int, seed: int) -> list[dict]:
     """The demo's change stream without late events: after a compaction Hudi no longer knows a
     deleted key, so an older update arriving later would bring it back (as in Hudi itself)."""
     events = change_events(count, seed)
-    clock = 0
-    for e in events:
-        clock += 1
+    for clock, e in enumerate(events, start=1):
         e["updated_at"] = clock
     return events
 
@@ -48,23 +46,33 @@ def committed_events(table_path: str, events: list[dict], offsets_of: dict) -> t
     timeline = table.timeline()
     checkpoint = table_checkpoint(table, timeline)
     instant = timeline.completed("deltacommit")[-1].timestamp
-    (topic, parts), = checkpoint.offsets.items()
+    ((_topic, parts),) = checkpoint.offsets.items()
     ends = {int(p): o for p, o in parts.items()}
     return instant, [e for e, (p, o) in zip(events, offsets_of) if o < ends.get(p, 0)]
 
 
 def test_async_compaction_overlaps_micro_batches_and_every_state_reads_as_the_oracle(
-        spark, kafka_bootstrap, kafka_topic, tmp_path, monkeypatch):
+    spark, kafka_bootstrap, kafka_topic, tmp_path, monkeypatch
+):
     monkeypatch.setenv("MOR_STREAMER_PAUSE", "compaction.files_written=3")
     topic = kafka_topic(partitions=2, prefix="orders")
     events = monotonic_events(9_000, seed=5)
     offsets = produce_orders(kafka_bootstrap, topic, events)
-    config = config_from_mapping(order_config(
-        tmp_path, "orders", kafka_bootstrap, topic,
-        source={"max_offsets_per_trigger": 600},
-        stream={"trigger_interval": "200 milliseconds"},
-        services={"compaction": {"mode": "async", "every_delta_commits": 3},
-                  "clean": {"mode": "inline", "retained": 2}, "archive": {"mode": "off"}}))
+    config = config_from_mapping(
+        order_config(
+            tmp_path,
+            "orders",
+            kafka_bootstrap,
+            topic,
+            source={"max_offsets_per_trigger": 600},
+            stream={"trigger_interval": "200 milliseconds"},
+            services={
+                "compaction": {"mode": "async", "every_delta_commits": 3},
+                "clean": {"mode": "inline", "retained": 2},
+                "archive": {"mode": "off"},
+            },
+        )
+    )
     path = config.table.path
     result: list = []
     runner = threading.Thread(target=lambda: result.append(app.run([config], spark)), daemon=True)
@@ -135,7 +143,10 @@ def _a_deltacommit_completed_while_a_compaction_ran(path: str, timeline: Timelin
     for plan in timeline.completed("commit"):
         done = os.path.getmtime(os.path.join(hoodie, f"{plan.timestamp}.commit"))
         for d in timeline.completed("deltacommit"):
-            if d.timestamp > plan.timestamp and os.path.getmtime(os.path.join(hoodie, f"{d.timestamp}.deltacommit")) < done:
+            if (
+                d.timestamp > plan.timestamp
+                and os.path.getmtime(os.path.join(hoodie, f"{d.timestamp}.deltacommit")) < done
+            ):
                 return True
     return False
 
@@ -144,9 +155,17 @@ def test_offline_commands_compact_clean_and_archive_a_table(kafka_bootstrap, kaf
     topic = kafka_topic(partitions=2, prefix="orders")
     events = monotonic_events(4_000, seed=13)
     produce_orders(kafka_bootstrap, topic, events)
-    path = write_config(tmp_path / "configs", order_config(
-        tmp_path, "orders", kafka_bootstrap, topic, source={"max_offsets_per_trigger": 300},
-        services={"compaction": {"mode": "off"}, "clean": {"mode": "off"}, "archive": {"mode": "off"}}))
+    path = write_config(
+        tmp_path / "configs",
+        order_config(
+            tmp_path,
+            "orders",
+            kafka_bootstrap,
+            topic,
+            source={"max_offsets_per_trigger": 300},
+            services={"compaction": {"mode": "off"}, "clean": {"mode": "off"}, "archive": {"mode": "off"}},
+        ),
+    )
     table_path = str(tmp_path / "tables" / "orders")
     code, out = run_streamer(["run", str(path), "--once"])
     assert code == 0, out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from streamer.kafka.connector import connector_version, with_connector
@@ -28,8 +30,11 @@ def test_only_kafka_format_tables_get_the_connector_and_never_over_one_already_n
 def test_spark_fetches_the_connector_from_maven_central_not_from_poms_left_in_the_local_maven_repository(tmp_path):
     conf, added = with_connector({"spark.jars.ivy": str(tmp_path / "ivy")}, ["kafka"], under_spark_submit=False)
     assert added is not None and added in conf["spark.jars.packages"]
-    settings = open(conf["spark.jars.ivySettings"]).read()
+    settings = Path(conf["spark.jars.ivySettings"]).read_text()
     assert "https://repo1.maven.org/maven2/" in settings and ".m2" not in settings
     assert conf["spark.jars.ivySettings"].startswith(str(tmp_path / "ivy"))
     own = {"spark.jars.ivySettings": "/etc/spark/ivysettings.xml"}
-    assert with_connector(own, ["kafka"], under_spark_submit=False)[0]["spark.jars.ivySettings"] == own["spark.jars.ivySettings"]
+    assert (
+        with_connector(own, ["kafka"], under_spark_submit=False)[0]["spark.jars.ivySettings"]
+        == own["spark.jars.ivySettings"]
+    )

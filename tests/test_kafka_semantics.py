@@ -70,8 +70,14 @@ def produce_transactions(bootstrap: str, topic: str, transactions: list[tuple[li
     """Each `(events, commit)` is one transaction, committed or aborted after its records reached
     the log. Returns the number of transaction markers written (one per partition a transaction
     touched)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"orders-{topic}",
-                         "partitioner": "murmur2_random", "linger.ms": 5})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"orders-{topic}",
+            "partitioner": "murmur2_random",
+            "linger.ms": 5,
+        }
+    )
     producer.init_transactions(30)
     partitions = len(producer.list_topics(topic, timeout=10).topics[topic].partitions)
     markers = 0
@@ -106,24 +112,34 @@ def transactional_rounds(spark, kafka_bootstrap, tmp_path_factory) -> tuple[str,
     tmp = tmp_path_factory.mktemp("transactions")
     topic = kafka_broker.create_topic(kafka_bootstrap, f"orders-transactions-{tmp.name}", partitions=2)
     events = change_events(2_400, seed=81)
-    chunks = [events[i:i + 300] for i in range(0, len(events), 300)]
+    chunks = [events[i : i + 300] for i in range(0, len(events), 300)]
     outcomes = ([True, False, True, False], [False, True, True, True])
-    mapping = order_config(tmp, "orders", kafka_bootstrap, topic,
-                           source={"options": {"kafka.isolation.level": "read_committed"}})
+    mapping = order_config(
+        tmp, "orders", kafka_bootstrap, topic, source={"options": {"kafka.isolation.level": "read_committed"}}
+    )
     rounds: list[TransactionalRound] = []
     table_events: list[dict] = []
     log_records = 0
     for n, commits in enumerate(outcomes):
-        transactions = list(zip(chunks[4 * n:4 * n + 4], commits))
+        transactions = list(zip(chunks[4 * n : 4 * n + 4], commits))
         log_records += sum(len(chunk) for chunk, _ in transactions)
         log_records += produce_transactions(kafka_bootstrap, topic, transactions)
         committed = [e for chunk, commit in transactions if commit for e in chunk]
         table_events += committed
         outcome = run_once(spark, mapping)
         path = mapping["table"]["path"]
-        rounds.append(TransactionalRound(outcome, committed, expected_rows(settled(table_events)), our_rows(path),
-                                         hudi_rs_rows(path), log_records, committed_offsets(path, topic),
-                                         end_offsets(kafka_bootstrap, topic)))
+        rounds.append(
+            TransactionalRound(
+                outcome,
+                committed,
+                expected_rows(settled(table_events)),
+                our_rows(path),
+                hudi_rs_rows(path),
+                log_records,
+                committed_offsets(path, topic),
+                end_offsets(kafka_bootstrap, topic),
+            )
+        )
     return mapping["table"]["path"], rounds
 
 
@@ -147,8 +163,9 @@ def set_topic_config(bootstrap: str, topic: str, name: str, value: str | None) -
     """Set (or with None, remove) a topic-level config and wait until the broker applies it."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic,
-                              incremental_configs=[ConfigEntry(name, value or "", incremental_operation=op)])
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC, topic, incremental_configs=[ConfigEntry(name, value or "", incremental_operation=op)]
+    )
     admin.incremental_alter_configs([resource])[resource].result(30)
     deadline = time.monotonic() + 30
     while True:
@@ -184,7 +201,8 @@ def age_out_everything(bootstrap: str, topic: str) -> dict[int, int]:
 
 
 def test_offsets_deleted_by_retention_stop_the_job_naming_them_unless_data_loss_is_tolerated(
-        spark, kafka_bootstrap, kafka_topic, tmp_path):
+    spark, kafka_bootstrap, kafka_topic, tmp_path
+):
     topic = kafka_topic(partitions=2, prefix="orders", config={"segment.ms": "100"})
     events = settled_change_events(3_000, seed=83)
     read, aged_out, kept = events[:1_000], events[1_000:2_000], events[2_000:]
@@ -202,10 +220,14 @@ def test_offsets_deleted_by_retention_stop_the_job_naming_them_unless_data_loss_
     outcome = run_once(spark, mapping)
 
     assert "KafkaDataLossError" in outcome.error and "source.fail_on_data_loss" in outcome.error
-    named = re.findall(rf"Cannot read offsets \[(\d+), (\d+)\) of topic '{re.escape(topic)}' partition (\d+): "
-                       r"the earliest available offset is (\d+)", outcome.error)
-    assert named and all((int(a), int(b), int(c)) == (wanted[int(p)], earliest[int(p)], earliest[int(p)])
-                         for a, b, p, c in named)
+    named = re.findall(
+        rf"Cannot read offsets \[(\d+), (\d+)\) of topic '{re.escape(topic)}' partition (\d+): "
+        r"the earliest available offset is (\d+)",
+        outcome.error,
+    )
+    assert named and all(
+        (int(a), int(b), int(c)) == (wanted[int(p)], earliest[int(p)], earliest[int(p)]) for a, b, p, c in named
+    )
     assert len(MorTable.load(table_path).timeline().completed_writes()) == commits  # nothing written
     assert committed_offsets(table_path, topic) == wanted
 
@@ -216,8 +238,9 @@ def test_offsets_deleted_by_retention_stop_the_job_naming_them_unless_data_loss_
     assert_table_matches(table_path, read + kept)
     assert committed_offsets(table_path, topic) == end_offsets(kafka_bootstrap, topic)
     jumped = MorTable.load(table_path).last_commit_metadata().extra_metadata[DATA_LOSS_KEY]
-    assert json.loads(jumped) == [{"topic": topic, "partition": p, "from": wanted[p], "to": earliest[p]}
-                                  for p in sorted(wanted)]
+    assert json.loads(jumped) == [
+        {"topic": topic, "partition": p, "from": wanted[p], "to": earliest[p]} for p in sorted(wanted)
+    ]
 
 
 # -- partitions added ---------------------------------------------------------------------------------
@@ -239,8 +262,10 @@ def test_partitions_added_while_a_continuous_job_runs_are_ingested(kafka_bootstr
     events = settled_change_events(3_000, seed=85)
     before, after = events[:1_500], events[1_500:]
     produce_orders(kafka_bootstrap, topic, before)
-    path = write_config(tmp_path / "configs", order_config(
-        tmp_path, "orders", kafka_bootstrap, topic, source={"max_offsets_per_trigger": 1_000}))
+    path = write_config(
+        tmp_path / "configs",
+        order_config(tmp_path, "orders", kafka_bootstrap, topic, source={"max_offsets_per_trigger": 1_000}),
+    )
     table_path = str(tmp_path / "tables" / "orders")
     job = JobOutput(streamer_process(["run", str(path)]))
     try:

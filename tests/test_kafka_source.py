@@ -8,6 +8,7 @@ session (shared `spark` fixture) and read through Structured Streaming.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import uuid
@@ -47,7 +48,7 @@ def test_rate_limit_is_proportional_to_lag_like_spark():
 
     def earliest(tps):
         asked.extend(tps)
-        return {tp: 50 for tp in tps}
+        return dict.fromkeys(tps, 50)
 
     end = rate_limit(20, {("t", 0): 0}, {("t", 0): 100, ("u", 0): 150}, earliest)
     assert asked == [("u", 0)]
@@ -63,7 +64,7 @@ def test_split_ranges_like_spark_offset_range_calculator():
     assert [x for x in out if x[0] == ("t", 2)] == [(("t", 2), 0, 10)]
     t0 = [x for x in out if x[0] == ("t", 0)]
     assert len(t0) == 4 and t0[0][1] == 0 and t0[-1][2] == 100
-    assert all(a[2] == b[1] for a, b in zip(t0, t0[1:]))
+    assert all(a[2] == b[1] for a, b in itertools.pairwise(t0))
     out = split_ranges(r, None, 30)
     assert [(s, e) for tp, s, e in out if tp == ("t", 0)] == [(0, 25), (25, 50), (50, 75), (75, 100)]
 
@@ -83,7 +84,7 @@ def test_options_validation():
     o = SourceOptions.parse(base)
     assert o.subscribe == ["a", "b"] and o.fail_on_data_loss and o.starting_offsets == "latest"
     assert o.isolation_level == "read_uncommitted"
-    with pytest.raises(KafkaSourceError, match="kafka.bootstrap.servers"):
+    with pytest.raises(KafkaSourceError, match=r"kafka\.bootstrap\.servers"):
         SourceOptions.parse({"subscribe": "a"})
     with pytest.raises(KafkaSourceError, match="exactly one"):
         SourceOptions.parse({**base, "subscribePattern": "a.*"})
@@ -93,10 +94,16 @@ def test_options_validation():
         SourceOptions.parse({**base, "startingOffsets": '{"c": {"0": 1}}'})
     with pytest.raises(KafkaSourceError, match="maxOffsetsPerTrigger"):
         SourceOptions.parse({**base, "maxOffsetsPerTrigger": "0"})
-    with pytest.raises(KafkaSourceError, match="auto.offset.reset"):
+    with pytest.raises(KafkaSourceError, match=r"auto\.offset\.reset"):
         SourceOptions.parse({**base, "kafka.auto.offset.reset": "earliest"})
-    o = SourceOptions.parse({**base, "startingOffsets": '{"a": {"0": 23, "1": -2}, "b": {"0": -1}}',
-                             "MaxOffsetsPerTrigger": "10", "failOnDataLoss": "false"})
+    o = SourceOptions.parse(
+        {
+            **base,
+            "startingOffsets": '{"a": {"0": 23, "1": -2}, "b": {"0": -1}}',
+            "MaxOffsetsPerTrigger": "10",
+            "failOnDataLoss": "false",
+        }
+    )
     assert o.starting_offsets == {("a", 0): 23, ("a", 1): -2, ("b", 0): -1}
     assert o.max_offsets_per_trigger == 10 and not o.fail_on_data_loss
     p = SourceOptions.parse({"kafka.bootstrap.servers": "h:1", "subscribePattern": "orders-.*"})
@@ -108,8 +115,7 @@ def test_options_validation():
 
 @pytest.mark.unit
 def test_secrets_are_translated_and_never_shown():
-    jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
-            'username="svc" password="pa55-w0rd";')
+    jaas = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="svc" password="pa55-w0rd";'
     opts = {
         "kafka.bootstrap.servers": "h:1",
         "subscribe": "a",
@@ -144,12 +150,14 @@ def _closed_port() -> int:
 
 @pytest.mark.unit
 def test_unreachable_broker_fails_with_clear_timeout():
-    o = SourceOptions.parse({
-        "kafka.bootstrap.servers": f"127.0.0.1:{_closed_port()}",
-        "subscribe": "nowhere",
-        "kafkaConsumer.pollTimeoutMs": "1500",
-        "kafka.sasl.password": "zz-secret-zz",
-    })
+    o = SourceOptions.parse(
+        {
+            "kafka.bootstrap.servers": f"127.0.0.1:{_closed_port()}",
+            "subscribe": "nowhere",
+            "kafkaConsumer.pollTimeoutMs": "1500",
+            "kafka.sasl.password": "zz-secret-zz",
+        }
+    )
     t0 = time.monotonic()
     with pytest.raises(KafkaSourceTimeoutError) as e:
         list(read_partition(o, "nowhere", 0, 0, 10))
@@ -177,20 +185,35 @@ class Collector:
 
     def __call__(self, df, batch_id):
         rows = df.selectExpr(
-            "key", "value", "topic", "partition", "offset", "unix_millis(timestamp) AS ts",
-            "timestampType", "headers",
+            "key",
+            "value",
+            "topic",
+            "partition",
+            "offset",
+            "unix_millis(timestamp) AS ts",
+            "timestampType",
+            "headers",
         ).collect()
-        self.batches.append((batch_id, [
+        self.batches.append(
             (
-                None if r.key is None else bytes(r.key),
-                None if r.value is None else bytes(r.value),
-                r.topic, r.partition, r.offset, r.ts, r.timestampType,
-                None if r.headers is None else [
-                    (h.key, None if h.value is None else bytes(h.value)) for h in r.headers
+                batch_id,
+                [
+                    (
+                        None if r.key is None else bytes(r.key),
+                        None if r.value is None else bytes(r.value),
+                        r.topic,
+                        r.partition,
+                        r.offset,
+                        r.ts,
+                        r.timestampType,
+                        None
+                        if r.headers is None
+                        else [(h.key, None if h.value is None else bytes(h.value)) for h in r.headers],
+                    )
+                    for r in rows
                 ],
             )
-            for r in rows
-        ]))
+        )
 
     @property
     def rows(self):
@@ -210,8 +233,13 @@ def _stream(spark, bootstrap, **options):
 
 def _run_available_now(spark, bootstrap, checkpoint, timeout=120, **options):
     sink = Collector()
-    q = (_stream(spark, bootstrap, **options).writeStream.foreachBatch(sink)
-         .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    q = (
+        _stream(spark, bootstrap, **options)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         finished = q.awaitTermination(timeout)
         assert finished, f"query did not finish within {timeout}s"
@@ -237,10 +265,7 @@ def _records(topic_partitions: int, n: int, tag: str = "r"):
 
 
 def _expected(topic, records, acks):
-    return [
-        (k, v, topic, p, off, ts, 0, h)
-        for (k, v, _p, h, ts), (p, off) in zip(records, acks)
-    ]
+    return [(k, v, topic, p, off, ts, 0, h) for (k, v, _p, h, ts), (p, off) in zip(records, acks)]
 
 
 def _sort(rows):
@@ -255,21 +280,27 @@ def test_reads_every_record_exactly_once_with_all_columns(kspark, kafka_bootstra
     df = _stream(kspark, kafka_bootstrap, subscribe=topic, startingOffsets="earliest")
     assert df.schema == KAFKA_SCHEMA
     assert df.isStreaming
-    sink = _run_available_now(kspark, kafka_bootstrap, tmp_path / "ck", subscribe=topic,
-                              startingOffsets="earliest")
+    sink = _run_available_now(kspark, kafka_bootstrap, tmp_path / "ck", subscribe=topic, startingOffsets="earliest")
     assert _sort(sink.rows) == _sort(_expected(topic, records, acks))
     assert len(sink.rows) == 300 and {r[3] for r in sink.rows} == {0, 1, 2}
 
 
 @pytest.mark.e2e
-def test_offset_ranges_read_back_every_record_once_with_the_same_columns(kspark, kafka_bootstrap, kafka_topic, tmp_path):
+def test_offset_ranges_read_back_every_record_once_with_the_same_columns(
+    kspark, kafka_bootstrap, kafka_topic, tmp_path
+):
     topic = kafka_topic(partitions=3, prefix="ranges")
     records = _records(3, 3_000)
     acks = kafka_broker.produce(kafka_bootstrap, topic, records)
     ranges: list[tuple] = []
     batches: list[pa.RecordBatch] = []
-    options = {"subscribe": topic, "startingOffsets": "earliest", "offsetRanges": "true", "arrowBatchSize": "400",
-               "maxOffsetsPerTrigger": "1200"}
+    options = {
+        "subscribe": topic,
+        "startingOffsets": "earliest",
+        "offsetRanges": "true",
+        "arrowBatchSize": "400",
+        "maxOffsetsPerTrigger": "1200",
+    }
 
     def read_all(df, batch_id):
         planned = df.toArrow()
@@ -280,21 +311,34 @@ def test_offset_ranges_read_back_every_record_once_with_the_same_columns(kspark,
 
     df = _stream(kspark, kafka_bootstrap, **options)
     assert df.schema == OFFSET_RANGES_SCHEMA
-    q = (df.writeStream.foreachBatch(read_all).option("checkpointLocation", str(tmp_path / "ck"))
-         .trigger(availableNow=True).start())
+    q = (
+        df.writeStream.foreachBatch(read_all)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     assert q.awaitTermination(120)
     rows = pa.Table.from_batches(batches)
     assert rows.schema == ARROW_SCHEMA
-    got = [(r["key"], r["value"], r["topic"], r["partition"], r["offset"],
-            int(r["timestamp"].timestamp() * 1000), r["timestampType"],
-            None if r["headers"] is None else [(h["key"], h["value"]) for h in r["headers"]])
-           for r in rows.to_pylist()]
+    got = [
+        (
+            r["key"],
+            r["value"],
+            r["topic"],
+            r["partition"],
+            r["offset"],
+            int(r["timestamp"].timestamp() * 1000),
+            r["timestampType"],
+            None if r["headers"] is None else [(h["key"], h["value"]) for h in r["headers"]],
+        )
+        for r in rows.to_pylist()
+    ]
     assert _sort(got) == _sort(_expected(topic, records, acks))
     assert max(b.num_rows for b in batches) <= 400
     # one row per task: the ranges of a partition follow each other, and together cover the topic
     for partition in range(3):
         mine = sorted((a, b) for t, p, a, b in ranges if (t, p) == (topic, partition))
-        assert mine[0][0] == 0 and all(b == a2 for (_, b), (a2, _) in zip(mine, mine[1:]))
+        assert mine[0][0] == 0 and all(b == a2 for (_, b), (a2, _) in itertools.pairwise(mine))
         assert mine[-1][1] == sum(1 for r in got if r[3] == partition)
     assert len(ranges) > 3  # the cap split the topic into several micro-batches
 
@@ -303,12 +347,12 @@ def test_offset_ranges_read_back_every_record_once_with_the_same_columns(kspark,
 def test_max_offsets_per_trigger_and_restart_from_checkpoint(kspark, kafka_bootstrap, kafka_topic, tmp_path):
     topic = kafka_topic(partitions=3, prefix="rate")
     # skewed partitions: 1200 / 500 / 100 records
-    records = [(f"k{i}".encode(), f"v{i}".encode(), 0 if i < 1200 else (1 if i < 1700 else 2))
-               for i in range(1800)]
+    records = [(f"k{i}".encode(), f"v{i}".encode(), 0 if i < 1200 else (1 if i < 1700 else 2)) for i in range(1800)]
     acks = kafka_broker.produce(kafka_bootstrap, topic, records)
     ck = tmp_path / "ck"
-    sink = _run_available_now(kspark, kafka_bootstrap, ck, subscribe=topic,
-                              startingOffsets="earliest", maxOffsetsPerTrigger=500)
+    sink = _run_available_now(
+        kspark, kafka_bootstrap, ck, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger=500
+    )
     sizes = [s for s in sink.sizes if s]
     assert len(sizes) >= 4, sink.sizes
     assert max(sizes) <= 500, sink.sizes
@@ -316,15 +360,16 @@ def test_max_offsets_per_trigger_and_restart_from_checkpoint(kspark, kafka_boots
     assert len(got) == len(set(got)) == 1800
     assert sorted(got) == sorted(acks)
     # the first batch splits the limit in proportion to each partition's lag, like Spark
-    first = [r for r in sink.batches[0][1]]
+    first = list(sink.batches[0][1])
     per_part = {p: sum(1 for r in first if r[3] == p) for p in range(3)}
     assert per_part == {0: 333, 1: 138, 2: 27}, per_part
 
     # restart with the same checkpoint: only what was produced since is read
     more = [(f"n{i}".encode(), f"w{i}".encode(), i % 3) for i in range(30)]
     acks2 = kafka_broker.produce(kafka_bootstrap, topic, more)
-    sink2 = _run_available_now(kspark, kafka_bootstrap, ck, subscribe=topic,
-                               startingOffsets="earliest", maxOffsetsPerTrigger=500)
+    sink2 = _run_available_now(
+        kspark, kafka_bootstrap, ck, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger=500
+    )
     assert sorted((r[3], r[4]) for r in sink2.rows) == sorted(acks2)
     assert sorted(r[1] for r in sink2.rows) == sorted(v for _, v, _ in more)
     # and a third run with nothing new reads nothing
@@ -350,8 +395,9 @@ def test_starting_offsets_latest_and_json(kspark, kafka_bootstrap, kafka_topic, 
     # JSON: partition 0 from offset 5, partition 1 from earliest (-2), partition 2 from latest (-1)
     # (and minPartitions splits the two ranges into several tasks without losing a record)
     start = json.dumps({topic: {"0": 5, "1": -2, "2": -1}})
-    sink = _run_available_now(kspark, kafka_bootstrap, tmp_path / "json", subscribe=topic,
-                              startingOffsets=start, minPartitions=5)
+    sink = _run_available_now(
+        kspark, kafka_bootstrap, tmp_path / "json", subscribe=topic, startingOffsets=start, minPartitions=5
+    )
     got = sorted((r[3], r[4]) for r in sink.rows)
     assert got == [(0, o) for o in range(5, 14)] + [(1, o) for o in range(14)]
 
@@ -362,10 +408,15 @@ def test_subscribe_pattern_picks_up_new_topics(kspark, kafka_bootstrap, kafka_to
     first = kafka_broker.create_topic(kafka_bootstrap, f"{prefix}-one", partitions=2)
     kafka_broker.produce(kafka_bootstrap, first, [(b"k", f"one{i}".encode(), i % 2) for i in range(10)])
     sink = Collector()
-    q = (_stream(kspark, kafka_bootstrap, subscribePattern=f"{prefix}-.*", startingOffsets="earliest")
-         .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ck"))
-         .trigger(processingTime="500 milliseconds").start())
+    q = (
+        _stream(kspark, kafka_bootstrap, subscribePattern=f"{prefix}-.*", startingOffsets="earliest")
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
     try:
+
         def wait_for(n, timeout=60):
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
@@ -400,9 +451,13 @@ def test_offset_past_the_end_is_data_loss(kspark, kafka_bootstrap, kafka_topic, 
     topic = kafka_topic(partitions=2, prefix="loss")
     kafka_broker.produce(kafka_bootstrap, topic, [(b"k", f"v{i}".encode(), i % 2) for i in range(10)])
     start = json.dumps({topic: {"0": 1000, "1": 0}})
-    q = (_stream(kspark, kafka_bootstrap, subscribe=topic, startingOffsets=start)
-         .writeStream.foreachBatch(Collector()).option("checkpointLocation", str(tmp_path / "a"))
-         .trigger(availableNow=True).start())
+    q = (
+        _stream(kspark, kafka_bootstrap, subscribe=topic, startingOffsets=start)
+        .writeStream.foreachBatch(Collector())
+        .option("checkpointLocation", str(tmp_path / "a"))
+        .trigger(availableNow=True)
+        .start()
+    )
     with pytest.raises(StreamingQueryException) as e:
         q.awaitTermination(120)
     msg = str(e.value)
@@ -410,13 +465,15 @@ def test_offset_past_the_end_is_data_loss(kspark, kafka_bootstrap, kafka_topic, 
     assert f"topic '{topic}' partition 0" in msg and "1000" in msg and "failOnDataLoss" in msg
     assert "the broker holds offsets 0 to 4" in msg
 
-    sink = _run_available_now(kspark, kafka_bootstrap, tmp_path / "b", subscribe=topic,
-                              startingOffsets=start, failOnDataLoss="false")
+    sink = _run_available_now(
+        kspark, kafka_bootstrap, tmp_path / "b", subscribe=topic, startingOffsets=start, failOnDataLoss="false"
+    )
     assert sorted((r[3], r[4]) for r in sink.rows) == [(p, o) for p in (0, 1) for o in range(5)]
     # it went on from partition 0's earliest offset: only new records are read on the next run
     kafka_broker.produce(kafka_bootstrap, topic, [(b"k", b"after", 0)])
-    sink = _run_available_now(kspark, kafka_bootstrap, tmp_path / "b", subscribe=topic,
-                              startingOffsets=start, failOnDataLoss="false")
+    sink = _run_available_now(
+        kspark, kafka_bootstrap, tmp_path / "b", subscribe=topic, startingOffsets=start, failOnDataLoss="false"
+    )
     assert [(r[1], r[3], r[4]) for r in sink.rows] == [(b"after", 0, 5)]
 
 
@@ -451,8 +508,9 @@ def _produce_transactions(bootstrap, topic):
 def test_offset_gaps_never_hang(kspark, kafka_bootstrap, kafka_topic, tmp_path):
     topic = kafka_topic(partitions=1, prefix="gaps")
     _produce_transactions(kafka_bootstrap, topic)
-    opts = SourceOptions.parse({"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic,
-                                "kafka.isolation.level": "read_committed"})
+    opts = SourceOptions.parse(
+        {"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic, "kafka.isolation.level": "read_committed"}
+    )
     reader = KafkaStreamReader(opts)
     end = reader.latestOffset(offsets_to_json({(topic, 0): 0}), ReadAllAvailable())[topic]["0"]
     reader.stop()
@@ -463,8 +521,11 @@ def test_offset_gaps_never_hang(kspark, kafka_bootstrap, kafka_topic, tmp_path):
     by_offset = {}
     t0 = time.monotonic()
     for s, e in ranges:
-        got = [(o, v) for b in read_partition(opts, topic, 0, s, e)
-               for o, v in zip(b.column("offset").to_pylist(), b.column("value").to_pylist())]
+        got = [
+            (o, v)
+            for b in read_partition(opts, topic, 0, s, e)
+            for o, v in zip(b.column("offset").to_pylist(), b.column("value").to_pylist())
+        ]
         assert all(s <= o < e for o, _ in got), (s, e, got)
         for o, v in got:
             assert by_offset.setdefault(o, v) == v
@@ -474,7 +535,13 @@ def test_offset_gaps_never_hang(kspark, kafka_bootstrap, kafka_topic, tmp_path):
     assert [by_offset[o] for o in sorted(by_offset)] == committed
 
     # through Spark, in batches of at most 3 offsets
-    sink = _run_available_now(kspark, kafka_bootstrap, tmp_path / "ck", subscribe=topic,
-                              startingOffsets="earliest", maxOffsetsPerTrigger=3,
-                              **{"kafka.isolation.level": "read_committed"})
+    sink = _run_available_now(
+        kspark,
+        kafka_bootstrap,
+        tmp_path / "ck",
+        subscribe=topic,
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger=3,
+        **{"kafka.isolation.level": "read_committed"},
+    )
     assert [r[1] for r in sorted(sink.rows, key=lambda r: r[4])] == committed

@@ -57,13 +57,17 @@ def test_keys_match_the_meta_columns_hudi_wrote_in_the_sample_tables():
 
 # ---- which key generator ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("record_keys,partitions,expected", [
-    (["id"], ["city"], SIMPLE_KEY_GENERATOR),
-    (["id", "ts"], ["city"], COMPLEX_KEY_GENERATOR),
-    (["id"], ["country", "city"], COMPLEX_KEY_GENERATOR),
-    (["id"], [], NONPARTITIONED_KEY_GENERATOR),
-    (["id", "ts"], [], NONPARTITIONED_KEY_GENERATOR),
-])
+
+@pytest.mark.parametrize(
+    "record_keys,partitions,expected",
+    [
+        (["id"], ["city"], SIMPLE_KEY_GENERATOR),
+        (["id", "ts"], ["city"], COMPLEX_KEY_GENERATOR),
+        (["id"], ["country", "city"], COMPLEX_KEY_GENERATOR),
+        (["id"], [], NONPARTITIONED_KEY_GENERATOR),
+        (["id", "ts"], [], NONPARTITIONED_KEY_GENERATOR),
+    ],
+)
 def test_key_generator_class_is_inferred_as_hudi_does(record_keys, partitions, expected):
     assert KeyGenerator(record_keys, partitions).class_name == expected
 
@@ -88,6 +92,7 @@ def test_simple_key_generator_needs_one_key_and_one_partition_field():
 
 
 # ---- record keys -----------------------------------------------------------------------------
+
 
 def test_simple_record_key_is_the_value_itself():
     t = pa.table({"id": [7, 8], "city": ["x", "y"]})
@@ -122,9 +127,12 @@ def test_nested_key_fields_are_read_through_structs():
 
 # ---- null and empty keys ---------------------------------------------------------------------
 
+
 def test_null_and_empty_simple_keys_raise_naming_the_field_and_row_count():
     t = pa.table({"uuid": ["a", None, "", None], "city": ["x"] * 4})
-    with pytest.raises(KeyGenerationError, match=r"'uuid' is null or empty in 3 of 4 row\(s\) \(2 null, 1 empty; first at row 1\)"):
+    with pytest.raises(
+        KeyGenerationError, match=r"'uuid' is null or empty in 3 of 4 row\(s\) \(2 null, 1 empty; first at row 1\)"
+    ):
         KeyGenerator(["uuid"], ["city"]).record_keys(t)
 
 
@@ -154,9 +162,12 @@ def test_missing_key_field_is_named():
 
 # ---- partition paths -------------------------------------------------------------------------
 
+
 def test_hive_style_and_plain_partition_paths():
     t = pa.table({"id": [1], "city": ["chennai"]})
-    assert KeyGenerator(["id"], ["city"], hive_style_partitioning=True).partition_paths(t).to_pylist() == ["city=chennai"]
+    assert KeyGenerator(["id"], ["city"], hive_style_partitioning=True).partition_paths(t).to_pylist() == [
+        "city=chennai"
+    ]
     assert KeyGenerator(["id"], ["city"]).partition_paths(t).to_pylist() == ["chennai"]
 
 
@@ -169,12 +180,17 @@ def test_several_partition_fields_are_joined_by_slash():
 def test_null_or_empty_partition_value_is_hives_default_partition():
     t = pa.table({"id": [1, 2, 3], "city": ["a", None, ""], "d": pa.array([None, None, None], pa.string())})
     assert DEFAULT_PARTITION_PATH == "__HIVE_DEFAULT_PARTITION__"
-    assert KeyGenerator(["id"], ["city"]).partition_paths(t).to_pylist() == ["a", DEFAULT_PARTITION_PATH, DEFAULT_PARTITION_PATH]
+    assert KeyGenerator(["id"], ["city"]).partition_paths(t).to_pylist() == [
+        "a",
+        DEFAULT_PARTITION_PATH,
+        DEFAULT_PARTITION_PATH,
+    ]
     hive = KeyGenerator(["id"], ["city", "d"], hive_style_partitioning=True, url_encode_partitions=True)
     assert hive.partition_paths(t).to_pylist() == [
         "city=a/d=__HIVE_DEFAULT_PARTITION__",
         "city=__HIVE_DEFAULT_PARTITION__/d=__HIVE_DEFAULT_PARTITION__",
-        "city=__HIVE_DEFAULT_PARTITION__/d=__HIVE_DEFAULT_PARTITION__"]
+        "city=__HIVE_DEFAULT_PARTITION__/d=__HIVE_DEFAULT_PARTITION__",
+    ]
 
 
 def test_url_encoding_escapes_hives_characters_in_upper_hex():
@@ -193,51 +209,76 @@ def test_escape_path_name_matches_hives_table_and_round_trips():
 
 # ---- values as Hudi renders them -------------------------------------------------------------
 
+
 def test_values_render_as_hudis_avro_path_renders_them():
-    t = pa.table({
-        "b": [True],
-        "i": pa.array([-5], pa.int32()),
-        "f": [1.0],
-        "big": [1e7],
-        "small": [0.00099],
-        "f32": pa.array([0.1], pa.float32()),
-        "dec": pa.array([Decimal("12.50")], pa.decimal128(10, 2)),
-        "tiny": pa.array([Decimal("0.0000001")], pa.decimal128(10, 7)),
-        "d": [datetime.date(2024, 3, 9)],
-        "ts_us": pa.array([1_700_000_000_123_456], pa.timestamp("us", tz="UTC")),
-        "ts_ms": pa.array([1_700_000_000_123], pa.timestamp("ms")),
-        "ts_ns": pa.array([1_700_000_000_123_456_789], pa.timestamp("ns")),
-        "large": pa.array(["s"], pa.large_string()),
-        "dict": pa.array(["v"]).dictionary_encode(),
-    })
+    t = pa.table(
+        {
+            "b": [True],
+            "i": pa.array([-5], pa.int32()),
+            "f": [1.0],
+            "big": [1e7],
+            "small": [0.00099],
+            "f32": pa.array([0.1], pa.float32()),
+            "dec": pa.array([Decimal("12.50")], pa.decimal128(10, 2)),
+            "tiny": pa.array([Decimal("0.0000001")], pa.decimal128(10, 7)),
+            "d": [datetime.date(2024, 3, 9)],
+            "ts_us": pa.array([1_700_000_000_123_456], pa.timestamp("us", tz="UTC")),
+            "ts_ms": pa.array([1_700_000_000_123], pa.timestamp("ms")),
+            "ts_ns": pa.array([1_700_000_000_123_456_789], pa.timestamp("ns")),
+            "large": pa.array(["s"], pa.large_string()),
+            "dict": pa.array(["v"]).dictionary_encode(),
+        }
+    )
     rendered = {c: KeyGenerator([c], []).record_keys(t).to_pylist()[0] for c in t.column_names}
     assert rendered == {
-        "b": "true", "i": "-5", "f": "1.0", "big": "1.0E7", "small": "9.9E-4", "f32": "0.1",
-        "dec": "12.50", "tiny": "1E-7", "d": "2024-03-09",
-        "ts_us": "1700000000123456", "ts_ms": "1700000000123", "ts_ns": "1700000000123456",
-        "large": "s", "dict": "v",
+        "b": "true",
+        "i": "-5",
+        "f": "1.0",
+        "big": "1.0E7",
+        "small": "9.9E-4",
+        "f32": "0.1",
+        "dec": "12.50",
+        "tiny": "1E-7",
+        "d": "2024-03-09",
+        "ts_us": "1700000000123456",
+        "ts_ms": "1700000000123",
+        "ts_ns": "1700000000123456",
+        "large": "s",
+        "dict": "v",
     }
 
 
-@pytest.mark.parametrize("value,single,expected", [
-    (0.0, False, "0.0"), (-0.0, False, "-0.0"), (100.0, False, "100.0"), (0.001, False, "0.001"),
-    (1234567.0, False, "1234567.0"), (12345678.9, False, "1.23456789E7"), (-2.5e-10, False, "-2.5E-10"),
-    (1e100, False, "1.0E100"), (5e-324, False, "4.9E-324"), (float("nan"), False, "NaN"),
-    (float("-inf"), False, "-Infinity"), (16777216.0, True, "1.6777216E7"), (1.4e-45, True, "1.4E-45"),
-])
+@pytest.mark.parametrize(
+    "value,single,expected",
+    [
+        (0.0, False, "0.0"),
+        (-0.0, False, "-0.0"),
+        (100.0, False, "100.0"),
+        (0.001, False, "0.001"),
+        (1234567.0, False, "1234567.0"),
+        (12345678.9, False, "1.23456789E7"),
+        (-2.5e-10, False, "-2.5E-10"),
+        (1e100, False, "1.0E100"),
+        (5e-324, False, "4.9E-324"),
+        (float("nan"), False, "NaN"),
+        (float("-inf"), False, "-Infinity"),
+        (16777216.0, True, "1.6777216E7"),
+        (1.4e-45, True, "1.4E-45"),
+    ],
+)
 def test_floating_point_renders_as_java_to_string(value, single, expected):
     assert java_float_to_string(value, single=single) == expected
 
 
 def test_binary_key_values_are_refused():
-    with pytest.raises(KeyGenerationError, match="field 'blob'.*cannot be a Hudi key"):
+    with pytest.raises(KeyGenerationError, match=r"field 'blob'.*cannot be a Hudi key"):
         KeyGenerator(["blob"], []).record_keys(pa.table({"blob": [b"\x00\x01"]}))
 
 
 def test_from_config_accepts_an_object_with_attributes():
     class Config:
-        record_key_fields = ["id"]
-        partition_fields = ["city"]
+        record_key_fields = ("id",)
+        partition_fields = ("city",)
         hive_style_partitioning = True
         url_encode_partitions = False
         key_generator_class = SIMPLE_KEY_GENERATOR

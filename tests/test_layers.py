@@ -20,20 +20,32 @@ pytestmark = pytest.mark.unit
 
 def test_the_import_contracts_hold():
     lint = Path(sys.executable).with_name("lint-imports")
-    result = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = subprocess.run(
+        [str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
 
 
 def test_importing_the_engine_without_table_spark_loads_no_pyspark():
-    modules = sorted(m.name for m in pkgutil.walk_packages(table.__path__, "table.")
-                     if not (m.name == "table.spark" or m.name.startswith("table.spark.")))
+    modules = sorted(
+        m.name
+        for m in pkgutil.walk_packages(table.__path__, "table.")
+        if not (m.name == "table.spark" or m.name.startswith("table.spark."))
+    )
     assert "table.mor_table" in modules and "table.write.writer" in modules
-    code = ("import importlib, sys\n"
-            f"for name in {modules!r}:\n"
-            "    importlib.import_module(name)\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')))\n")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
+    code = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+    )
     assert result.stdout.strip() == "[]"

@@ -6,6 +6,7 @@ import uuid
 from datetime import UTC, datetime
 
 import pytest
+from hudi_samples import SAMPLES
 
 from table.storage.file_io import Storage
 from table.storage.layout import (
@@ -20,8 +21,6 @@ from table.storage.layout import (
 )
 
 pytestmark = pytest.mark.unit
-
-from hudi_samples import SAMPLES
 
 SAMPLE_FILES = sorted(p for p in SAMPLES.glob("*/*/*") if p.is_file() and p.parent.name != ".hoodie")
 
@@ -46,9 +45,7 @@ def test_base_file_name_parts_are_file_id_write_token_and_instant():
 def test_log_file_name_parts_are_file_id_base_instant_version_and_write_token():
     name = LogFileName.parse(".6d3d1d6e-2298-4080-a0c1-494877d6f40a-0_20250618054711154.log.1_0-26-85")
     assert name == LogFileName("6d3d1d6e-2298-4080-a0c1-494877d6f40a-0", "20250618054711154", 1, "0-26-85")
-    assert (
-        LogFileName("f-0", "20250618054711154", 12, "3-4-5").format() == ".f-0_20250618054711154.log.12_3-4-5"
-    )
+    assert LogFileName("f-0", "20250618054711154", 12, "3-4-5").format() == ".f-0_20250618054711154.log.12_3-4-5"
 
 
 @pytest.mark.parametrize(
@@ -73,17 +70,17 @@ def test_other_names_are_rejected(name):
 
 
 def test_invalid_parts_are_refused_when_building_a_name():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="invalid file id"):
         BaseFileName("a_b", "0-1-2", "20250618054711154")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="invalid write token"):
         BaseFileName("a", "0-1", "20250618054711154")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="invalid base instant time"):
         LogFileName("a", "2025", 1, "0-1-2")
 
 
 def test_write_token_is_partition_stage_and_attempt():
     assert write_token(0, 13, 60) == "0-13-60"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must not be negative"):
         write_token(-1, 0, 0)
 
 

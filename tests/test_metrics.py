@@ -73,8 +73,11 @@ def scraped(port: int) -> dict[str, float]:
     """The job's /metrics as Prometheus reads it: sample name with labels -> value."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
         text = answer.read().decode()
-    return {f"{s.name}{json.dumps(s.labels, sort_keys=True)}": s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        f"{s.name}{json.dumps(s.labels, sort_keys=True)}": s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def value(prometheus: PrometheusServer, expression: str) -> float | None:
@@ -83,21 +86,30 @@ def value(prometheus: PrometheusServer, expression: str) -> float | None:
 
 
 def test_prometheus_reads_what_the_job_did_and_health_tells_idle_from_stuck(
-        spark, kafka_bootstrap, kafka_topic, tmp_path, monkeypatch):
+    spark, kafka_bootstrap, kafka_topic, tmp_path, monkeypatch
+):
     topic = kafka_topic(partitions=2, prefix="orders")
     events = change_events(2_000, seed=3)
     produce_orders(kafka_bootstrap, topic, events)
     port = free_port()
-    config = config_from_mapping(order_config(
-        tmp_path, "orders", kafka_bootstrap, topic,
-        source={"max_offsets_per_trigger": 500},
-        stream={"trigger_interval": "500 milliseconds"},
-        services={"compaction": {"mode": "inline", "every_delta_commits": 2, "max_log_files_per_group": 50}},
-        metrics={"port": port, "host": "127.0.0.1", "stuck_after_triggers": 3}))
+    config = config_from_mapping(
+        order_config(
+            tmp_path,
+            "orders",
+            kafka_bootstrap,
+            topic,
+            source={"max_offsets_per_trigger": 500},
+            stream={"trigger_interval": "500 milliseconds"},
+            services={"compaction": {"mode": "inline", "every_delta_commits": 2, "max_log_files_per_group": 50}},
+            metrics={"port": port, "host": "127.0.0.1", "stuck_after_triggers": 3},
+        )
+    )
     path = config.table.path
 
-    with running(spark, config), PrometheusServer([f"127.0.0.1:{port}"], tmp_path / "prometheus",
-                                                  rule_files=[ALERTS]) as prometheus:
+    with (
+        running(spark, config),
+        PrometheusServer([f"127.0.0.1:{port}"], tmp_path / "prometheus", rule_files=[ALERTS]) as prometheus,
+    ):
         wait_until(lambda: has_read(path, topic, len(events)), "commit of every record")
         assert wait_until(lambda: table_state(port) == (200, "idle"), "idle health")
 
@@ -112,50 +124,72 @@ def test_prometheus_reads_what_the_job_did_and_health_tells_idle_from_stuck(
         assert wait_until(lambda: value(prometheus, lag) == 0, "the scrape of no lag", timeout=15)
         assert value(prometheus, 'mor_streamer_service_runs_total{table="orders",service="compaction"}') >= 1
         assert value(prometheus, 'mor_streamer_service_failures_total{table="orders",service="compaction"}') == 0
-        assert value(prometheus, 'count(mor_streamer_buckets{table="orders"} == 2)') == len({e["region"] for e in events})
+        assert value(prometheus, 'count(mor_streamer_buckets{table="orders"} == 2)') == len(
+            {e["region"] for e in events}
+        )
         assert value(prometheus, 'mor_streamer_freshness_seconds{table="orders"}') > 0
         assert value(prometheus, 'mor_streamer_batch_phase_seconds_total{table="orders",phase="write"}') > 0
         # the catalog panels' metrics: only tables with a sync: section export them (tests/test_catalog_job.py)
         catalog = {n for n in dashboard_metric_names() if n.startswith("mor_streamer_catalog_")}
         assert dashboard_metric_names() - catalog <= set(prometheus.metric_names())
-        assert wait_until(lambda: {r["name"]: r["health"] for r in prometheus.rules()}.keys() == alert_names()
-                          and all(r["health"] == "ok" for r in prometheus.rules()), "the alerts evaluated")
+        assert wait_until(
+            lambda: (
+                {r["name"]: r["health"] for r in prometheus.rules()}.keys() == alert_names()
+                and all(r["health"] == "ok" for r in prometheus.rules())
+            ),
+            "the alerts evaluated",
+        )
 
         # Records arrive, and the batch that takes them cannot complete its commit for a while.
         monkeypatch.setenv(PAUSE_ENV_VAR, "deltacommit.files_written=16")
         produce_orders(kafka_bootstrap, topic, change_events(300, seed=4))
-        status, body = wait_until(lambda: (h := health(port))[1]["tables"]["orders"]["state"] == "stuck" and h,
-                                  "stuck health", timeout=16)
+        status, body = wait_until(
+            lambda: (h := health(port))[1]["tables"]["orders"]["state"] == "stuck" and h, "stuck health", timeout=16
+        )
         assert status == 503 and body["tables"]["orders"]["lag"] > 0, body
         # The pause stays asked for until a scrape has seen the state: health may say stuck before
         # the batch reaches the paused step, and a batch that no longer pauses commits at once.
         stuck = 'mor_streamer_table_state{table="orders",state="stuck"}'
-        assert wait_until(lambda: value(prometheus, f"max_over_time({stuck}[2m])") == 1, "the stuck state scraped",
-                          timeout=30)
+        assert wait_until(
+            lambda: value(prometheus, f"max_over_time({stuck}[2m])") == 1, "the stuck state scraped", timeout=30
+        )
         monkeypatch.delenv(PAUSE_ENV_VAR)
         assert wait_until(lambda: table_state(port) == (200, "idle"), "idle again once the commit is made")
 
 
 def test_the_bound_on_log_files_per_file_group_holds_while_the_stream_outruns_async_compaction(
-        spark, kafka_bootstrap, kafka_topic, tmp_path, monkeypatch, caplog):
+    spark, kafka_bootstrap, kafka_topic, tmp_path, monkeypatch, caplog
+):
     monkeypatch.setenv(PAUSE_ENV_VAR, "compaction.files_written=3")
     topic = kafka_topic(partitions=2, prefix="orders")
     events = settled_change_events(4_800, seed=7)
     produce_orders(kafka_bootstrap, topic, events)
     port = free_port()
     bound = 3
-    config = config_from_mapping(order_config(
-        tmp_path, "orders", kafka_bootstrap, topic,
-        source={"max_offsets_per_trigger": 400},
-        stream={"trigger_interval": "200 milliseconds"},
-        services={"compaction": {"mode": "async", "every_delta_commits": 2, "max_log_files_per_group": bound},
-                  "clean": {"mode": "off"}, "archive": {"mode": "off"}},
-        metrics={"port": port, "host": "127.0.0.1"}))
+    config = config_from_mapping(
+        order_config(
+            tmp_path,
+            "orders",
+            kafka_bootstrap,
+            topic,
+            source={"max_offsets_per_trigger": 400},
+            stream={"trigger_interval": "200 milliseconds"},
+            services={
+                "compaction": {"mode": "async", "every_delta_commits": 2, "max_log_files_per_group": bound},
+                "clean": {"mode": "off"},
+                "archive": {"mode": "off"},
+            },
+            metrics={"port": port, "host": "127.0.0.1"},
+        )
+    )
     path = config.table.path
 
     with running(spark, config):
-        wait_until(lambda: has_read(path, topic, len(events)) and not pending_compactions(MorTable.load(path)),
-                   "every record committed and compacted", timeout=240)
+        wait_until(
+            lambda: has_read(path, topic, len(events)) and not pending_compactions(MorTable.load(path)),
+            "every record committed and compacted",
+            timeout=240,
+        )
         shown = scraped(port)
 
     held = shown['mor_streamer_backpressure_total{"table": "orders"}']

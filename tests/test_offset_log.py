@@ -13,11 +13,14 @@ def test_the_planned_end_offsets_are_read_from_the_batchs_log_file(tmp_path):
     (tmp_path / "offsets").mkdir()
     (tmp_path / "offsets" / "7").write_text(
         'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1795465626424,"conf":{"spark.sql.shuffle.partitions":"4"}}\n'
-        '{"orders":{"1":49989,"0":50012},"refunds":{"0":3}}')
+        '{"orders":{"1":49989,"0":50012},"refunds":{"0":3}}'
+    )
     assert planned_offsets(str(tmp_path), 7) == {"orders": {0: 50012, 1: 49989}, "refunds": {0: 3}}
 
 
-@pytest.mark.parametrize("content", [None, "v2\n{}\n{}", 'v1\n{}\n{"orders":{"0":1}}\n{"other":{}}', "v1\n{}\nnot json"])
+@pytest.mark.parametrize(
+    "content", [None, "v2\n{}\n{}", 'v1\n{}\n{"orders":{"0":1}}\n{"other":{}}', "v1\n{}\nnot json"]
+)
 def test_a_missing_or_unknown_log_says_nothing_rather_than_something_wrong(tmp_path, content, caplog):
     (tmp_path / "offsets").mkdir()
     if content is not None:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import hudi
 import pytest
+from hudi_samples import SAMPLES
 
 from table.config.properties import (
     CHECKSUM_KEY,
@@ -19,8 +20,6 @@ from table.config.properties import (
 from table.storage.file_io import Storage
 
 pytestmark = pytest.mark.unit
-
-from hudi_samples import SAMPLES
 
 SAMPLE_TABLES = sorted(p.name for p in SAMPLES.iterdir() if (p / ".hoodie" / "hoodie.properties").is_file())
 SCHEMA = json.dumps(
@@ -39,13 +38,13 @@ SCHEMA = json.dumps(
 
 
 def new_config(**overrides) -> TableConfig:
-    args = dict(
-        name="trips",
-        record_key_fields=["uuid"],
-        partition_fields=["city"],
-        precombine_field="ts",
-        create_schema=SCHEMA,
-    )
+    args = {
+        "name": "trips",
+        "record_key_fields": ["uuid"],
+        "partition_fields": ["city"],
+        "precombine_field": "ts",
+        "create_schema": SCHEMA,
+    }
     args.update(overrides)
     return TableConfig.for_new_mor_table(**args)
 
@@ -121,16 +120,12 @@ def test_new_mor_table_writes_the_hudi_0_14_keys_checksum_last():
     assert list(props)[-1] == CHECKSUM_KEY
     # no metadata table, and no index keys: Hudi 0.14/0.15 keep those out of hoodie.properties
     assert not any(
-        k.startswith(("hoodie.table.metadata", "hoodie.metadata", "hoodie.index", "hoodie.bucket"))
-        for k in props
+        k.startswith(("hoodie.table.metadata", "hoodie.metadata", "hoodie.index", "hoodie.bucket")) for k in props
     )
 
 
 def test_key_generator_follows_the_key_and_partition_fields():
-    assert (
-        new_config(record_key_fields=["a", "b"]).key_generator_class
-        == "org.apache.hudi.keygen.ComplexKeyGenerator"
-    )
+    assert new_config(record_key_fields=["a", "b"]).key_generator_class == "org.apache.hudi.keygen.ComplexKeyGenerator"
     unpartitioned = new_config(partition_fields=[])
     assert unpartitioned.key_generator_class == "org.apache.hudi.keygen.NonpartitionedKeyGenerator"
     # an empty value would read as one (empty) partition field in hudi-rs

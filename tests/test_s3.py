@@ -47,10 +47,12 @@ from table.write.prepare import prepare_batch
 from table.write.writer import WriteOptions
 
 STORED_SCHEMA = ORDER_SCHEMA.remove(ORDER_SCHEMA.get_field_index("deleted"))
-SERVICES = {"clustering": {"mode": "inline", "every_delta_commits": 1},
-            "compaction": {"mode": "inline", "every_delta_commits": 2},
-            "clean": {"mode": "inline", "retained": 2},
-            "archive": {"mode": "inline", "min_instants": 4, "max_instants": 8}}
+SERVICES = {
+    "clustering": {"mode": "inline", "every_delta_commits": 1},
+    "compaction": {"mode": "inline", "every_delta_commits": 2},
+    "clean": {"mode": "inline", "retained": 2},
+    "archive": {"mode": "inline", "min_instants": 4, "max_instants": 8},
+}
 SPLIT = {"initial_buckets": 2, "max_buckets": 4, "split_threshold_mb": 0.001, "merge_threshold_mb": 0}
 MERGE = {"initial_buckets": 2, "min_buckets": 1, "split_threshold_mb": 1024, "merge_threshold_mb": 512}
 
@@ -64,12 +66,17 @@ def new_table(path: str, options: dict) -> MorTable:
 
 
 def services(table, writer, executor, index: dict, **overrides) -> TableServices:
-    return TableServices(ServicesSettings.model_validate({**SERVICES, **overrides}), table, writer, executor,
-                         index=IndexSettings.model_validate(index))
+    return TableServices(
+        ServicesSettings.model_validate({**SERVICES, **overrides}),
+        table,
+        writer,
+        executor,
+        index=IndexSettings.model_validate(index),
+    )
 
 
 def batches(events: list[dict], size: int) -> list[pa.Table]:
-    return [pa.Table.from_pylist(events[i:i + size], schema=ORDER_SCHEMA) for i in range(0, len(events), size)]
+    return [pa.Table.from_pylist(events[i : i + size], schema=ORDER_SCHEMA) for i in range(0, len(events), size)]
 
 
 def rows_by_key(rows: list[dict]) -> dict:
@@ -165,8 +172,7 @@ def test_of_two_writers_starting_together_on_s3_exactly_one_holds_the_table(s3_s
 
 
 @pytest.mark.unit
-def test_requests_per_micro_batch_on_s3_do_not_grow_with_the_tables_history(s3_server, monkeypatch,
-                                                                              terminal_summary):
+def test_requests_per_micro_batch_on_s3_do_not_grow_with_the_tables_history(s3_server, monkeypatch, terminal_summary):
     bucket = new_bucket(s3_server)
     path = f"s3://{bucket}/orders"
     for name, value in s3_server.environment.items():  # this time from the environment, as AWS tools
@@ -176,8 +182,14 @@ def test_requests_per_micro_batch_on_s3_do_not_grow_with_the_tables_history(s3_s
     executor = BackgroundExecutor()
     per_batch: list[collections.Counter] = []
     with table.writer(WriteOptions(initial_buckets=2, delete_field="deleted")) as writer:
-        job_services = services(table, writer, executor, {"initial_buckets": 2},
-                                clustering={"mode": "off"}, compaction={"mode": "inline", "every_delta_commits": 4})
+        job_services = services(
+            table,
+            writer,
+            executor,
+            {"initial_buckets": 2},
+            clustering={"mode": "off"},
+            compaction={"mode": "inline", "every_delta_commits": 4},
+        )
         for batch in batches(events, 200):
             mark = s3_server.requests.mark()
             writer.upsert(batch)
@@ -193,10 +205,16 @@ def test_requests_per_micro_batch_on_s3_do_not_grow_with_the_tables_history(s3_s
     assert our_rows(path) == expected_rows(events)
     kinds = ("PUT", "GET", "LIST", "HEAD", "DELETE")
     partitions = len({e["region"] for e in events})
-    terminal_summary.append(f"S3 requests per micro-batch ({len(per_batch)} batches of 200 events over {partitions} "
-                            "partitions; compaction every 4, clean and archival inline), early / late batches:")
-    terminal_summary.append("  " + "  ".join(
-        f"{k} {statistics.mean(c[k] for c in early):.1f}/{statistics.mean(c[k] for c in late):.1f}" for k in kinds))
+    terminal_summary.append(
+        f"S3 requests per micro-batch ({len(per_batch)} batches of 200 events over {partitions} "
+        "partitions; compaction every 4, clean and archival inline), early / late batches:"
+    )
+    terminal_summary.append(
+        "  "
+        + "  ".join(
+            f"{k} {statistics.mean(c[k] for c in early):.1f}/{statistics.mean(c[k] for c in late):.1f}" for k in kinds
+        )
+    )
 
 
 @pytest.mark.unit
@@ -206,8 +224,10 @@ def test_requests_per_micro_batch_on_s3_do_not_grow_with_the_partitions_it_touch
     counts = {}
     for partitions in (2, 40):
         path = f"s3://{new_bucket(s3_server)}/orders"
-        events = [dict(e, region=f"r{int(e['order_id'].split('-')[1]) % partitions:02d}")  # a key keeps its partition
-                  for e in settled_change_events(2_400, seed=94)]
+        events = [
+            dict(e, region=f"r{int(e['order_id'].split('-')[1]) % partitions:02d}")  # a key keeps its partition
+            for e in settled_change_events(2_400, seed=94)
+        ]
         table = new_table(path, s3_server.storage_options)
         per_batch = []
         with table.writer(WriteOptions(initial_buckets=2, delete_field="deleted")) as writer:
@@ -215,37 +235,53 @@ def test_requests_per_micro_batch_on_s3_do_not_grow_with_the_partitions_it_touch
                 mark = s3_server.requests.mark()
                 writer.upsert(batch)
                 time.sleep(0.05)  # the server logs a request after answering it
-                per_batch.append((s3_server.requests.since(mark, bucket=path.split("/")[2]),
-                                  len(writer.last_commit.write_stats())))
+                per_batch.append(
+                    (s3_server.requests.since(mark, bucket=path.split("/")[2]), len(writer.last_commit.write_stats()))
+                )
         assert our_rows(path, s3_server.storage_options) == expected_rows(events)
         counts[partitions] = per_batch[1:]  # after the load, which creates the partitions
     for (few, few_files), (many, many_files) in zip(counts[2], counts[40]):
         assert many_files == 20 * few_files
-        assert {k: many[k] for k in ("LIST", "HEAD", "GET", "DELETE")} == \
-            {k: few[k] for k in ("LIST", "HEAD", "GET", "DELETE")}
+        assert {k: many[k] for k in ("LIST", "HEAD", "GET", "DELETE")} == {
+            k: few[k] for k in ("LIST", "HEAD", "GET", "DELETE")
+        }
         assert many["PUT"] - many_files == few["PUT"] - few_files
-    terminal_summary.append("S3 requests per plain deltacommit, 2 and 40 partitions of 2 buckets: " + "; ".join(
-        f"{n} partitions: " + " ".join(f"{k} {c[k]}" for k in ("PUT", "GET", "LIST", "HEAD", "DELETE"))
-        + f" ({files} data files)" for n, ((c, files), *_) in counts.items()))
+    terminal_summary.append(
+        "S3 requests per plain deltacommit, 2 and 40 partitions of 2 buckets: "
+        + "; ".join(
+            f"{n} partitions: "
+            + " ".join(f"{k} {c[k]}" for k in ("PUT", "GET", "LIST", "HEAD", "DELETE"))
+            + f" ({files} data files)"
+            for n, ((c, files), *_) in counts.items()
+        )
+    )
 
 
 @pytest.mark.e2e
 def test_the_job_on_s3_killed_mid_batch_and_cut_off_from_a_frozen_server_ends_with_the_oracles_rows(
-        s3_server, kafka_bootstrap, kafka_topic, tmp_path):
+    s3_server, kafka_bootstrap, kafka_topic, tmp_path
+):
     topic = kafka_topic(partitions=2, prefix="orders")
     events = settled_change_events(4_000, seed=95)
     offsets = produce_orders(kafka_bootstrap, topic, events[:2_000])
     path = f"s3://{new_bucket(s3_server)}/orders"
     env = s3_server.environment  # the job reaches the server as AWS tools do, from the environment
     options = s3_server.storage_options  # the test's own reads, from storage options
-    config = order_config(tmp_path, "orders", kafka_bootstrap, topic, table={"path": path},
-                          source={"max_offsets_per_trigger": 500},
-                          services={"compaction": {"mode": "inline", "every_delta_commits": 2}})
+    config = order_config(
+        tmp_path,
+        "orders",
+        kafka_bootstrap,
+        topic,
+        table={"path": path},
+        source={"max_offsets_per_trigger": 500},
+        services={"compaction": {"mode": "inline", "every_delta_commits": 2}},
+    )
     config_file = write_config(tmp_path / "configs", config)
 
     # 1. SIGKILLed after the sixth log file, in its second batch: nothing of that batch is visible.
-    code, out = run_streamer(["run", str(config_file), "--once"],
-                             env={**env, "MOR_STREAMER_FAILPOINT": "deltacommit.log_file_written:6"})
+    code, out = run_streamer(
+        ["run", str(config_file), "--once"], env={**env, "MOR_STREAMER_FAILPOINT": "deltacommit.log_file_written:6"}
+    )
     assert code == -9, out[-3000:]
     committed = committed_offsets_on(path, topic, options)
     assert our_rows(path, options) == expected_rows(events_below(events, offsets, committed))
@@ -253,8 +289,9 @@ def test_the_job_on_s3_killed_mid_batch_and_cut_off_from_a_frozen_server_ends_wi
 
     # 2. The restart rolls it back and goes on; the server freezes for 20 s mid-run.
     offsets += produce_orders(kafka_bootstrap, topic, events[2_000:])
-    job = streamer_process(["run", str(config_file), "--once"], env={**env, "MOR_STREAMER_PAUSE":
-                                                                       "deltacommit.inflight=1"})
+    job = streamer_process(
+        ["run", str(config_file), "--once"], env={**env, "MOR_STREAMER_PAUSE": "deltacommit.inflight=1"}
+    )
     output: list[str] = []
     reader = threading.Thread(target=lambda: output.extend(job.stdout), daemon=True)
     reader.start()

@@ -62,18 +62,25 @@ def order_schema(fields: list[dict]) -> dict:
 
 
 V1 = order_schema(BASE_FIELDS)
-WITH_COUPON = order_schema(BASE_FIELDS + [{"name": "coupon", "type": ["null", "string"], "default": None}])
-WIDER = order_schema([dict(f, type={"quantity": "long", "weight": "double"}.get(f["name"], f["type"]))
-                      for f in BASE_FIELDS])
+WITH_COUPON = order_schema([*BASE_FIELDS, {"name": "coupon", "type": ["null", "string"], "default": None}])
+WIDER = order_schema(
+    [dict(f, type={"quantity": "long", "weight": "double"}.get(f["name"], f["type"])) for f in BASE_FIELDS]
+)
 WITHOUT_STATUS = order_schema([f for f in BASE_FIELDS if f["name"] != "status"])
 STATUS_AS_INT = order_schema([dict(f, type="int") if f["name"] == "status" else f for f in BASE_FIELDS])
 
 
 REFUSED = {  # version: (writer schema, its records from an order change, why the job refuses them)
-    "without status": (WITHOUT_STATUS, lambda e: {k: v for k, v in e.items() if k != "status"},
-                       "lacks field 'status' (string), which the table's reader schema requires"),
-    "status as int": (STATUS_AS_INT, lambda e: dict(e, status=len(e["status"])),
-                      "changes field 'status' from string to int; a column's type can only widen"),
+    "without status": (
+        WITHOUT_STATUS,
+        lambda e: {k: v for k, v in e.items() if k != "status"},
+        "lacks field 'status' (string), which the table's reader schema requires",
+    ),
+    "status as int": (
+        STATUS_AS_INT,
+        lambda e: dict(e, status=len(e["status"])),
+        "changes field 'status' from string to int; a column's type can only widen",
+    ),
 }
 
 
@@ -114,17 +121,25 @@ class Scenario:
                 key = self._keys[-1]
             else:
                 key = self.rng.choice(self._keys)
-            out.append({"order_id": key, "region": ("eu", "us")[int(key[2:]) % 2],
-                        "status": self.rng.choice(("created", "paid", "shipped")),
-                        "quantity": self.rng.randint(1, 50), "weight": self.rng.randint(1, 40) / 4,
-                        "updated_at": next(self._clock), "deleted": self.rng.random() < 0.05})
+            out.append(
+                {
+                    "order_id": key,
+                    "region": ("eu", "us")[int(key[2:]) % 2],
+                    "status": self.rng.choice(("created", "paid", "shipped")),
+                    "quantity": self.rng.randint(1, 50),
+                    "weight": self.rng.randint(1, 40) / 4,
+                    "updated_at": next(self._clock),
+                    "deleted": self.rng.random() < 0.05,
+                }
+            )
         return out
 
     def register(self, registry: SchemaRegistryClient, version: str, schema: dict) -> None:
         self.schema_ids[version] = registry.register(f"{self.topic}-value", json.dumps(schema))
 
-    def produce(self, bootstrap: str, version: str, schema: dict, records: list[dict],
-                as_rows: list[dict] | None) -> None:
+    def produce(
+        self, bootstrap: str, version: str, schema: dict, records: list[dict], as_rows: list[dict] | None
+    ) -> None:
         """Produce `records` written with `schema`; `as_rows` are what the table must show for
         them, None when the job must refuse them."""
         parsed = fastavro.parse_schema(schema)
@@ -132,7 +147,9 @@ class Scenario:
         for record in records:
             payload = io.BytesIO()
             fastavro.schemaless_writer(payload, parsed, record)
-            values.append((record["order_id"].encode(), confluent_frame(self.schema_ids[version], payload.getvalue()), None))
+            values.append(
+                (record["order_id"].encode(), confluent_frame(self.schema_ids[version], payload.getvalue()), None)
+            )
         offsets = [offset for _, offset in kafka_broker.produce(bootstrap, self.topic, values)]
         if as_rows is None:
             self.refused_offsets.setdefault(version, []).extend(offsets)
@@ -189,9 +206,14 @@ def scenarios(spark, kafka_bootstrap, schema_registry_url, tmp_path_factory) -> 
     for seed, (name, (partitions, on_error, schema_file)) in enumerate(tables.items()):
         topic = kafka_broker.create_topic(kafka_bootstrap, f"evolution-{name}-{tmp.name}", partitions=partitions)
         value = {"format": "confluent-avro", **({"schema_file": str(schema_file)} if schema_file else {})}
-        config = order_config(tmp, name, kafka_bootstrap, topic, source={"max_offsets_per_trigger": 60},
-                              decode={"value": value, "schema_registry": {"url": schema_registry_url},
-                                      "on_error": on_error})
+        config = order_config(
+            tmp,
+            name,
+            kafka_bootstrap,
+            topic,
+            source={"max_offsets_per_trigger": 60},
+            decode={"value": value, "schema_registry": {"url": schema_registry_url}, "on_error": on_error},
+        )
         scenarios[name] = Scenario(name, topic, config, random.Random(seed))
         scenarios[name].register(registry, "v1", V1)
     added, widened, removed, quarantined, retyped = scenarios.values()
@@ -213,8 +235,10 @@ def scenarios(spark, kafka_bootstrap, schema_registry_url, tmp_path_factory) -> 
     _produce_with_coupons(kafka_bootstrap, added, 60)
     added.produce_v1(kafka_bootstrap, 30, coupon=None)
     widened.register(registry, "wider", WIDER)
-    wider = [dict(e, quantity=e["quantity"] + 2**34 * i, weight=e["weight"] + 0.1)
-             for i, e in enumerate(widened.changes(120))]
+    wider = [
+        dict(e, quantity=e["quantity"] + 2**34 * i, weight=e["weight"] + 0.1)
+        for i, e in enumerate(widened.changes(120))
+    ]
     widened.produce(kafka_bootstrap, "wider", WIDER, wider, wider)
     widened.produce_v1(kafka_bootstrap, 30)
     for scenario, version in ((removed, "without status"), (retyped, "status as int")):
@@ -232,6 +256,7 @@ def _produce_with_coupons(bootstrap: str, scenario: Scenario, count: int) -> Non
 
 
 # ---- checks ------------------------------------------------------------------------------------
+
 
 def expected_rows(events: list[dict], columns: list[str]) -> dict:
     oracle = Oracle("order_id", "updated_at", "deleted")
@@ -253,8 +278,10 @@ def assert_rows_match(path: str, events: list[dict], columns: list[str]) -> None
 def commit_schemas(path: str) -> list[dict]:
     """Each completed deltacommit's table schema (Avro), oldest first."""
     timeline = MorTable.load(path).timeline()
-    return [json.loads(CommitMetadata.from_json(timeline.read_content(i)).extra_metadata["schema"])
-            for i in timeline.completed("deltacommit")]
+    return [
+        json.loads(CommitMetadata.from_json(timeline.read_content(i)).extra_metadata["schema"])
+        for i in timeline.completed("deltacommit")
+    ]
 
 
 def field_types(avro: dict) -> dict[str, object]:
@@ -265,11 +292,13 @@ def test_a_new_nullable_field_becomes_a_column_that_earlier_rows_read_as_null(sc
     scenario = scenarios["added"]
     first, second = scenario.runs
     assert first.outcome.error is None and second.outcome.error is None
-    assert f"added: writer schema id {scenario.schema_ids['coupon']} evolves the table's schema: " \
-           "new column(s) ['coupon']" in first.log
+    assert (
+        f"added: writer schema id {scenario.schema_ids['coupon']} evolves the table's schema: "
+        "new column(s) ['coupon']" in first.log
+    )
     assert "evolves the table's schema" not in second.log  # it starts from the reader schema recorded
 
-    assert_rows_match(scenario.path, scenario.events, COLUMNS + ["coupon"])
+    assert_rows_match(scenario.path, scenario.events, [*COLUMNS, "coupon"])
     table = MorTable.load(scenario.path)
     assert table.schema().names[-1] == "coupon" and str(table.schema().field("coupon").type) == "string"
     schemas = commit_schemas(scenario.path)
@@ -293,7 +322,8 @@ def test_a_field_widened_from_int_to_long_and_float_to_double_widens_its_column(
 
 @pytest.mark.parametrize("name, version", [("removed_stop", "without status"), ("retyped_stop", "status as int")])
 def test_a_writer_schema_that_drops_or_retypes_a_field_stops_the_table_and_writes_nothing_of_its_batch(
-        scenarios, name, version):
+    scenarios, name, version
+):
     scenario = scenarios[name]
     error = scenario.runs[-1].outcome.error
     assert f"writer schema id {scenario.schema_ids[version]} {REFUSED[version][2]}" in error
@@ -309,8 +339,10 @@ def test_a_latest_registered_schema_that_does_not_fit_the_table_is_logged_at_sta
     scenario = scenarios["removed_stop"]
     first, second = scenario.runs
     assert first.outcome.error is None
-    assert f"removed_stop: the latest schema registered for '{scenario.topic}-value' " \
-           f"{REFUSED['without status'][2]}" in second.log
+    assert (
+        f"removed_stop: the latest schema registered for '{scenario.topic}-value' "
+        f"{REFUSED['without status'][2]}" in second.log
+    )
 
 
 @pytest.mark.parametrize("version", ["without status", "status as int"])
@@ -321,21 +353,36 @@ def test_records_of_a_writer_schema_that_drops_or_retypes_a_field_go_to_quaranti
 
     assert_rows_match(scenario.path, scenario.events, COLUMNS)
     quarantined = MorTable.load(f"{scenario.path}_quarantine").snapshot().to_pylist()
-    refused = sorted(r["offset"] for r in quarantined if r["reason"].startswith(
-        f"writer schema id {scenario.schema_ids[version]} {REFUSED[version][2]}"))
+    refused = sorted(
+        r["offset"]
+        for r in quarantined
+        if r["reason"].startswith(f"writer schema id {scenario.schema_ids[version]} {REFUSED[version][2]}")
+    )
     assert refused == scenario.refused_offsets[version]
     assert MorTable.load(scenario.path).schema().names == [f["name"] for f in BASE_FIELDS if f["name"] != "deleted"]
 
 
-def test_a_declared_json_schema_without_a_column_of_the_table_fails_at_start_naming_it(spark, kafka_bootstrap, tmp_path):
+def test_a_declared_json_schema_without_a_column_of_the_table_fails_at_start_naming_it(
+    spark, kafka_bootstrap, tmp_path
+):
     config = order_config(tmp_path, "orders", kafka_bootstrap, "orders-never-read")
     config["decode"]["value"]["schema"] = "order_id STRING, region STRING, updated_at BIGINT, deleted BOOLEAN"
-    MorTable.create(config["table"]["path"], TableSpec(
-        name="orders", schema=arrow_schema_from_avro(V1).remove(6), record_key_fields=("order_id",),
-        partition_fields=("region",), ordering_field="updated_at"))
+    MorTable.create(
+        config["table"]["path"],
+        TableSpec(
+            name="orders",
+            schema=arrow_schema_from_avro(V1).remove(6),
+            record_key_fields=("order_id",),
+            partition_fields=("region",),
+            ordering_field="updated_at",
+        ),
+    )
 
-    with pytest.raises(StartupError, match=r"decode.value: the table at .* cannot take these columns: "
-                                           r"the table's column\(s\) \['status', 'quantity', 'weight'\] are missing"):
+    with pytest.raises(
+        StartupError,
+        match=r"decode.value: the table at .* cannot take these columns: "
+        r"the table's column\(s\) \['status', 'quantity', 'weight'\] are missing",
+    ):
         app.run([config_from_mapping(config)], spark, once=True)
 
 
@@ -357,8 +404,9 @@ def test_the_ddl_reader_reads_what_spark_reads(spark, ddl):
     from pyspark.sql.pandas.types import to_arrow_schema
 
     ours, problems = parse_ddl(ddl)
-    sparks = spark_normalized(to_arrow_schema(spark.createDataFrame([], ddl).schema, timezone="UTC",
-                                              prefers_large_types=False))
+    sparks = spark_normalized(
+        to_arrow_schema(spark.createDataFrame([], ddl).schema, timezone="UTC", prefers_large_types=False)
+    )
 
     assert problems == []
     assert spark_normalized(ours).equals(sparks, check_metadata=True), (ours, sparks)
@@ -366,9 +414,10 @@ def test_the_ddl_reader_reads_what_spark_reads(spark, ddl):
 
 # ---- the rules, without Spark or a broker --------------------------------------------------------
 
+
 @pytest.mark.unit
 def test_a_writer_schema_older_than_the_reader_schema_fits_it():
-    evolved = order_schema(BASE_FIELDS + [{"name": "coupon", "type": ["null", "string"], "default": None}])
+    evolved = order_schema([*BASE_FIELDS, {"name": "coupon", "type": ["null", "string"], "default": None}])
     change = compare(evolved, V1)
     assert change.problem is None and not change.evolves
 
@@ -376,11 +425,15 @@ def test_a_writer_schema_older_than_the_reader_schema_fits_it():
 @pytest.mark.unit
 def test_a_new_field_of_a_named_type_the_reader_defines_refers_to_it():
     address = {"type": "record", "name": "Address", "fields": [{"name": "zip", "type": "string"}]}
-    reader = order_schema(BASE_FIELDS + [{"name": "ship_to", "type": address}])
+    reader = order_schema([*BASE_FIELDS, {"name": "ship_to", "type": address}])
     writer = order_schema(reader["fields"] + [{"name": "bill_to", "type": ["null", "Address"], "default": None}])
     change = compare(reader, writer)
     assert change.evolves
-    assert evolve(reader, change)["fields"][-1] == {"name": "bill_to", "type": ["null", "shop.Address"], "default": None}
+    assert evolve(reader, change)["fields"][-1] == {
+        "name": "bill_to",
+        "type": ["null", "shop.Address"],
+        "default": None,
+    }
 
 
 @pytest.mark.unit
@@ -388,8 +441,8 @@ def test_a_lossy_promotion_or_a_nested_change_does_not_fit():
     long_reader = order_schema([dict(f, type="long") if f["name"] == "quantity" else f for f in BASE_FIELDS])
     as_double = order_schema([dict(f, type="double") if f["name"] == "quantity" else f for f in BASE_FIELDS])
     assert "changes field 'quantity' from long to double" in compare(long_reader, as_double).problem
-    nested = order_schema(BASE_FIELDS + [{"name": "tags", "type": {"type": "array", "items": "string"}}])
-    other = order_schema(BASE_FIELDS + [{"name": "tags", "type": {"type": "array", "items": "int"}}])
+    nested = order_schema([*BASE_FIELDS, {"name": "tags", "type": {"type": "array", "items": "string"}}])
+    other = order_schema([*BASE_FIELDS, {"name": "tags", "type": {"type": "array", "items": "int"}}])
     assert "the fields of a nested type cannot change" in compare(nested, other).problem
 
 
@@ -398,24 +451,48 @@ def test_the_decoder_leaves_records_of_an_evolving_writer_schema_undecoded_with_
     registry = SchemaRegistryClient(schema_registry_url)
     subject = f"decoder-{random.randrange(10**9)}-value"
     ids = [registry.register(subject, json.dumps(schema)) for schema in (V1, WITH_COUPON, WITHOUT_STATUS)]
-    order = {"order_id": "o-1", "region": "eu", "status": "paid", "quantity": 2, "weight": 1.5,
-             "updated_at": 1, "deleted": False}
+    order = {
+        "order_id": "o-1",
+        "region": "eu",
+        "status": "paid",
+        "quantity": 2,
+        "weight": 1.5,
+        "updated_at": 1,
+        "deleted": False,
+    }
     values = []
-    for schema_id, schema, record in zip(ids, (V1, WITH_COUPON, WITHOUT_STATUS),
-                                         (order, dict(order, coupon="VIP"), REFUSED["without status"][1](order))):
+    for schema_id, schema, record in zip(
+        ids, (V1, WITH_COUPON, WITHOUT_STATUS), (order, dict(order, coupon="VIP"), REFUSED["without status"][1](order))
+    ):
         payload = io.BytesIO()
         fastavro.schemaless_writer(payload, fastavro.parse_schema(schema), record)
         values.append(confluent_frame(schema_id, payload.getvalue()))
-    decoder = RecordDecoder(FormatSpec("confluent-avro", arrow_schema_from_avro(V1), json.dumps(V1)),
-                            FormatSpec("none", None), schema_registry_url, required_fields=("order_id",))
+    decoder = RecordDecoder(
+        FormatSpec("confluent-avro", arrow_schema_from_avro(V1), json.dumps(V1)),
+        FormatSpec("none", None),
+        schema_registry_url,
+        required_fields=("order_id",),
+    )
     n = len(values)
-    batch = pa.record_batch({"key": pa.nulls(n, pa.binary()), "value": pa.array(values, pa.binary()),
-                             "topic": ["t"] * n, "partition": pa.array([0] * n, pa.int32()),
-                             "offset": pa.array(range(n), pa.int64()), "timestamp": pa.array([0] * n, pa.timestamp("ms"))})
+    batch = pa.record_batch(
+        {
+            "key": pa.nulls(n, pa.binary()),
+            "value": pa.array(values, pa.binary()),
+            "topic": ["t"] * n,
+            "partition": pa.array([0] * n, pa.int32()),
+            "offset": pa.array(range(n), pa.int64()),
+            "timestamp": pa.array([0] * n, pa.timestamp("ms")),
+        }
+    )
 
     fits, evolves, refused = decoder.decode(batch).to_pylist()
 
     assert (fits["order_id"], fits["_error"], fits[EVOLVING]) == ("o-1", None, None)
-    assert (evolves["order_id"], evolves["_error"], evolves[EVOLVING], evolves[RAW_VALUE]) == (None, None, ids[1], values[1])
+    assert (evolves["order_id"], evolves["_error"], evolves[EVOLVING], evolves[RAW_VALUE]) == (
+        None,
+        None,
+        ids[1],
+        values[1],
+    )
     assert refused["_error"].startswith(f"writer schema id {ids[2]} {REFUSED['without status'][2]}")
     assert refused[EVOLVING] is None

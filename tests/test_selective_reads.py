@@ -18,14 +18,17 @@ WINDOW = (50_000, 51_999)
 
 def _orders(ids: range, updated_at, status: str = "new") -> pa.Table:
     n = len(ids)
-    return pa.table({
-        "order_id": [f"o{i:06d}" for i in ids],
-        "region": ["emea"] * n,
-        "amount": [float(i % 997) for i in ids],
-        "status": [status] * n,
-        "updated_at": list(updated_at),
-        "is_deleted": [False] * n,
-    }, schema=SCHEMA)
+    return pa.table(
+        {
+            "order_id": [f"o{i:06d}" for i in ids],
+            "region": ["emea"] * n,
+            "amount": [float(i % 997) for i in ids],
+            "status": [status] * n,
+            "updated_at": list(updated_at),
+            "is_deleted": [False] * n,
+        },
+        schema=SCHEMA,
+    )
 
 
 def _in_window() -> list[Predicate]:
@@ -65,8 +68,9 @@ def test_a_base_row_outside_the_window_still_outranks_an_older_log_row_inside_it
         writer.upsert(_orders(range(80_000, 80_010), range(80_000, 80_010), status="same"))
 
     every_row = table.snapshot()
-    in_window = pc.and_(pc.greater_equal(every_row["updated_at"], WINDOW[0]),
-                        pc.less_equal(every_row["updated_at"], WINDOW[1]))
+    in_window = pc.and_(
+        pc.greater_equal(every_row["updated_at"], WINDOW[0]), pc.less_equal(every_row["updated_at"], WINDOW[1])
+    )
     expected = _keys(every_row.filter(in_window))
     got = table.snapshot(predicates=_in_window())
     assert _keys(got) == expected

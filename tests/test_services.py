@@ -55,7 +55,9 @@ class Stream:
         self.commits = 0
 
     def commit(self, size: int = 60) -> str:
-        batch = monotonic_batch(self.rng, self.known, size, first_id=self.commits * size, clock=1_000 + self.commits * size)
+        batch = monotonic_batch(
+            self.rng, self.known, size, first_id=self.commits * size, clock=1_000 + self.commits * size
+        )
         self.oracle.apply_batch(batch)
         self.commits += 1
         return self.writer.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
@@ -70,8 +72,13 @@ def assert_both_readers_match(path, expected: dict) -> None:
 
 
 def services(table, writer, executor: BackgroundExecutor, index: dict | None = None, **settings) -> TableServices:
-    return TableServices(ServicesSettings.model_validate(settings), table, writer, executor,
-                         index=IndexSettings.model_validate(index or {}))
+    return TableServices(
+        ServicesSettings.model_validate(settings),
+        table,
+        writer,
+        executor,
+        index=IndexSettings.model_validate(index or {}),
+    )
 
 
 def data_files(path) -> list:
@@ -86,10 +93,14 @@ def test_hundreds_of_commits_keep_the_active_timeline_and_the_file_count_within_
     timeline_sizes, file_counts = [], []
     with table.writer(write_options()) as writer:
         stream = Stream(table, writer)
-        svc = services(table, writer, executor,
-                       compaction={"mode": "inline", "every_delta_commits": 4},
-                       clean={"mode": "inline", "retained": 3},
-                       archive={"mode": "inline", **bounds})
+        svc = services(
+            table,
+            writer,
+            executor,
+            compaction={"mode": "inline", "every_delta_commits": 4},
+            clean={"mode": "inline", "retained": 3},
+            archive={"mode": "inline", **bounds},
+        )
         for _ in range(240):
             stream.commit(size=40)
             svc.after_commit()
@@ -110,8 +121,14 @@ def test_inline_compaction_every_n_delta_commits_bounds_log_files_per_file_group
     executor = BackgroundExecutor()
     with table.writer(write_options()) as writer:
         stream = Stream(table, writer)
-        svc = services(table, writer, executor, compaction={"mode": "inline", "every_delta_commits": 3},
-                       clean={"mode": "off"}, archive={"mode": "off"})
+        svc = services(
+            table,
+            writer,
+            executor,
+            compaction={"mode": "inline", "every_delta_commits": 3},
+            clean={"mode": "off"},
+            archive={"mode": "off"},
+        )
         for _ in range(21):
             stream.commit()
             svc.after_commit()
@@ -135,8 +152,14 @@ def test_async_compaction_executes_in_the_background_while_the_writer_keeps_comm
     commits_during_a_plan = 0
     with table.writer(write_options()) as writer:
         stream = Stream(table, writer)
-        svc = services(table, writer, executor, compaction={"mode": "async", "every_delta_commits": 2},
-                       clean={"mode": "inline", "retained": 4}, archive={"mode": "off"})
+        svc = services(
+            table,
+            writer,
+            executor,
+            compaction={"mode": "async", "every_delta_commits": 2},
+            clean={"mode": "inline", "retained": 4},
+            archive={"mode": "off"},
+        )
         for _ in range(16):
             pending_before = bool(pending_compactions(table))
             stream.commit()
@@ -166,8 +189,10 @@ SPLITS = ClusteringPolicy(split_threshold_bytes=10 * 1024, merge_threshold_bytes
 def bucket_counts(table) -> dict[str, int]:
     """Buckets per partition, by the latest committed hashing metadata."""
     completed = set(table.timeline().completed_timestamps().active)
-    return {p: len(ring.load_latest(table.storage, p, completed, repair=False).nodes)
-            for p in table.file_system_view().partition_paths()}
+    return {
+        p: len(ring.load_latest(table.storage, p, completed, repair=False).nodes)
+        for p in table.file_system_view().partition_paths()
+    }
 
 
 def data_rows(table) -> dict:
@@ -177,16 +202,32 @@ def data_rows(table) -> dict:
 def test_clustering_policy_comes_from_the_index_and_clustering_settings(tmp_path):
     table = make_table(tmp_path / "orders")
     with table.writer(write_options()) as writer:
-        svc = services(table, writer, BackgroundExecutor(),
-                       index={"initial_buckets": 3, "max_buckets": 64, "split_threshold_mb": 1.5,
-                              "merge_threshold_mb": 0.25, "split_point": "distribution"},
-                       clustering={"sort_columns": ["status", "amount"], "max_partitions": 2, "max_plan_mb": 10})
+        svc = services(
+            table,
+            writer,
+            BackgroundExecutor(),
+            index={
+                "initial_buckets": 3,
+                "max_buckets": 64,
+                "split_threshold_mb": 1.5,
+                "merge_threshold_mb": 0.25,
+                "split_point": "distribution",
+            },
+            clustering={"sort_columns": ["status", "amount"], "max_partitions": 2, "max_plan_mb": 10},
+        )
         policy = svc.clustering_policy()
         defaults = services(table, writer, BackgroundExecutor()).clustering_policy()
 
     assert policy == ClusteringPolicy(
-        split_threshold_bytes=1536 * 1024, merge_threshold_bytes=256 * 1024, min_buckets=3, max_buckets=64,
-        split_point="distribution", max_partitions=2, max_bytes=10 * 1024 * 1024, sort_columns=("status", "amount"))
+        split_threshold_bytes=1536 * 1024,
+        merge_threshold_bytes=256 * 1024,
+        min_buckets=3,
+        max_buckets=64,
+        split_point="distribution",
+        max_partitions=2,
+        max_bytes=10 * 1024 * 1024,
+        sort_columns=("status", "amount"),
+    )
     # min_buckets defaults to initial_buckets; Hudi's 120 MB file size x 2.0 to split, x 0.2 to merge
     assert (defaults.split_threshold_bytes, defaults.merge_threshold_bytes) == (240 * 1024 * 1024, 24 * 1024 * 1024)
     assert (defaults.min_buckets, defaults.max_buckets, defaults.max_bytes) == (4, 1024, 2048 * 1024 * 1024)
@@ -199,8 +240,14 @@ def test_inline_clustering_splits_grown_buckets_and_every_reader_keeps_every_row
     executor = BackgroundExecutor()
     with table.writer(write_options(initial_buckets=2)) as writer:
         stream = Stream(table, writer)
-        svc = services(table, writer, executor, index=SMALL_BUCKETS,
-                       clustering={"mode": "inline", "every_delta_commits": 3}, **ONLY_CLUSTERING)
+        svc = services(
+            table,
+            writer,
+            executor,
+            index=SMALL_BUCKETS,
+            clustering={"mode": "inline", "every_delta_commits": 3},
+            **ONLY_CLUSTERING,
+        )
         for _ in range(2):
             stream.commit(size=300)
             svc.after_commit()
@@ -209,7 +256,7 @@ def test_inline_clustering_splits_grown_buckets_and_every_reader_keeps_every_row
         before_counts, before_rows = bucket_counts(table), data_rows(table)
         svc.after_commit()
 
-        (replace,) = table.timeline().completed("replacecommit")
+        (_replace,) = table.timeline().completed("replacecommit")
         assert pending_clusterings(table) == []
         after_counts = bucket_counts(table)
         assert set(after_counts) == set(before_counts) and set(before_counts.values()) == {2}
@@ -233,9 +280,14 @@ def test_inline_clustering_merges_small_buckets_but_not_below_min_buckets(tmp_pa
     executor = BackgroundExecutor()
     with table.writer(write_options(initial_buckets=8)) as writer:
         stream = Stream(table, writer)
-        svc = services(table, writer, executor,
-                       index={"initial_buckets": 8, "min_buckets": 3, "split_threshold_mb": 8, "merge_threshold_mb": 4},
-                       clustering={"mode": "inline", "every_delta_commits": 2}, **ONLY_CLUSTERING)
+        svc = services(
+            table,
+            writer,
+            executor,
+            index={"initial_buckets": 8, "min_buckets": 3, "split_threshold_mb": 8, "merge_threshold_mb": 4},
+            clustering={"mode": "inline", "every_delta_commits": 2},
+            **ONLY_CLUSTERING,
+        )
         for _ in range(6):
             stream.commit(size=80)
             svc.after_commit()
@@ -255,8 +307,14 @@ def test_async_clustering_executes_in_the_background_while_the_writer_keeps_comm
     commits_during_a_plan = 0
     with table.writer(write_options(initial_buckets=2)) as writer:
         stream = Stream(table, writer)
-        svc = services(table, writer, executor, index=SMALL_BUCKETS,
-                       clustering={"mode": "async", "every_delta_commits": 2}, **ONLY_CLUSTERING)
+        svc = services(
+            table,
+            writer,
+            executor,
+            index=SMALL_BUCKETS,
+            clustering={"mode": "async", "every_delta_commits": 2},
+            **ONLY_CLUSTERING,
+        )
         # Ten commits at least; more while a slow machine has not finished two resizes yet.
         for n in range(40):
             if n >= 10 and len(table.timeline().completed("replacecommit")) >= 2:
@@ -319,20 +377,32 @@ def test_finish_executes_a_clustering_still_pending(tmp_path):
 def test_sort_columns_that_are_not_table_columns_are_found_before_the_job_starts():
     from streamer import preflight
 
-    config = config_from_mapping({
-        "table": {"name": "orders", "path": "/data/orders", "record_key": "order_id", "ordering_field": "updated_at"},
-        "source": {"bootstrap_servers": "broker:9092", "topics": "orders"},
-        "decode": {"value": {"format": "json", "schema": "order_id STRING, updated_at BIGINT, tags ARRAY<STRING>"}},
-        "services": {"clustering": {"sort_columns": ["updated_at", "amount", "tags"]}},
-    }, "orders.yaml")
+    config = config_from_mapping(
+        {
+            "table": {
+                "name": "orders",
+                "path": "/data/orders",
+                "record_key": "order_id",
+                "ordering_field": "updated_at",
+            },
+            "source": {"bootstrap_servers": "broker:9092", "topics": "orders"},
+            "decode": {"value": {"format": "json", "schema": "order_id STRING, updated_at BIGINT, tags ARRAY<STRING>"}},
+            "services": {"clustering": {"sort_columns": ["updated_at", "amount", "tags"]}},
+        },
+        "orders.yaml",
+    )
 
     found = [str(p) for p in preflight.check(config)]
 
     assert len(found) == 2, found
-    assert ("orders.yaml: services.clustering.sort_columns.1: no column 'amount' in the value's fields "
-            "(order_id, updated_at, tags); fix: ") in found[0]
-    assert ("orders.yaml: services.clustering.sort_columns.2: column 'tags' is of type list<element: string>, "
-            "which cannot be sorted by; fix: ") in found[1]
+    assert (
+        "orders.yaml: services.clustering.sort_columns.1: no column 'amount' in the value's fields "
+        "(order_id, updated_at, tags); fix: "
+    ) in found[0]
+    assert (
+        "orders.yaml: services.clustering.sort_columns.2: column 'tags' is of type list<element: string>, "
+        "which cannot be sorted by; fix: "
+    ) in found[1]
 
 
 # -- the offline command: streamer cluster ------------------------------------------------------
@@ -364,8 +434,10 @@ def test_streamer_cluster_plans_and_executes_a_clustering_and_prints_its_result(
     (replace,) = table.timeline().completed("replacecommit")
     assert out[0] == f"clustering: scheduled {replace.timestamp}"
     # every bucket (4 partitions of 2) split in two; each child got its records
-    assert out[1].startswith(f"clustering {replace.timestamp}: clustered 8 split(s) at {replace.timestamp}: "
-                             f"16 file group(s) of {len(stream.expected())} record(s)")
+    assert out[1].startswith(
+        f"clustering {replace.timestamp}: clustered 8 split(s) at {replace.timestamp}: "
+        f"16 file group(s) of {len(stream.expected())} record(s)"
+    )
     assert set(bucket_counts(table).values()) == {4}
     assert pending_clusterings(table) == []
     assert_both_readers_match(path, stream.expected())
@@ -423,8 +495,9 @@ def test_streamer_cluster_rollback_removes_a_pending_plan_and_its_dual_writes(tm
         instant = schedule_clustering(writer, SPLITS)
         stream.writer = writer
         stream.commit(size=300)  # dual-written to the planned buckets' children
-        children = {f for p in table.file_system_view().partition_paths() for f in (path / p).iterdir()
-                    if instant in f.name}
+        children = {
+            f for p in table.file_system_view().partition_paths() for f in (path / p).iterdir() if instant in f.name
+        }
         assert children  # the children's log files start a slice at the plan's instant
         # the job holds the writer lease: rolling back is refused, naming the holder
         assert cli.main(["cluster", str(path), "--rollback", instant]) == 2
@@ -451,11 +524,13 @@ def test_status_and_the_timeline_list_a_pending_clustering(tmp_path):
     table, _ = table_with_grown_buckets(path)
     with table.writer(write_options(initial_buckets=2)) as writer:
         instant = schedule_clustering(writer, SPLITS)
-    config = config_from_mapping({
-        "table": {"name": "orders", "path": str(path), "record_key": "order_id", "ordering_field": "updated_at"},
-        "source": {"bootstrap_servers": "broker:9092", "topics": "orders"},
-        "decode": {"value": {"format": "json", "schema": "order_id STRING, updated_at BIGINT"}},
-    })
+    config = config_from_mapping(
+        {
+            "table": {"name": "orders", "path": str(path), "record_key": "order_id", "ordering_field": "updated_at"},
+            "source": {"bootstrap_servers": "broker:9092", "topics": "orders"},
+            "decode": {"value": {"format": "json", "schema": "order_id STRING, updated_at BIGINT"}},
+        }
+    )
 
     status = table_status(config)
     assert status.pending == [f"{instant} replacecommit requested"]

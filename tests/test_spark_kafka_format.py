@@ -43,7 +43,8 @@ def spark_kafka_config(tmp_path, name: str, bootstrap: str, topic: str, **overri
 
 
 def test_the_spark_kafka_format_ingests_exactly_once_and_resumes_from_the_table_without_its_checkpoint(
-        spark, kafka_bootstrap, kafka_topic, tmp_path):
+    spark, kafka_bootstrap, kafka_topic, tmp_path
+):
     topic = kafka_topic(partitions=3, prefix="orders")
     events = settled_change_events(3_000, seed=91)
     first, second = events[:2_000], events[2_000:]
@@ -67,7 +68,8 @@ def test_the_spark_kafka_format_ingests_exactly_once_and_resumes_from_the_table_
 
 
 def test_the_spark_kafka_format_skips_or_quarantines_bad_records_and_keeps_every_good_one(
-        spark, kafka_bootstrap, kafka_topic, tmp_path):
+    spark, kafka_bootstrap, kafka_topic, tmp_path
+):
     topic = kafka_topic(partitions=2, prefix="orders")
     events = change_events(1_000, seed=93)
     records = as_kafka_records(events)
@@ -75,8 +77,9 @@ def test_the_spark_kafka_format_skips_or_quarantines_bad_records_and_keeps_every
     placed = kafka_broker.produce(kafka_bootstrap, topic, records)
     bad_at = {placed[500 + i]: raw for i, raw in enumerate(MALFORMED)}
     skipping = spark_kafka_config(tmp_path, "skipping", kafka_bootstrap, topic, decode={"on_error": "skip"})
-    quarantining = spark_kafka_config(tmp_path, "quarantining", kafka_bootstrap, topic,
-                                      decode={"on_error": "quarantine"})
+    quarantining = spark_kafka_config(
+        tmp_path, "quarantining", kafka_bootstrap, topic, decode={"on_error": "quarantine"}
+    )
 
     result = app.run([config_from_mapping(skipping), config_from_mapping(quarantining)], spark, once=True)
 
@@ -87,8 +90,11 @@ def test_the_spark_kafka_format_skips_or_quarantines_bad_records_and_keeps_every
         assert_table_matches(mapping["table"]["path"], events)
         assert committed_offsets(mapping["table"]["path"], topic) == ends
     assert not MorTable.exists(skipping["table"]["path"] + "_quarantine")
-    quarantined = MorTable.load(quarantining["table"]["path"] + "_quarantine").snapshot(
-        columns=["partition", "offset", "value"]).to_pylist()
+    quarantined = (
+        MorTable.load(quarantining["table"]["path"] + "_quarantine")
+        .snapshot(columns=["partition", "offset", "value"])
+        .to_pylist()
+    )
     assert {(r["partition"], r["offset"]): r["value"] for r in quarantined} == bad_at
 
 
@@ -112,12 +118,24 @@ def test_streamer_run_fetches_the_connector_itself_for_a_kafka_format_table(kafk
 def test_streamer_run_says_what_to_do_when_the_connector_cannot_be_fetched(tmp_path):
     nowhere = f"http://127.0.0.1:{kafka_broker.free_port()}/maven2"  # nothing listens there
     settings = tmp_path / "ivysettings.xml"  # the only repository Spark may fetch from
-    settings.write_text(f'<ivysettings><settings defaultResolver="nowhere"/><resolvers>'
-                        f'<ibiblio name="nowhere" m2compatible="true" root="{nowhere}"/></resolvers></ivysettings>')
+    settings.write_text(
+        f'<ivysettings><settings defaultResolver="nowhere"/><resolvers>'
+        f'<ibiblio name="nowhere" m2compatible="true" root="{nowhere}"/></resolvers></ivysettings>'
+    )
     path = write_config(tmp_path / "configs", spark_kafka_config(tmp_path, "orders", "127.0.0.1:9", "orders"))
 
-    code, out = run_streamer(["run", str(path), "--once", "--conf", f"spark.jars.ivySettings={settings}",
-                              "--conf", f"spark.jars.ivy={tmp_path / 'ivy'}"], timeout=300)
+    code, out = run_streamer(
+        [
+            "run",
+            str(path),
+            "--once",
+            "--conf",
+            f"spark.jars.ivySettings={settings}",
+            "--conf",
+            f"spark.jars.ivy={tmp_path / 'ivy'}",
+        ],
+        timeout=300,
+    )
 
     assert code == 2, out[-3000:]
     error = next(line for line in out.splitlines() if line.startswith("error: "))

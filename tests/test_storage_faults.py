@@ -65,7 +65,8 @@ def _inflight_deltacommits(table_path: str) -> list:
 
 
 def test_a_full_disk_fails_the_batch_with_the_os_error_and_the_next_run_completes_it(
-        spark, kafka_bootstrap, kafka_topic, table_disk, monkeypatch):
+    spark, kafka_bootstrap, kafka_topic, table_disk, monkeypatch
+):
     topic = kafka_topic(partitions=2, prefix="orders")
     events = change_events(6_000, seed=81)
     first, second = events[:3_000], events[3_000:]
@@ -99,8 +100,11 @@ def test_a_full_disk_fails_the_batch_with_the_os_error_and_the_next_run_complete
     assert timeline.completed_writes() == committed  # no partial commit
     assert len(timeline.pending("deltacommit")) == 1  # left for the next run to roll back
     assert_table_matches(table_path, first)  # readers (ours and hudi-rs) see nothing of it
-    with pytest.raises(StartupError, match=rf"cannot write to the table at {re.escape(table_path)}: "
-                                           r".*No space left on device"):
+    with pytest.raises(
+        StartupError,
+        match=rf"cannot write to the table at {re.escape(table_path)}: "
+        r".*No space left on device",
+    ):
         app.run([config], spark, once=True)  # a start on the full disk fails at once
 
     os.remove(filled[0])
@@ -115,7 +119,8 @@ def test_a_full_disk_fails_the_batch_with_the_os_error_and_the_next_run_complete
 
 
 def test_a_read_only_disk_stops_a_running_job_with_the_os_error_and_a_restart_completes_the_batch(
-        spark, kafka_bootstrap, kafka_topic, table_disk):
+    spark, kafka_bootstrap, kafka_topic, table_disk
+):
     topic = kafka_topic(partitions=2, prefix="orders")
     events = change_events(6_000, seed=83)
     first, second = events[:3_000], events[3_000:]
@@ -161,14 +166,18 @@ def test_a_read_only_disk_stops_a_running_job_with_the_os_error_and_a_restart_co
     assert MorTable.load(table_path).timeline().pending("deltacommit") == []
 
 
-def test_a_new_table_on_a_read_only_disk_fails_at_start_naming_the_path(spark, kafka_bootstrap, kafka_topic,
-                                                                         table_disk):
+def test_a_new_table_on_a_read_only_disk_fails_at_start_naming_the_path(
+    spark, kafka_bootstrap, kafka_topic, table_disk
+):
     topic = kafka_topic(partitions=1, prefix="orders")
     produce_orders(kafka_bootstrap, topic, change_events(100, seed=83))
     config = config_from_mapping(order_config(table_disk, "orders", kafka_bootstrap, topic))
     _remount(table_disk, "ro")
 
-    with pytest.raises(StartupError, match=rf"cannot create the table at {re.escape(config.table.path)}: "
-                                           r".*Read-only file system"):
+    with pytest.raises(
+        StartupError,
+        match=rf"cannot create the table at {re.escape(config.table.path)}: "
+        r".*Read-only file system",
+    ):
         app.run([config], spark, once=True)
     assert not MorTable.exists(config.table.path)

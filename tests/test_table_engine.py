@@ -162,7 +162,9 @@ def test_time_travel_and_incremental_reads(tmp_path):
     rng = random.Random(3)
     with table.writer(write_options()) as writer:
         first = writer.upsert(pa.Table.from_pylist([row("a", 10, False, rng), row("b", 10, False, rng)], schema=SCHEMA))
-        second = writer.upsert(pa.Table.from_pylist([row("a", 20, False, rng), row("c", 20, False, rng)], schema=SCHEMA))
+        second = writer.upsert(
+            pa.Table.from_pylist([row("a", 20, False, rng), row("c", 20, False, rng)], schema=SCHEMA)
+        )
         third = writer.upsert(pa.Table.from_pylist([row("b", 30, True, rng)], schema=SCHEMA))
     assert sorted(by_key(table.snapshot(as_of=first))) == ["a", "b"]
     assert by_key(table.snapshot(as_of=second))["a"]["updated_at"] == 20
@@ -195,9 +197,8 @@ def test_bad_input_names_the_field_and_writes_nothing(tmp_path):
 
 def test_second_writer_is_refused_and_a_crashed_writers_claim_expires(tmp_path):
     table = make_table(tmp_path / "orders")
-    with table.writer(write_options(), description="job A"):
-        with pytest.raises(WriterConflictError, match="job A"):
-            table.writer(write_options(), description="job B").open()
+    with table.writer(write_options(), description="job A"), pytest.raises(WriterConflictError, match="job A"):
+        table.writer(write_options(), description="job B").open()
     stale = table.writer(write_options(lease_ttl_seconds=0.2), description="crashed job")
     stale.open()
     stale._lease._stop.set()  # the heartbeat dies with its process; the file stays behind
@@ -218,7 +219,9 @@ def test_lease_of_a_writer_process_that_died_on_this_host_is_taken_over_at_once(
         f"MorTable.load({str(tmp_path / 'orders')!r}).writer(WriteOptions(lease_ttl_seconds=3600), 'killed job').open()\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    killed = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    killed = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    )
     assert killed.returncode == -9
     with table.writer(write_options(), description="restarted job") as writer:
         writer.upsert(pa.Table.from_pylist([row("z", 5, False, random.Random(0))], schema=SCHEMA))
@@ -234,8 +237,9 @@ def test_lease_whose_pid_now_belongs_to_another_process_is_taken_over_at_once(tm
 
     table = make_table(tmp_path / "orders")
     # as after a container restart: same host name, the pid reused by a process started later
-    stale = LeaseHolder("old-owner", "job before the restart", socket.gethostname(), os.getpid(),
-                        time.time(), 3600, process_start="1")
+    stale = LeaseHolder(
+        "old-owner", "job before the restart", socket.gethostname(), os.getpid(), time.time(), 3600, process_start="1"
+    )
     table.storage.write_bytes(LEASE_PATH, stale.to_bytes())
     with table.writer(write_options(), description="restarted job") as writer:
         writer.upsert(pa.Table.from_pylist([row("z", 5, False, random.Random(0))], schema=SCHEMA))
@@ -349,7 +353,9 @@ def test_a_marked_file_no_write_stat_reports_is_deleted_before_the_commit_comple
         [group] = table.file_system_view().latest_slices()[:1]
         instant, timeline = writer.begin()
         stray = f"{group.partition_path}/.{group.file_id}_{group.base_instant}.log.1_7-7-1"
-        write_markers(table.storage, instant, 7, [MarkedFile(group.partition_path, stray.rsplit("/", 1)[1], IOType.APPEND)])
+        write_markers(
+            table.storage, instant, 7, [MarkedFile(group.partition_path, stray.rsplit("/", 1)[1], IOType.APPEND)]
+        )
         table.storage.create(stray, b"#HUDI#\0\0\0\0")  # cut off, as a killed attempt leaves it
         writer.complete(instant, timeline, [], table.schema(), None)
 
@@ -374,8 +380,13 @@ def test_base_files_dictionary_encode_few_valued_columns_and_keep_unique_ones_pl
     base_files = sorted((tmp_path / "t").glob("*/*.parquet"))
     assert len(base_files) == len(REGIONS)
     for path in base_files:
-        assert dictionary_encoded_columns(path) == {"_hoodie_commit_time", "_hoodie_partition_path", "_hoodie_file_name",
-                                                    "region", "status"}, path.name
+        assert dictionary_encoded_columns(path) == {
+            "_hoodie_commit_time",
+            "_hoodie_partition_path",
+            "_hoodie_file_name",
+            "region",
+            "status",
+        }, path.name
 
 
 def test_small_base_files_are_not_counted_and_keep_their_data_columns_plain(tmp_path):
@@ -385,5 +396,8 @@ def test_small_base_files_are_not_counted_and_keep_their_data_columns_plain(tmp_
     with table.writer(write_options(initial_buckets=1)) as writer:
         writer.upsert(pa.Table.from_pylist(rows, schema=SCHEMA))
     for path in sorted((tmp_path / "t").glob("*/*.parquet")):
-        assert dictionary_encoded_columns(path) == {"_hoodie_commit_time", "_hoodie_partition_path",
-                                                    "_hoodie_file_name"}, path.name
+        assert dictionary_encoded_columns(path) == {
+            "_hoodie_commit_time",
+            "_hoodie_partition_path",
+            "_hoodie_file_name",
+        }, path.name

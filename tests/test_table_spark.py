@@ -95,9 +95,13 @@ def test_write_tasks_given_more_than_they_hold_write_their_file_groups_in_parts(
 
 @pytest.mark.unit
 def test_a_task_share_past_its_memory_goes_to_disk_and_is_read_back_in_parts_of_whole_groups():
-    rows = pa.table({FILE_ID: [f"g{i % 40:02d}" for i in range(20_000)],
-                     "_hoodie_partition_path": [f"p{i % 40 // 10}" for i in range(20_000)],
-                     "payload": [f"x{i:08d}" * 4 for i in range(20_000)]})
+    rows = pa.table(
+        {
+            FILE_ID: [f"g{i % 40:02d}" for i in range(20_000)],
+            "_hoodie_partition_path": [f"p{i % 40 // 10}" for i in range(20_000)],
+            "payload": [f"x{i:08d}" * 4 for i in range(20_000)],
+        }
+    )
     tasks = _WriteTasks(1, (0,), {})
     values = [pack(rows.slice(i, 1000), tasks).column(PACKED)[0].as_buffer() for i in range(0, 20_000, 1000)]
     with TaskShare(memory_bytes=200_000) as share:
@@ -115,10 +119,14 @@ def test_a_task_share_past_its_memory_goes_to_disk_and_is_read_back_in_parts_of_
 
 @pytest.mark.unit
 def test_a_file_group_larger_than_a_task_holds_comes_in_pieces_of_its_keys_the_last_one_finishing_it():
-    rows = pa.table({FILE_ID: ["big"] * 12_000 + ["small"] * 100,
-                     "_hoodie_partition_path": ["p"] * 12_100,
-                     "_hoodie_record_key": [f"k{i:06d}" for i in range(12_100)],
-                     "payload": [f"x{i:08d}" * 4 for i in range(12_100)]})
+    rows = pa.table(
+        {
+            FILE_ID: ["big"] * 12_000 + ["small"] * 100,
+            "_hoodie_partition_path": ["p"] * 12_100,
+            "_hoodie_record_key": [f"k{i:06d}" for i in range(12_100)],
+            "payload": [f"x{i:08d}" * 4 for i in range(12_100)],
+        }
+    )
     tasks = _WriteTasks(1, (0,), {})
     values = [pack(rows.slice(i, 1000), tasks).column(PACKED)[0].as_buffer() for i in range(0, 12_100, 1000)]
     with TaskShare(memory_bytes=100_000) as share:
@@ -148,7 +156,9 @@ def test_writes_leave_no_accumulator_or_broadcast_behind(spark, tmp_path):
     with table.writer(write_options()) as writer:
         for n in range(4):
             batch = change_batch(rng, known, 500, n * 500, 100 + 100 * n)
-            assert upsert_dataframe(writer, spark.createDataFrame(pa.Table.from_pylist(batch, schema=SCHEMA).to_pandas()))
+            assert upsert_dataframe(
+                writer, spark.createDataFrame(pa.Table.from_pylist(batch, schema=SCHEMA).to_pandas())
+            )
             if n == 0:
                 after_first = held()
     assert held() == after_first
@@ -163,7 +173,9 @@ def test_the_write_stage_deals_the_file_groups_out_evenly_to_its_tasks(spark, tm
     with table.writer(write_options()) as writer:
         for n in range(2):
             batch = change_batch(rng, known, 2000, n * 2000, 100 + 100 * n)
-            assert upsert_dataframe(writer, spark.createDataFrame(pa.Table.from_pylist(batch, schema=SCHEMA).to_pandas()))
+            assert upsert_dataframe(
+                writer, spark.createDataFrame(pa.Table.from_pylist(batch, schema=SCHEMA).to_pandas())
+            )
         files = [Path(s.path).name for s in writer.last_commit.write_stats()]
     assert len(files) == len(REGIONS) * 4  # every bucket got a log file
     tasks = Counter(LogFileName.parse(name).write_token.split("-")[0] for name in files)
@@ -177,8 +189,9 @@ def test_the_write_tasks_keys_are_the_ints_spark_sends_to_each_task(spark):
     from pyspark.sql import functions as F
 
     ints = spark.range(-3000, 3000).select(F.col("id").cast("int").alias("k"))
-    assert {r.k: r.h for r in ints.select("k", F.hash("k").alias("h")).collect()} == \
-        {k: spark_hash_int(k) for k in range(-3000, 3000)}
+    assert {r.k: r.h for r in ints.select("k", F.hash("k").alias("h")).collect()} == {
+        k: spark_hash_int(k) for k in range(-3000, 3000)
+    }
     for count in range(1, 9):
         keys = spark.createDataFrame([(k,) for k in write_task_keys(count)], "k int")
         placed = keys.select(F.expr(f"pmod(hash(k), {count})").alias("task")).collect()
@@ -217,7 +230,6 @@ def test_partition_filters_skip_slices_when_pushdown_is_enabled(spark, tmp_path)
     assert slices_read == all_slices // len({v["region"] for v in expected.values()})
 
 
-
 def test_range_filters_pushed_to_the_source_return_the_rows_spark_would_filter(spark, tmp_path):
     path = tmp_path / "orders"
     table = make_table(path)
@@ -240,10 +252,22 @@ def test_range_filters_pushed_to_the_source_return_the_rows_spark_would_filter(s
 
 
 def test_comparisons_with_constants_become_predicates_and_other_filters_do_not():
-    pushed = [GreaterThanOrEqual(("updated_at",), 150), LessThan(("updated_at",), 250), In(("status",), ("new", "paid")),
-              IsNotNull(("amount",)), EqualTo(("kafka_key", "id"), 1), StringStartsWith(("status",), "n"),
-              EqualTo(("status",), None)]
+    pushed = [
+        GreaterThanOrEqual(("updated_at",), 150),
+        LessThan(("updated_at",), 250),
+        In(("status",), ("new", "paid")),
+        IsNotNull(("amount",)),
+        EqualTo(("kafka_key", "id"), 1),
+        StringStartsWith(("status",), "n"),
+        EqualTo(("status",), None),
+    ]
     predicates = [spark_source.predicate_of(f) for f in pushed]
-    assert predicates == [Predicate("updated_at", ">=", 150), Predicate("updated_at", "<", 250),
-                          Predicate("status", "in", ("new", "paid")), Predicate("amount", "not_null"),
-                          None, None, None]
+    assert predicates == [
+        Predicate("updated_at", ">=", 150),
+        Predicate("updated_at", "<", 250),
+        Predicate("status", "in", ("new", "paid")),
+        Predicate("amount", "not_null"),
+        None,
+        None,
+        None,
+    ]

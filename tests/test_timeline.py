@@ -10,6 +10,7 @@ from pathlib import Path
 import hudi
 import pyarrow as pa
 import pytest
+from hudi_samples import SAMPLES
 
 from table.config.properties import TableConfig
 from table.storage.file_io import Storage
@@ -25,8 +26,6 @@ from table.timeline.timeline import (
 )
 
 pytestmark = pytest.mark.unit
-
-from hudi_samples import SAMPLES
 
 SAMPLE_TIMELINES = {
     "v6_trips_8i1u": ["20250331030642808", "20250331030645735"],
@@ -72,7 +71,7 @@ def test_instant_file_names_follow_timeline_layout_1(action, state, file_name):
 
 def test_a_compaction_completes_as_a_commit():
     assert Instant(TS, "compaction", "inflight").completed() == Instant(TS, Action.COMMIT, State.COMPLETED)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a completed compaction is a commit instant"):
         Instant(TS, "compaction", "completed")
 
 
@@ -144,9 +143,7 @@ def test_readers_see_only_completed_instants(timeline):
 
 
 def test_completing_twice_fails(timeline):
-    inflight = timeline.transition_to_inflight(
-        timeline.create_requested(Instant(TS, "deltacommit", "requested"))
-    )
+    inflight = timeline.transition_to_inflight(timeline.create_requested(Instant(TS, "deltacommit", "requested")))
     stale = Timeline.load(timeline.storage)  # another view that saw the instant inflight
     timeline.complete(inflight, b"first")
     with pytest.raises(FileExistsError):
@@ -158,12 +155,12 @@ def test_completing_twice_fails(timeline):
 
 def test_transitions_go_in_order(timeline):
     requested = Instant(TS, "deltacommit", "requested")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not requested"):
         timeline.transition_to_inflight(requested)
     timeline.create_requested(requested)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not inflight"):
         timeline.complete(requested, b"")
-    with pytest.raises(ValueError):  # one instant time, one instant
+    with pytest.raises(ValueError, match="already on the timeline"):  # one instant time, one instant
         timeline.create_requested(Instant(TS, "clean", "requested"))
 
 
@@ -185,9 +182,7 @@ def test_compaction_plan_to_commit(timeline):
 
 
 def test_delete_pending_removes_a_failed_write(timeline):
-    inflight = timeline.transition_to_inflight(
-        timeline.create_requested(Instant(TS, "deltacommit", "requested"))
-    )
+    inflight = timeline.transition_to_inflight(timeline.create_requested(Instant(TS, "deltacommit", "requested")))
     timeline.delete_pending(inflight)
     assert hoodie_files(timeline) == []
     assert timeline.instants == [] and Timeline.load(timeline.storage).instants == []
@@ -203,11 +198,9 @@ def test_delete_pending_can_keep_a_plan_for_retry(timeline):
 
 
 def test_completed_instants_are_never_deleted(timeline):
-    inflight = timeline.transition_to_inflight(
-        timeline.create_requested(Instant(TS, "deltacommit", "requested"))
-    )
+    inflight = timeline.transition_to_inflight(timeline.create_requested(Instant(TS, "deltacommit", "requested")))
     timeline.complete(inflight, b"{}")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="never deleted"):
         timeline.delete_pending(inflight)
     assert len(hoodie_files(timeline)) == 3
 
@@ -266,9 +259,7 @@ def test_hudi_rs_reads_a_table_whose_timeline_and_metadata_we_wrote(tmp_path):
         inflight = timeline.transition_to_inflight(
             requested, CommitMetadata.from_json(inflight_text).to_json().encode()
         )
-        timeline.complete(
-            inflight, CommitMetadata.from_json(source_timeline.read_content(done)).to_json().encode()
-        )
+        timeline.complete(inflight, CommitMetadata.from_json(source_timeline.read_content(done)).to_json().encode())
 
     def rows(path: Path) -> list[dict]:
         batches = hudi.HudiTableBuilder.from_base_uri(str(path)).build().read()

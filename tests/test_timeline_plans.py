@@ -82,9 +82,7 @@ CLUSTERING_PLAN = {
                 "numOutputFileGroups": 2,
                 "extraMetadata": {
                     "clustering.group.partition": "city=chennai",
-                    "clustering.group.child.node": json.dumps(
-                        [{"value": 1, "fileIdPrefix": "a", "tag": "REPLACE"}]
-                    ),
+                    "clustering.group.child.node": json.dumps([{"value": 1, "fileIdPrefix": "a", "tag": "REPLACE"}]),
                     "clustering.group.sequence.no": "3",
                 },
                 "version": 1,
@@ -170,9 +168,7 @@ def test_absent_optional_fields_take_hudis_defaults():
     plan = deserialize_plan("HoodieRollbackPlan", serialize_plan("HoodieRollbackPlan", {}))
     assert plan == {"instantToRollback": None, "RollbackRequests": None, "version": 1}
     request = {"partitionPath": "p"}
-    plan = deserialize_plan(
-        "HoodieRollbackPlan", serialize_plan("HoodieRollbackPlan", {"RollbackRequests": [request]})
-    )
+    plan = deserialize_plan("HoodieRollbackPlan", serialize_plan("HoodieRollbackPlan", {"RollbackRequests": [request]}))
     assert plan["RollbackRequests"][0]["filesToBeDeleted"] == []
 
 
@@ -212,7 +208,7 @@ def test_schema_files_are_plain_json_named_after_their_record():
 def test_unknown_schema_and_empty_content_are_errors():
     with pytest.raises(KeyError):
         serialize_plan("HoodieNoSuchPlan", {})
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="empty content"):
         deserialize_plan("HoodieCleanerPlan", b"")
 
 
@@ -225,17 +221,24 @@ def _union_defaults(node, found: list) -> None:
         for field in node.get("fields", ()):
             if isinstance(field["type"], list) and "default" in field:
                 first = field["type"][0]
-                found.append((node["name"], field["name"], first if isinstance(first, str) else first["type"],
-                              field["default"]))
+                found.append(
+                    (node["name"], field["name"], first if isinstance(first, str) else first["type"], field["default"])
+                )
             _union_defaults(field["type"], found)
         for key in ("items", "values"):
             _union_defaults(node.get(key), found)
 
 
-_DEFAULT_FITS = {"null": lambda d: d is None, "int": lambda d: type(d) is int, "long": lambda d: type(d) is int,
-                 "string": lambda d: isinstance(d, str), "boolean": lambda d: isinstance(d, bool),
-                 "double": lambda d: isinstance(d, (int, float)), "map": lambda d: isinstance(d, dict),
-                 "array": lambda d: isinstance(d, list)}
+_DEFAULT_FITS = {
+    "null": lambda d: d is None,
+    "int": lambda d: type(d) is int,
+    "long": lambda d: type(d) is int,
+    "string": lambda d: isinstance(d, str),
+    "boolean": lambda d: isinstance(d, bool),
+    "double": lambda d: isinstance(d, (int, float)),
+    "map": lambda d: isinstance(d, dict),
+    "array": lambda d: isinstance(d, list),
+}
 
 
 def test_every_union_default_fits_its_first_branch_as_apache_hudis_avro_parser_demands():

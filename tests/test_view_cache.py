@@ -67,8 +67,11 @@ class Stream:
         options = hudi_options(**{"hoodie.bucket.index.num.buckets": "4"})
         judge.upsert(self.path, pa.Table.from_pylist(live, schema=DATA_SCHEMA), options)
         if gone:
-            judge.write(self.path, pa.Table.from_pylist(gone, schema=DATA_SCHEMA),
-                        {**options, "hoodie.datasource.write.operation": "delete"})
+            judge.write(
+                self.path,
+                pa.Table.from_pylist(gone, schema=DATA_SCHEMA),
+                {**options, "hoodie.datasource.write.operation": "delete"},
+            )
 
     def assert_readers(self, judge=None) -> None:
         expected = {k: project(r, DATA_COLUMNS) for k, r in self.oracle.rows().items()}
@@ -81,10 +84,17 @@ class Stream:
 
 def shape(view: FileSystemView) -> dict:
     """Every file group of a view: each slice's base file and log files, with their sizes."""
-    return {(g.partition_path, g.file_id): {
-        t: ((s.base_file.path, s.base_file.size) if s.base_file else None,
-            sorted((f.path, f.size) for f in s.log_files), t in g.log_only_starts)
-        for t, s in g.slices.items()} for g in view.all_file_groups()}
+    return {
+        (g.partition_path, g.file_id): {
+            t: (
+                (s.base_file.path, s.base_file.size) if s.base_file else None,
+                sorted((f.path, f.size) for f in s.log_files),
+                t in g.log_only_starts,
+            )
+            for t, s in g.slices.items()
+        }
+        for g in view.all_file_groups()
+    }
 
 
 def assert_view_is_fresh(writer: TableWriter) -> None:
@@ -165,9 +175,10 @@ def test_a_restart_after_a_kill_lists_the_table_and_rolls_back_what_the_killed_w
     lost = pa.Table.from_pylist(stream.batch(), schema=SCHEMA)  # never committed: not in the oracle
     with pa.ipc.new_file(tmp_path / "batch.arrow", lost.schema) as out:
         out.write_table(lost)
-    killed = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(stream.path), str(tmp_path / "batch.arrow")],
-                            env={**os.environ, "PYTHONPATH": str(PROJECT),
-                                 "MOR_STREAMER_FAILPOINT": "deltacommit.log_file_written:3"})
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER, str(stream.path), str(tmp_path / "batch.arrow")],
+        env={**os.environ, "PYTHONPATH": str(PROJECT), "MOR_STREAMER_FAILPOINT": "deltacommit.log_file_written:3"},
+    )
     assert killed.returncode == -9
     with table.writer(write_options(lease_ttl_seconds=0.5)) as writer:
         stream.by_us(writer)
@@ -186,7 +197,8 @@ execute_compaction(MorTable.load(sys.argv[1]), sys.argv[2])
 
 @pytest.mark.hudi
 def test_a_plan_executed_by_another_process_or_a_hudi_commit_between_batches_makes_the_writer_list_again(
-        tmp_path, hudi_judge):
+    tmp_path, hudi_judge
+):
     stream = Stream(tmp_path / "orders", seed=44)
     table = make_table(stream.path)
     with table.writer(write_options()) as writer:
@@ -194,8 +206,11 @@ def test_a_plan_executed_by_another_process_or_a_hudi_commit_between_batches_mak
         stream.by_us(writer)
         compaction = schedule_compaction(writer, CompactionStrategy())
         assert compaction is not None
-        subprocess.run([sys.executable, "-c", EXECUTE_COMPACTION, str(stream.path), compaction],
-                       env={**os.environ, "PYTHONPATH": str(PROJECT)}, check=True)  # as `streamer compact` would
+        subprocess.run(
+            [sys.executable, "-c", EXECUTE_COMPACTION, str(stream.path), compaction],
+            env={**os.environ, "PYTHONPATH": str(PROJECT)},
+            check=True,
+        )  # as `streamer compact` would
         stream.by_us(writer)  # to the slices that compaction made
         assert writer.file_system_view_listings == 2
         assert_view_is_fresh(writer)

@@ -37,8 +37,14 @@ class PeerInput:
     topic: str
 
 
-def run_batches(name: str, label: str, files: WorkloadFiles, load: Callable[[pa.Table], object],
-                upsert: Callable[[pa.Table], object], rows: Callable[[], int | None]) -> PathResult:
+def run_batches(
+    name: str,
+    label: str,
+    files: WorkloadFiles,
+    load: Callable[[pa.Table], object],
+    upsert: Callable[[pa.Table], object],
+    rows: Callable[[], int | None],
+) -> PathResult:
     """Time `load` on the initial load and `upsert` on each batch; then count the table's rows
     (None where there is no table, only files)."""
     table = files.load()

@@ -67,8 +67,7 @@ def start_judge(work: Path):
 
 def stage(batch: pa.Table, path: Path) -> Path:
     """W1's rows as Hudi takes them: the delete flag is Hudi's delete marker column."""
-    pq.write_table(batch.rename_columns([DELETE_MARKER if n == "is_deleted" else n for n in batch.column_names]),
-                   path)
+    pq.write_table(batch.rename_columns([DELETE_MARKER if n == "is_deleted" else n for n in batch.column_names]), path)
     return path
 
 
@@ -98,7 +97,15 @@ def upsert(peer: PeerInput) -> PathResult:
             seconds.append(time.monotonic() - started)
             records += batch.num_rows
             staged.unlink()
-        return PathResult("hudi-spark", LABEL, records, sum(seconds), seconds, load_seconds,
-                          count_rows(judge, peer.table), details={"hudi": judge.versions.get("hudi"), "spark": judge.versions.get("spark")})
+        return PathResult(
+            "hudi-spark",
+            LABEL,
+            records,
+            sum(seconds),
+            seconds,
+            load_seconds,
+            count_rows(judge, peer.table),
+            details={"hudi": judge.versions.get("hudi"), "spark": judge.versions.get("spark")},
+        )
     finally:
         judge.stop()

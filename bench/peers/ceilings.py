@@ -22,8 +22,14 @@ TIMEOUT_SECONDS = 600
 def kafka_consume(peer: PeerInput) -> PathResult:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": peer.bootstrap, "group.id": "bench-ceiling",
-                         "enable.auto.commit": False, "fetch.max.bytes": 64 << 20})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": peer.bootstrap,
+            "group.id": "bench-ceiling",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 64 << 20,
+        }
+    )
     partitions = consumer.list_topics(peer.topic, timeout=10).topics[peer.topic].partitions
     ends = {p: consumer.get_watermark_offsets(TopicPartition(peer.topic, p), timeout=10)[1] for p in partitions}
     consumer.assign([TopicPartition(peer.topic, p, OFFSET_BEGINNING) for p in partitions])
@@ -49,5 +55,6 @@ def parquet_write(peer: PeerInput) -> PathResult:
         written.append(directory / f"{len(written):04d}.parquet")
         pq.write_table(table, written[-1])
 
-    return run_batches("parquet-write", "ceiling: pyarrow parquet write", WorkloadFiles(peer.workload),
-                       write, write, lambda: None)
+    return run_batches(
+        "parquet-write", "ceiling: pyarrow parquet write", WorkloadFiles(peer.workload), write, write, lambda: None
+    )

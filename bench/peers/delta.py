@@ -24,11 +24,20 @@ def merge(peer: PeerInput) -> PathResult:
         opened.append(DeltaTable(path))
 
     def upsert(batch):
-        (opened[0].merge(batch, "t.order_id = s.order_id AND t.region = s.region", source_alias="s", target_alias="t")
-         .when_matched_delete("s.is_deleted")
-         .when_matched_update_all("s.updated_at > t.updated_at", except_cols=["is_deleted"])
-         .when_not_matched_insert_all("NOT s.is_deleted", except_cols=["is_deleted"])
-         .execute())
+        (
+            opened[0]
+            .merge(batch, "t.order_id = s.order_id AND t.region = s.region", source_alias="s", target_alias="t")
+            .when_matched_delete("s.is_deleted")
+            .when_matched_update_all("s.updated_at > t.updated_at", except_cols=["is_deleted"])
+            .when_not_matched_insert_all("NOT s.is_deleted", except_cols=["is_deleted"])
+            .execute()
+        )
 
-    return run_batches("delta-merge", "delta-rs merge", WorkloadFiles(peer.workload), load, upsert,
-                       lambda: DeltaTable(path).to_pyarrow_dataset().count_rows())
+    return run_batches(
+        "delta-merge",
+        "delta-rs merge",
+        WorkloadFiles(peer.workload),
+        load,
+        upsert,
+        lambda: DeltaTable(path).to_pyarrow_dataset().count_rows(),
+    )

@@ -27,8 +27,14 @@ def _rows(table: MorTable) -> int:
 def python_writer(peer: PeerInput) -> PathResult:
     table = _table(peer.table)
     with table.writer(WriteOptions(initial_buckets=INITIAL_BUCKETS, delete_field="is_deleted")) as writer:
-        return run_batches("mor-python", "mor library: python writer", WorkloadFiles(peer.workload),
-                           writer.upsert, writer.upsert, lambda: _rows(table))
+        return run_batches(
+            "mor-python",
+            "mor library: python writer",
+            WorkloadFiles(peer.workload),
+            writer.upsert,
+            writer.upsert,
+            lambda: _rows(table),
+        )
 
 
 def spark_writer(peer: PeerInput) -> PathResult:
@@ -38,8 +44,15 @@ def spark_writer(peer: PeerInput) -> PathResult:
     spark = session()
     table = _table(peer.table)
     with table.writer(WriteOptions(initial_buckets=INITIAL_BUCKETS, delete_field="is_deleted")) as writer:
+
         def upsert(batch):
             upsert_dataframe(writer, spark.createDataFrame(batch))
 
-        return run_batches("mor-spark", "mor library: spark upsert_dataframe", WorkloadFiles(peer.workload),
-                           upsert, upsert, lambda: _rows(table))
+        return run_batches(
+            "mor-spark",
+            "mor library: spark upsert_dataframe",
+            WorkloadFiles(peer.workload),
+            upsert,
+            upsert,
+            lambda: _rows(table),
+        )

@@ -30,13 +30,21 @@ def overwrite(peer: PeerInput) -> PathResult:
 
     def upsert(batch):
         current = spark.read.parquet(str(versions[-1])).withColumn("is_deleted", F.lit(False))
-        merged = (current.unionByName(spark.createDataFrame(batch))
-                  .withColumn("rank", F.row_number().over(latest))
-                  .where("rank = 1 AND NOT is_deleted")
-                  .select(*TABLE_SCHEMA.names))
+        merged = (
+            current.unionByName(spark.createDataFrame(batch))
+            .withColumn("rank", F.row_number().over(latest))
+            .where("rank = 1 AND NOT is_deleted")
+            .select(*TABLE_SCHEMA.names)
+        )
         versions.append(peer.table / f"v{len(versions)}")
         merged.write.partitionBy("region").parquet(str(versions[-1]))
         shutil.rmtree(versions[-2])
 
-    return run_batches("spark-cow", "spark copy-on-write (window, overwrite)", WorkloadFiles(peer.workload),
-                       load, upsert, lambda: spark.read.parquet(str(versions[-1])).count())
+    return run_batches(
+        "spark-cow",
+        "spark copy-on-write (window, overwrite)",
+        WorkloadFiles(peer.workload),
+        load,
+        upsert,
+        lambda: spark.read.parquet(str(versions[-1])).count(),
+    )

@@ -51,8 +51,10 @@ def main() -> int:
         print(f"error: the demo needs Apache Kafka, which cannot start here: {e}", file=sys.stderr)
         return 1
     os.environ["KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap
-    print(f"broker   Apache Kafka {broker.version} at {broker.bootstrap} (pid {broker.pid}, "
-          f"{'started' if started else 'running already'})")
+    print(
+        f"broker   Apache Kafka {broker.version} at {broker.bootstrap} (pid {broker.pid}, "
+        f"{'started' if started else 'running already'})"
+    )
     if delete_topic(broker.bootstrap, TOPIC):
         print(f"topic    '{TOPIC}' deleted, left by an earlier demo")
     create_topic(broker.bootstrap, TOPIC, partitions=3)
@@ -61,8 +63,10 @@ def main() -> int:
     records[at:at] = [(b"bad", raw, None) for raw in MALFORMED]
     started_at = time.monotonic()
     produce(broker.bootstrap, TOPIC, records)
-    print(f"produce  {len(records):,} messages to '{TOPIC}' ({len(MALFORMED)} malformed) "
-          f"in {time.monotonic() - started_at:.1f}s")
+    print(
+        f"produce  {len(records):,} messages to '{TOPIC}' ({len(MALFORMED)} malformed) "
+        f"in {time.monotonic() - started_at:.1f}s"
+    )
     configure_logging()
     configs = load_checked(DEMO_CONFIGS)
     print(f"run      streamer run {_shown(DEMO_CONFIGS)} --once")
@@ -93,10 +97,14 @@ def report(config, outcome, seconds: float) -> None:
     if outcome.error:
         print(f"FAILED   {outcome.error}")
     print(f"table    {config.table.path}")
-    print(f"commits  {len(commits) - len(compactions)} deltacommits and {len(compactions)} compaction(s): "
-          f"{commits[0].timestamp} .. {commits[-1].timestamp}")
+    print(
+        f"commits  {len(commits) - len(compactions)} deltacommits and {len(compactions)} compaction(s): "
+        f"{commits[0].timestamp} .. {commits[-1].timestamp}"
+    )
     print("rows by partition:")
-    counts = snapshot.group_by("_hoodie_partition_path").aggregate([("order_id", "count")]).sort_by("_hoodie_partition_path")
+    counts = (
+        snapshot.group_by("_hoodie_partition_path").aggregate([("order_id", "count")]).sort_by("_hoodie_partition_path")
+    )
     for partition, n in zip(counts["_hoodie_partition_path"].to_pylist(), counts["order_id_count"].to_pylist()):
         print(f"  {partition:<18} {n:>7,}")
     print(f"  {'total':<18} {snapshot.num_rows:>7,}")
@@ -105,7 +113,9 @@ def report(config, outcome, seconds: float) -> None:
     for r in top.select(["order_id", "region", "amount", "updated_at"]).to_pylist():
         print(f"  {r['order_id']}  {r['region']:<8} {r['amount']:>8.2f}  updated_at={r['updated_at']}")
     if MorTable.exists(config.table.quarantine_location):
-        bad = MorTable.load(config.table.quarantine_location).snapshot(columns=["topic", "partition", "offset", "reason"])
+        bad = MorTable.load(config.table.quarantine_location).snapshot(
+            columns=["topic", "partition", "offset", "reason"]
+        )
         print(f"quarantine  {bad.num_rows} malformed messages in {config.table.quarantine_location}:")
         for r in bad.sort_by([("partition", "ascending"), ("offset", "ascending")]).to_pylist():
             print(f"  {r['topic']}[{r['partition']}]@{r['offset']}: {r['reason']}")
@@ -125,7 +135,7 @@ def next_steps(broker: local_kafka.LocalBroker, config, events: list[dict], out:
         env.append(f"KAFKA_BOOTSTRAP_SERVERS={broker.bootstrap}")
     if out != Path("demo-output").resolve():
         env.append(f"MOR_STREAMER_DATA={shlex.quote(str(out))}")
-    prefix = " ".join(env + [""])
+    prefix = " ".join([*env, ""])
     own_dir = kafka_dir.resolve() != local_kafka.default_dir().resolve()
     dir_flag = f" --dir {shlex.quote(str(kafka_dir))}" if own_dir else ""
     order = dict(events[0], status="delivered", updated_at=max(e["updated_at"] for e in events) + 1000, deleted=False)
@@ -134,13 +144,16 @@ def next_steps(broker: local_kafka.LocalBroker, config, events: list[dict], out:
     print()
     print(f"next     Apache Kafka keeps running at {broker.bootstrap}, its data in {broker.directory}")
     print("  send an order change to it:")
-    print(f"    echo {shlex.quote(json.dumps(order))} | {streamer} kafka produce {TOPIC} "
-          f"--key-field order_id{dir_flag}")
+    print(
+        f"    echo {shlex.quote(json.dumps(order))} | {streamer} kafka produce {TOPIC} --key-field order_id{dir_flag}"
+    )
     print("  take it into the table, and look:")
     print(f"    {prefix}{streamer} run {configs} --once")
-    print(f"    {streamer} query {table} --sql \"SELECT order_id, status, updated_at FROM t "
-          f"WHERE order_id = '{order['order_id']}'\"")
-    print("  a table of your own: README.md, \"Your own table\"")
+    print(
+        f'    {streamer} query {table} --sql "SELECT order_id, status, updated_at FROM t '
+        f"WHERE order_id = '{order['order_id']}'\""
+    )
+    print('  a table of your own: README.md, "Your own table"')
     print(f"  stop the broker: {streamer} kafka stop{dir_flag}   (--delete-data also removes its data)")
 
 

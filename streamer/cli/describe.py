@@ -39,17 +39,20 @@ from streamer.errors import InvalidArgumentError
 from table.file_group.fs_view import FileGroup, FileSlice, list_partitions
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable
-from table.schema import PARTITION_PATH
-from table.services.archive import read_archived_instants
 from table.plans.clustering import pending_clustering_plans, read_clustering_plan
 from table.plans.compaction import read_compaction_plan
+from table.schema import PARTITION_PATH
+from table.services.archive import read_archived_instants
 from table.timeline.commit_metadata import CommitMetadata
 from table.timeline.timeline import WRITE_ACTIONS, Action, Instant, State, Timeline, parse_instant_time
 
 PLAN_ACTIONS = (Action.COMPACTION, Action.REPLACE_COMMIT, Action.CLEAN)
 # One short query: a single core, no UI, and the JIT's quick tier (the JVM's start dominates).
-QUERY_SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1",
-                    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+QUERY_SPARK_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "1",
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+}
 
 
 class Document:
@@ -88,10 +91,16 @@ class TableInfo(Document):
 def table_info(table: MorTable) -> TableInfo:
     c = table.config
     return TableInfo(
-        name=c.name, type=c.table_type, version=c.version, database=c.database,
-        record_key_fields=list(c.record_key_fields), partition_fields=list(c.partition_fields),
-        ordering_field=c.precombine_field, key_generator=c.key_generator_class,
-        hive_style_partitioning=c.hive_style_partitioning, url_encode_partitioning=c.url_encode_partitioning,
+        name=c.name,
+        type=c.table_type,
+        version=c.version,
+        database=c.database,
+        record_key_fields=list(c.record_key_fields),
+        partition_fields=list(c.partition_fields),
+        ordering_field=c.precombine_field,
+        key_generator=c.key_generator_class,
+        hive_style_partitioning=c.hive_style_partitioning,
+        url_encode_partitioning=c.url_encode_partitioning,
         base_file_format=c.base_file_format,
         columns=[Column(f.name, str(f.type), f.nullable) for f in table.schema()],
     )
@@ -129,11 +138,13 @@ def timeline_entries(table: MorTable, limit: int | None = None, archived: bool =
     timeline = table.timeline()
     entries = [_entry(timeline, i) for i in timeline.instants]
     if archived:
-        entries = [TimelineEntry(i.timestamp, iso_time(i.timestamp), i.action, i.state, archived=True)
-                   for i in read_archived_instants(table)] + entries
+        entries = [
+            TimelineEntry(i.timestamp, iso_time(i.timestamp), i.action, i.state, archived=True)
+            for i in read_archived_instants(table)
+        ] + entries
     if limit is not None:
         newest = entries[-limit:] if limit > 0 else []
-        entries = [e for e in entries[:len(entries) - len(newest)] if e.pending_plan] + newest
+        entries = [e for e in entries[: len(entries) - len(newest)] if e.pending_plan] + newest
     return TimelineSummary(entries, [e.instant for e in entries if e.pending_plan])
 
 
@@ -143,11 +154,15 @@ def _entry(timeline: Timeline, instant: Instant) -> TimelineEntry:
         metadata = CommitMetadata.from_json(timeline.read_content(instant))
         stats = metadata.write_stats()
         logs = sum(s.is_delta for s in stats)
-        return replace(entry, operation=metadata.operation_type,
-                        records_written=sum(s.num_writes for s in stats),
-                        records_updated=sum(s.num_update_writes for s in stats),
-                        records_deleted=sum(s.num_deletes for s in stats),
-                        base_files_added=len(stats) - logs, log_files_added=logs)
+        return replace(
+            entry,
+            operation=metadata.operation_type,
+            records_written=sum(s.num_writes for s in stats),
+            records_updated=sum(s.num_update_writes for s in stats),
+            records_deleted=sum(s.num_deletes for s in stats),
+            base_files_added=len(stats) - logs,
+            log_files_added=logs,
+        )
     if instant.state is not State.COMPLETED and instant.action in PLAN_ACTIONS:
         return replace(entry, pending_plan=True, plan_file_groups=_plan_file_groups(timeline, instant))
     return entry
@@ -191,8 +206,13 @@ def file_groups(table: MorTable, partition: str | None = None) -> FileGroups:
     if partition is not None and partition not in list_partitions(table.storage):
         raise InvalidArgumentError(f"no partition {partition!r}; the table has {list_partitions(table.storage)}")
     view = table.file_system_view(partition_paths=None if partition is None else [partition])
-    return FileGroups([_group_summary(g) for p in view.partition_paths()
-                       for g in sorted(view.file_groups(p).values(), key=lambda g: g.file_id)])
+    return FileGroups(
+        [
+            _group_summary(g)
+            for p in view.partition_paths()
+            for g in sorted(view.file_groups(p).values(), key=lambda g: g.file_id)
+        ]
+    )
 
 
 def _current_slice(group: FileGroup) -> FileSlice:
@@ -204,9 +224,15 @@ def _group_summary(group: FileGroup) -> FileGroupSummary:
     current = _current_slice(group)
     base = current.base_file.size if current.base_file else 0
     return FileGroupSummary(
-        partition=group.partition_path, file_id=group.file_id, base_instant=current.base_instant,
-        base_file_bytes=base, log_files=len(current.log_files), log_bytes=current.total_size - base,
-        total_bytes=current.total_size, slices=len(group.slices))
+        partition=group.partition_path,
+        file_id=group.file_id,
+        base_instant=current.base_instant,
+        base_file_bytes=base,
+        log_files=len(current.log_files),
+        log_bytes=current.total_size - base,
+        total_bytes=current.total_size,
+        slices=len(group.slices),
+    )
 
 
 # -- buckets -------------------------------------------------------------------------------------
@@ -261,23 +287,31 @@ def buckets(table: MorTable) -> Buckets:
         metadata = ring.load_latest(table.storage, partition, completed, repair=False)
         groups = view.file_groups(partition)
         nodes = ring.ring_nodes(metadata) if metadata else []
-        partitions.append(PartitionBuckets(
-            partition=partition,
-            metadata_instant=metadata.instant if metadata else None,
-            seq_no=metadata.seq_no if metadata else None,
-            buckets=[_bucket(previous, node, groups.get(node.file_id))
-                     for previous, node in zip(nodes[-1:] + nodes, nodes)],  # the first one's range wraps
-            pending_resizes=resizes.get(partition, []),
-        ))
+        partitions.append(
+            PartitionBuckets(
+                partition=partition,
+                metadata_instant=metadata.instant if metadata else None,
+                seq_no=metadata.seq_no if metadata else None,
+                buckets=[
+                    _bucket(previous, node, groups.get(node.file_id))
+                    for previous, node in zip(nodes[-1:] + nodes, nodes)
+                ],  # the first one's range wraps
+                pending_resizes=resizes.get(partition, []),
+            )
+        )
     return Buckets(partitions)
 
 
 def _bucket(previous: ring.HashingNode, node: ring.HashingNode, group: FileGroup | None) -> BucketSummary:
     summary = _group_summary(group) if group else None
     return BucketSummary(
-        file_id=node.file_id, hash_start=(previous.value + 1) & ring.HASH_VALUE_MASK, hash_end=node.value,
-        base_bytes=summary.base_file_bytes if summary else 0, log_bytes=summary.log_bytes if summary else 0,
-        bytes=summary.total_bytes if summary else 0)
+        file_id=node.file_id,
+        hash_start=(previous.value + 1) & ring.HASH_VALUE_MASK,
+        hash_end=node.value,
+        base_bytes=summary.base_file_bytes if summary else 0,
+        log_bytes=summary.log_bytes if summary else 0,
+        bytes=summary.total_bytes if summary else 0,
+    )
 
 
 def _pending_resizes(timeline: Timeline) -> dict[str, list[PendingResize]]:
@@ -287,10 +321,17 @@ def _pending_resizes(timeline: Timeline) -> dict[str, list[PendingResize]]:
         for group in plan.groups:
             if not group.children:  # not a consistent-hashing group: nothing changes in the ring
                 continue
-            found.setdefault(group.partition_path, []).append(PendingResize(
-                instant=plan.instant, kind=group.kind, file_ids=group.file_ids,
-                children=[ResizeNode(c.value, c.file_id if c.file_id_prefix else None, c.tag.value)
-                          for c in group.children]))
+            found.setdefault(group.partition_path, []).append(
+                PendingResize(
+                    instant=plan.instant,
+                    kind=group.kind,
+                    file_ids=group.file_ids,
+                    children=[
+                        ResizeNode(c.value, c.file_id if c.file_id_prefix else None, c.tag.value)
+                        for c in group.children
+                    ],
+                )
+            )
     return found
 
 
@@ -328,18 +369,28 @@ def table_stats(table: MorTable) -> TableStats:
     partitions = [_partition_stats(p, view.file_groups(p).values(), rows[p]) for p in view.partition_paths()]
     last = timeline.last_completed_write()
     return TableStats(
-        row_count=len(paths), total_bytes=sum(p.bytes for p in partitions),
-        file_groups=sum(p.file_groups for p in partitions), base_files=sum(p.base_files for p in partitions),
-        log_files=sum(p.log_files for p in partitions), commits=len(timeline.completed_writes()),
-        last_commit=last.timestamp if last else None, last_commit_time=iso_time(last.timestamp) if last else None,
-        partitions=partitions)
+        row_count=len(paths),
+        total_bytes=sum(p.bytes for p in partitions),
+        file_groups=sum(p.file_groups for p in partitions),
+        base_files=sum(p.base_files for p in partitions),
+        log_files=sum(p.log_files for p in partitions),
+        commits=len(timeline.completed_writes()),
+        last_commit=last.timestamp if last else None,
+        last_commit_time=iso_time(last.timestamp) if last else None,
+        partitions=partitions,
+    )
 
 
 def _partition_stats(partition: str, groups, rows: int) -> PartitionStats:
     slices = [s for g in groups for s in g.slices.values()]
-    return PartitionStats(partition=partition, rows=rows, bytes=sum(s.total_size for s in slices),
-                          file_groups=len(groups), base_files=sum(s.base_file is not None for s in slices),
-                          log_files=sum(len(s.log_files) for s in slices))
+    return PartitionStats(
+        partition=partition,
+        rows=rows,
+        bytes=sum(s.total_size for s in slices),
+        file_groups=len(groups),
+        base_files=sum(s.base_file is not None for s in slices),
+        log_files=sum(len(s.log_files) for s in slices),
+    )
 
 
 # -- query ---------------------------------------------------------------------------------------
@@ -352,8 +403,9 @@ class QueryResult(Document):
     truncated: bool
 
 
-def read_rows(table: MorTable, as_of: str | None = None, read_optimized: bool = False,
-              incremental_from: str | None = None) -> pa.Table:
+def read_rows(
+    table: MorTable, as_of: str | None = None, read_optimized: bool = False, incremental_from: str | None = None
+) -> pa.Table:
     """The rows a query sees: snapshot (as of an instant), base files only, or changed since."""
     if read_optimized:
         if as_of is not None:
@@ -379,8 +431,11 @@ def query(rows: pa.Table, sql: str, limit: int) -> QueryResult:
         result = spark.sql(sql).limit(limit + 1).toArrow()
     except (AnalysisException, ParseException) as e:
         raise InvalidArgumentError(f"query failed: {str(e).strip().splitlines()[0]}") from e
-    return QueryResult(result.column_names, [list(r.values()) for r in result.slice(0, limit).to_pylist()],
-                       truncated=result.num_rows > limit)
+    return QueryResult(
+        result.column_names,
+        [list(r.values()) for r in result.slice(0, limit).to_pylist()],
+        truncated=result.num_rows > limit,
+    )
 
 
 # -- report ------------------------------------------------------------------------------------
@@ -389,6 +444,3 @@ def query(rows: pa.Table, sql: str, limit: int) -> QueryResult:
 @dataclass(frozen=True)
 class ReportFiles(Document):
     files: list[str]
-
-
-

@@ -102,8 +102,9 @@ class Report:
             out.append(text)
             out += [" " * (len(head) + subject_width + 2) + line for line in c.more]
         counts = {v: sum(c.verdict is v for c in self.checks) for v in Verdict}
-        out.append(f"{counts[Verdict.PROBLEM]} problem(s), {counts[Verdict.WARNING]} warning(s), "
-                   f"{counts[Verdict.OK]} ok")
+        out.append(
+            f"{counts[Verdict.PROBLEM]} problem(s), {counts[Verdict.WARNING]} warning(s), {counts[Verdict.OK]} ok"
+        )
         return out
 
 
@@ -131,13 +132,21 @@ def _config_checks(config: JobConfig, timeout: float) -> list[Check]:
     """The problems `streamer run` finds in a config before Spark starts."""
     try:
         found = preflight.check(config, timeout)
-    except Exception as e:  # a check that broke is a problem to report, not a crash
-        return [Check("config", Verdict.PROBLEM, f"{config.config_path}: cannot be checked: {type(e).__name__}: {e}",
-                      "correct the config", config.table.name)]
+    except Exception as e:  # noqa: BLE001 - a check that broke is a problem to report, not a crash
+        return [
+            Check(
+                "config",
+                Verdict.PROBLEM,
+                f"{config.config_path}: cannot be checked: {type(e).__name__}: {e}",
+                "correct the config",
+                config.table.name,
+            )
+        ]
     return [Check("config", Verdict.PROBLEM, f"{p.file}: {p.key}: {p.text}", p.fix, config.table.name) for p in found]
 
 
 # -- change events -------------------------------------------------------------------------------
+
 
 def newest_values(source, found: TopicRanges, timeout: float) -> list[tuple[str, bytes]]:
     """("topic[partition]@offset", value) of the newest record with a value in each partition
@@ -145,14 +154,22 @@ def newest_values(source, found: TopicRanges, timeout: float) -> list[tuple[str,
     from confluent_kafka import Consumer, TopicPartition
 
     options = SourceOptions.parse(source.reader_options())
-    conf = {**options.consumer_config(), "group.id": f"mor-streamer-doctor-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False}
+    conf = {
+        **options.consumer_config(),
+        "group.id": f"mor-streamer-doctor-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+    }
     consumer = Consumer(client_config(conf, f"doctor's consumer at {source.bootstrap_servers}")[0])
     try:
-        wanted = {(t, p): held for t, parts in found.ranges.items() for p, held in parts.items()
-                  if held.end > held.earliest}
-        consumer.assign([TopicPartition(t, p, max(held.earliest, held.end - SAMPLED_PER_PARTITION))
-                         for (t, p), held in wanted.items()])
+        wanted = {
+            (t, p): held for t, parts in found.ranges.items() for p, held in parts.items() if held.end > held.earliest
+        }
+        consumer.assign(
+            [
+                TopicPartition(t, p, max(held.earliest, held.end - SAMPLED_PER_PARTITION))
+                for (t, p), held in wanted.items()
+            ]
+        )
         newest: dict[tuple[str, int], tuple[int, str, bytes]] = {}
         deadline = time.monotonic() + timeout
         remaining = set(wanted)
@@ -201,7 +218,9 @@ def java_check() -> Check:
     java = os.path.join(home, "bin", "java") if home else shutil.which("java")
     fix = f"install Java {' or '.join(map(str, SUPPORTED_JAVA))} and set JAVA_HOME"
     if not java or not os.path.exists(java):
-        return Check("java", Verdict.PROBLEM, f"no java found ({'JAVA_HOME=' + home if home else 'none on the PATH'})", fix)
+        return Check(
+            "java", Verdict.PROBLEM, f"no java found ({'JAVA_HOME=' + home if home else 'none on the PATH'})", fix
+        )
     try:
         answer = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -212,10 +231,16 @@ def java_check() -> Check:
     version = match.group(0).split('"')[1]
     major = int(match.group(1)) if match.group(1) != "1" else int(match.group(2))
     if major < SUPPORTED_JAVA[0]:
-        return Check("java", Verdict.PROBLEM, f"{version} at {java}: Spark 4 needs Java {SUPPORTED_JAVA[0]} or later", fix)
+        return Check(
+            "java", Verdict.PROBLEM, f"{version} at {java}: Spark 4 needs Java {SUPPORTED_JAVA[0]} or later", fix
+        )
     if major not in SUPPORTED_JAVA:
-        return Check("java", Verdict.WARNING, f"{version} at {java}: Spark 4 is tested on Java "
-                                              f"{' and '.join(map(str, SUPPORTED_JAVA))}", fix)
+        return Check(
+            "java",
+            Verdict.WARNING,
+            f"{version} at {java}: Spark 4 is tested on Java {' and '.join(map(str, SUPPORTED_JAVA))}",
+            fix,
+        )
     return Check("java", Verdict.OK, f"{version} at {java}")
 
 
@@ -226,8 +251,12 @@ def spark_check() -> Check:
         return Check("spark", Verdict.PROBLEM, f"pyspark cannot be imported: {e}", "pip install mor-streamer again")
     major = int(pyspark.__version__.split(".")[0])
     if major != 4:
-        return Check("spark", Verdict.PROBLEM, f"pyspark {pyspark.__version__}: the job needs Spark 4",
-                     "pip install 'pyspark>=4.2,<5'")
+        return Check(
+            "spark",
+            Verdict.PROBLEM,
+            f"pyspark {pyspark.__version__}: the job needs Spark 4",
+            "pip install 'pyspark>=4.2,<5'",
+        )
     return Check("spark", Verdict.OK, f"pyspark {pyspark.__version__}")
 
 
@@ -245,12 +274,19 @@ def connector_check() -> Check:
     if cached is not None:
         return Check("kafka connector", Verdict.OK, f"{coordinate} cached at {cached}")
     if published is not None and version in published:
-        return Check("kafka connector", Verdict.OK, f"{coordinate} not cached yet; Spark fetches it from "
-                                                    "Maven Central at the first start")
+        return Check(
+            "kafka connector",
+            Verdict.OK,
+            f"{coordinate} not cached yet; Spark fetches it from Maven Central at the first start",
+        )
     why = "Maven Central did not answer" if published is None else "Maven Central does not have it"
-    return Check("kafka connector", Verdict.PROBLEM, f"{coordinate} is not cached and {why}",
-                 "give a repository that has it (--conf spark.jars.repositories=<url>) or its jars "
-                 "(--conf spark.jars=<paths>), or read with source.format: kafka-arrow")
+    return Check(
+        "kafka connector",
+        Verdict.PROBLEM,
+        f"{coordinate} is not cached and {why}",
+        "give a repository that has it (--conf spark.jars.repositories=<url>) or its jars "
+        "(--conf spark.jars=<paths>), or read with source.format: kafka-arrow",
+    )
 
 
 # -- one table -------------------------------------------------------------------------------------
@@ -278,16 +314,26 @@ class TableDoctor:
                 self.offsets = checkpoint.offsets if checkpoint else {}
         except (OSError, ValueError) as e:
             unreadable = True
-            checks.append(self._check("table", Verdict.PROBLEM, f"cannot read the table at {self.path}: {e}",
-                                      "make the storage readable by this user, or correct table.path"))
+            checks.append(
+                self._check(
+                    "table",
+                    Verdict.PROBLEM,
+                    f"cannot read the table at {self.path}: {e}",
+                    "make the storage readable by this user, or correct table.path",
+                )
+            )
         checks += self.kafka()
         if self.config.decode.schema_registry is not None:
             checks.append(self.registry())
         if not unreadable:
             checks.append(self.storage_access())
         if self.table is not None:
-            checks += [self._guarded("writer lease", self.lease), self._guarded("pending", self.pending),
-                       self._guarded("timeline", self.timeline), self._guarded("compaction", self.compaction_debt)]
+            checks += [
+                self._guarded("writer lease", self.lease),
+                self._guarded("pending", self.pending),
+                self._guarded("timeline", self.timeline),
+                self._guarded("compaction", self.compaction_debt),
+            ]
             if self.config.table.partition_by:
                 checks.append(self._guarded("keys", self.keys_across_partitions))
         if self.config.decode.on_error == BadRecordPolicy.QUARANTINE:
@@ -305,19 +351,28 @@ class TableDoctor:
             try:
                 socket.create_connection((host, port), timeout=self.timeout).close()
             except OSError as e:
-                return self._check("catalog", Verdict.PROBLEM, f"the metastore at thrift://{host}:{port} does not "
-                                   f"answer ({e}); commits go on, the catalog falls behind",
-                                   "start the metastore, or correct sync.metastore_uris")
+                return self._check(
+                    "catalog",
+                    Verdict.PROBLEM,
+                    f"the metastore at thrift://{host}:{port} does not "
+                    f"answer ({e}); commits go on, the catalog falls behind",
+                    "start the metastore, or correct sync.metastore_uris",
+                )
         found = catalog_status(self.config, self.table, self.table.timeline()) if self.table is not None else None
         if found is not None and found.failing_since:
-            return self._check("catalog", Verdict.WARNING, found.line(),
-                               "fix what the error names; the job retries after each commit, or run "
-                               "`streamer sync CONFIG` once it is fixed")
+            return self._check(
+                "catalog",
+                Verdict.WARNING,
+                found.line(),
+                "fix what the error names; the job retries after each commit, or run "
+                "`streamer sync CONFIG` once it is fixed",
+            )
         where = sync.metastore_uris or "hive.metastore.uris of the Hadoop configuration"
         return self._check("catalog", Verdict.OK, found.line() if found is not None else f"{where}: nothing synced yet")
 
-    def _check(self, subject: str, verdict: Verdict, found: str, fix: str | None = None,
-               more: tuple[str, ...] = ()) -> Check:
+    def _check(
+        self, subject: str, verdict: Verdict, found: str, fix: str | None = None, more: tuple[str, ...] = ()
+    ) -> Check:
         return Check(subject, verdict, found, fix, self.config.table.name, more)
 
     def _guarded(self, subject: str, check) -> Check:
@@ -325,8 +380,12 @@ class TableDoctor:
         try:
             return check()
         except (OSError, ValueError, KeyError) as e:
-            return self._check(subject, Verdict.PROBLEM, f"cannot read it: {type(e).__name__}: {e}",
-                               "make the table's storage readable; a torn file under .hoodie/ needs a restore")
+            return self._check(
+                subject,
+                Verdict.PROBLEM,
+                f"cannot read it: {type(e).__name__}: {e}",
+                "make the table's storage readable; a torn file under .hoodie/ needs a restore",
+            )
 
     # -- Kafka -------------------------------------------------------------------------------
 
@@ -339,15 +398,31 @@ class TableDoctor:
         try:
             found = progress.ranges(list(self.offsets))
         except BrokersUnreachableError as e:
-            return [self._check("brokers", Verdict.PROBLEM, f"{e}; topics and offsets not checked",
-                                "start the brokers, or correct source.bootstrap_servers (and the network to them)")]
+            return [
+                self._check(
+                    "brokers",
+                    Verdict.PROBLEM,
+                    f"{e}; topics and offsets not checked",
+                    "start the brokers, or correct source.bootstrap_servers (and the network to them)",
+                )
+            ]
         except KafkaException as e:  # answered, but refused: authentication, authorization
-            return [self._check("brokers", Verdict.PROBLEM, f"{servers} refused: {e}",
-                                "correct the security settings under source.options")]
+            return [
+                self._check(
+                    "brokers",
+                    Verdict.PROBLEM,
+                    f"{servers} refused: {e}",
+                    "correct the security settings under source.options",
+                )
+            ]
         finally:
             progress.close()
-        checks = [self._check("brokers", Verdict.OK, f"{servers} answered"), self._topics(found),
-                  self._partitions(found), self._retention(found)]
+        checks = [
+            self._check("brokers", Verdict.OK, f"{servers} answered"),
+            self._topics(found),
+            self._partitions(found),
+            self._retention(found),
+        ]
         if self.config.decode.value.envelope == Envelope.DEBEZIUM:
             checks.append(self._guarded("change events", lambda: self.change_events(found)))
         return checks
@@ -358,20 +433,32 @@ class TableDoctor:
         missing = [t for t in found.missing if wanted is None or t in wanted]
         if missing:
             names = ", ".join(missing)
-            return self._check("topics", Verdict.PROBLEM, f"{names} not on {source.bootstrap_servers}",
-                               f"create {'it' if len(missing) == 1 else 'them'} (kafka-topics.sh --create "
-                               f"--topic {missing[0]}), or correct source.topics")
+            return self._check(
+                "topics",
+                Verdict.PROBLEM,
+                f"{names} not on {source.bootstrap_servers}",
+                f"create {'it' if len(missing) == 1 else 'them'} (kafka-topics.sh --create "
+                f"--topic {missing[0]}), or correct source.topics",
+            )
         present = [t for t in found.ranges if wanted is None or t in wanted]
         if not present:
-            return self._check("topics", Verdict.WARNING, f"no topic matches {source.topic_pattern!r}",
-                               "create one, or correct source.topic_pattern")
+            return self._check(
+                "topics",
+                Verdict.WARNING,
+                f"no topic matches {source.topic_pattern!r}",
+                "create one, or correct source.topic_pattern",
+            )
         return self._check("topics", Verdict.OK, ", ".join(f"{t} ({len(found.ranges[t])} partitions)" for t in present))
 
     def _partitions(self, found: TopicRanges) -> Check:
         if found.unreadable:
             where = "; ".join(f"{p}: {why}" for p, why in sorted(found.unreadable.items()))
-            return self._check("partitions", Verdict.PROBLEM, f"offsets cannot be listed: {where}",
-                               "bring the partitions' leaders back (kafka-topics.sh --describe shows them)")
+            return self._check(
+                "partitions",
+                Verdict.PROBLEM,
+                f"offsets cannot be listed: {where}",
+                "bring the partitions' leaders back (kafka-topics.sh --describe shows them)",
+            )
         count = sum(len(parts) for parts in found.ranges.values())
         return self._check("partitions", Verdict.OK, f"{count} readable")
 
@@ -379,8 +466,12 @@ class TableDoctor:
         """Whether Kafka still holds the offsets the table goes on from."""
         if not self.offsets:
             start = self.config.source.starting_offsets
-            return self._check("offsets held", Verdict.OK, f"no offsets committed yet; the first run starts at "
-                                                           f"{start if isinstance(start, str) else 'the configured offsets'}")
+            return self._check(
+                "offsets held",
+                Verdict.OK,
+                f"no offsets committed yet; the first run starts at "
+                f"{start if isinstance(start, str) else 'the configured offsets'}",
+            )
         lost, behind = [], 0
         for topic, parts in sorted(self.offsets.items()):
             for partition, offset in sorted(parts.items()):
@@ -389,20 +480,31 @@ class TableDoctor:
                     if topic not in found.missing:
                         lost.append(f"{topic}[{partition}] no longer exists")
                 elif offset < held.earliest:
-                    lost.append(f"{topic}[{partition}] goes on from {offset} but the broker holds {held.earliest} "
-                                f"to {held.end - 1} ({held.earliest - offset:,} records deleted by retention)")
+                    lost.append(
+                        f"{topic}[{partition}] goes on from {offset} but the broker holds {held.earliest} "
+                        f"to {held.end - 1} ({held.earliest - offset:,} records deleted by retention)"
+                    )
                 elif offset > held.end:
-                    lost.append(f"{topic}[{partition}] goes on from {offset} but the broker holds offsets up to "
-                                f"{held.end - 1} (the topic was recreated or truncated)")
+                    lost.append(
+                        f"{topic}[{partition}] goes on from {offset} but the broker holds offsets up to "
+                        f"{held.end - 1} (the topic was recreated or truncated)"
+                    )
                 else:
                     behind += held.end - offset
         if not lost:
             return self._check("offsets held", Verdict.OK, f"yes; the table is {behind:,} records behind")
         if not self.config.source.fail_on_data_loss:
-            return self._check("offsets held", Verdict.WARNING, "; ".join(lost) + "; the next run goes on from "
-                               "the earliest offset held (fail_on_data_loss: false)")
-        return self._check("offsets held", Verdict.PROBLEM, "; ".join(lost),
-                           "to accept the loss, set source.fail_on_data_loss: false and restart")
+            return self._check(
+                "offsets held",
+                Verdict.WARNING,
+                "; ".join(lost) + "; the next run goes on from the earliest offset held (fail_on_data_loss: false)",
+            )
+        return self._check(
+            "offsets held",
+            Verdict.PROBLEM,
+            "; ".join(lost),
+            "to accept the loss, set source.fail_on_data_loss: false and restart",
+        )
 
     def change_events(self, found: TopicRanges) -> Check:
         """The newest record of each partition, read as Debezium's change event: that it is
@@ -416,39 +518,64 @@ class TableDoctor:
         try:
             event = change_event(config, value, self.timeout)
         except (ValueError, KeyError, SchemaRegistryError, UndecodableRecordError) as e:
-            return self._check("change events", Verdict.PROBLEM,
-                               f"{where} does not read as a Debezium change event: {e}",
-                               "point source.topics at the connector's table topics (<topic.prefix>.<schema>.<table>), "
-                               "and decode.value.format at its converter (json or confluent-avro)")
+            return self._check(
+                "change events",
+                Verdict.PROBLEM,
+                f"{where} does not read as a Debezium change event: {e}",
+                "point source.topics at the connector's table topics (<topic.prefix>.<schema>.<table>), "
+                "and decode.value.format at its converter (json or confluent-avro)",
+            )
         if "op" not in event or not isinstance(event.get("source"), dict):
-            return self._check("change events", Verdict.PROBLEM, f"{where} is not a Debezium change event (no op "
-                               "or source)", "point source.topics at the connector's table topics, or turn "
-                               "value.envelope off")
+            return self._check(
+                "change events",
+                Verdict.PROBLEM,
+                f"{where} is not a Debezium change event (no op or source)",
+                "point source.topics at the connector's table topics, or turn value.envelope off",
+            )
         t = config.table
         row = event.get("after") or event.get("before") or {}
         position_column = config.decode.envelope_columns.get(EnvelopeField.POSITION)
-        needed = [*t.record_key, *t.partition_by, *([] if t.ordering_field in config.decode.envelope_columns.values()
-                                                    else [t.ordering_field])]
+        needed = [
+            *t.record_key,
+            *t.partition_by,
+            *([] if t.ordering_field in config.decode.envelope_columns.values() else [t.ordering_field]),
+        ]
         lacking = [f for f in dict.fromkeys(needed) if f not in row]
         if lacking:
-            return self._check("change events", Verdict.PROBLEM, f"the row of {where} has no field(s) {lacking} that "
-                               f"table.record_key, partition_by or ordering_field name; it has {sorted(row)}",
-                               "name the source table's columns in the table's keys")
+            return self._check(
+                "change events",
+                Verdict.PROBLEM,
+                f"the row of {where} has no field(s) {lacking} that "
+                f"table.record_key, partition_by or ordering_field name; it has {sorted(row)}",
+                "name the source table's columns in the table's keys",
+            )
         declared = declared_columns(config)
         undeclared = sorted(set(row) - set(declared)) if declared is not None else []
         connector = event["source"].get("connector", "?")
         if t.ordering_field != position_column:
-            return self._check("change events", Verdict.WARNING, f"{where}: a {connector} change event; a key's "
-                               f"changes are ordered by {t.ordering_field!r}, not by the log position",
-                               "keep the position (decode.envelope_columns: {position: <column>}) and make that column "
-                               "table.ordering_field")
+            return self._check(
+                "change events",
+                Verdict.WARNING,
+                f"{where}: a {connector} change event; a key's "
+                f"changes are ordered by {t.ordering_field!r}, not by the log position",
+                "keep the position (decode.envelope_columns: {position: <column>}) and make that column "
+                "table.ordering_field",
+            )
         schemaless = config.decode.value.format == DecodeFormat.JSON and not value.lstrip().startswith(b'{"schema"')
         if undeclared and schemaless:
-            return self._check("change events", Verdict.WARNING, f"{where}: the row's column(s) {undeclared} are not "
-                               "in decode.value.schema, and without Connect's schemas they are not mirrored",
-                               "declare them, or turn the converter's schemas.enable on so that new columns follow")
-        return self._check("change events", Verdict.OK, f"{where}: a {connector} change event; its row has the table's "
-                           f"keys, and {t.ordering_field!r} orders a key's changes by the log position")
+            return self._check(
+                "change events",
+                Verdict.WARNING,
+                f"{where}: the row's column(s) {undeclared} are not "
+                "in decode.value.schema, and without Connect's schemas they are not mirrored",
+                "declare them, or turn the converter's schemas.enable on so that new columns follow",
+            )
+        return self._check(
+            "change events",
+            Verdict.OK,
+            f"{where}: a {connector} change event; its row has the table's "
+            f"keys, and {t.ordering_field!r} orders a key's changes by the log position",
+        )
 
     def registry(self) -> Check:
         settings = self.config.decode.schema_registry
@@ -456,8 +583,9 @@ class TableDoctor:
         try:
             subjects = client.subjects()
         except SchemaRegistryError as e:
-            return self._check("schema registry", Verdict.PROBLEM, str(e),
-                               "start the registry, or correct decode.schema_registry")
+            return self._check(
+                "schema registry", Verdict.PROBLEM, str(e), "start the registry, or correct decode.schema_registry"
+            )
         return self._check("schema registry", Verdict.OK, f"{client.url} answered ({len(subjects)} subjects)")
 
     # -- the table's storage and state -------------------------------------------------------------
@@ -487,8 +615,12 @@ class TableDoctor:
             while not os.path.exists(where):
                 where = os.path.dirname(where)
             if not os.path.isdir(where):
-                return self._check("storage", Verdict.PROBLEM, f"no table yet, and none can be created at "
-                                   f"{self.path}: {where} is not a directory", fix)
+                return self._check(
+                    "storage",
+                    Verdict.PROBLEM,
+                    f"no table yet, and none can be created at {self.path}: {where} is not a directory",
+                    fix,
+                )
         probe = self.storage.at(where)
         name = f".mor-streamer-doctor-{uuid.uuid4().hex}.probe"
         try:
@@ -505,15 +637,25 @@ class TableDoctor:
         who = f"{holder.description} (host {holder.host}, pid {holder.pid})"
         age = time.time() - holder.renewed_at
         if holder.process_gone():
-            return self._check("writer lease", Verdict.WARNING, f"stale: held by {who}, a process that is gone; "
-                               "the next start takes it over at once")
+            return self._check(
+                "writer lease",
+                Verdict.WARNING,
+                f"stale: held by {who}, a process that is gone; the next start takes it over at once",
+            )
         if holder.expired(time.time()):
-            return self._check("writer lease", Verdict.WARNING, f"stale: held by {who}, last renewed {age:.0f}s ago "
-                               f"(TTL {holder.ttl_seconds:.0f}s); the next start takes it over")
+            return self._check(
+                "writer lease",
+                Verdict.WARNING,
+                f"stale: held by {who}, last renewed {age:.0f}s ago "
+                f"(TTL {holder.ttl_seconds:.0f}s); the next start takes it over",
+            )
         self.live_writer = True
-        return self._check("writer lease", Verdict.WARNING, f"held by a live writer: {who}, renewed {age:.0f}s ago; "
-                           "another start is refused while it runs",
-                           f"nothing if that is the job; else stop it (kill {holder.pid} on {holder.host})")
+        return self._check(
+            "writer lease",
+            Verdict.WARNING,
+            f"held by a live writer: {who}, renewed {age:.0f}s ago; another start is refused while it runs",
+            f"nothing if that is the job; else stop it (kill {holder.pid} on {holder.host})",
+        )
 
     def pending(self) -> Check:
         pending = self.table.timeline().pending()
@@ -531,9 +673,11 @@ class TableDoctor:
             return "the live writer's batch in progress" if self.live_writer else "rolled back at the next start"
         if instant.action == Action.ROLLBACK:
             return "finished at the next start"
-        service, command = {Action.COMPACTION: (services.compaction, "compact"),
-                            Action.REPLACE_COMMIT: (services.clustering, "cluster"),
-                            Action.CLEAN: (services.clean, "clean")}.get(instant.action, (None, None))
+        service, command = {
+            Action.COMPACTION: (services.compaction, "compact"),
+            Action.REPLACE_COMMIT: (services.clustering, "cluster"),
+            Action.CLEAN: (services.clean, "clean"),
+        }.get(instant.action, (None, None))
         if service is None:
             return "left as it is"
         if service.mode == "off":
@@ -548,10 +692,18 @@ class TableDoctor:
         found = f"instants active: {len(timeline.instants)} ({completed} completed), archived: {archived}"
         archive = self.config.services.archive
         if completed > 2 * archive.max_instants:
-            fix = (f"run `streamer archive {self.path}` while the job is stopped" if archive.mode == "off" else
-                   "look for archive failures in the job's log; `streamer archive` runs it while the job is stopped")
-            return self._check("timeline", Verdict.WARNING, f"{found}: archival is behind "
-                               f"(services.archive.max_instants {archive.max_instants}, mode {archive.mode})", fix)
+            fix = (
+                f"run `streamer archive {self.path}` while the job is stopped"
+                if archive.mode == "off"
+                else "look for archive failures in the job's log; `streamer archive` runs it while the job is stopped"
+            )
+            return self._check(
+                "timeline",
+                Verdict.WARNING,
+                f"{found}: archival is behind "
+                f"(services.archive.max_instants {archive.max_instants}, mode {archive.mode})",
+                fix,
+            )
         return self._check("timeline", Verdict.OK, found)
 
     def compaction_debt(self) -> Check:
@@ -563,15 +715,21 @@ class TableDoctor:
         logs = sum(g.log_files for g in groups)
         compaction = self.config.services.compaction
         limit = 2 * (compaction.every_delta_commits or 5)
-        found = (f"at most {worst.log_files} log files per file group ({len(groups)} groups, {logs} log files, "
-                 f"{human_bytes(sum(g.log_bytes for g in groups))})")
+        found = (
+            f"at most {worst.log_files} log files per file group ({len(groups)} groups, {logs} log files, "
+            f"{human_bytes(sum(g.log_bytes for g in groups))})"
+        )
         if worst.log_files <= limit:
             return self._check("compaction", Verdict.OK, found)
         fix = f"`streamer compact {self.path} --schedule` compacts now"
         if compaction.mode != "off":
             fix += "; see the job's log for why compaction does not keep up"
-        return self._check("compaction", Verdict.WARNING, f"{found}; {worst.partition}/{worst.file_id} has "
-                           f"more than {limit}: reads slow down", fix)
+        return self._check(
+            "compaction",
+            Verdict.WARNING,
+            f"{found}; {worst.partition}/{worst.file_id} has more than {limit}: reads slow down",
+            fix,
+        )
 
     def keys_across_partitions(self) -> Check:
         """A record key is unique within its partition only (the bucket index is per partition, as
@@ -581,15 +739,21 @@ class TableDoctor:
         `KEY_CHECK_MAX_BYTES`."""
         t = self.config.table
         if set(t.partition_by) <= set(t.record_key):
-            return self._check("keys", Verdict.OK, "the partition fields are part of the record key: a key is in one "
-                               "partition")
+            return self._check(
+                "keys", Verdict.OK, "the partition fields are part of the record key: a key is in one partition"
+            )
         groups = file_groups(self.table).file_groups
         cost = f"{len(groups):,} file groups, {human_bytes(sum(g.total_bytes for g in groups))}"
-        how = (f"`streamer query {self.path} --sql \"SELECT {RECORD_KEY}, count(*) FROM t GROUP BY {RECORD_KEY} "
-               "HAVING count(*) > 1\"`")
+        how = (
+            f'`streamer query {self.path} --sql "SELECT {RECORD_KEY}, count(*) FROM t GROUP BY {RECORD_KEY} '
+            'HAVING count(*) > 1"`'
+        )
         if sum(g.total_bytes for g in groups) > KEY_CHECK_MAX_BYTES:
-            return self._check("keys", Verdict.OK, f"not checked whether a key is in two partitions: it would read "
-                               f"the keys of {cost}; {how} lists them")
+            return self._check(
+                "keys",
+                Verdict.OK,
+                f"not checked whether a key is in two partitions: it would read the keys of {cost}; {how} lists them",
+            )
         started = time.monotonic()
         rows = self.table.snapshot(columns=[RECORD_KEY, PARTITION_PATH])
         keys = rows.group_by(RECORD_KEY).aggregate([(PARTITION_PATH, "list")])
@@ -598,24 +762,40 @@ class TableDoctor:
         fields = ", ".join(t.partition_by)
         if spread.num_rows == 0:
             return self._check("keys", Verdict.OK, f"no key is in two partitions ({keys.num_rows:,} keys; {read})")
-        examples = tuple(f"{key}: {', '.join(sorted(parts))}" for key, parts in zip(
-            spread[RECORD_KEY].to_pylist()[:KEYS_SHOWN], spread[f"{PARTITION_PATH}_list"].to_pylist()))
+        examples = tuple(
+            f"{key}: {', '.join(sorted(parts))}"
+            for key, parts in zip(
+                spread[RECORD_KEY].to_pylist()[:KEYS_SHOWN], spread[f"{PARTITION_PATH}_list"].to_pylist()
+            )
+        )
         return self._check(
-            "keys", Verdict.WARNING, f"{spread.num_rows:,} of {keys.num_rows:,} keys are in two or more partitions: "
+            "keys",
+            Verdict.WARNING,
+            f"{spread.num_rows:,} of {keys.num_rows:,} keys are in two or more partitions: "
             f"a key is unique within its partition, and {fields} changed for these ({read})",
             "partition by fields that never change for a key, or add them to table.record_key; either means a "
-            "new table (docs/operations.md, \"Keys and partitions\")", more=examples)
+            'new table (docs/operations.md, "Keys and partitions")',
+            more=examples,
+        )
 
     def quarantine(self) -> Check:
         path = self.config.table.quarantine_location
         if not MorTable.exists(path, self.storage.options):
             return self._check("quarantine", Verdict.OK, f"empty (no table at {path} yet)")
-        rows = MorTable.load(path, self.storage.options).snapshot(columns=[COMMIT_TIME, "topic", "partition", "offset", "reason"])
+        rows = MorTable.load(path, self.storage.options).snapshot(
+            columns=[COMMIT_TIME, "topic", "partition", "offset", "reason"]
+        )
         if rows.num_rows == 0:
             return self._check("quarantine", Verdict.OK, f"empty ({path})")
         newest = sorted(rows.to_pylist(), key=lambda r: (r[COMMIT_TIME], r["offset"]), reverse=True)
-        entries = tuple(f"{r['topic']}[{r['partition']}]@{r['offset']}: {(r['reason'] or '').splitlines()[0][:100]}"
-                        for r in newest[:QUARANTINE_ENTRIES_SHOWN])
-        return self._check("quarantine", Verdict.WARNING, f"{rows.num_rows:,} records at {path}",
-                           f"correct the producer; read them with `streamer query {path} --sql 'SELECT * FROM t'`",
-                           more=entries)
+        entries = tuple(
+            f"{r['topic']}[{r['partition']}]@{r['offset']}: {(r['reason'] or '').splitlines()[0][:100]}"
+            for r in newest[:QUARANTINE_ENTRIES_SHOWN]
+        )
+        return self._check(
+            "quarantine",
+            Verdict.WARNING,
+            f"{rows.num_rows:,} records at {path}",
+            f"correct the producer; read them with `streamer query {path} --sql 'SELECT * FROM t'`",
+            more=entries,
+        )

@@ -18,32 +18,56 @@ DEFAULT_PARTITIONS = 3
 
 def add_kafka_commands(commands) -> None:
     kafka = commands.add_parser(
-        "kafka", help="a local Apache Kafka for trying things out: start, stop, status, produce",
+        "kafka",
+        help="a local Apache Kafka for trying things out: start, stop, status, produce",
         description="Run Apache Kafka itself on this machine (one node, from its Maven Central jars: "
-                    "needs Java 17+ and Maven) for trying things out. It keeps running after the command "
-                    "returns, and keeps its data in --dir until `stop --delete-data`.")
+        "needs Java 17+ and Maven) for trying things out. It keeps running after the command "
+        "returns, and keeps its data in --dir until `stop --delete-data`.",
+    )
     actions = kafka.add_subparsers(dest="kafka_command", required=True)
     start = actions.add_parser("start", help="start the local broker (or say where it runs already)")
-    start.add_argument("--port", type=int, metavar="N",
-                       help="the port of a new broker (default 9092 when free, else any free port; 0 for any)")
+    start.add_argument(
+        "--port",
+        type=int,
+        metavar="N",
+        help="the port of a new broker (default 9092 when free, else any free port; 0 for any)",
+    )
     stop = actions.add_parser("stop", help="stop the local broker; its data stays unless --delete-data")
     stop.add_argument("--delete-data", action="store_true", help="also delete the broker's directory")
     status = actions.add_parser("status", help="whether the local broker runs, where, and its topics")
     produce = actions.add_parser(
-        "produce", help="produce the lines of stdin to a topic, one record per line",
+        "produce",
+        help="produce the lines of stdin to a topic, one record per line",
         description="Produce each non-empty line of standard input to TOPIC as one record's value, and "
-                    "wait until the broker has them all. The topic is created when missing.")
+        "wait until the broker has them all. The topic is created when missing.",
+    )
     produce.add_argument("topic", metavar="TOPIC")
-    produce.add_argument("--key-field", metavar="NAME",
-                         help="each line is a JSON object: its NAME field is the record's key (so that the "
-                              "records of a key go to one partition, in order)")
-    produce.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS, metavar="N",
-                         help=f"partitions of a topic created here (default {DEFAULT_PARTITIONS})")
-    produce.add_argument("--bootstrap-servers", metavar="HOST:PORT",
-                         help="the brokers (default: $KAFKA_BOOTSTRAP_SERVERS, else the local broker)")
+    produce.add_argument(
+        "--key-field",
+        metavar="NAME",
+        help="each line is a JSON object: its NAME field is the record's key (so that the "
+        "records of a key go to one partition, in order)",
+    )
+    produce.add_argument(
+        "--partitions",
+        type=int,
+        default=DEFAULT_PARTITIONS,
+        metavar="N",
+        help=f"partitions of a topic created here (default {DEFAULT_PARTITIONS})",
+    )
+    produce.add_argument(
+        "--bootstrap-servers",
+        metavar="HOST:PORT",
+        help="the brokers (default: $KAFKA_BOOTSTRAP_SERVERS, else the local broker)",
+    )
     for parser in (start, stop, status, produce):
-        parser.add_argument("--dir", type=Path, default=None, metavar="DIR",
-                            help=f"the local broker's directory (default {local_kafka.default_dir()})")
+        parser.add_argument(
+            "--dir",
+            type=Path,
+            default=None,
+            metavar="DIR",
+            help=f"the local broker's directory (default {local_kafka.default_dir()})",
+        )
 
 
 def kafka_command(args: argparse.Namespace) -> int:
@@ -72,8 +96,10 @@ def kafka_command(args: argparse.Namespace) -> int:
 def _start(directory: Path, port: int | None) -> int:
     print(f"starting Apache Kafka in {directory} (the first start fetches its jars with mvn)", file=sys.stderr)
     broker, started = local_kafka.start(directory, port)
-    print(f"Apache Kafka {broker.version} {'started' if started else 'runs already'} at {broker.bootstrap} "
-          f"(pid {broker.pid})")
+    print(
+        f"Apache Kafka {broker.version} {'started' if started else 'runs already'} at {broker.bootstrap} "
+        f"(pid {broker.pid})"
+    )
     print(f"  data and log in {broker.directory}")
     print(f"  use it:   export KAFKA_BOOTSTRAP_SERVERS={broker.bootstrap}")
     print(f"  stop it:  streamer kafka stop{_dir_flag(directory)}   (add --delete-data to remove its data)")
@@ -83,8 +109,9 @@ def _start(directory: Path, port: int | None) -> int:
 def _stop(directory: Path, delete_data: bool) -> int:
     had_data = directory.exists()
     broker = local_kafka.stop(directory, delete_data)
-    state = (f"stopped Apache Kafka at {broker.bootstrap} (pid {broker.pid})" if broker
-             else "no local broker was running")
+    state = (
+        f"stopped Apache Kafka at {broker.bootstrap} (pid {broker.pid})" if broker else "no local broker was running"
+    )
     if not had_data:
         kept = f"no data in {directory.resolve()}"
     else:
@@ -96,8 +123,9 @@ def _stop(directory: Path, delete_data: bool) -> int:
 def _status(directory: Path) -> int:
     broker = local_kafka.running(directory.resolve())
     if broker is None:
-        print(f"no local broker runs (directory {directory}); start one with "
-              f"`streamer kafka start{_dir_flag(directory)}`")
+        print(
+            f"no local broker runs (directory {directory}); start one with `streamer kafka start{_dir_flag(directory)}`"
+        )
         return 3
     if not local_kafka.answers(broker):
         print(f"Apache Kafka pid {broker.pid} runs but does not answer at {broker.bootstrap}; see {broker.log_path}")
@@ -116,8 +144,11 @@ def _produce(directory: Path, args: argparse.Namespace) -> int:
     if not bootstrap:
         broker = local_kafka.running(directory.resolve())
         if broker is None:
-            print("error: no brokers: give --bootstrap-servers, set KAFKA_BOOTSTRAP_SERVERS, or start the local "
-                  "broker with `streamer kafka start`", file=sys.stderr)
+            print(
+                "error: no brokers: give --bootstrap-servers, set KAFKA_BOOTSTRAP_SERVERS, or start the local "
+                "broker with `streamer kafka start`",
+                file=sys.stderr,
+            )
             return 2
         bootstrap = broker.bootstrap
     records = []
@@ -130,8 +161,10 @@ def _produce(directory: Path, args: argparse.Namespace) -> int:
             try:
                 key = json.loads(value)[args.key_field]
             except (ValueError, KeyError, TypeError):
-                print(f"error: line {number}: not a JSON object with a field {args.key_field!r}: {value[:80]}",
-                      file=sys.stderr)
+                print(
+                    f"error: line {number}: not a JSON object with a field {args.key_field!r}: {value[:80]}",
+                    file=sys.stderr,
+                )
                 return 2
             key = (key if isinstance(key, str) else json.dumps(key)).encode()
         records.append((key, value.encode(), None))

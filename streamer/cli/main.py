@@ -17,10 +17,14 @@ from table.config.choices import CleanPolicyKind, CompactionStrategyKind, SplitP
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="streamer", description="Stream Kafka topics into Hudi merge-on-read tables.")
     commands = parser.add_subparsers(dest="command", required=True)
-    add_run_arguments(commands.add_parser(
-        "run", help="stream the tables of a config file or directory into their tables",
-        description="Run one streaming query per table config until stopped (SIGTERM/SIGINT stop it "
-                    "cleanly), or with --once until what the topics hold now is in the tables."))
+    add_run_arguments(
+        commands.add_parser(
+            "run",
+            help="stream the tables of a config file or directory into their tables",
+            description="Run one streaming query per table config until stopped (SIGTERM/SIGINT stop it "
+            "cleanly), or with --once until what the topics hold now is in the tables.",
+        )
+    )
     commands.add_parser("demo", help="a local Apache Kafka, sample order changes, a streaming upsert and a report")
     add_kafka_commands(commands)
     add_maintenance_commands(commands)
@@ -53,40 +57,59 @@ def main(argv: list[str] | None = None) -> int:
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", metavar="CONFIG_OR_DIR", help="a table's YAML config, or a directory of them")
-    parser.add_argument("--once", action="store_true",
-                        help="process what is available now, run due services, and exit")
+    parser.add_argument("--once", action="store_true", help="process what is available now, run due services, and exit")
     parser.add_argument("--master", help="Spark master when not launched by spark-submit (default local[*])")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting; repeatable")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                        help="DEBUG adds where each micro-batch's time went (fetch, decode, route, write, commit)")
-    parser.add_argument("--log-format", default="text", choices=["text", "json"],
-                        help="json: one JSON object per line (time, level, logger, message), for log shippers")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="DEBUG adds where each micro-batch's time went (fetch, decode, route, write, commit)",
+    )
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="json: one JSON object per line (time, level, logger, message), for log shippers",
+    )
 
 
 def add_maintenance_commands(commands) -> None:
     compact = commands.add_parser(
-        "compact", help="execute pending compaction plans of a table; --schedule plans one first",
+        "compact",
+        help="execute pending compaction plans of a table; --schedule plans one first",
         description="Execute the table's pending compaction plans as a separate job. With --schedule, "
-                    "first plan a new compaction (this needs the table's writer lease: not while a "
-                    "streaming job writes the table; that job schedules its own).")
+        "first plan a new compaction (this needs the table's writer lease: not while a "
+        "streaming job writes the table; that job schedules its own).",
+    )
     compact.add_argument("table_path", metavar="TABLE_PATH")
     compact.add_argument("--schedule", action="store_true", help="plan a new compaction before executing")
     # Flags left out take the engine's defaults (CompactionStrategy, CleanPolicy, ArchivePolicy).
-    compact.add_argument("--strategy", choices=[kind.value for kind in CompactionStrategyKind],
-                         help=f"default {CompactionStrategyKind.LOG_FILE_COUNT.value}")
+    compact.add_argument(
+        "--strategy",
+        choices=[kind.value for kind in CompactionStrategyKind],
+        help=f"default {CompactionStrategyKind.LOG_FILE_COUNT.value}",
+    )
     compact.add_argument("--min-log-files", type=int)
     compact.add_argument("--max-io-mb", type=int)
     add_cluster_command(commands)
-    clean = commands.add_parser("clean", help="remove file slices the retained commits no longer need",
-                                description="Finish pending cleans, then plan and execute a new one. Needs "
-                                            "the table's writer lease.")
+    clean = commands.add_parser(
+        "clean",
+        help="remove file slices the retained commits no longer need",
+        description="Finish pending cleans, then plan and execute a new one. Needs the table's writer lease.",
+    )
     clean.add_argument("table_path", metavar="TABLE_PATH")
-    clean.add_argument("--policy", choices=[kind.value for kind in CleanPolicyKind],
-                       help=f"default {CleanPolicyKind.KEEP_LATEST_COMMITS.value}")
+    clean.add_argument(
+        "--policy",
+        choices=[kind.value for kind in CleanPolicyKind],
+        help=f"default {CleanPolicyKind.KEEP_LATEST_COMMITS.value}",
+    )
     clean.add_argument("--retained", type=int)
-    archive = commands.add_parser("archive", help="move old instants to the archived timeline",
-                                  description="Archive the oldest completed instants. Needs the table's "
-                                              "writer lease.")
+    archive = commands.add_parser(
+        "archive",
+        help="move old instants to the archived timeline",
+        description="Archive the oldest completed instants. Needs the table's writer lease.",
+    )
     archive.add_argument("table_path", metavar="TABLE_PATH")
     archive.add_argument("--min-instants", type=int)
     archive.add_argument("--max-instants", type=int)
@@ -94,56 +117,102 @@ def add_maintenance_commands(commands) -> None:
 
 def add_cluster_command(commands) -> None:
     cluster = commands.add_parser(
-        "cluster", help="split, merge and sort buckets: execute pending clustering plans, else plan one and execute it",
+        "cluster",
+        help="split, merge and sort buckets: execute pending clustering plans, else plan one and execute it",
         description="Execute the table's pending clustering plans as a separate job; when none is pending, "
-                    "plan one (bucket splits, merges and sorts) and execute it. Planning needs the table's "
-                    "writer lease: not while a streaming job writes the table; that job schedules its own. "
-                    "The policy is that of --config (index.* and services.clustering.*), else the defaults, "
-                    "with the flags below on top. --rollback removes a pending plan instead (needs the lease too).")
+        "plan one (bucket splits, merges and sorts) and execute it. Planning needs the table's "
+        "writer lease: not while a streaming job writes the table; that job schedules its own. "
+        "The policy is that of --config (index.* and services.clustering.*), else the defaults, "
+        "with the flags below on top. --rollback removes a pending plan instead (needs the lease too).",
+    )
     cluster.add_argument("table_path", metavar="TABLE_PATH")
-    cluster.add_argument("--config", metavar="CONFIG", help="the table's YAML config, for its resize and clustering settings")
+    cluster.add_argument(
+        "--config", metavar="CONFIG", help="the table's YAML config, for its resize and clustering settings"
+    )
     cluster.add_argument("--rollback", metavar="INSTANT", help="roll the pending clustering plan at INSTANT back")
-    cluster.add_argument("--split-threshold-mb", metavar="MB", type=float, help="split buckets larger than this (default 240)")
-    cluster.add_argument("--merge-threshold-mb", metavar="MB", type=float,
-                         help="merge adjacent buckets that together stay within this (default 24)")
-    cluster.add_argument("--min-buckets", metavar="N", type=int,
-                         help="the fewest buckets merges leave a partition with (default: index.min_buckets, "
-                              "else index.initial_buckets, 4)")
-    cluster.add_argument("--max-buckets", metavar="N", type=int, help="the most buckets splits give a partition (default 1024)")
-    cluster.add_argument("--split-point", choices=[point.value for point in SplitPoint],
-                         help="cut a split bucket's hash range at its middle (default) or at its records' median hash")
-    cluster.add_argument("--sort-columns", metavar="A,B", help="sort each bucket's base file by these columns; '' for none")
-    cluster.add_argument("--max-partitions", metavar="N", type=int, help="the most partitions one plan takes buckets from")
-    cluster.add_argument("--max-plan-mb", metavar="MB", type=float, help="the most MiB one plan rewrites (default 2048)")
+    cluster.add_argument(
+        "--split-threshold-mb", metavar="MB", type=float, help="split buckets larger than this (default 240)"
+    )
+    cluster.add_argument(
+        "--merge-threshold-mb",
+        metavar="MB",
+        type=float,
+        help="merge adjacent buckets that together stay within this (default 24)",
+    )
+    cluster.add_argument(
+        "--min-buckets",
+        metavar="N",
+        type=int,
+        help="the fewest buckets merges leave a partition with (default: index.min_buckets, "
+        "else index.initial_buckets, 4)",
+    )
+    cluster.add_argument(
+        "--max-buckets", metavar="N", type=int, help="the most buckets splits give a partition (default 1024)"
+    )
+    cluster.add_argument(
+        "--split-point",
+        choices=[point.value for point in SplitPoint],
+        help="cut a split bucket's hash range at its middle (default) or at its records' median hash",
+    )
+    cluster.add_argument(
+        "--sort-columns", metavar="A,B", help="sort each bucket's base file by these columns; '' for none"
+    )
+    cluster.add_argument(
+        "--max-partitions", metavar="N", type=int, help="the most partitions one plan takes buckets from"
+    )
+    cluster.add_argument(
+        "--max-plan-mb", metavar="MB", type=float, help="the most MiB one plan rewrites (default 2048)"
+    )
 
 
 def add_status_commands(commands) -> None:
     status = commands.add_parser(
-        "status", help="each configured table: last commit, offsets, lag, pending instants, last error",
+        "status",
+        help="each configured table: last commit, offsets, lag, pending instants, last error",
         description="What each table says, read from its storage, and its lag behind the topics. "
-                    "Brokers that do not answer in time leave the lag unknown. Exit status: 0 all well, "
-                    "3 a table has a problem, 4 Kafka could not be reached, 2 a bad config.")
+        "Brokers that do not answer in time leave the lag unknown. Exit status: 0 all well, "
+        "3 a table has a problem, 4 Kafka could not be reached, 2 a bad config.",
+    )
     status.add_argument("config", metavar="CONFIG_OR_DIR")
     status.add_argument("--json", action="store_true", help="one JSON document: a list of table statuses")
-    status.add_argument("--kafka-timeout", type=float, default=5.0, metavar="SECONDS",
-                        help="how long the brokers have to answer (default 5)")
+    status.add_argument(
+        "--kafka-timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long the brokers have to answer (default 5)",
+    )
     doctor = commands.add_parser(
-        "doctor", help="check everything a table job needs; one line per check, with the fix",
+        "doctor",
+        help="check everything a table job needs; one line per check, with the fix",
         description="Check the configs, Java and Spark, the Kafka connector, the brokers and topics, "
-                    "the schema registry and each table (storage, writer lease, pending instants, "
-                    "timeline, compaction debt, quarantine). Exit status 1 when any check finds a problem.")
+        "the schema registry and each table (storage, writer lease, pending instants, "
+        "timeline, compaction debt, quarantine). Exit status 1 when any check finds a problem.",
+    )
     doctor.add_argument("config", metavar="CONFIG_OR_DIR")
-    doctor.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
-                        help="how long the brokers and the schema registry have to answer (default 5)")
+    doctor.add_argument(
+        "--timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long the brokers and the schema registry have to answer (default 5)",
+    )
 
 
 def add_table_commands(commands) -> None:
     table = commands.add_parser("table", help="what a table looks like: info, timeline, files, buckets, stats, report")
     views = table.add_subparsers(dest="table_command", required=True)
-    parsers = {name: views.add_parser(name, help=text) for name, text in (
-        ("info", "properties and current schema"), ("timeline", "instants, pending plans first"),
-        ("files", "file groups and their latest slice"), ("buckets", "consistent-hashing buckets per partition"),
-        ("stats", "rows, bytes and files per partition"), ("report", "PNG plots of buckets and files over time"))}
+    parsers = {
+        name: views.add_parser(name, help=text)
+        for name, text in (
+            ("info", "properties and current schema"),
+            ("timeline", "instants, pending plans first"),
+            ("files", "file groups and their latest slice"),
+            ("buckets", "consistent-hashing buckets per partition"),
+            ("stats", "rows, bytes and files per partition"),
+            ("report", "PNG plots of buckets and files over time"),
+        )
+    }
     parsers["timeline"].add_argument("--limit", type=int, help="only the newest N instants (and pending plans)")
     parsers["timeline"].add_argument("--archived", action="store_true", help="include archived instants")
     parsers["files"].add_argument("--partition", help="one partition path, e.g. region=eu")
@@ -172,8 +241,9 @@ def run_command(args: argparse.Namespace) -> int:
     except ConfigError as e:
         for problem in e.problems:
             print(f"error: {problem}", file=sys.stderr)
-        print(f"{len(e.problems)} problem(s) in {args.config}, found before starting Spark; nothing ran",
-              file=sys.stderr)
+        print(
+            f"{len(e.problems)} problem(s) in {args.config}, found before starting Spark; nothing ran", file=sys.stderr
+        )
         return 2
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -184,8 +254,9 @@ def run_command(args: argparse.Namespace) -> int:
     from streamer.kafka import connector as kafka_connector
     from table.errors import WriterConflictError
 
-    conf, connector = kafka_connector.with_connector(conf, [c.source.format for c in configs],
-                                                     under_spark_submit="PYSPARK_GATEWAY_PORT" in os.environ)
+    conf, connector = kafka_connector.with_connector(
+        conf, [c.source.format for c in configs], under_spark_submit="PYSPARK_GATEWAY_PORT" in os.environ
+    )
     try:
         spark = app.spark_session(args.master, conf)
     except Exception as e:  # Spark's JVM did not start; a connector it could not fetch is the likely cause
@@ -207,9 +278,9 @@ def run_command(args: argparse.Namespace) -> int:
 def status_command(args: argparse.Namespace) -> int:
     import json
 
+    from streamer.cli.status import exit_code, statuses
     from streamer.config.loading import load_configs
     from streamer.errors import ConfigError
-    from streamer.cli.status import exit_code, statuses
 
     try:
         found = statuses(load_configs(args.config), args.kafka_timeout)

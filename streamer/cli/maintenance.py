@@ -45,8 +45,14 @@ def run_offline(args: argparse.Namespace) -> int:
                 policy = ArchivePolicy(**given(min_instants=args.min_instants, max_instants=args.max_instants))
                 result = archive(table, policy, keep_latest_with_metadata_key=CHECKPOINT_KEY)
                 print(f"archive: {result}")
-    except (TableNotFoundError, WriterConflictError, CompactionConflictError, ClusteringConflictError,
-            ConfigError, ValueError) as e:
+    except (
+        TableNotFoundError,
+        WriterConflictError,
+        CompactionConflictError,
+        ClusteringConflictError,
+        ConfigError,
+        ValueError,
+    ) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
@@ -60,8 +66,9 @@ def given(**settings) -> dict:
 def compact(table: MorTable, args: argparse.Namespace) -> None:
     if args.schedule:
         max_io_bytes = args.max_io_mb * MIB if args.max_io_mb is not None else None
-        strategy = CompactionStrategy(**given(kind=args.strategy, min_log_files=args.min_log_files,
-                                              max_io_bytes=max_io_bytes))
+        strategy = CompactionStrategy(
+            **given(kind=args.strategy, min_log_files=args.min_log_files, max_io_bytes=max_io_bytes)
+        )
         with table.writer(WriteOptions(), description="streamer compact --schedule") as writer:
             instant = schedule_compaction(writer, strategy)
         print(f"compaction: {'scheduled ' + instant if instant else 'nothing to compact'}")
@@ -105,8 +112,9 @@ def cluster_policy(table: MorTable, args: argparse.Namespace) -> ClusteringPolic
     if args.config:
         config = load_config(args.config)
         if _same_path(config.table.path) != _same_path(table.base_uri):
-            raise InvalidArgumentError(f"--config {args.config} is the config of the table at {config.table.path}, "
-                             f"not of {args.table_path}")
+            raise InvalidArgumentError(
+                f"--config {args.config} is the config of the table at {config.table.path}, not of {args.table_path}"
+            )
         index, clustering = config.index, config.services.clustering
         sort_key = f"{args.config}: services.clustering.sort_columns"
     index = index.model_copy(update={k: getattr(args, k) for k in _INDEX_FLAGS if getattr(args, k) is not None})

@@ -14,12 +14,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display, whatever the environment says
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
 from streamer.cli.describe import Buckets, TimelineSummary, buckets, timeline_entries
 from streamer.cli.output import human_bytes, show_partition
-from table.mor_table import MorTable  # noqa: E402
+from table.mor_table import MorTable
 
 BASE_COLOR = "#4C72B0"
 LOG_COLOR = "#DD8452"
@@ -71,8 +71,7 @@ def plot_files_over_time(summary: TimelineSummary, name: str, path: Path) -> Non
         if e.operation == "COMPACT":
             for ax in (per_write, total):
                 ax.axvline(i, color="grey", linestyle=":", linewidth=1)
-    total.set_xticks(list(xs), [f"{e.time[11:19]} {e.action}" for e in writes], rotation=60, ha="right",
-                     fontsize=7)
+    total.set_xticks(list(xs), [f"{e.time[11:19]} {e.action}" for e in writes], rotation=60, ha="right", fontsize=7)
     total.set_xlabel("completed writes (dotted: compactions), UTC")
     per_write.set_title(f"{name}: files written per commit")
     _save(fig, path)

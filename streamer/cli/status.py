@@ -58,8 +58,10 @@ class TableStatus:
         if not self.exists:
             return [f"{self.name}: no table yet at {self.path}"]
         if self.last_commit:
-            out = [f"{self.name}: last commit {self.last_commit} at {self.last_commit_time} "
-                   f"({_age(self.last_commit_age_seconds)} ago)"]
+            out = [
+                f"{self.name}: last commit {self.last_commit} at {self.last_commit_time} "
+                f"({_age(self.last_commit_age_seconds)} ago)"
+            ]
         else:
             out = [f"{self.name}: no commit yet"]
         out += [f"  offsets  {topic} {_offsets(parts)}" for topic, parts in sorted(self.offsets.items())]
@@ -94,8 +96,9 @@ def statuses(configs: list[JobConfig], kafka_timeout: float = DEFAULT_KAFKA_TIME
     return [table_status(config, kafka_timeout, down) for config in configs]
 
 
-def table_status(config: JobConfig, kafka_timeout: float = DEFAULT_KAFKA_TIMEOUT_SECONDS,
-                 down: dict[str, str] | None = None) -> TableStatus:
+def table_status(
+    config: JobConfig, kafka_timeout: float = DEFAULT_KAFKA_TIMEOUT_SECONDS, down: dict[str, str] | None = None
+) -> TableStatus:
     """One table's status; `down` maps the bootstrap servers found unreachable so far to why."""
     path = config.table.path
     status = TableStatus(config.table.name, path, exists=False)

@@ -18,13 +18,20 @@ from streamer.errors import InvalidArgumentError
 
 def add_sync_command(commands) -> None:
     sync = commands.add_parser(
-        "sync", help="register or repair the tables' Hive Metastore entries (_rt, _ro) now",
+        "sync",
+        help="register or repair the tables' Hive Metastore entries (_rt, _ro) now",
         description="For each config with a sync: section, register the table in its metastore as "
-                    "Hudi's HiveSyncTool does, or repair its registration: columns, formats, properties "
-                    "and the partitions on storage. Exit status 1 when a sync failed, 2 for a bad config.")
+        "Hudi's HiveSyncTool does, or repair its registration: columns, formats, properties "
+        "and the partitions on storage. Exit status 1 when a sync failed, 2 for a bad config.",
+    )
     sync.add_argument("config", metavar="CONFIG_OR_DIR")
-    sync.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                      help="a Spark setting (spark.hadoop.hive.metastore.*); repeatable")
+    sync.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting (spark.hadoop.hive.metastore.*); repeatable",
+    )
 
 
 def sync_command(args: argparse.Namespace) -> int:

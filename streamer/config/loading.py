@@ -26,7 +26,9 @@ from streamer.errors import ConfigError
 __all__ = ["ConfigError", "config_from_mapping", "load_config", "load_configs", "read_configs"]
 
 
-def config_from_mapping(data: Mapping[str, Any], source_name: str = "<config>", base_dir: Path | None = None) -> JobConfig:
+def config_from_mapping(
+    data: Mapping[str, Any], source_name: str = "<config>", base_dir: Path | None = None
+) -> JobConfig:
     """A config from parsed YAML; ``source_name`` labels errors, ``base_dir`` (default: the
     working directory) is what relative paths (table, quarantine, checkpoint, schema files) are
     relative to, as a YAML file's directory is for a file."""
@@ -52,8 +54,9 @@ def read_configs(path: str | Path) -> tuple[list[JobConfig], list[str]]:
     (and between them): what `streamer doctor` and the checks before a start go on with."""
     path = Path(path)
     if path.is_dir():
-        files = sorted((f for f in path.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file()),
-                       key=lambda f: f.name)
+        files = sorted(
+            (f for f in path.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file()), key=lambda f: f.name
+        )
         if not files:
             return [], [f"{path}: no *.yaml or *.yml file in this directory"]
     else:
@@ -83,7 +86,9 @@ def _shared_values(configs: list[JobConfig]) -> list[str]:
             value = value_of(config)
             other = first_file.setdefault(value, config.config_path)
             if other != config.config_path:
-                problems.append(f"{config.config_path}: {key_path}: should be unique, {other} has it too (got {value!r})")
+                problems.append(
+                    f"{config.config_path}: {key_path}: should be unique, {other} has it too (got {value!r})"
+                )
     return problems
 
 
@@ -94,9 +99,11 @@ def _one_metrics_endpoint(configs: list[JobConfig]) -> list[str]:
     for config in (c for c in configs if c.metrics.port is not None):
         first = first or config
         if (config.metrics.host, config.metrics.port) != (first.metrics.host, first.metrics.port):
-            problems.append(f"{config.config_path}: metrics.port: should be {first.metrics.host}:{first.metrics.port} "
-                            f"as in {first.config_path}: one endpoint serves every table "
-                            f"(got {config.metrics.host}:{config.metrics.port})")
+            problems.append(
+                f"{config.config_path}: metrics.port: should be {first.metrics.host}:{first.metrics.port} "
+                f"as in {first.config_path}: one endpoint serves every table "
+                f"(got {config.metrics.host}:{config.metrics.port})"
+            )
     return problems
 
 
@@ -117,8 +124,12 @@ def _read_yaml(path: Path) -> Any:
 
 def _build(data: Any, source_name: str, config_path: Path) -> JobConfig:
     if not isinstance(data, Mapping):
-        raise ConfigError([f"{source_name}: should be a mapping of the sections table, source, decode, "
-                           f"transform, index and stream (got {_show(data)})"])
+        raise ConfigError(
+            [
+                f"{source_name}: should be a mapping of the sections table, source, decode, "
+                f"transform, index and stream (got {_show(data)})"
+            ]
+        )
     env_problems: list[Problem] = []
     data = _substitute(data, (), env_problems)
     try:
@@ -127,14 +138,17 @@ def _build(data: Any, source_name: str, config_path: Path) -> JobConfig:
     except ValidationError as e:
         unresolved = [key_path for key_path, _ in env_problems]
         problems = env_problems + [
-            (key_path, text) for key_path, text in _validation_problems(e)
-            if not any(key_path[:len(u)] == u for u in unresolved)
+            (key_path, text)
+            for key_path, text in _validation_problems(e)
+            if not any(key_path[: len(u)] == u for u in unresolved)
         ]
     if problems:
-        raise ConfigError([
-            f"{source_name}: {'.'.join(map(str, key_path))}: {text}" if key_path else f"{source_name}: {text}"
-            for key_path, text in problems
-        ])
+        raise ConfigError(
+            [
+                f"{source_name}: {'.'.join(map(str, key_path))}: {text}" if key_path else f"{source_name}: {text}"
+                for key_path, text in problems
+            ]
+        )
     config._config_path = config_path
     return config
 
@@ -214,8 +228,11 @@ def _keys_at(key_path: KeyPath) -> list[str]:
     model: type[BaseModel] = JobConfig
     for key in key_path:
         annotation = model.model_fields[key].annotation
-        model = next(t for t in (annotation, *getattr(annotation, "__args__", ()))
-                     if isinstance(t, type) and issubclass(t, BaseModel))
+        model = next(
+            t
+            for t in (annotation, *getattr(annotation, "__args__", ()))
+            if isinstance(t, type) and issubclass(t, BaseModel)
+        )
     return list(model.model_fields)
 
 

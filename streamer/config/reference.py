@@ -123,10 +123,20 @@ def _key(path: str, info: FieldInfo) -> Key:
 
 # -- Types ---------------------------------------------------------------------------------------
 
-_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", Path: "file path",
-          SecretStr: "secret string"}
-_BOUNDS = ((annotated_types.Ge, "ge", ">="), (annotated_types.Gt, "gt", ">"),
-           (annotated_types.Le, "le", "<="), (annotated_types.Lt, "lt", "<"))
+_NAMES = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    Path: "file path",
+    SecretStr: "secret string",
+}
+_BOUNDS = (
+    (annotated_types.Ge, "ge", ">="),
+    (annotated_types.Gt, "gt", ">"),
+    (annotated_types.Le, "le", "<="),
+    (annotated_types.Lt, "lt", "<"),
+)
 
 
 def type_text(annotation: Any, metadata: list[Any] | tuple[Any, ...] = ()) -> str:
@@ -158,8 +168,9 @@ def _flattened(metadata: list[Any]) -> list[Any]:
 
 
 def _with_bounds(text: str, metadata: list[Any], unit: str) -> str:
-    bounds = [f"{sign} {getattr(m, attribute)}" for m in metadata for kind, attribute, sign in _BOUNDS
-              if isinstance(m, kind)]
+    bounds = [
+        f"{sign} {getattr(m, attribute)}" for m in metadata for kind, attribute, sign in _BOUNDS if isinstance(m, kind)
+    ]
     lengths = [m.min_length for m in metadata if isinstance(m, annotated_types.MinLen)]
     if lengths and unit == "character" and lengths[0] == 1:
         return f"non-empty {text}"
@@ -169,6 +180,7 @@ def _with_bounds(text: str, metadata: list[Any], unit: str) -> str:
 
 
 # -- Defaults ------------------------------------------------------------------------------------
+
 
 def default_text(info: FieldInfo) -> str:
     """The default as YAML in backticks, or `required`."""
@@ -191,6 +203,7 @@ def yaml_text(value: Any) -> str:
 
 # -- Markdown ------------------------------------------------------------------------------------
 
+
 def render() -> str:
     """The whole reference page."""
     parts = [INTRODUCTION]
@@ -200,7 +213,9 @@ def render() -> str:
         if section.introduction:
             parts.append(section.introduction)
         rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
-        rows += [f"| `{k.path}` | {_cell(k.type)} | {_cell(k.default)} | {_cell(k.description)} |" for k in section.keys]
+        rows += [
+            f"| `{k.path}` | {_cell(k.type)} | {_cell(k.default)} | {_cell(k.description)} |" for k in section.keys
+        ]
         if section.keys:
             parts.append("\n".join(rows))
     return "\n\n".join(parts) + "\n"

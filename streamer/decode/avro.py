@@ -32,9 +32,10 @@ def read_avro(data: bytes, start: int, writer: dict, reader: dict | None) -> Any
     try:
         record = fastavro.schemaless_reader(buffer, writer, reader)
     except EOFError:
-        raise UndecodableRecordError(f"invalid Avro: the record runs past the end of its {len(data) - start} "
-                                     "bytes") from None
-    except Exception as e:  # malformed bytes surface as whatever fastavro's reading code hit
+        raise UndecodableRecordError(
+            f"invalid Avro: the record runs past the end of its {len(data) - start} bytes"
+        ) from None
+    except Exception as e:  # noqa: BLE001 - malformed bytes surface as whatever fastavro's reading code hit
         raise UndecodableRecordError(f"invalid Avro: {type(e).__name__}: {e}") from None
     if buffer.tell() != len(data):
         raise UndecodableRecordError(f"invalid Avro: {len(data) - buffer.tell()} bytes left after the record")

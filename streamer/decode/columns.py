@@ -30,6 +30,12 @@ ERROR_FIELDS = (pa.field(ERROR, pa.string()), pa.field(RAW_KEY, pa.binary()), pa
 EVOLVING_FIELD = pa.field(EVOLVING, pa.int32())
 DELETE_FIELD = pa.field(DELETE, pa.bool_())
 SKIPPED_FIELD = pa.field(SKIPPED, pa.string())
-ADDED_COLUMNS = (KAFKA_KEY, *(f.name for _, f in KAFKA_COORDINATES), *(f.name for f in ERROR_FIELDS), EVOLVING,
-                 DELETE, SKIPPED)
+ADDED_COLUMNS = (
+    KAFKA_KEY,
+    *(f.name for _, f in KAFKA_COORDINATES),
+    *(f.name for f in ERROR_FIELDS),
+    EVOLVING,
+    DELETE,
+    SKIPPED,
+)
 """The columns the decoder adds to the value's fields: no value field may take these names."""

@@ -45,8 +45,14 @@ class ConfluentAvroDecoder:
     schema (so records written with older or newer compatible schemas read alike). A record whose
     writer schema does not fit the reader schema (`streamer.decode.value_schema`) is a bad record."""
 
-    def __init__(self, reader_schema: str, struct: pa.StructType, registry: SchemaRegistryClient,
-                 reserved_names: tuple[str, ...], envelope: bool = False):
+    def __init__(
+        self,
+        reader_schema: str,
+        struct: pa.StructType,
+        registry: SchemaRegistryClient,
+        reserved_names: tuple[str, ...],
+        envelope: bool = False,
+    ):
         self._reader = parse_avro(reader_schema)
         self._reader_avro = json.loads(reader_schema)
         self._type = struct
@@ -64,8 +70,9 @@ class ConfluentAvroDecoder:
         undecoded (null, without a reason) and returned apart."""
         unknown_ids: set[int] = set()  # for this batch only: the next may find them registered
         headers = pc.binary_slice(raw, 0, CONFLUENT_HEADER_SIZE)
-        evolving_headers = [h for h in pc.unique(headers).to_pylist()
-                            if h is not None and self._evolves(h, unknown_ids)]
+        evolving_headers = [
+            h for h in pc.unique(headers).to_pylist() if h is not None and self._evolves(h, unknown_ids)
+        ]
         if not evolving_headers:
             return self._decode(raw, unknown_ids), {}
         deferred = pc.fill_null(pc.is_in(headers, pa.array(evolving_headers, pa.binary())), False)

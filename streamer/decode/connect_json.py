@@ -39,8 +39,17 @@ _PAYLOAD_MARK = b',"payload":'
 #: Lengths of schema looked for in one batch before its other records are parsed whole.
 _MAX_SCHEMA_LENGTHS = 8
 #: Connect's primitive types as Avro types.
-_CONNECT_AVRO = {"int8": "int", "int16": "int", "int32": "int", "int64": "long", "float": "float",
-                 "double": "double", "boolean": "boolean", "string": "string", "bytes": "bytes"}
+_CONNECT_AVRO = {
+    "int8": "int",
+    "int16": "int",
+    "int32": "int",
+    "int64": "long",
+    "float": "float",
+    "double": "double",
+    "boolean": "boolean",
+    "string": "string",
+    "bytes": "bytes",
+}
 
 Evolving = dict[int, int]
 
@@ -52,8 +61,14 @@ class ConnectJsonDecoder:
     (`(field, when_field, when_value)`) is parsed only for the records whose `when_field` is
     `when_value`: Debezium's `before`, which only deletes need."""
 
-    def __init__(self, struct: pa.StructType, row_field: str | None = None, reader_schema: str | None = None,
-                 reserved_names: tuple[str, ...] = (), sparse: tuple[str, str, str] | None = None):
+    def __init__(
+        self,
+        struct: pa.StructType,
+        row_field: str | None = None,
+        reader_schema: str | None = None,
+        reserved_names: tuple[str, ...] = (),
+        sparse: tuple[str, str, str] | None = None,
+    ):
         self._type = struct
         self._row_field = row_field
         self._reader = json.loads(reader_schema) if reader_schema else None
@@ -91,8 +106,9 @@ class ConnectJsonDecoder:
         if self._sparse is None:
             return value, schemas, errors
         name, when_field, when_value = self._sparse
-        needed = np.flatnonzero(np.asarray(pc.fill_null(pc.equal(pc.struct_field(value, when_field), when_value),
-                                                        False), dtype=bool))
+        needed = np.flatnonzero(
+            np.asarray(pc.fill_null(pc.equal(pc.struct_field(value, when_field), when_value), False), dtype=bool)
+        )
         if len(needed):
             sparse, _, _ = self._sparse_shapes.parse(raw.take(pa.array(needed)))
             column = scatter(pc.struct_field(sparse, name), needed, len(raw))

@@ -31,16 +31,22 @@ MAX_DECIMAL_PRECISION = 38
 
 _SIMPLE_TYPES = {
     "BOOLEAN": pa.bool_(),
-    "TINYINT": pa.int8(), "BYTE": pa.int8(),
-    "SMALLINT": pa.int16(), "SHORT": pa.int16(),
-    "INT": pa.int32(), "INTEGER": pa.int32(),
-    "BIGINT": pa.int64(), "LONG": pa.int64(),
-    "FLOAT": pa.float32(), "REAL": pa.float32(),
+    "TINYINT": pa.int8(),
+    "BYTE": pa.int8(),
+    "SMALLINT": pa.int16(),
+    "SHORT": pa.int16(),
+    "INT": pa.int32(),
+    "INTEGER": pa.int32(),
+    "BIGINT": pa.int64(),
+    "LONG": pa.int64(),
+    "FLOAT": pa.float32(),
+    "REAL": pa.float32(),
     "DOUBLE": pa.float64(),
     "STRING": pa.string(),
     "BINARY": pa.binary(),
     "DATE": pa.date32(),
-    "TIMESTAMP": pa.timestamp("us", tz="UTC"), "TIMESTAMP_LTZ": pa.timestamp("us", tz="UTC"),
+    "TIMESTAMP": pa.timestamp("us", tz="UTC"),
+    "TIMESTAMP_LTZ": pa.timestamp("us", tz="UTC"),
     "TIMESTAMP_NTZ": pa.timestamp("us"),
     "VOID": pa.null(),
 }
@@ -54,8 +60,10 @@ _REFUSED = {
     "INTERVAL": "the json format cannot decode intervals; use BIGINT (e.g. milliseconds) or STRING",
 }
 
-_TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)*`)|('(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\")|([A-Za-z0-9_]+)"
-                    r"|(<|>|\(|\)|,|:)|(\S))")
+_TOKEN = re.compile(
+    r"\s*(?:(`(?:[^`]|``)*`)|('(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\")|([A-Za-z0-9_]+)"
+    r"|(<|>|\(|\)|,|:)|(\S))"
+)
 
 
 @dataclass(frozen=True)
@@ -85,8 +93,9 @@ def parse_ddl(ddl: str) -> tuple[pa.Schema, list[DdlProblem]]:
             fields.append(reader.column(top_level=True))
             reader.expect_end()
         except _UnreadableDdlError as e:
-            problems.append(DdlProblem(_unquoted(name) if name and name[0] not in ",:<>()'\"" else None, position,
-                                       str(e)))
+            problems.append(
+                DdlProblem(_unquoted(name) if name and name[0] not in ",:<>()'\"" else None, position, str(e))
+            )
     if not fields and not problems:
         problems.append(DdlProblem(None, 1, "no columns: give `name TYPE, ...`"))
     return pa.schema(fields), problems
@@ -102,7 +111,7 @@ def _top_level_parts(ddl: str) -> list[str]:
         elif symbol in (">", ")"):
             depth -= 1
         elif symbol == "," and depth == 0:
-            parts.append(ddl[start:match.start(4)])
+            parts.append(ddl[start : match.start(4)])
             start = match.end()
     tail = ddl[start:]
     if tail.strip() or parts:
@@ -114,12 +123,17 @@ def _suggestion(word: str) -> str:
     """The known type meant by a misspelt one (INTEGR is INTEGER; BIGINTEGER, which starts with one,
     BIGINT), else the list."""
     prefixes = sorted((k for k in _KNOWN if word.startswith(k) and len(k) > 2), key=len, reverse=True)
-    close = (difflib.get_close_matches(word, _KNOWN, n=1, cutoff=0.85) or prefixes
-             or difflib.get_close_matches(word, _KNOWN, n=1, cutoff=0.6))
+    close = (
+        difflib.get_close_matches(word, _KNOWN, n=1, cutoff=0.85)
+        or prefixes
+        or difflib.get_close_matches(word, _KNOWN, n=1, cutoff=0.6)
+    )
     if close:
         return f"did you mean {close[0]}?"
-    return ("use a Spark SQL type: BOOLEAN, INT, BIGINT, DOUBLE, DECIMAL(p, s), STRING, BINARY, DATE, "
-            "TIMESTAMP, ARRAY<t>, MAP<k, v> or STRUCT<name: t, ...>")
+    return (
+        "use a Spark SQL type: BOOLEAN, INT, BIGINT, DOUBLE, DECIMAL(p, s), STRING, BINARY, DATE, "
+        "TIMESTAMP, ARRAY<t>, MAP<k, v> or STRUCT<name: t, ...>"
+    )
 
 
 def _unquoted(name: str) -> str:
@@ -158,8 +172,10 @@ class _Reader:
     def expect_end(self) -> None:
         token = self.peek_text()
         if token is not None:
-            raise _UnreadableDdlError(f"unexpected {token!r} after the type (a column is `name TYPE [NOT NULL] "
-                              f"[COMMENT '...']`; columns are separated by commas)")
+            raise _UnreadableDdlError(
+                f"unexpected {token!r} after the type (a column is `name TYPE [NOT NULL] "
+                f"[COMMENT '...']`; columns are separated by commas)"
+            )
 
     def column(self, top_level: bool) -> pa.Field:
         name = self.next("a column name")
@@ -221,8 +237,10 @@ class _Reader:
                 scale = self._number("the scale of DECIMAL")
             self.expect(")", "DECIMAL(p, s")
         if not 1 <= precision <= MAX_DECIMAL_PRECISION or scale > precision:
-            raise _UnreadableDdlError(f"DECIMAL({precision}, {scale}){of}: the precision is 1 to "
-                              f"{MAX_DECIMAL_PRECISION} and the scale at most the precision")
+            raise _UnreadableDdlError(
+                f"DECIMAL({precision}, {scale}){of}: the precision is 1 to "
+                f"{MAX_DECIMAL_PRECISION} and the scale at most the precision"
+            )
         return pa.decimal128(precision, scale)
 
     def _number(self, what: str) -> int:

@@ -47,13 +47,15 @@ SKIP_KINDS = (TOMBSTONE, TRUNCATE, MESSAGE, HEARTBEAT, SCHEMA_CHANGE, TRANSACTIO
 BINLOG_FILE_FACTOR = 10**12
 _BINLOG_NUMBER = r"\.(?P<number>\d+)$"
 
-SOURCE_TYPE = pa.struct([
-    ("connector", pa.string()),
-    ("lsn", pa.int64()),  # PostgreSQL
-    ("file", pa.string()),  # MySQL
-    ("pos", pa.int64()),
-    ("ts_ms", pa.int64()),
-])
+SOURCE_TYPE = pa.struct(
+    [
+        ("connector", pa.string()),
+        ("lsn", pa.int64()),  # PostgreSQL
+        ("file", pa.string()),  # MySQL
+        ("pos", pa.int64()),
+        ("ts_ms", pa.int64()),
+    ]
+)
 #: Arrow types of the envelope fields that can become columns.
 COLUMN_TYPES = {
     EnvelopeField.POSITION: pa.int64(),
@@ -66,15 +68,17 @@ COLUMN_TYPES = {
 def envelope_type(row: pa.StructType) -> pa.StructType:
     """What a value decoder reads a change event into. `ddl` (schema changes) and `status`
     (transaction boundaries) tell messages that are not row changes apart."""
-    return pa.struct([
-        ("before", row),
-        ("after", row),
-        ("source", SOURCE_TYPE),
-        ("op", pa.string()),
-        ("ts_ms", pa.int64()),
-        ("ddl", pa.string()),
-        ("status", pa.string()),
-    ])
+    return pa.struct(
+        [
+            ("before", row),
+            ("after", row),
+            ("source", SOURCE_TYPE),
+            ("op", pa.string()),
+            ("ts_ms", pa.int64()),
+            ("ddl", pa.string()),
+            ("status", pa.string()),
+        ]
+    )
 
 
 @dataclass(frozen=True)
@@ -122,8 +126,10 @@ class ChangeEvents:
         after = pc.struct_field(envelopes, "after")
         if delete.any():
             before, takes_before = pc.struct_field(envelopes, "before"), pa.array(delete)
-            fields = [pc.if_else(takes_before, pc.struct_field(before, i), pc.struct_field(after, i))
-                      for i in range(self.row.num_fields)]
+            fields = [
+                pc.if_else(takes_before, pc.struct_field(before, i), pc.struct_field(after, i))
+                for i in range(self.row.num_fields)
+            ]
         else:
             fields = [pc.struct_field(after, i) for i in range(self.row.num_fields)]
         fields += [self._column(field, envelopes) for field, _ in self.columns.columns]
@@ -136,15 +142,25 @@ class ChangeEvents:
         kinds = pc.if_else(pc.is_null(op), _non_change_kind(envelopes), _skip_kind_of_op(op))
         return pc.if_else(pa.array(present), kinds, pa.scalar(None, pa.string()))
 
-    def _errors(self, envelopes: pa.StructArray, op: pa.Array, present: np.ndarray, upsert: np.ndarray,
-                delete: np.ndarray, skipped: pa.Array) -> dict[int, str]:
+    def _errors(
+        self,
+        envelopes: pa.StructArray,
+        op: pa.Array,
+        present: np.ndarray,
+        upsert: np.ndarray,
+        delete: np.ndarray,
+        skipped: pa.Array,
+    ) -> dict[int, str]:
         known = upsert | delete | _flag(skipped.is_valid())
         no_after = upsert & ~_flag(pc.struct_field(envelopes, "after").is_valid())
         errors = {}
         for row in np.flatnonzero(present & ~known).tolist():
             name = op[row].as_py()
-            errors[row] = ("not a Debezium change event: it has no op" if name is None
-                           else f"unknown Debezium op {name!r} (expected c, r, u, d, t or m)")
+            errors[row] = (
+                "not a Debezium change event: it has no op"
+                if name is None
+                else f"unknown Debezium op {name!r} (expected c, r, u, d, t or m)"
+            )
         for row in np.flatnonzero(no_after).tolist():
             errors[row] = f"Debezium op {op[row].as_py()!r} without an `after` row"
         return errors
@@ -169,8 +185,9 @@ def log_position(source: pa.StructArray) -> pa.Array:
     if pc.all(pc.or_(is_pg, pc.is_null(connector))).as_py():  # PostgreSQL's (and tombstones, without source)
         return lsn
     number = pc.struct_field(pc.extract_regex(pc.struct_field(source, "file"), _BINLOG_NUMBER), 0)
-    binlog = pc.add(pc.multiply(pc.cast(number, pa.int64(), safe=False), BINLOG_FILE_FACTOR),
-                    pc.struct_field(source, "pos"))
+    binlog = pc.add(
+        pc.multiply(pc.cast(number, pa.int64(), safe=False), BINLOG_FILE_FACTOR), pc.struct_field(source, "pos")
+    )
     is_mysql = pc.fill_null(pc.equal(connector, "mysql"), False)
     return pc.if_else(is_pg, lsn, pc.if_else(is_mysql, binlog, pc.struct_field(source, "ts_ms")))
 

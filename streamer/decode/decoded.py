@@ -62,8 +62,9 @@ def decode_each(raw: pa.Array, read: Callable[[bytes], Any], arrow_type: pa.Data
         return pa.array(values, arrow_type), errors
 
 
-def _conversion_problem(value: Any, arrow_type: pa.DataType, converts: Callable[[Any, pa.DataType], bool],
-                        path: str = "") -> str | None:
+def _conversion_problem(
+    value: Any, arrow_type: pa.DataType, converts: Callable[[Any, pa.DataType], bool], path: str = ""
+) -> str | None:
     """Why `value` does not convert to `arrow_type`; None when it converts."""
     if value is None or converts(value, arrow_type):
         return None

@@ -35,9 +35,15 @@ class SchemaEvolution:
     """One table's value reader schema, from the one its job started with (`decoder`'s) to the
     latest evolved one; `decoder_for` makes the decoder of a reader schema."""
 
-    def __init__(self, table_name: str, reader_schema: str, decoder: RecordDecoder,
-                 decoder_for: Callable[[str], RecordDecoder], registry: SchemaRegistryClient | None,
-                 strict: bool = False):
+    def __init__(
+        self,
+        table_name: str,
+        reader_schema: str,
+        decoder: RecordDecoder,
+        decoder_for: Callable[[str], RecordDecoder],
+        registry: SchemaRegistryClient | None,
+        strict: bool = False,
+    ):
         self.table_name = table_name
         self.reader_schema = reader_schema
         self.decoder = decoder
@@ -50,8 +56,12 @@ class SchemaEvolution:
     def value_columns(self) -> tuple[str, ...]:
         return self.decoder.value_columns
 
-    def evolve(self, schema_ids: set[int], writer_schemas: dict[int, str] | None = None,
-               first_records: dict[int, tuple[str, int, int]] | None = None) -> bool:
+    def evolve(
+        self,
+        schema_ids: set[int],
+        writer_schemas: dict[int, str] | None = None,
+        first_records: dict[int, tuple[str, int, int]] | None = None,
+    ) -> bool:
         """Evolve the reader schema with the writer schemas of these ids (given, or else fetched
         from the registry); whether it changed. `first_records` say where each id was met."""
         before = self.reader_schema
@@ -70,21 +80,28 @@ class SchemaEvolution:
         the decoder then refuses its records, saying why; under `strict`, the table stops."""
         if text is None:
             return
-        change = compare(json.loads(self.reader_schema), json.loads(text), ADDED_COLUMNS,
-                         additions_nullable=self._strict)
+        change = compare(
+            json.loads(self.reader_schema), json.loads(text), ADDED_COLUMNS, additions_nullable=self._strict
+        )
         if change.problem is not None and self._strict:
             where = f" at {first[0]}[{first[1]}]@{first[2]}" if first else ""
             raise SchemaEvolutionError(
                 f"{self.table_name}: the change{where} has a row that {change.problem}; the table "
-                "stops here, having written nothing of this batch")
+                "stops here, having written nothing of this batch"
+            )
         if not change.evolves:
             return
         self.reader_schema = evolve_json(self.reader_schema, change)
         self.decoder = self._decoder_for(self.reader_schema)
         added = [f["name"] for f in change.added]
         widened = [name for name, _ in change.widened]
-        log.info("%s: writer schema id %d evolves the table's schema: new column(s) %s, widened %s",
-                 self.table_name, schema_id, added, widened)
+        log.info(
+            "%s: writer schema id %d evolves the table's schema: new column(s) %s, widened %s",
+            self.table_name,
+            schema_id,
+            added,
+            widened,
+        )
 
 
 def stored_value_schema(table: MorTable) -> str | None:

@@ -131,8 +131,9 @@ class _JsonBatch:
             try:
                 parsed = _read_json(json.dumps(record).encode(), self.schema)
             except pa.ArrowInvalid as e:
-                raise UndecodableRecordError(_json_field_problem(str(e), record, self.type)
-                                or why_not(record, self.type, _converts_from_json)) from None
+                raise UndecodableRecordError(
+                    _json_field_problem(str(e), record, self.type) or why_not(record, self.type, _converts_from_json)
+                ) from None
             self.pieces.append((np.array([row]), parsed.to_struct_array().combine_chunks()))
         except UndecodableRecordError as bad:
             self.errors[row] = bad.reason

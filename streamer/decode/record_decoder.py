@@ -94,13 +94,20 @@ class RecordDecoder:
     With a `confluent-avro` value, or Debezium's envelope in JSON with Connect's schemas, the last
     column is `EVOLVING`."""
 
-    def __init__(self, value: FormatSpec, key: FormatSpec, registry_url: str | None = None,
-                 registry_auth: str | None = None, required_fields: Sequence[str] = (),
-                 deletes: Deletes = NO_DELETES):
+    def __init__(
+        self,
+        value: FormatSpec,
+        key: FormatSpec,
+        registry_url: str | None = None,
+        registry_auth: str | None = None,
+        required_fields: Sequence[str] = (),
+        deletes: Deletes = NO_DELETES,
+    ):
         self._settings = (value, key, registry_url, registry_auth, tuple(required_fields), deletes)
         if value.format not in list(RecordFormat):
-            raise DecoderSettingsError(f"a value's format must be one of {', '.join(RecordFormat)}, "
-                                       f"not '{value.format}'")
+            raise DecoderSettingsError(
+                f"a value's format must be one of {', '.join(RecordFormat)}, not '{value.format}'"
+            )
         registry = None
         if DecodeFormat.CONFLUENT_AVRO in (value.format, key.format):
             if not registry_url:
@@ -113,8 +120,9 @@ class RecordDecoder:
         self._value = _decoder_for(value, registry, reserved_names=ADDED_COLUMNS, envelope=envelope is not None)
         self._key = _decoder_for(key, registry, connect=envelope is not None)
         key_type = key.decoded_type()
-        value_fields = self._events.output_fields if self._events is not None else [
-            f.with_nullable(True) for f in row_type]
+        value_fields = (
+            self._events.output_fields if self._events is not None else [f.with_nullable(True) for f in row_type]
+        )
         key_fields = [] if key_type is None else [pa.field(KAFKA_KEY, key_type)]
         self._defers_evolving = hasattr(self._value, "decode_deferring_evolving")
         names = [f.name for f in value_fields]
@@ -122,8 +130,16 @@ class RecordDecoder:
         marker = [DELETE_FIELD] if deletes.made and self._delete_index is None else []
         # Value fields are nullable whatever their declaration: error rows have none.
         self.output_schema = pa.schema(
-            [*value_fields, *marker, *key_fields, *(f for _, f in KAFKA_COORDINATES), *ERROR_FIELDS,
-             *([SKIPPED_FIELD] if deletes.skips else []), *([EVOLVING_FIELD] if self._defers_evolving else [])])
+            [
+                *value_fields,
+                *marker,
+                *key_fields,
+                *(f for _, f in KAFKA_COORDINATES),
+                *ERROR_FIELDS,
+                *([SKIPPED_FIELD] if deletes.skips else []),
+                *([EVOLVING_FIELD] if self._defers_evolving else []),
+            ]
+        )
         names = self.output_schema.names
         clashes = sorted({n for n in names if names.count(n) > 1})
         if clashes:
@@ -143,7 +159,7 @@ class RecordDecoder:
         marker = (DELETE,) if self.deletes.made and self._delete_index is None else ()
         return (*self._value_type.names, *marker)
 
-    def with_value(self, value: FormatSpec) -> "RecordDecoder":
+    def with_value(self, value: FormatSpec) -> RecordDecoder:
         """The same decoder with another value format or schema."""
         return RecordDecoder(value, *self._settings[1:])
 
@@ -227,10 +243,19 @@ class RecordDecoder:
         coordinates = [batch.column(name).cast(f.type) for name, f in KAFKA_COORDINATES]
         fields = [f.cast(t.type) for f, t in zip(fields, value_type)]
         return pa.RecordBatch.from_arrays(
-            [*fields, *marker, *key_columns, *coordinates, error, *raw_columns, *extra], schema=self.output_schema)
+            [*fields, *marker, *key_columns, *coordinates, error, *raw_columns, *extra], schema=self.output_schema
+        )
 
-    def _tombstones(self, tombstone: np.ndarray, key: pa.Array | None, raw_key: pa.Array, fields: list[pa.Array],
-                    delete: np.ndarray, skipped: pa.Array, errors: dict[int, str]):
+    def _tombstones(
+        self,
+        tombstone: np.ndarray,
+        key: pa.Array | None,
+        raw_key: pa.Array,
+        fields: list[pa.Array],
+        delete: np.ndarray,
+        skipped: pa.Array,
+        errors: dict[int, str],
+    ):
         """What the table's tombstone policy makes of the records whose value is null."""
         if not tombstone.any():
             return fields, delete, skipped
@@ -243,7 +268,8 @@ class RecordDecoder:
         if policy == TombstonePolicy.SKIP:
             return fields, delete, pc.if_else(pa.array(tombstone), TOMBSTONE, skipped)
         keyless = np.asarray(raw_key.is_null(), dtype=bool) | (
-            np.ones(len(raw_key), dtype=bool) if key is None else np.asarray(key.is_null(), dtype=bool))
+            np.ones(len(raw_key), dtype=bool) if key is None else np.asarray(key.is_null(), dtype=bool)
+        )
         for row in np.flatnonzero(tombstone & keyless).tolist():
             errors.setdefault(row, "a tombstone (null value) deletes its key, but its key is null or does not decode")
         delete = delete | tombstone
@@ -262,8 +288,9 @@ def _row_type(value: FormatSpec, envelope: bool) -> pa.StructType:
     return value.decoded_type()
 
 
-def _not_null_checks(row_type: pa.StructType, value_type: pa.StructType,
-                     required_fields: Sequence[str]) -> list[tuple[int, str]]:
+def _not_null_checks(
+    row_type: pa.StructType, value_type: pa.StructType, required_fields: Sequence[str]
+) -> list[tuple[int, str]]:
     """(value field index, reason) of the fields a good record must have: the required ones,
     then those declared NOT NULL."""
     names = [f.name for f in value_type]
@@ -271,8 +298,11 @@ def _not_null_checks(row_type: pa.StructType, value_type: pa.StructType,
     if unknown:
         raise DecoderSettingsError(f"required fields {unknown} are not value fields; the value has {names}")
     checks = [(names.index(n), f"required field {n!r} is missing or null") for n in required_fields]
-    checks += [(names.index(f.name), not_null_reason(f.name)) for f in row_type
-               if not f.nullable and f.name not in required_fields]
+    checks += [
+        (names.index(f.name), not_null_reason(f.name))
+        for f in row_type
+        if not f.nullable and f.name not in required_fields
+    ]
     return checks
 
 
@@ -282,18 +312,20 @@ def _delete_checks(value_type: pa.StructType, deletes: Deletes) -> list[tuple[in
     needed = [*deletes.key_fields, *([deletes.ordering_field] if deletes.ordering_field else [])]
     unknown = [n for n in needed if n not in names]
     if unknown:
-        raise DecoderSettingsError(f"fields {unknown} that a delete needs are not value fields; "
-                                   f"the value has {names}")
+        raise DecoderSettingsError(f"fields {unknown} that a delete needs are not value fields; the value has {names}")
     if deletes.envelope is not None:
-        where, hint = "the change's `before` nor the Kafka key", (
-            " (PostgreSQL puts every column in `before` with ALTER TABLE ... REPLICA IDENTITY FULL)")
+        where, hint = (
+            "the change's `before` nor the Kafka key",
+            (" (PostgreSQL puts every column in `before` with ALTER TABLE ... REPLICA IDENTITY FULL)"),
+        )
     else:
         where, hint = "the value nor the Kafka key", ""
     return [(names.index(n), f"a delete without field {n!r}: neither {where} has it{hint}") for n in needed]
 
 
-def _key_fills(value_type: pa.StructType, key_type: pa.DataType | None,
-               deletes: Deletes) -> list[tuple[int, int | None]]:
+def _key_fills(
+    value_type: pa.StructType, key_type: pa.DataType | None, deletes: Deletes
+) -> list[tuple[int, int | None]]:
     """(value field index, key field index) of the fields a delete takes from the Kafka key
     when it lacks them: fields of a structured key by name; a plain key is the record key when
     it is one field (the key field index is then None)."""
@@ -308,8 +340,13 @@ def _key_fills(value_type: pa.StructType, key_type: pa.DataType | None,
     return []
 
 
-def _decoder_for(spec: FormatSpec, registry: SchemaRegistryClient | None, reserved_names: tuple[str, ...] = (),
-                 envelope: bool = False, connect: bool = False):
+def _decoder_for(
+    spec: FormatSpec,
+    registry: SchemaRegistryClient | None,
+    reserved_names: tuple[str, ...] = (),
+    envelope: bool = False,
+    connect: bool = False,
+):
     """The object whose `decode(raw: pa.BinaryArray) -> Decoded` reads records of this format;
     `reserved_names` are names its fields may not take. With `envelope`, it reads Debezium's
     change events around the format's row; `connect` reads JSON as Kafka Connect writes it."""

@@ -63,8 +63,11 @@ class SchemaRegistryClient:
 
     def latest_schema(self, subject: str) -> tuple[int, str]:
         """(id, Avro schema text) of the subject's latest version."""
-        answer = self._call("GET", f"/subjects/{quote(subject, safe='')}/versions/latest",
-                            missing=(SUBJECT_NOT_FOUND, VERSION_NOT_FOUND))
+        answer = self._call(
+            "GET",
+            f"/subjects/{quote(subject, safe='')}/versions/latest",
+            missing=(SUBJECT_NOT_FOUND, VERSION_NOT_FOUND),
+        )
         if answer is None:
             raise SchemaRegistryError(f"schema registry {self.url} has no subject {subject!r}")
         return answer["id"], _avro_text(answer, f"subject {subject!r}")
@@ -127,8 +130,9 @@ def confluent_schema_id(record: bytes) -> int:
     """The schema id of a record in Confluent's wire format; `UndecodableRecordError` saying why
     it is not."""
     if len(record) < CONFLUENT_HEADER_SIZE:
-        raise UndecodableRecordError(f"not in Confluent wire format: {len(record)} bytes, shorter than the "
-                                     f"{CONFLUENT_HEADER_SIZE}-byte header")
+        raise UndecodableRecordError(
+            f"not in Confluent wire format: {len(record)} bytes, shorter than the {CONFLUENT_HEADER_SIZE}-byte header"
+        )
     magic, schema_id = _HEADER.unpack_from(record)
     if magic != _MAGIC_BYTE:
         raise UndecodableRecordError(f"not in Confluent wire format: first byte 0x{record[0]:02x}, expected 0x00")

@@ -48,8 +48,9 @@ class WriterSchemaChange:
         return self.problem is None and bool(self.added or self.widened)
 
 
-def compare(reader: AvroSchema, writer: AvroSchema, reserved: Collection[str] = (),
-            additions_nullable: bool = False) -> WriterSchemaChange:
+def compare(
+    reader: AvroSchema, writer: AvroSchema, reserved: Collection[str] = (), additions_nullable: bool = False
+) -> WriterSchemaChange:
     """How records of `writer` relate to the `reader` schema. `reserved` are names a new field
     may not take (the columns the decoder adds). With `additions_nullable`, a new field that the
     writer declares without null (a database's NOT NULL column) does not fit: the rows already in
@@ -65,20 +66,27 @@ def compare(reader: AvroSchema, writer: AvroSchema, reserved: Collection[str] = 
         name = field["name"]
         if name not in writer_fields:
             if "default" not in field:
-                return WriterSchemaChange(problem=(
-                    f"lacks field '{name}' ({type_name(field['type'])}), which the table's reader schema "
-                    "requires (the field has no default)"))
+                return WriterSchemaChange(
+                    problem=(
+                        f"lacks field '{name}' ({type_name(field['type'])}), which the table's reader schema "
+                        "requires (the field has no default)"
+                    )
+                )
             continue
         old, new = reader_types[name], writer_types[name]
         if new == old or _promotes(new, old):
             continue
         if pa.types.is_nested(old) and pa.types.is_nested(new):
-            return WriterSchemaChange(problem=(
-                f"changes field '{name}' from {old} to {new}; the fields of a nested type cannot change"))
+            return WriterSchemaChange(
+                problem=(f"changes field '{name}' from {old} to {new}; the fields of a nested type cannot change")
+            )
         if not widens(old, new):
-            return WriterSchemaChange(problem=(
-                f"changes field '{name}' from {type_name(field['type'])} to "
-                f"{type_name(writer_fields[name]['type'])}; a column's type can only widen ({_WIDENINGS})"))
+            return WriterSchemaChange(
+                problem=(
+                    f"changes field '{name}' from {type_name(field['type'])} to "
+                    f"{type_name(writer_fields[name]['type'])}; a column's type can only widen ({_WIDENINGS})"
+                )
+            )
         widened.append((name, writer_fields[name]["type"]))
     added = []
     for name, field in writer_fields.items():
@@ -87,9 +95,12 @@ def compare(reader: AvroSchema, writer: AvroSchema, reserved: Collection[str] = 
         if name in reserved:
             return WriterSchemaChange(problem=f"adds field '{name}', the name of a column the decoder adds")
         if additions_nullable and not _is_nullable(field["type"]):
-            return WriterSchemaChange(problem=(
-                f"adds field '{name}' ({type_name(field['type'])}) as required (NOT NULL); the rows the "
-                "table holds have no value for it, so only a column that may be null can be added"))
+            return WriterSchemaChange(
+                problem=(
+                    f"adds field '{name}' ({type_name(field['type'])}) as required (NOT NULL); the rows the "
+                    "table holds have no value for it, so only a column that may be null can be added"
+                )
+            )
         added.append({"name": name, "type": _nullable(field["type"]), "default": None})
     change = WriterSchemaChange(tuple(added), tuple(widened))
     if change.added:

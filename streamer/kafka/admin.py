@@ -69,7 +69,7 @@ class KafkaMetadata:
                 return answer
             except KafkaSourceError:  # configuration errors, data loss: not worth retrying
                 raise
-            except Exception as e:  # KafkaException, timeouts
+            except Exception as e:  # noqa: BLE001 - KafkaException, timeouts
                 cause = self._latest_cause(e)
                 waited = time.monotonic() - started
                 if outage_s is None and attempt > o.fetch_offset_num_retries:
@@ -82,8 +82,15 @@ class KafkaMetadata:
                         f"(option maxBrokerOutageMs={o.max_broker_outage_ms}; "
                         f"source.max_broker_outage_seconds in a table config): {cause}"
                     ) from None
-                log.warning("Kafka %s to %s failed (attempt %d, %.0fs without an answer); retrying in "
-                            "%.1fs: %s", what, o.bootstrap_servers, attempt, waited, pause, cause)
+                log.warning(
+                    "Kafka %s to %s failed (attempt %d, %.0fs without an answer); retrying in %.1fs: %s",
+                    what,
+                    o.bootstrap_servers,
+                    attempt,
+                    waited,
+                    pause,
+                    cause,
+                )
                 time.sleep(pause)
                 if outage_s is not None:
                     pause = min(2 * pause, _MAX_RETRY_PAUSE_S)
@@ -119,16 +126,19 @@ class KafkaMetadata:
         from confluent_kafka.admin import OffsetSpec
 
         o = self.opts
-        iso = (IsolationLevel.READ_COMMITTED if o.isolation_level.lower() == "read_committed"
-               else IsolationLevel.READ_UNCOMMITTED)
+        iso = (
+            IsolationLevel.READ_COMMITTED
+            if o.isolation_level.lower() == "read_committed"
+            else IsolationLevel.READ_UNCOMMITTED
+        )
         what = "earliest" if spec == EARLIEST else "latest"
 
         def fetch(timeout: float):
-            req = {TopicPartition(t, p): (OffsetSpec.earliest() if spec == EARLIEST else OffsetSpec.latest())
-                   for t, p in tps}
-            futures = self.admin.list_offsets(
-                req, isolation_level=iso, request_timeout=timeout
-            )
+            req = {
+                TopicPartition(t, p): (OffsetSpec.earliest() if spec == EARLIEST else OffsetSpec.latest())
+                for t, p in tps
+            }
+            futures = self.admin.list_offsets(req, isolation_level=iso, request_timeout=timeout)
             out: OffsetMap = {}
             for tp, fut in futures.items():
                 out[(tp.topic, tp.partition)] = int(fut.result().offset)

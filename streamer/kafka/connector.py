@@ -106,8 +106,9 @@ def names_a_connector(conf: dict[str, str]) -> bool:
     return any("spark-sql-kafka" in conf.get(key, "") for key in ("spark.jars.packages", "spark.jars"))
 
 
-def with_connector(conf: dict[str, str], formats: Iterable[str], under_spark_submit: bool,
-                   spark_version: str = pyspark.__version__) -> tuple[dict[str, str], str | None]:
+def with_connector(
+    conf: dict[str, str], formats: Iterable[str], under_spark_submit: bool, spark_version: str = pyspark.__version__
+) -> tuple[dict[str, str], str | None]:
     """`conf` with the connector in `spark.jars.packages` when a table reads with `format: kafka`
     and nothing provides it yet; and the coordinate added (None when none was)."""
     if SourceFormat.KAFKA not in set(formats) or under_spark_submit or names_a_connector(conf):
@@ -118,8 +119,11 @@ def with_connector(conf: dict[str, str], formats: Iterable[str], under_spark_sub
     added = coordinate(version)
     packages = ",".join(p for p in (conf.get("spark.jars.packages", ""), added) if p)
     ivy_dir = conf.get("spark.jars.ivy", str(default_ivy_dir()))
-    resolver = {} if "spark.jars.ivySettings" in conf else {
-        "spark.jars.ivySettings": str(ivy_settings_file(Path(ivy_dir))), "spark.jars.ivy": ivy_dir}
+    resolver = (
+        {}
+        if "spark.jars.ivySettings" in conf
+        else {"spark.jars.ivySettings": str(ivy_settings_file(Path(ivy_dir))), "spark.jars.ivy": ivy_dir}
+    )
     return {**conf, "spark.jars.packages": packages, **resolver}, added
 
 
@@ -130,4 +134,5 @@ def unavailable(added: str, error: BaseException) -> ConnectorUnavailableError:
         "Make the connector available and run again: give a repository that has it "
         "(--conf spark.jars.repositories=<url>), or its jars (--conf spark.jars=<paths>), or another "
         "version (--conf spark.jars.packages=" + ARTIFACT + ":<version>); "
-        "or read with source.format: kafka-arrow, which needs no jar.")
+        "or read with source.format: kafka-arrow, which needs no jar."
+    )

@@ -61,6 +61,7 @@ try:  # PySpark >= 4.2: admission control and Trigger.AvailableNow for Python so
         SupportsTriggerAvailableNow,
     )
 except ImportError:  # pragma: no cover - PySpark 4.0/4.1
+
     class ReadLimit:  # type: ignore[no-redef]
         pass
 
@@ -148,7 +149,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 data_loss(
                     self.opts.fail_on_data_loss,
                     "option 'startingOffsets' names partitions that do not exist: "
-                    + ", ".join(describe_partition(tp) for tp in missing) + ".",
+                    + ", ".join(describe_partition(tp) for tp in missing)
+                    + ".",
                 )
             want_earliest = [tp for tp in tps if spec.get(tp, EARLIEST) == EARLIEST]
             want_latest = [tp for tp in tps if spec.get(tp) == LATEST]
@@ -191,9 +193,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         gone = sorted(tp for tp in start_map if tp not in latest)
         if gone:
-            data_loss(self.opts.fail_on_data_loss, "Partitions are gone: " + ", ".join(
-                f"{describe_partition(tp)} (the offset to read next is {start_map[tp]})" for tp in gone)
-                + " (the topic was deleted or is no longer assigned).")
+            data_loss(
+                self.opts.fail_on_data_loss,
+                "Partitions are gone: "
+                + ", ".join(f"{describe_partition(tp)} (the offset to read next is {start_map[tp]})" for tp in gone)
+                + " (the topic was deleted or is no longer assigned).",
+            )
         backwards = sorted(tp for tp, off in start_map.items() if tp in latest and latest[tp] < off)
         if backwards and self._available_now_target is None:
             # A new leader may briefly report an older end offset: ask once more before failing.
@@ -209,7 +214,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"{_fmt_held(earliest[tp], latest[tp])} (the topic was recreated or the partition "
                     "truncated)"
                     for tp in backwards
-                ) + ".",
+                )
+                + ".",
             )
             start_map = {**start_map, **earliest}  # tolerated: `partitions` reads from the earliest
 
@@ -241,9 +247,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges = []
         for tp in sorted(e):
             if tp in restart:
-                log.warning("%s went back from offset %d to %d (data loss tolerated by "
-                            "failOnDataLoss=false): reading it from its earliest offset %d",
-                            describe_partition(tp), s[tp], e[tp], restart[tp])
+                log.warning(
+                    "%s went back from offset %d to %d (data loss tolerated by "
+                    "failOnDataLoss=false): reading it from its earliest offset %d",
+                    describe_partition(tp),
+                    s[tp],
+                    e[tp],
+                    restart[tp],
+                )
                 if e[tp] > restart[tp]:
                     ranges.append((tp, restart[tp], e[tp]))
             elif e[tp] > s[tp]:
@@ -253,9 +264,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: KafkaInputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         if self.opts.offset_ranges:
-            return iter([pa.RecordBatch.from_pydict(
-                {"topic": [partition.topic], "partition": [partition.partition], "from_offset": [partition.start],
-                 "until_offset": [partition.end]}, schema=ARROW_OFFSET_RANGES_SCHEMA)])
+            return iter(
+                [
+                    pa.RecordBatch.from_pydict(
+                        {
+                            "topic": [partition.topic],
+                            "partition": [partition.partition],
+                            "from_offset": [partition.start],
+                            "until_offset": [partition.end],
+                        },
+                        schema=ARROW_OFFSET_RANGES_SCHEMA,
+                    )
+                ]
+            )
         configure_worker_logging()
         return read_partition(self.opts, partition.topic, partition.partition, partition.start, partition.end)
 

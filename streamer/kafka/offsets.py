@@ -73,8 +73,11 @@ class KafkaProgress:
     def partition_lag(self, committed: dict[str, dict[int, int]]) -> dict[tuple[str, int], int]:
         """Records per (topic, partition) between the committed offsets and the partition's end."""
         ends = self.end_offsets(list(committed))
-        return {(topic, p): max(0, end - committed.get(topic, {}).get(p, 0))
-                for topic, parts in ends.items() for p, end in parts.items()}
+        return {
+            (topic, p): max(0, end - committed.get(topic, {}).get(p, 0))
+            for topic, parts in ends.items()
+            for p, end in parts.items()
+        }
 
     def ranges(self, extra_topics: list[str] = ()) -> TopicRanges:
         """The earliest and end offsets of every partition of the source's topics and
@@ -146,8 +149,11 @@ class KafkaProgress:
         brokers, with the cause its latest error event gave."""
         from confluent_kafka import KafkaException
 
-        if (name != "_admin" or not isinstance(error, KafkaException)
-                or error.args[0].code() not in connectivity_codes()):
+        if (
+            name != "_admin"
+            or not isinstance(error, KafkaException)
+            or error.args[0].code() not in connectivity_codes()
+        ):
             return None
         client.poll(0)  # serves the error events that name the broker and the cause
         cause = self._admin_log.cause if self._admin_log is not None else None
@@ -170,16 +176,19 @@ class KafkaProgress:
 
         committed_only = self._options.isolation_level == "read_committed"
         level = IsolationLevel.READ_COMMITTED if committed_only else IsolationLevel.READ_UNCOMMITTED
-        return admin.list_offsets({tp: spec for tp in wanted}, isolation_level=level, request_timeout=self.timeout)
+        return admin.list_offsets(dict.fromkeys(wanted, spec), isolation_level=level, request_timeout=self.timeout)
 
     def _end_offsets(self, admin, extra_topics) -> dict[str, dict[int, int]]:
         from confluent_kafka import TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
         metadata = admin.list_topics(timeout=self.timeout)
-        wanted = [TopicPartition(topic, p) for topic in self._topics(metadata, extra_topics)
-                  if (info := metadata.topics.get(topic)) is not None and info.error is None
-                  for p in sorted(info.partitions)]
+        wanted = [
+            TopicPartition(topic, p)
+            for topic in self._topics(metadata, extra_topics)
+            if (info := metadata.topics.get(topic)) is not None and info.error is None
+            for p in sorted(info.partitions)
+        ]
         if not wanted:
             return {}
         ends: dict[str, dict[int, int]] = {}
@@ -195,7 +204,7 @@ class KafkaProgress:
         missing, unreadable, wanted = [], {}, []
         for topic in self._topics(metadata, extra_topics):
             info = metadata.topics.get(topic)
-            if info is None or info.error is not None and info.error.code() == _unknown_topic_code():
+            if info is None or (info.error is not None and info.error.code() == _unknown_topic_code()):
                 missing.append(topic)
             elif info.error is not None:
                 unreadable[topic] = info.error.str()
@@ -219,7 +228,7 @@ class KafkaProgress:
         if client is not None:
             try:
                 client.close()
-            except Exception as e:  # closing a broken client must not hide why it broke
+            except Exception as e:  # noqa: BLE001 - closing a broken client must not hide why it broke
                 log.debug("closing a Kafka client failed: %s", e)
 
 

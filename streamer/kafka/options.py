@@ -111,14 +111,34 @@ _REJECTED_KAFKA_PARAMS = {
 # librdkafka properties that only a consumer accepts; they are not passed to the admin client
 # used on the driver (librdkafka would warn about each of them).
 _CONSUMER_ONLY_PARAMS = {
-    "group.id", "group.instance.id", "partition.assignment.strategy", "session.timeout.ms",
-    "heartbeat.interval.ms", "group.protocol.type", "group.protocol", "group.remote.assignor",
-    "coordinator.query.interval.ms", "max.poll.interval.ms", "enable.auto.commit",
-    "auto.commit.interval.ms", "enable.auto.offset.store", "queued.min.messages",
-    "queued.max.messages.kbytes", "fetch.wait.max.ms", "fetch.queue.backoff.ms",
-    "fetch.message.max.bytes", "max.partition.fetch.bytes", "fetch.max.bytes",
-    "fetch.min.bytes", "fetch.error.backoff.ms", "offset.store.method", "isolation.level",
-    "enable.partition.eof", "check.crcs", "allow.auto.create.topics", "auto.offset.reset",
+    "group.id",
+    "group.instance.id",
+    "partition.assignment.strategy",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "group.protocol.type",
+    "group.protocol",
+    "group.remote.assignor",
+    "coordinator.query.interval.ms",
+    "max.poll.interval.ms",
+    "enable.auto.commit",
+    "auto.commit.interval.ms",
+    "enable.auto.offset.store",
+    "queued.min.messages",
+    "queued.max.messages.kbytes",
+    "fetch.wait.max.ms",
+    "fetch.queue.backoff.ms",
+    "fetch.message.max.bytes",
+    "max.partition.fetch.bytes",
+    "fetch.max.bytes",
+    "fetch.min.bytes",
+    "fetch.error.backoff.ms",
+    "offset.store.method",
+    "isolation.level",
+    "enable.partition.eof",
+    "check.crcs",
+    "allow.auto.create.topics",
+    "auto.offset.reset",
 }
 
 
@@ -158,9 +178,7 @@ def _parse_starting_offsets(value: str):
     out: OffsetMap = {}
     for topic, parts in parsed.items():
         if not isinstance(parts, dict):
-            raise KafkaSourceError(
-                f"option 'startingOffsets': topic {topic!r} must map partitions to offsets"
-            )
+            raise KafkaSourceError(f"option 'startingOffsets': topic {topic!r} must map partitions to offsets")
         for p, off in parts.items():
             try:
                 pn = int(p)
@@ -181,10 +199,8 @@ def _parse_assign(value: str) -> list[TopicPartitionKey]:
     try:
         parsed = json.loads(value)
         tps = [(str(t), int(p)) for t, ps in parsed.items() for p in ps]
-    except Exception:
-        raise KafkaSourceError(
-            f'option \'assign\' must be JSON like {{"topicA": [0, 1]}}, got {value!r}'
-        ) from None
+    except Exception:  # noqa: BLE001 - any shape that is not topic -> partitions
+        raise KafkaSourceError(f"option 'assign' must be JSON like {{\"topicA\": [0, 1]}}, got {value!r}") from None
     if not tps:
         raise KafkaSourceError("option 'assign' names no partition")
     return sorted(set(tps))
@@ -195,15 +211,13 @@ def _translate_kafka_params(raw: dict[str, str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for k, v in raw.items():
         if k in _REJECTED_KAFKA_PARAMS:
-            raise KafkaSourceError(
-                f"Kafka option 'kafka.{k}' is not supported: {_REJECTED_KAFKA_PARAMS[k]}"
-            )
+            raise KafkaSourceError(f"Kafka option 'kafka.{k}' is not supported: {_REJECTED_KAFKA_PARAMS[k]}")
         if k == "sasl.jaas.config":
             items = {m.group(1).lower(): m.group(2) for m in JAAS_ITEM.finditer(v)}
             if "oauthbearer" in v.lower() or "username" not in items or "password" not in items:
                 raise KafkaSourceError(
                     "option 'kafka.sasl.jaas.config' can only be translated for the PLAIN and "
-                    "SCRAM login modules (username=\"...\" password=\"...\"); pass "
+                    'SCRAM login modules (username="..." password="..."); pass '
                     "'kafka.sasl.username' and 'kafka.sasl.password' (or librdkafka's own "
                     "sasl.* options) instead"
                 )
@@ -263,15 +277,13 @@ class SourceOptions:
         return redact_text(text, self.raw_options)
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         opts = {str(k).lower(): str(v) for k, v in dict(options).items() if v is not None}
         bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
         if not bootstrap:
             raise KafkaSourceError("option 'kafka.bootstrap.servers' is required")
         raw_kafka = {
-            k[len("kafka."):]: v
-            for k, v in opts.items()
-            if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
+            k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
         }
         kafka_params = _translate_kafka_params(raw_kafka)
         kafka_params.setdefault("isolation.level", "read_uncommitted")
@@ -303,8 +315,7 @@ class SourceOptions:
             for topic, _ in o.starting_offsets:
                 if not o.topic_is_wanted(topic):
                     raise KafkaSourceError(
-                        f"option 'startingOffsets' names topic {topic!r}, which is not "
-                        "subscribed / assigned"
+                        f"option 'startingOffsets' names topic {topic!r}, which is not subscribed / assigned"
                     )
         if "endingoffsets" in opts:
             raise KafkaSourceError("option 'endingOffsets' is for batch queries only")
@@ -319,9 +330,7 @@ class SourceOptions:
         if "minpartitions" in opts:
             o.min_partitions = _parse_int("minPartitions", opts["minpartitions"], 1)
         if "maxrecordsperpartition" in opts:
-            o.max_records_per_partition = _parse_int(
-                "maxRecordsPerPartition", opts["maxrecordsperpartition"], 1
-            )
+            o.max_records_per_partition = _parse_int("maxRecordsPerPartition", opts["maxrecordsperpartition"], 1)
         if "failondataloss" in opts:
             o.fail_on_data_loss = _parse_bool("failOnDataLoss", opts["failondataloss"])
         if "kafkaconsumer.polltimeoutms" in opts:

@@ -18,7 +18,7 @@ from streamer.kafka.options import OffsetMap, TopicPartitionKey
 def offsets_to_json(offsets: OffsetMap) -> dict[str, dict[str, int]]:
     """``{(topic, p): off}`` -> Spark-shaped, deterministically ordered dict."""
     out: dict[str, dict[str, int]] = {}
-    for (topic, p) in sorted(offsets):
+    for topic, p in sorted(offsets):
         out.setdefault(topic, {})[str(p)] = int(offsets[(topic, p)])
     return out
 
@@ -80,16 +80,10 @@ def split_ranges(
         return [x for x in out if x[2] > x[1]]
 
     if max_records_per_partition:
-        ranges = [
-            piece
-            for r in ranges
-            for piece in divide(r, max(1, -(-(r[2] - r[1]) // max_records_per_partition)))
-        ]
+        ranges = [piece for r in ranges for piece in divide(r, max(1, -(-(r[2] - r[1]) // max_records_per_partition)))]
     if min_partitions and len(ranges) < min_partitions:
         total = sum(e - s for _, s, e in ranges)
         ranges = [
-            piece
-            for r in ranges
-            for piece in divide(r, max(int((r[2] - r[1]) / total * min_partitions + 0.5), 1))
+            piece for r in ranges for piece in divide(r, max(int((r[2] - r[1]) / total * min_partitions + 0.5), 1))
         ]
     return ranges

@@ -6,6 +6,7 @@ Python worker."""
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import time
 from collections.abc import Iterator
@@ -115,8 +116,7 @@ def _headers_array(headers: list) -> pa.Array:
     )
 
 
-def _start_after_retention(opts: SourceOptions, topic: str, partition: int, start: int, end: int,
-                           low: int) -> int:
+def _start_after_retention(opts: SourceOptions, topic: str, partition: int, start: int, end: int, low: int) -> int:
     """The offset to start reading [start, end) at when the partition now begins at ``low``."""
     if start >= low:
         return start
@@ -128,9 +128,7 @@ def _start_after_retention(opts: SourceOptions, topic: str, partition: int, star
     return low
 
 
-def read_partition(
-    opts: SourceOptions, topic: str, partition: int, start: int, end: int
-) -> Iterator[pa.RecordBatch]:
+def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
     """Read offsets [start, end) of one topic-partition as Arrow record batches.
 
     Stops when the record at ``end - 1`` (or any later one) was seen, when the consumer reports
@@ -154,7 +152,7 @@ def read_partition(
         last_err: BaseException | None = None
         while True:
             try:
-                low, high = consumer.get_watermark_offsets(
+                low, _high = consumer.get_watermark_offsets(
                     TopicPartition(topic, partition),
                     timeout=max(0.1, min(10.0, deadline - time.monotonic())),
                     cached=False,
@@ -173,8 +171,9 @@ def read_partition(
                         md = consumer.list_topics(topic, timeout=max(0.1, min(10.0, deadline - time.monotonic())))
                         known = md.topics.get(topic)
                         if known is not None and known.error is None and partition not in known.partitions:
-                            data_loss(opts.fail_on_data_loss,
-                                      f"Cannot read {where}: the partition does not exist any more.")
+                            data_loss(
+                                opts.fail_on_data_loss, f"Cannot read {where}: the partition does not exist any more."
+                            )
                             return
                     except ck.KafkaException:
                         pass
@@ -221,14 +220,19 @@ def read_partition(
                                 done = True
                             deadline = now + timeout_s
                         elif code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                            data_loss(opts.fail_on_data_loss,
-                                      f"Cannot read {where} from offset {next_offset}: "
-                                      f"offset out of range ({e.str()}).")
+                            data_loss(
+                                opts.fail_on_data_loss,
+                                f"Cannot read {where} from offset {next_offset}: offset out of range ({e.str()}).",
+                            )
                             done = True  # failOnDataLoss=false resets to earliest: stop here
-                        elif code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
-                                      KafkaError._UNKNOWN_TOPIC):
-                            data_loss(opts.fail_on_data_loss,
-                                      f"Cannot read {where}: the partition does not exist any more.")
+                        elif code in (
+                            KafkaError.UNKNOWN_TOPIC_OR_PART,
+                            KafkaError._UNKNOWN_PARTITION,
+                            KafkaError._UNKNOWN_TOPIC,
+                        ):
+                            data_loss(
+                                opts.fail_on_data_loss, f"Cannot read {where}: the partition does not exist any more."
+                            )
                             done = True
                         elif e.fatal():
                             raise KafkaSourceError(f"fatal Kafka error reading {where}: {opts.redact(e.str())}")
@@ -308,12 +312,10 @@ class _ConsumerPool:
     def release(self, opts: SourceOptions, consumer, reusable: bool) -> None:
         idle = self._idle.setdefault(self._key(opts), [])
         if reusable and len(idle) < self.MAX_IDLE:
-            try:
+            with contextlib.suppress(Exception):  # a consumer that cannot unassign is closed instead
                 consumer.unassign()  # stop prefetching what nobody will read
                 idle.append((time.monotonic(), consumer))
                 return
-            except Exception:
-                pass
         _close_quietly(consumer)
 
     def _close_stale(self) -> None:
@@ -325,10 +327,8 @@ class _ConsumerPool:
 
 
 def _close_quietly(consumer) -> None:
-    try:
+    with contextlib.suppress(Exception):  # a consumer that fails to close has nothing left to give back
         consumer.close()
-    except Exception:  # pragma: no cover
-        pass
 
 
 _CONSUMERS = _ConsumerPool()

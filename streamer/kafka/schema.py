@@ -24,9 +24,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-HEADERS_TYPE = ArrayType(
-    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-)
+HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 KAFKA_SCHEMA_WITHOUT_HEADERS = StructType(
     [
         StructField("key", BinaryType()),
@@ -38,7 +36,7 @@ KAFKA_SCHEMA_WITHOUT_HEADERS = StructType(
         StructField("timestampType", IntegerType()),
     ]
 )
-KAFKA_SCHEMA = StructType(KAFKA_SCHEMA_WITHOUT_HEADERS.fields + [StructField("headers", HEADERS_TYPE)])
+KAFKA_SCHEMA = StructType([*KAFKA_SCHEMA_WITHOUT_HEADERS.fields, StructField("headers", HEADERS_TYPE)])
 OFFSET_RANGES_SCHEMA = StructType(
     [
         StructField("topic", StringType()),
@@ -63,5 +61,6 @@ ARROW_SCHEMA_WITHOUT_HEADERS = pa.schema(
     ]
 )
 ARROW_SCHEMA = ARROW_SCHEMA_WITHOUT_HEADERS.append(pa.field("headers", ARROW_HEADERS))
-ARROW_OFFSET_RANGES_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("from_offset", pa.int64()),
-                                        ("until_offset", pa.int64())])
+ARROW_OFFSET_RANGES_SCHEMA = pa.schema(
+    [("topic", pa.string()), ("partition", pa.int32()), ("from_offset", pa.int64()), ("until_offset", pa.int64())]
+)

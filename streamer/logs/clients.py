@@ -34,8 +34,16 @@ _worker_logging_configured = False
 def connectivity_codes() -> frozenset[int]:
     from confluent_kafka import KafkaError
 
-    return frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE,
-                      KafkaError._TIMED_OUT, KafkaError._WAIT_COORD, KafkaError.NETWORK_EXCEPTION})
+    return frozenset(
+        {
+            KafkaError._TRANSPORT,
+            KafkaError._ALL_BROKERS_DOWN,
+            KafkaError._RESOLVE,
+            KafkaError._TIMED_OUT,
+            KafkaError._WAIT_COORD,
+            KafkaError.NETWORK_EXCEPTION,
+        }
+    )
 
 
 class ClientLog:

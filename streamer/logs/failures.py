@@ -12,8 +12,11 @@ _PYTHON_ERROR_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exce
 
 def _raised_python_error(lines: list[str]) -> str | None:
     """`Kind: message` of the last error a Python source or sink raised, among `lines`."""
-    raised = [m for m in map(_PYTHON_ERROR_LINE.match, lines)
-              if m and not m.group(0).startswith(("org.apache.", "java.", "scala.", "py4j."))]
+    raised = [
+        m
+        for m in map(_PYTHON_ERROR_LINE.match, lines)
+        if m and not m.group(0).startswith(("org.apache.", "java.", "scala.", "py4j."))
+    ]
     return f"{raised[-1].group(1)}: {raised[-1].group(2)}" if raised else None
 
 

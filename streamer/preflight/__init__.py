@@ -84,8 +84,11 @@ def check(config: JobConfig, registry_timeout: float = REGISTRY_TIMEOUT_SECONDS)
     specs: dict[str, FormatSpec | None] = {}
     for role in ("value", "key"):
         try:
-            specs[role] = (format_spec(config, config.decode.value, role, registry_timeout) if role == "value"
-                           else key_spec(config, specs["value"], registry_timeout))
+            specs[role] = (
+                format_spec(config, config.decode.value, role, registry_timeout)
+                if role == "value"
+                else key_spec(config, specs["value"], registry_timeout)
+            )
         except ConfigProblemsError as e:
             problems += e.problems
             specs[role] = None
@@ -106,14 +109,25 @@ def _clashes(config: JobConfig, value: FormatSpec) -> list[ConfigProblem]:
     added = ", ".join(name for name in ADDED_COLUMNS if not name.startswith("_"))
     clash = [name for name in value.arrow_schema.names if name in ADDED_COLUMNS]
     if clash:
-        return [ConfigProblem(config.config_path, "decode.value", f"field(s) {clash} take the names of columns the "
-                              f"decoder adds ({added})", "rename them in the value's schema, or read them in a "
-                              "transform")]
-    return [ConfigProblem(config.config_path, f"decode.envelope_columns.{field}", f"column {name!r} is "
-                          + ("a field of the value's row" if name in value.arrow_schema.names
-                             else f"one the decoder adds ({added})"), "give the envelope field another name")
-            for field, name in config.decode.envelope_columns.items()
-            if name in value.arrow_schema.names or name in ADDED_COLUMNS]
+        return [
+            ConfigProblem(
+                config.config_path,
+                "decode.value",
+                f"field(s) {clash} take the names of columns the decoder adds ({added})",
+                "rename them in the value's schema, or read them in a transform",
+            )
+        ]
+    return [
+        ConfigProblem(
+            config.config_path,
+            f"decode.envelope_columns.{field}",
+            f"column {name!r} is "
+            + ("a field of the value's row" if name in value.arrow_schema.names else f"one the decoder adds ({added})"),
+            "give the envelope field another name",
+        )
+        for field, name in config.decode.envelope_columns.items()
+        if name in value.arrow_schema.names or name in ADDED_COLUMNS
+    ]
 
 
 def _table_problems(config: JobConfig, value: FormatSpec, key: FormatSpec) -> list[ConfigProblem]:
@@ -123,28 +137,47 @@ def _table_problems(config: JobConfig, value: FormatSpec, key: FormatSpec) -> li
         return problems + column_problems(config, TableColumns.of_schema(row_columns(config, value), config))
     source = _source_schema(config, value, key, found.deletes, problems)
     known = transform_columns(config.transform, source)
-    problems += [ConfigProblem(config.config_path, "transform", text,
-                               f"name a column of source: {', '.join(source.names)}") for text in known.problems]
+    problems += [
+        ConfigProblem(config.config_path, "transform", text, f"name a column of source: {', '.join(source.names)}")
+        for text in known.problems
+    ]
     problems += column_problems(config, TableColumns.of(known.fields, config, known.complete))
     if DELETE in source.names and known.complete and DELETE not in known.fields:
-        problems.append(ConfigProblem(config.config_path, "transform", f"deletes (tombstones, change events) are "
-                                      f"marked in the column '{DELETE}' of source, which the query leaves out",
-                                      f"keep it: SELECT *, or name {DELETE}"))
+        problems.append(
+            ConfigProblem(
+                config.config_path,
+                "transform",
+                f"deletes (tombstones, change events) are "
+                f"marked in the column '{DELETE}' of source, which the query leaves out",
+                f"keep it: SELECT *, or name {DELETE}",
+            )
+        )
     return problems
 
 
-def _source_schema(config: JobConfig, value: FormatSpec, key: FormatSpec, deletes: Deletes,
-                   problems: list[ConfigProblem]) -> pa.Schema:
+def _source_schema(
+    config: JobConfig, value: FormatSpec, key: FormatSpec, deletes: Deletes, problems: list[ConfigProblem]
+) -> pa.Schema:
     """The columns of the view `source` a transform reads: the decoder's, less its bookkeeping.
     A decoder the settings of deletes cannot make is a problem; the one without them goes on."""
     registry = config.decode.schema_registry
-    settings = dict(value=value, key=key, registry_url=registry.url if registry else None,
-                    registry_auth=registry.auth if registry else None)
+    settings = {
+        "value": value,
+        "key": key,
+        "registry_url": registry.url if registry else None,
+        "registry_auth": registry.auth if registry else None,
+    }
     try:
         decoder = RecordDecoder(**settings, deletes=deletes)
     except ValueError as e:
-        problems.append(ConfigProblem(config.config_path, "decode", str(e), "name fields of the value in "
-                                      "table.record_key, table.partition_by and table.ordering_field"))
+        problems.append(
+            ConfigProblem(
+                config.config_path,
+                "decode",
+                str(e),
+                "name fields of the value in table.record_key, table.partition_by and table.ordering_field",
+            )
+        )
         decoder = RecordDecoder(**settings)
     bookkeeping = (ERROR, RAW_KEY, RAW_VALUE, EVOLVING, SKIPPED)
     return pa.schema([f for f in decoder.output_schema if f.name not in bookkeeping])

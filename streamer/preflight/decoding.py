@@ -26,8 +26,9 @@ from table.schema import arrow_schema_from_avro, to_avro_schema
 SPARK_TYPES = "a Spark SQL type (BOOLEAN, INT, BIGINT, DOUBLE, DECIMAL(p, s), STRING, DATE, TIMESTAMP, ...)"
 
 
-def format_spec(config: JobConfig, fmt: FormatSettings, role: str,
-                registry_timeout: float | None = None) -> FormatSpec | None:
+def format_spec(
+    config: JobConfig, fmt: FormatSettings, role: str, registry_timeout: float | None = None
+) -> FormatSpec | None:
     """The key's or value's (`role`) format with the fields it decodes to; None when they are the
     registry's to say and it did not answer (`registry_timeout` set) or has no such subject.
     Raises `ConfigProblemsError` naming each problem. Without `registry_timeout` the registry is asked
@@ -40,8 +41,10 @@ def format_spec(config: JobConfig, fmt: FormatSettings, role: str,
         arrow, problems = parse_ddl(fmt.schema)
         if problems:
             known = _in_ddl_order(spark_normalized(arrow), problems)
-            raise ConfigProblemsError([ConfigProblem(config.config_path, f"{key}.schema", str(p), f"give {SPARK_TYPES}")
-                                 for p in problems], known)
+            raise ConfigProblemsError(
+                [ConfigProblem(config.config_path, f"{key}.schema", str(p), f"give {SPARK_TYPES}") for p in problems],
+                known,
+            )
         return _spec(config, fmt.format, spark_normalized(arrow), None, envelope)
     schema_file = config.schema_file(fmt)
     if schema_file is not None:
@@ -59,8 +62,16 @@ def format_spec(config: JobConfig, fmt: FormatSettings, role: str,
         arrow = arrow_schema_from_avro(row)
     except Exception as e:  # the converter says what it cannot take
         where = f"{key}.schema_file" if schema_file is not None else key
-        raise ConfigProblemsError([ConfigProblem(config.config_path, where, f"unsupported Avro schema: {e}",
-                                           "use records of primitive, logical, array, map, enum and record types")])
+        raise ConfigProblemsError(
+            [
+                ConfigProblem(
+                    config.config_path,
+                    where,
+                    f"unsupported Avro schema: {e}",
+                    "use records of primitive, logical, array, map, enum and record types",
+                )
+            ]
+        ) from e
     return _spec(config, fmt.format, spark_normalized(arrow), avro, envelope)
 
 
@@ -69,7 +80,8 @@ def follows_writer_schemas(config: JobConfig) -> bool:
     envelope in JSON (with Connect's schemas in the records)."""
     value = config.decode.value
     return value.format == DecodeFormat.CONFLUENT_AVRO or (
-        value.format == DecodeFormat.JSON and value.envelope == Envelope.DEBEZIUM)
+        value.format == DecodeFormat.JSON and value.envelope == Envelope.DEBEZIUM
+    )
 
 
 def key_spec(config: JobConfig, value: FormatSpec | None, registry_timeout: float | None = None) -> FormatSpec | None:
@@ -79,8 +91,9 @@ def key_spec(config: JobConfig, value: FormatSpec | None, registry_timeout: floa
     if key.format == DecodeFormat.JSON and key.schema is None and key.schema_file is None:
         if value is None:
             return None
-        fields = [value.arrow_schema.field(name) for name in config.table.record_key
-                  if name in value.arrow_schema.names]
+        fields = [
+            value.arrow_schema.field(name) for name in config.table.record_key if name in value.arrow_schema.names
+        ]
         return FormatSpec(DecodeFormat.JSON, pa.schema(fields))
     return format_spec(config, key, "key", registry_timeout)
 
@@ -95,11 +108,21 @@ def _envelope_row(config: JobConfig, key: str, schema_file, avro: str) -> str:
     """The row's Avro schema in a change event's: its `after` record."""
     row = envelope_row(json.loads(avro))
     if row is None:
-        where, which = ((f"{key}.schema_file", f"{schema_file}") if schema_file is not None else
-                        (key, f"the latest schema registered for '{config.source.topics[0]}-value'"))
-        raise ConfigProblemsError([ConfigProblem(config.config_path, where, f"{which} is not a Debezium change event's "
-                                           "(no `after` record)", "give the change event's schema, or turn "
-                                           "decode.value.envelope off")])
+        where, which = (
+            (f"{key}.schema_file", f"{schema_file}")
+            if schema_file is not None
+            else (key, f"the latest schema registered for '{config.source.topics[0]}-value'")
+        )
+        raise ConfigProblemsError(
+            [
+                ConfigProblem(
+                    config.config_path,
+                    where,
+                    f"{which} is not a Debezium change event's (no `after` record)",
+                    "give the change event's schema, or turn decode.value.envelope off",
+                )
+            ]
+        )
     return json.dumps(row)
 
 
@@ -124,18 +147,32 @@ def _read_avro_file(config: JobConfig, key: str, schema_file) -> str:
         avro = schema_file.read_text()
         json.loads(avro)
     except (OSError, ValueError) as e:
-        raise ConfigProblemsError([ConfigProblem(config.config_path, f"{key}.schema_file",
-                                           f"cannot read an Avro schema from {schema_file}: {e}",
-                                           "give the path of an Avro schema (.avsc, JSON) relative to this file")])
+        raise ConfigProblemsError(
+            [
+                ConfigProblem(
+                    config.config_path,
+                    f"{key}.schema_file",
+                    f"cannot read an Avro schema from {schema_file}: {e}",
+                    "give the path of an Avro schema (.avsc, JSON) relative to this file",
+                )
+            ]
+        ) from e
     return avro
 
 
 def _latest_registered(config: JobConfig, role: str, timeout: float | None) -> str | None:
     topics = config.source.topics
     if not topics:
-        raise ConfigProblemsError([ConfigProblem(config.config_path, f"decode.{role}.schema_file",
-                                           "required with source.topic_pattern: the registry subject cannot be "
-                                           "derived from a pattern", "give the reader schema's .avsc file")])
+        raise ConfigProblemsError(
+            [
+                ConfigProblem(
+                    config.config_path,
+                    f"decode.{role}.schema_file",
+                    "required with source.topic_pattern: the registry subject cannot be derived from a pattern",
+                    "give the reader schema's .avsc file",
+                )
+            ]
+        )
     registry = config.decode.schema_registry
     subject = f"{topics[0]}-{role}"
     if timeout is None:

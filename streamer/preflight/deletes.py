@@ -55,30 +55,43 @@ def deletes(config: JobConfig, value: FormatSpec, key: FormatSpec) -> DeletesFou
 
     tombstones = d.tombstones
     if tombstones is None:
-        tombstones = TombstonePolicy.BAD if not debezium else (
-            TombstonePolicy.SKIP if lacking else TombstonePolicy.DELETE)
+        tombstones = (
+            TombstonePolicy.BAD if not debezium else (TombstonePolicy.SKIP if lacking else TombstonePolicy.DELETE)
+        )
     if tombstones == TombstonePolicy.DELETE:
         if lacking:
-            problem("decode.tombstones", f"delete needs a key that gives every record key and partition field; the "
-                    f"key ({d.key.format}) lacks {lacking}", "decode a key that has them (decode.key), or set "
-                    "decode.tombstones: skip")
+            problem(
+                "decode.tombstones",
+                f"delete needs a key that gives every record key and partition field; the "
+                f"key ({d.key.format}) lacks {lacking}",
+                "decode a key that has them (decode.key), or set decode.tombstones: skip",
+            )
         columns = {f.name: f.type for f in value.arrow_schema}
         columns.update({name: COLUMN_TYPES[field] for field, name in d.envelope_columns.items()})
         ordering = columns.get(t.ordering_field)
         if ordering is not None and not pa.types.is_integer(ordering):
-            problem("decode.tombstones", f"delete needs an integer table.ordering_field ('{t.ordering_field}' is "
-                    f"{ordering}): a tombstone carries no ordering value, so its delete has 0, which orders it by "
-                    "commit, as Hudi's deletes without one", "order by an integer column (with the Debezium "
-                    "envelope, the log position: decode.envelope_columns), or set decode.tombstones: skip")
+            problem(
+                "decode.tombstones",
+                f"delete needs an integer table.ordering_field ('{t.ordering_field}' is "
+                f"{ordering}): a tombstone carries no ordering value, so its delete has 0, which orders it by "
+                "commit, as Hudi's deletes without one",
+                "order by an integer column (with the Debezium "
+                "envelope, the log position: decode.envelope_columns), or set decode.tombstones: skip",
+            )
     if config.transform and not debezium and tombstones != TombstonePolicy.DELETE:
         # the writer reads the delete field, if any, of the transform's rows
         return DeletesFound(Deletes(tombstones), lacking, problems)
     if config.transform and t.delete_field is not None and t.delete_field not in value.arrow_schema.names:
-        problem("decode.tombstones", f"delete marks deletes in table.delete_field '{t.delete_field}', which the "
-                "value does not have (the transform makes it)", "declare the field in the value, or leave "
-                "table.delete_field out and keep the column '_delete' of source in the transform")
-    return DeletesFound(Deletes(tombstones, envelope, needed, t.ordering_field, t.delete_field or DELETE),
-                        lacking, problems)
+        problem(
+            "decode.tombstones",
+            f"delete marks deletes in table.delete_field '{t.delete_field}', which the "
+            "value does not have (the transform makes it)",
+            "declare the field in the value, or leave "
+            "table.delete_field out and keep the column '_delete' of source in the transform",
+        )
+    return DeletesFound(
+        Deletes(tombstones, envelope, needed, t.ordering_field, t.delete_field or DELETE), lacking, problems
+    )
 
 
 def _key_lacks(key: FormatSpec, needed: tuple[str, ...]) -> list[str]:

@@ -36,14 +36,14 @@ class TableColumns:
     fix: str  # how to add a column there
 
     @classmethod
-    def of(cls, fields: dict[str, pa.DataType | None], config: JobConfig, complete: bool = True) -> "TableColumns":
+    def of(cls, fields: dict[str, pa.DataType | None], config: JobConfig, complete: bool = True) -> TableColumns:
         """The transform's columns when the config has one, else the value's fields."""
         if config.transform:
             return cls(fields, complete, "the transform's columns", TRANSFORM_FIX)
         return cls(fields, complete, "the value's fields", value_fix(config))
 
     @classmethod
-    def of_schema(cls, schema: pa.Schema, config: JobConfig) -> "TableColumns":
+    def of_schema(cls, schema: pa.Schema, config: JobConfig) -> TableColumns:
         return cls.of({f.name: f.type for f in schema}, config)
 
     def names(self) -> str:
@@ -99,22 +99,28 @@ def column_problems(config: JobConfig, columns: TableColumns) -> list[ConfigProb
         present("table.delete_field", t.delete_field)
         stored = dataclasses.replace(columns, fields={n: k for n, k in columns.fields.items() if n != t.delete_field})
 
-    for key, names, role in (("table.record_key", t.record_key, "a record key"),
-                             ("table.partition_by", t.partition_by, "a partition value")):
+    for key, names, role in (
+        ("table.record_key", t.record_key, "a record key"),
+        ("table.partition_by", t.partition_by, "a partition value"),
+    ):
         for name in names:
             found, kind = present(key, name)
             if found and kind is not None and not is_key_type(kind):
                 problem(key, f"column {name!r} is of type {kind}, which cannot be {role}", f"name {KEY_TYPES}")
     found, kind = present("table.ordering_field", t.ordering_field)
     if found and kind is not None and not is_orderable_type(kind):
-        problem("table.ordering_field", f"column {t.ordering_field!r} is of type {kind}, which cannot order "
-                "the versions of a record", f"name {ORDER_TYPES}")
+        problem(
+            "table.ordering_field",
+            f"column {t.ordering_field!r} is of type {kind}, which cannot order the versions of a record",
+            f"name {ORDER_TYPES}",
+        )
     for i, name in enumerate(config.services.clustering.sort_columns):
         key = f"services.clustering.sort_columns.{i}"
         found, kind = present(key, name)
         if found and kind is not None and pa.types.is_nested(kind):
-            problem(key, f"column {name!r} is of type {kind}, which cannot be sorted by",
-                    "name columns of simple types")
+            problem(
+                key, f"column {name!r} is of type {kind}, which cannot be sorted by", "name columns of simple types"
+            )
     return problems
 
 
@@ -130,11 +136,16 @@ def identity_problems(config: JobConfig, stored: TableConfig) -> list[ConfigProb
         ("ordering_field", t.ordering_field, stored.precombine_field),
     ):
         if configured != kept:
-            problems.append(ConfigProblem(
-                config.config_path, f"table.{key}", f"the table at {t.path} has {kept!r}, the config says "
-                f"{configured!r}; it cannot change once a table exists",
-                f"set table.{key}: {_yaml(kept)}; or, to change it, write a new table (another table.path) "
-                "from the topics' start"))
+            problems.append(
+                ConfigProblem(
+                    config.config_path,
+                    f"table.{key}",
+                    f"the table at {t.path} has {kept!r}, the config says "
+                    f"{configured!r}; it cannot change once a table exists",
+                    f"set table.{key}: {_yaml(kept)}; or, to change it, write a new table (another table.path) "
+                    "from the topics' start",
+                )
+            )
     return problems
 
 
@@ -144,9 +155,15 @@ def evolution_problems(config: JobConfig, table_schema: pa.Schema, columns: pa.S
         evolve(table_schema, columns)
     except SchemaEvolutionError as e:
         where = "transform" if config.transform else "decode.value"
-        return [ConfigProblem(config.config_path, where, f"the table at {config.table.path} cannot take these "
-                              f"columns: {e}", "keep the table's columns, with the same or wider types (int to long "
-                              "or double, float to double); or write a new table (another table.path)")]
+        return [
+            ConfigProblem(
+                config.config_path,
+                where,
+                f"the table at {config.table.path} cannot take these columns: {e}",
+                "keep the table's columns, with the same or wider types (int to long "
+                "or double, float to double); or write a new table (another table.path)",
+            )
+        ]
     return []
 
 

@@ -26,22 +26,74 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 _TOKEN = re.compile(
-    r"\s+|--[^\n]*|/\*.*?\*/"                      # space and comments
-    r"|(`(?:[^`]|``)*`)"                            # 1: a quoted identifier
-    r"|('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"     # 2: a string
-    r"|([A-Za-z_][A-Za-z0-9_]*)"                    # 3: a word
-    r"|(\d[\w.]*)"                                  # 4: a number
-    r"|(.)",                                        # 5: a symbol
-    re.DOTALL)
+    r"\s+|--[^\n]*|/\*.*?\*/"  # space and comments
+    r"|(`(?:[^`]|``)*`)"  # 1: a quoted identifier
+    r"|('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"  # 2: a string
+    r"|([A-Za-z_][A-Za-z0-9_]*)"  # 3: a word
+    r"|(\d[\w.]*)"  # 4: a number
+    r"|(.)",  # 5: a symbol
+    re.DOTALL,
+)
 #: Words that end a FROM clause of one relation.
-_CLAUSES = {"WHERE", "GROUP", "HAVING", "ORDER", "LIMIT", "OFFSET", "WINDOW", "CLUSTER", "DISTRIBUTE", "SORT",
-            "QUALIFY"}
+_CLAUSES = {
+    "WHERE",
+    "GROUP",
+    "HAVING",
+    "ORDER",
+    "LIMIT",
+    "OFFSET",
+    "WINDOW",
+    "CLUSTER",
+    "DISTRIBUTE",
+    "SORT",
+    "QUALIFY",
+}
 #: Words at the top level of a query that make it more than one SELECT of source.
-_OTHER_SHAPES = {"UNION", "INTERSECT", "EXCEPT", "MINUS", "JOIN", "LATERAL", "PIVOT", "UNPIVOT", "TABLESAMPLE",
-                 "INNER", "LEFT", "RIGHT", "FULL", "CROSS", "NATURAL", "ANTI", "SEMI"}
+_OTHER_SHAPES = {
+    "UNION",
+    "INTERSECT",
+    "EXCEPT",
+    "MINUS",
+    "JOIN",
+    "LATERAL",
+    "PIVOT",
+    "UNPIVOT",
+    "TABLESAMPLE",
+    "INNER",
+    "LEFT",
+    "RIGHT",
+    "FULL",
+    "CROSS",
+    "NATURAL",
+    "ANTI",
+    "SEMI",
+}
 #: SQL words that cannot be an alias.
-_RESERVED = {"FROM", "AS", "AND", "OR", "NOT", "NULL", "TRUE", "FALSE", "IS", "IN", "LIKE", "RLIKE", "BETWEEN",
-             "CASE", "WHEN", "THEN", "ELSE", "END", "DISTINCT", "ALL", "SELECT", *_CLAUSES, *_OTHER_SHAPES}
+_RESERVED = {
+    "FROM",
+    "AS",
+    "AND",
+    "OR",
+    "NOT",
+    "NULL",
+    "TRUE",
+    "FALSE",
+    "IS",
+    "IN",
+    "LIKE",
+    "RLIKE",
+    "BETWEEN",
+    "CASE",
+    "WHEN",
+    "THEN",
+    "ELSE",
+    "END",
+    "DISTINCT",
+    "ALL",
+    "SELECT",
+    *_CLAUSES,
+    *_OTHER_SHAPES,
+}
 
 
 @dataclass(frozen=True)
@@ -111,7 +163,7 @@ def _top_level(tokens: list[_Token]):
 def _split_at_from(tokens: list[_Token]) -> tuple[list[_Token], list[_Token] | None]:
     for i, token in _top_level(tokens):
         if token.is_word("FROM"):
-            return tokens[:i], tokens[i + 1:]
+            return tokens[:i], tokens[i + 1 :]
     return tokens, None
 
 
@@ -172,12 +224,23 @@ def _reference_and_alias(item: list[_Token]) -> tuple[list[_Token] | None, str |
     body, alias = item, None
     if len(item) >= 3 and item[-2].is_word("AS") and item[-1].kind == "name":
         body, alias = item[:-2], item[-1].name
-    elif len(item) >= 2 and item[-1].kind == "name" and not item[-1].is_word(*_RESERVED) and (
-            item[-2].kind == "name" and not item[-2].is_word(*_RESERVED) or item[-2].text == ")"
-            or item[-2].is_word("END")):
+    elif (
+        len(item) >= 2
+        and item[-1].kind == "name"
+        and not item[-1].is_word(*_RESERVED)
+        and (
+            (item[-2].kind == "name" and not item[-2].is_word(*_RESERVED))
+            or item[-2].text == ")"
+            or item[-2].is_word("END")
+        )
+    ):
         body, alias = item[:-1], item[-1].name
-    is_reference = (len(body) % 2 == 1 and all(t.kind == "name" or t.text == "*" for t in body[::2])
-                    and all(t.text == "." for t in body[1::2]) and not body[0].is_word(*_RESERVED))
+    is_reference = (
+        len(body) % 2 == 1
+        and all(t.kind == "name" or t.text == "*" for t in body[::2])
+        and all(t.text == "." for t in body[1::2])
+        and not body[0].is_word(*_RESERVED)
+    )
     if is_reference and body[-1].text == "*" and len(body) == 1:
         is_reference = False
     return (body if is_reference else None), alias
@@ -197,8 +260,10 @@ def _resolve(path: list[str], source: pa.Schema, out: TransformColumns) -> pa.Da
             return None  # a map's key or something else Spark resolves
         index = next((i for i in range(kind.num_fields) if kind.field(i).name.lower() == name.lower()), None)
         if index is None:
-            out.problems.append(f"{'.'.join(path)}: {path[0]!r} has no field {name!r} "
-                                f"(its fields: {', '.join(kind.field(i).name for i in range(kind.num_fields))})")
+            out.problems.append(
+                f"{'.'.join(path)}: {path[0]!r} has no field {name!r} "
+                f"(its fields: {', '.join(kind.field(i).name for i in range(kind.num_fields))})"
+            )
             return None
         kind = kind.field(index).type
     return kind

@@ -15,8 +15,14 @@ import random
 
 REGIONS = ["emea", "apac", "amer", "latam", "anz", "mena", "nordics", "iberia"]
 STATUSES = ["created", "paid", "packed", "shipped", "delivered"]
-NOTES = ["leave at the door", "gift wrap please", "call before delivery", "fragile: glassware inside",
-         "deliver after 6pm", "business address, reception desk"]
+NOTES = [
+    "leave at the door",
+    "gift wrap please",
+    "call before delivery",
+    "fragile: glassware inside",
+    "deliver after 6pm",
+    "business address, reception desk",
+]
 MALFORMED = [
     b'{"order_id": "ord-bad-1", "region": "emea", "amount": 12.5, "updated_at": 17',  # truncated
     b'{"order_id": "ord-bad-2", "region": "emea", "amount": "twelve", "updated_at": 1}',  # wrong type

@@ -58,8 +58,9 @@ def default_cache() -> Path:
     return Path(user_cache) / "mor-streamer" / "jars"
 
 
-def fetch(name: str, version: str, artifacts: Sequence[str], cache: Path | None = None,
-          exclusions: Sequence[str] = ()) -> JarSet:
+def fetch(
+    name: str, version: str, artifacts: Sequence[str], cache: Path | None = None, exclusions: Sequence[str] = ()
+) -> JarSet:
     """The jars of `artifacts` ("group:artifact:version" each) and of their runtime dependencies,
     in `cache/<name>-<version>/` (`default_cache()` unless given); fetched with Maven unless
     already there for the same artifacts. `exclusions` ("group:artifact" each) are left out of
@@ -102,38 +103,57 @@ def _is_complete(directory: Path, manifest: str) -> bool:
         return False
 
 
-def _copy_dependencies(name: str, version: str, artifacts: Sequence[str], work: Path,
-                       exclusions: Sequence[str] = ()) -> None:
+def _copy_dependencies(
+    name: str, version: str, artifacts: Sequence[str], work: Path, exclusions: Sequence[str] = ()
+) -> None:
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise MavenFetchError(f"cannot fetch {', '.join(artifacts)} from Maven Central: no `mvn` on the PATH; "
-                              "install Apache Maven (Debian/Ubuntu: apt-get install maven)")
+        raise MavenFetchError(
+            f"cannot fetch {', '.join(artifacts)} from Maven Central: no `mvn` on the PATH; "
+            "install Apache Maven (Debian/Ubuntu: apt-get install maven)"
+        )
     (work / "pom.xml").write_text(_pom(name, version, artifacts, exclusions))
-    command = [mvn, "-B", "-q", "-f", str(work / "pom.xml"), f"{DEPENDENCY_PLUGIN}:copy-dependencies",
-               f"-DoutputDirectory={work / 'jars'}", "-DincludeScope=runtime"]
+    command = [
+        mvn,
+        "-B",
+        "-q",
+        "-f",
+        str(work / "pom.xml"),
+        f"{DEPENDENCY_PLUGIN}:copy-dependencies",
+        f"-DoutputDirectory={work / 'jars'}",
+        "-DincludeScope=runtime",
+    ]
     try:
-        done = subprocess.run(command, cwd=work, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=MVN_TIMEOUT_SECONDS)
+        done = subprocess.run(
+            command, cwd=work, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=MVN_TIMEOUT_SECONDS
+        )
     except subprocess.TimeoutExpired:
         raise MavenFetchError(f"mvn did not fetch {', '.join(artifacts)} within {MVN_TIMEOUT_SECONDS}s") from None
     if done.returncode != 0:
         output = done.stdout + done.stderr
         named = [a for a in artifacts if ":".join(a.split(":")[:2]) in output] or list(artifacts)
         errors = [line for line in output.splitlines() if "ERROR" in line][:8] or output.splitlines()[-8:]
-        raise MavenFetchError(f"mvn could not fetch {', '.join(named)} (jar set {name}-{version}, exit "
-                              f"{done.returncode}):\n" + "\n".join(errors))
+        raise MavenFetchError(
+            f"mvn could not fetch {', '.join(named)} (jar set {name}-{version}, exit "
+            f"{done.returncode}):\n" + "\n".join(errors)
+        )
 
 
 def _pom(name: str, version: str, artifacts: Sequence[str], exclusions: Sequence[str] = ()) -> str:
-    excluded = "".join(f"<exclusion><groupId>{escape(g)}</groupId><artifactId>{escape(a)}</artifactId></exclusion>"
-                       for g, a in (e.split(":") for e in exclusions))
+    excluded = "".join(
+        f"<exclusion><groupId>{escape(g)}</groupId><artifactId>{escape(a)}</artifactId></exclusion>"
+        for g, a in (e.split(":") for e in exclusions)
+    )
     excluded = f"<exclusions>{excluded}</exclusions>" if excluded else ""
     dependencies = "".join(
         f"<dependency><groupId>{escape(g)}</groupId><artifactId>{escape(a)}</artifactId>"
         f"<version>{escape(v)}</version>{excluded}</dependency>"
-        for g, a, v in (coordinate.split(":") for coordinate in artifacts))
+        for g, a, v in (coordinate.split(":") for coordinate in artifacts)
+    )
     artifact_id = re.sub(r"[^A-Za-z0-9_.-]", "-", name)
-    return ('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
-            f"<groupId>local.sandbox</groupId><artifactId>{artifact_id}</artifactId>"
-            f"<version>{escape(version)}</version><packaging>pom</packaging>"
-            f"<dependencies>{dependencies}</dependencies></project>\n")
+    return (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        f"<groupId>local.sandbox</groupId><artifactId>{artifact_id}</artifactId>"
+        f"<version>{escape(version)}</version><packaging>pom</packaging>"
+        f"<dependencies>{dependencies}</dependencies></project>\n"
+    )

@@ -37,8 +37,10 @@ ARTIFACTS = (
     f"org.apache.logging.log4j:log4j-slf4j-impl:{LOG4J_VERSION}",  # Kafka logs through slf4j 1.x
 )
 JVM_OPTIONS = (
-    "-Xms128m", "-Xmx512m",
-    "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",  # small, short-lived: start fast on 2 cores
+    "-Xms128m",
+    "-Xmx512m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",  # small, short-lived: start fast on 2 cores
     "-Djava.awt.headless=true",
 )
 
@@ -115,10 +117,17 @@ class KafkaBroker(ServerProcess):
     (`ServerProcess`). Topics are created on demand only with `auto_create_topics`.
     """
 
-    def __init__(self, work_dir: str | os.PathLike[str] | None = None, host: str = "127.0.0.1",
-                 log_path: str | os.PathLike[str] | None = None, overrides: Mapping[str, str] | None = None,
-                 startup_timeout: float = 90.0, die_with_parent: bool | None = None, port: int | None = None,
-                 auto_create_topics: bool = False):
+    def __init__(
+        self,
+        work_dir: str | os.PathLike[str] | None = None,
+        host: str = "127.0.0.1",
+        log_path: str | os.PathLike[str] | None = None,
+        overrides: Mapping[str, str] | None = None,
+        startup_timeout: float = 90.0,
+        die_with_parent: bool | None = None,
+        port: int | None = None,
+        auto_create_topics: bool = False,
+    ):
         super().__init__(work_dir, host, log_path, startup_timeout, die_with_parent, temp_prefix="kafka-")
         self.overrides = {"auto.create.topics.enable": str(auto_create_topics).lower(), **(overrides or {})}
         self.port = port
@@ -140,22 +149,33 @@ class KafkaBroker(ServerProcess):
         if self.has_data:  # started before, maybe by another process: its ports
             port, self.controller_port = self._stored_ports()
             if self.port not in (None, port):
-                raise BrokerStartError(f"the broker data in {self.work_dir} was made for port {port}, not {self.port}: "
-                                       "start it on its port, or delete the directory for a new broker")
+                raise BrokerStartError(
+                    f"the broker data in {self.work_dir} was made for port {port}, not {self.port}: "
+                    "start it on its port, or delete the directory for a new broker"
+                )
             self.port = port
         else:  # first start: new storage
             self.port = self.port or free_port(self.host)
             self.controller_port = free_port(self.host)
             self._write_config()
-            self._java(classpath, "kafka.tools.StorageTool", "format", "--cluster-id", random_cluster_id(),
-                       "--config", str(self._properties), "--ignore-formatted")
+            self._java(
+                classpath,
+                "kafka.tools.StorageTool",
+                "format",
+                "--cluster-id",
+                random_cluster_id(),
+                "--config",
+                str(self._properties),
+                "--ignore-formatted",
+            )
         self._spawn(self._command(classpath, "kafka.Kafka", str(self._properties)))
         try:
             self.startup_seconds = wait_for_broker(self.bootstrap, self.startup_timeout, is_alive=self.is_running)
         except BrokerStartError as exc:
             self.stop(timeout=5.0)
             raise BrokerStartError(
-                f"Apache Kafka {KAFKA_VERSION}: {exc}\nlog {self.log_path}:\n{self.log_tail()}") from None
+                f"Apache Kafka {KAFKA_VERSION}: {exc}\nlog {self.log_path}:\n{self.log_tail()}"
+            ) from None
         return self
 
     # -- topics ------------------------------------------------------------------------------------
@@ -198,12 +218,21 @@ class KafkaBroker(ServerProcess):
         (self.work_dir / "log4j2.yaml").write_text(_LOG4J2)
 
     def _command(self, classpath: str, main: str, *args: str) -> list[str]:
-        return [java_executable(), *JVM_OPTIONS, f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.yaml'}",
-                "-cp", classpath, main, *args]
+        return [
+            java_executable(),
+            *JVM_OPTIONS,
+            f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.yaml'}",
+            "-cp",
+            classpath,
+            main,
+            *args,
+        ]
 
     def _java(self, classpath: str, main: str, *args: str) -> None:
-        done = subprocess.run(self._command(classpath, main, *args), stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            self._command(classpath, main, *args), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120
+        )
         if done.returncode != 0:
-            raise BrokerStartError(f"{main} {' '.join(args)} failed (exit {done.returncode}):\n"
-                                   f"{(done.stdout + done.stderr)[-4000:]}")
+            raise BrokerStartError(
+                f"{main} {' '.join(args)} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-4000:]}"
+            )

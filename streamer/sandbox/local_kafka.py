@@ -66,14 +66,16 @@ def start(directory: Path, port: int | None = None, timeout: float = 120.0) -> t
     found = running(directory)
     if found is not None:
         return found, False
-    broker = KafkaBroker(directory, host=HOST, port=port or None, startup_timeout=timeout, die_with_parent=False,
-                         auto_create_topics=True)
+    broker = KafkaBroker(
+        directory, host=HOST, port=port or None, startup_timeout=timeout, die_with_parent=False, auto_create_topics=True
+    )
     if not broker.has_data:
         if port is None and _is_free(USUAL_PORT):
             broker.port = USUAL_PORT
         elif broker.port is not None and not _is_free(broker.port):
-            raise BrokerStartError(f"port {broker.port} on {HOST} is in use: choose another with --port, "
-                                   "or --port 0 for any free port")
+            raise BrokerStartError(
+                f"port {broker.port} on {HOST} is in use: choose another with --port, or --port 0 for any free port"
+            )
     broker.start()
     started = LocalBroker(broker.bootstrap, broker.pid, str(directory))
     (directory / STATE_FILE).write_text(json.dumps(asdict(started)) + "\n")

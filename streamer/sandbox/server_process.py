@@ -30,8 +30,9 @@ def java_executable() -> str:
     java = os.path.join(home, "bin", "java") if home else shutil.which("java")
     if not java or not os.access(java, os.X_OK):
         where = f"JAVA_HOME={home} has no bin/java" if home else "no `java` on the PATH"
-        raise BrokerStartError(f"{where}: install Java 17 or 21 (Debian/Ubuntu: apt-get install "
-                               "openjdk-17-jre-headless) or set JAVA_HOME")
+        raise BrokerStartError(
+            f"{where}: install Java 17 or 21 (Debian/Ubuntu: apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+        )
     return java
 
 
@@ -41,15 +42,23 @@ class ServerProcess(ABC):
     #: Seconds `stop()` waits after SIGTERM before SIGKILL.
     STOP_TIMEOUT = 30.0
 
-    def __init__(self, work_dir: str | os.PathLike[str] | None, host: str, log_path: str | os.PathLike[str] | None,
-                 startup_timeout: float, die_with_parent: bool | None, temp_prefix: str):
+    def __init__(
+        self,
+        work_dir: str | os.PathLike[str] | None,
+        host: str,
+        log_path: str | os.PathLike[str] | None,
+        startup_timeout: float,
+        die_with_parent: bool | None,
+        temp_prefix: str,
+    ):
         self.host = host
         self.work_dir = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix=temp_prefix))
         self._owns_work_dir = work_dir is None
         self.log_path = str(log_path) if log_path is not None else str(self.work_dir / "server.log")
         self.startup_timeout = startup_timeout
-        self.die_with_parent = (threading.current_thread() is threading.main_thread()
-                                if die_with_parent is None else die_with_parent)
+        self.die_with_parent = (
+            threading.current_thread() is threading.main_thread() if die_with_parent is None else die_with_parent
+        )
         self.port: int | None = None
         self._proc: subprocess.Popen | None = None
         self._finalizer: weakref.finalize | None = None
@@ -131,8 +140,14 @@ class ServerProcess(ABC):
         with open(self.log_path, "ab") as log:
             log.write(f"$ {' '.join(command)}\n".encode())
             log.flush()
-            self._proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                          close_fds=True, start_new_session=not self.die_with_parent)
+            self._proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                close_fds=True,
+                start_new_session=not self.die_with_parent,
+            )
         # Stop the server when this object is collected or at interpreter exit, if nobody did.
         self._finalizer = weakref.finalize(self, stop_process, self._proc, 10.0)
 

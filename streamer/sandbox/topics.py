@@ -39,7 +39,7 @@ def wait_for_broker(bootstrap: str, timeout: float = 30.0, is_alive=None) -> flo
     returns False (e.g. the broker process died)."""
     start = time.monotonic()
     deadline = start + timeout
-    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    host, _, port = bootstrap.split(",", maxsplit=1)[0].rpartition(":")
     # First the TCP port, so the Kafka client does not log connection-refused noise.
     while True:
         if is_alive is not None and not is_alive():
@@ -58,7 +58,7 @@ def wait_for_broker(bootstrap: str, timeout: float = 30.0, is_alive=None) -> flo
             md = admin.list_topics(timeout=min(2.0, max(0.1, deadline - time.monotonic())))
             if md.brokers:
                 return time.monotonic() - start
-        except Exception as exc:  # KafkaException: transport or timeout
+        except Exception as exc:  # noqa: BLE001 - KafkaException: transport or timeout
             last_error = exc
         time.sleep(0.05)
     raise BrokerStartError(f"broker at {bootstrap} did not answer metadata in {timeout:.0f}s: {last_error}")
@@ -79,8 +79,7 @@ def create_topic(
     from confluent_kafka.admin import NewTopic
 
     admin = _admin(bootstrap)
-    new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
-                   config=dict(config or {}))
+    new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor, config=dict(config or {}))
     future = admin.create_topics([new], request_timeout=timeout)[topic]
     try:
         future.result(timeout)
@@ -91,8 +90,11 @@ def create_topic(
     deadline = time.monotonic() + timeout
     while True:
         md = admin.list_topics(topic, timeout=timeout).topics.get(topic)
-        if md is not None and md.error is None and len(md.partitions) >= partitions and all(
-            p.leader >= 0 and p.error is None for p in md.partitions.values()
+        if (
+            md is not None
+            and md.error is None
+            and len(md.partitions) >= partitions
+            and all(p.leader >= 0 and p.error is None for p in md.partitions.values())
         ):
             return topic
         if time.monotonic() > deadline:
@@ -140,7 +142,7 @@ def topic_sizes(bootstrap: str, timeout: float = 10.0) -> dict[str, tuple[int, i
         return {}
     held: dict[tuple[str, int], int] = {}
     for spec, sign in ((OffsetSpec.latest(), 1), (OffsetSpec.earliest(), -1)):
-        offsets = admin.list_offsets({tp: spec for tp in partitions}, request_timeout=timeout)
+        offsets = admin.list_offsets(dict.fromkeys(partitions, spec), request_timeout=timeout)
         for tp, future in offsets.items():
             offset = future.result(timeout).offset
             held[(tp.topic, tp.partition)] = held.get((tp.topic, tp.partition), 0) + sign * offset

@@ -23,7 +23,9 @@ class Choice(StrEnum):
         try:
             return cls(value)
         except ValueError:
-            raise InvalidRequestError(f"unknown {what} {value!r}; expected one of {tuple(c.value for c in cls)}") from None
+            raise InvalidRequestError(
+                f"unknown {what} {value!r}; expected one of {tuple(c.value for c in cls)}"
+            ) from None
 
 
 class LogBlockFormat(Choice):
@@ -36,7 +38,7 @@ class LogBlockFormat(Choice):
     PARQUET = "parquet"
     AVRO = "avro"
 
-    def for_block(self, records: int) -> "LogBlockFormat":
+    def for_block(self, records: int) -> LogBlockFormat:
         """The format a data block of `records` records is written in."""
         if self is not LogBlockFormat.AUTO:
             return self

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from table.errors import FormatError, InvalidRequestError
 from table.storage.file_io import Storage
@@ -108,7 +108,7 @@ def dumps_properties(props: Mapping[str, str], comment: str, now: datetime | Non
     return "\n".join(lines) + "\n"
 
 
-def _logical_lines(text: str):
+def _logical_lines(text: str) -> Iterator[str]:
     """Properties.load's lines: comments and blank lines skipped, '\\'-continued lines joined."""
     pending: str | None = None
     for raw in re.split(r"\r\n|\r|\n", text):
@@ -146,7 +146,7 @@ def _split_entry(line: str) -> tuple[str, str]:
     return line, ""
 
 
-def _unescape_match(m: re.Match) -> str:
+def _unescape_match(m: re.Match[str]) -> str:
     if m[1] is not None:
         return chr(int(m[1], 16))
     if m[2] == "u":
@@ -297,7 +297,7 @@ class TableConfig:
         if _KEYS["name"] not in props:
             raise FormatError(f"{_KEYS['name']} is missing")
         known = {attr: props[key] for attr, key in _KEYS.items() if key in props}
-        converters = {
+        converters: dict[str, Callable[[str], Any]] = {
             "version": int,
             "timeline_layout_version": int,
             "record_key_fields": _fields,

@@ -15,6 +15,8 @@ query skip most of it; large enough that repeating each dictionary per row group
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -38,11 +40,15 @@ FEW_VALUED_META = frozenset({COMMIT_TIME, PARTITION_PATH, FILE_NAME})
 UNIQUE_META = frozenset({COMMIT_SEQNO, RECORD_KEY})
 
 
-def parquet_options(rows: pa.Table, row_bytes: float | None = None) -> dict:
+def parquet_options(rows: pa.Table, row_bytes: float | None = None) -> dict[str, Any]:
     """Keyword arguments for `pyarrow.parquet.write_table` of a base file holding `rows`. A
     writer of many files may give the rows' average size (`row_bytes`), measured once for all."""
-    return {"compression": COMPRESSION, "use_dictionary": dictionary_columns(rows),
-            "dictionary_pagesize_limit": DICTIONARY_PAGE_LIMIT_BYTES, "row_group_size": row_group_rows(rows, row_bytes)}
+    return {
+        "compression": COMPRESSION,
+        "use_dictionary": dictionary_columns(rows),
+        "dictionary_pagesize_limit": DICTIONARY_PAGE_LIMIT_BYTES,
+        "row_group_size": row_group_rows(rows, row_bytes),
+    }
 
 
 def row_group_rows(rows: pa.Table, row_bytes: float | None = None) -> int:

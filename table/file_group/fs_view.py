@@ -56,13 +56,25 @@ class FileSlice:
     log_files: list[LogFile] = field(default_factory=list)
 
     @classmethod
-    def of_files(cls, storage: Storage, partition_path: str, file_id: str, base_instant: str,
-                 base_file: str | None, log_files: tuple[str, ...] | list[str]) -> FileSlice:
+    def of_files(
+        cls,
+        storage: Storage,
+        partition_path: str,
+        file_id: str,
+        base_instant: str,
+        base_file: str | None,
+        log_files: tuple[str, ...] | list[str],
+    ) -> FileSlice:
         """A slice of exactly the named files (as a service plan names them), sized from storage."""
+
         def path(name: str) -> str:
             return partition_file_path(partition_path, name)
 
-        base = BaseFile(path(base_file), BaseFileName.parse(base_file), storage.size(path(base_file))) if base_file else None
+        base = (
+            BaseFile(path(base_file), BaseFileName.parse(base_file), storage.size(path(base_file)))
+            if base_file
+            else None
+        )
         logs = [LogFile(path(n), LogFileName.parse(n), storage.size(path(n))) for n in log_files]
         return cls(partition_path, file_id, base_instant, base, logs)
 
@@ -102,8 +114,9 @@ class FileGroup:
 
     def next_log_version(self, base_instant: str) -> int:
         """Versions count per base instant, whichever slice the logs are read with."""
-        versions = (f.name.version for s in self.slices.values() for f in s.log_files
-                    if f.name.base_instant == base_instant)
+        versions = (
+            f.name.version for s in self.slices.values() for f in s.log_files if f.name.base_instant == base_instant
+        )
         return 1 + max(versions, default=0)
 
     def add_log_file(self, log: LogFile) -> None:
@@ -155,7 +168,9 @@ class PartitionFiles:
         for log in sorted(logs, key=lambda f: (f.name.base_instant, f.name.version, f.name.write_token)):
             group = groups.setdefault(log.name.file_id, FileGroup(self.partition_path, log.name.file_id))
             base_instant = log.name.base_instant
-            if base_instant in completed and (base_instant not in group.slices or group.slices[base_instant].base_file is None):
+            if base_instant in completed and (
+                base_instant not in group.slices or group.slices[base_instant].base_file is None
+            ):
                 group.log_only_starts.add(base_instant)
             group.add_log_file(log)
         return groups
@@ -175,7 +190,7 @@ class FileSystemView:
         partition_paths: list[str] | None = None,
         as_of: str | None = None,
         include_replaced: bool = False,
-    ) -> "FileSystemView":
+    ) -> FileSystemView:
         """Listing each partition once. `include_replaced` keeps the groups completed
         replacecommits retired: only the cleaner, which deletes them, wants those."""
         completed = timeline.completed_timestamps()

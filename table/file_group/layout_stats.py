@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,7 +42,7 @@ class LayoutStats:
     partitions: dict[str, dict[str, SliceSize]]
 
     @classmethod
-    def of_view(cls, view: FileSystemView, buckets: dict[str, Iterable[str]]) -> "LayoutStats":
+    def of_view(cls, view: FileSystemView, buckets: Mapping[str, Iterable[str]]) -> LayoutStats:
         """The slices of `buckets` (partition path -> the ring's file ids) in `view`."""
         partitions: dict[str, dict[str, SliceSize]] = {}
         for partition, file_ids in buckets.items():
@@ -56,7 +56,7 @@ class LayoutStats:
                     sizes[file_id] = SliceSize(len(latest.log_files), log_bytes, latest.total_size)
         return cls(partitions)
 
-    def with_writes(self, stats: list[WriteStat]) -> "LayoutStats":
+    def with_writes(self, stats: list[WriteStat]) -> LayoutStats:
         """After a commit of `stats`: a log file joins its bucket's slice, a base file starts a new
         one. Files of groups readers do not see (a pending resize's children) are left out."""
         partitions = {p: dict(sizes) for p, sizes in self.partitions.items()}
@@ -65,8 +65,11 @@ class LayoutStats:
             is_log = ".log." in (stat.path or "")
             known = sizes.get(stat.file_id)
             if is_log and known is not None:
-                sizes[stat.file_id] = SliceSize(known.log_files + 1, known.log_bytes + stat.file_size_in_bytes,
-                                                known.total_bytes + stat.file_size_in_bytes)
+                sizes[stat.file_id] = SliceSize(
+                    known.log_files + 1,
+                    known.log_bytes + stat.file_size_in_bytes,
+                    known.total_bytes + stat.file_size_in_bytes,
+                )
             elif not is_log:
                 sizes[stat.file_id] = SliceSize(0, 0, stat.file_size_in_bytes)
         return LayoutStats(partitions)

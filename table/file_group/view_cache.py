@@ -75,8 +75,9 @@ class FileSystemViewCache:
             return FileSystemView({p: dict(groups) for p, groups in self._groups.items()}, None)
         retired = {i.timestamp for i in timeline.completed(Action.REPLACE_COMMIT)}
         replaced = {key for key, at in self._replaced.items() if at in retired}
-        return FileSystemView({p: {f: g for f, g in groups.items() if (p, f) not in replaced}
-                               for p, groups in self._groups.items()}, None)
+        return FileSystemView(
+            {p: {f: g for f, g in groups.items() if (p, f) not in replaced} for p, groups in self._groups.items()}, None
+        )
 
     def _derive(self, completed: CompletedInstants) -> None:
         """File groups from the files, again only where the files or the completed instants changed."""
@@ -91,7 +92,7 @@ class FileSystemViewCache:
                 continue
             derived = files.file_groups(completed, file_ids)
             groups = self._groups.setdefault(partition, {})
-            for file_id in (file_ids if file_ids is not None else list(groups)):
+            for file_id in file_ids if file_ids is not None else list(groups):
                 groups.pop(file_id, None)
             groups.update(derived)
         self._dirty = {}
@@ -178,7 +179,7 @@ class FileSystemViewCache:
             return set(metadata.partition_to_replace_file_ids)
         elif instant.action == Action.CLEAN:
             cleaned = deserialize_plan("HoodieCleanMetadata", timeline.read_content(instant))
-            for partition in (cleaned.get("partitionMetadata") or {}):
+            for partition in cleaned.get("partitionMetadata") or {}:
                 if partition in self._files:
                     self._files[partition] = list_partition_files(self.storage, partition)
                     self._dirty[partition] = None
@@ -204,8 +205,7 @@ class FileSystemViewCache:
         self._dirty = dict.fromkeys(self._files)
         self._known = {i.key: i.state for i in timeline.instants}
         self.listings += 1
-        log.debug("%s: file-system view listed again (%s): %d partitions", self.storage.base_uri, why,
-                  len(self._files))
+        log.debug("%s: file-system view listed again (%s): %d partitions", self.storage.base_uri, why, len(self._files))
         return SyncResult(relisted=True)
 
 

@@ -20,15 +20,19 @@ seqNo 0 and counts as committed without a marker.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
+import itertools
 import json
 import logging
 import re
 import struct
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -51,6 +55,8 @@ HASHING_METADATA_FILE_SUFFIX = ".hashing_meta"
 HASHING_METADATA_COMMIT_FILE_SUFFIX = ".commit"
 NULL_RECORDKEY_PLACEHOLDER = "__null__"
 EMPTY_RECORDKEY_PLACEHOLDER = "__empty__"
+#: Record keys as the router takes them: a pyarrow string array or a sequence of str.
+RecordKeys: TypeAlias = "pa.Array | pa.ChunkedArray | Sequence[str]"
 COLUMN_SEP = ":"
 PARTS_SEP = ","
 
@@ -85,11 +91,11 @@ class HashingNode:
     def file_id(self) -> str:
         return file_id_for(self)
 
-    def to_json_dict(self) -> dict:
+    def to_json_dict(self) -> dict[str, Any]:
         return {"value": self.value, "fileIdPrefix": self.file_id_prefix, "tag": self.tag.value}
 
     @classmethod
-    def from_json_dict(cls, d: dict) -> "HashingNode":
+    def from_json_dict(cls, d: dict[str, Any]) -> HashingNode:
         # "fileIdPfx" is the field's name in metadata written before Hudi 0.13
         prefix = d["fileIdPrefix"] if "fileIdPrefix" in d else d.get("fileIdPfx")
         return cls(int(d["value"]), prefix, NodeTag(d.get("tag") or NodeTag.NORMAL))
@@ -123,12 +129,12 @@ class HashingMetadata:
     def file_ids(self) -> list[str]:
         return [file_id_for(n) for n in self.nodes]
 
-    def with_children(self, children: Iterable[HashingNode]) -> "HashingMetadata":
+    def with_children(self, children: Iterable[HashingNode]) -> HashingMetadata:
         return replace(self, children_nodes=tuple(children))
 
     # ---- JSON, as Hudi's Jackson writes it ----------------------------------------------
 
-    def to_json_dict(self) -> dict:
+    def to_json_dict(self) -> dict[str, Any]:
         return {
             "version": self.version,
             "partitionPath": self.partition_path,
@@ -146,7 +152,7 @@ class HashingMetadata:
         return self.to_json().encode("utf-8")
 
     @classmethod
-    def from_json_dict(cls, d: dict) -> "HashingMetadata":
+    def from_json_dict(cls, d: dict[str, Any]) -> HashingMetadata:
         return cls(
             version=int(d.get("version") or 0),
             partition_path=d.get("partitionPath") or "",
@@ -157,7 +163,7 @@ class HashingMetadata:
         )
 
     @classmethod
-    def from_bytes(cls, data: bytes | str) -> "HashingMetadata":
+    def from_bytes(cls, data: bytes | str) -> HashingMetadata:
         """Parse a `.hashing_meta` file (bytes or text)."""
         try:
             text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
@@ -170,6 +176,7 @@ class HashingMetadata:
 
 # ---- file ids --------------------------------------------------------------------------------
 
+
 def file_id_for(node_or_prefix: HashingNode | str) -> str:
     """The file group of a bucket: Hudi's `FSUtils.createNewFileId(prefix, 0)` = `<prefix>-0`."""
     prefix = node_or_prefix.file_id_prefix if isinstance(node_or_prefix, HashingNode) else node_or_prefix
@@ -180,7 +187,7 @@ def file_id_for(node_or_prefix: HashingNode | str) -> str:
 
 def file_id_prefix_of(file_id: str) -> str:
     """Hudi's `FSUtils.getFileIdPfxFromFileId`: the file id up to its last '-'."""
-    return file_id[:file_id.rindex("-")]
+    return file_id[: file_id.rindex("-")]
 
 
 def new_file_id_prefix() -> str:
@@ -199,6 +206,7 @@ def initial_file_id_prefix(partition_path: str, bucket_start: int, bucket_end: i
 
 
 # ---- the initial ring ------------------------------------------------------------------------
+
 
 def default_node_values(num_buckets: int) -> list[int]:
     """Hudi's equal division: step = ceil(0x7FFFFFFF / n), node i (1-based) = min(step * i, mask)."""
@@ -226,6 +234,7 @@ def initial_metadata(partition_path: str, num_buckets: int, deterministic: bool 
 
 # ---- hashing ---------------------------------------------------------------------------------
 
+
 def hash_keys(record_key: str, index_key_fields: Sequence[str] | None = None) -> list[str | None]:
     """Hudi 0.14/0.15 `BucketIdentifier.getHashKeys(recordKey, indexKeyFields)`.
 
@@ -236,7 +245,7 @@ def hash_keys(record_key: str, index_key_fields: Sequence[str] | None = None) ->
     """
     if COLUMN_SEP not in record_key:
         return [record_key]
-    fields = [f for f in index_key_fields] if index_key_fields else []
+    fields = list(index_key_fields) if index_key_fields else []
     out: list[str | None] = []
     for kv in _java_split(record_key, PARTS_SEP):
         parts = kv.split(COLUMN_SEP, 1)
@@ -244,7 +253,9 @@ def hash_keys(record_key: str, index_key_fields: Sequence[str] | None = None) ->
             out.append(parts[0])
         elif not fields or parts[0] in fields:
             value = parts[1]
-            out.append(None if value == NULL_RECORDKEY_PLACEHOLDER else "" if value == EMPTY_RECORDKEY_PLACEHOLDER else value)
+            out.append(
+                None if value == NULL_RECORDKEY_PLACEHOLDER else "" if value == EMPTY_RECORDKEY_PLACEHOLDER else value
+            )
     return out
 
 
@@ -255,10 +266,13 @@ def hash_key_string(record_key: str, index_key_fields: Sequence[str] | None = No
 
 def hash_value(record_key: str, index_key_fields: Sequence[str] | None = None) -> int:
     """`HashID.getXXHash32(joined, 0) & 0x7FFFFFFF`."""
-    return xxhash.xxh32_intdigest(hash_key_string(record_key, index_key_fields).encode("utf-8"), HASH_SEED) & HASH_VALUE_MASK
+    return (
+        xxhash.xxh32_intdigest(hash_key_string(record_key, index_key_fields).encode("utf-8"), HASH_SEED)
+        & HASH_VALUE_MASK
+    )
 
 
-def hash_values(record_keys, index_key_fields: Sequence[str] | None = None) -> np.ndarray:
+def hash_values(record_keys: RecordKeys, index_key_fields: Sequence[str] | None = None) -> np.ndarray:
     """The masked hash of each record key (a pyarrow string array or a sequence of str), int64."""
     array = _key_array(record_keys)
     if len(array) and bool(pc.any(pc.match_substring(array, COLUMN_SEP)).as_py()):
@@ -269,8 +283,9 @@ def hash_values(record_keys, index_key_fields: Sequence[str] | None = None) -> n
         slow = np.flatnonzero(np.asarray(strings.is_null()))
         if len(slow):  # keys of other shapes: Hudi's split rules, one by one
             keys = array.take(pa.array(slow)).to_pylist()
-            strings = pc.replace_with_mask(strings, strings.is_null(),
-                                           pa.array([hash_key_string(k, fields) for k in keys], pa.string()))
+            strings = pc.replace_with_mask(
+                strings, strings.is_null(), pa.array([hash_key_string(k, fields) for k in keys], pa.string())
+            )
         hashed = xxh32(strings, HASH_SEED)
     else:
         hashed = xxh32(array, HASH_SEED)
@@ -287,14 +302,15 @@ def _joined_plain_complex_keys(keys: pa.Array, fields: list[str] | None) -> pa.A
     values = []
     for i in range(len(fields)):
         g = pc.struct_field(groups, f"g{i}")
-        g = pc.if_else(pc.equal(g, NULL_RECORDKEY_PLACEHOLDER), "null",
-                       pc.if_else(pc.equal(g, EMPTY_RECORDKEY_PLACEHOLDER), "", g))
+        g = pc.if_else(
+            pc.equal(g, NULL_RECORDKEY_PLACEHOLDER), "null", pc.if_else(pc.equal(g, EMPTY_RECORDKEY_PLACEHOLDER), "", g)
+        )
         values.append(g)
     joined = values[0] if len(values) == 1 else pc.binary_join_element_wise(*values, "")
     return pc.if_else(pc.is_valid(groups), joined, pa.scalar(None, pa.string()))
 
 
-def _key_array(record_keys) -> pa.Array:
+def _key_array(record_keys: RecordKeys) -> pa.Array:
     if isinstance(record_keys, pa.ChunkedArray):
         record_keys = record_keys.combine_chunks() if record_keys.num_chunks != 1 else record_keys.chunk(0)
     if not isinstance(record_keys, pa.Array):
@@ -318,6 +334,7 @@ def _java_split(text: str, sep: str) -> list[str]:
 
 # ---- routing ---------------------------------------------------------------------------------
 
+
 class Router:
     """The ring of one partition (Hudi's `ConsistentBucketIdentifier`), vectorized.
 
@@ -328,8 +345,9 @@ class Router:
     dual writes of `file_ids_with_children`. Picklable (Spark broadcasts it).
     """
 
-    def __init__(self, metadata: HashingMetadata, index_key_fields: Sequence[str] | None = None,
-                 include_children: bool = False):
+    def __init__(
+        self, metadata: HashingMetadata, index_key_fields: Sequence[str] | None = None, include_children: bool = False
+    ):
         self.metadata = metadata
         self.index_key_fields = tuple(index_key_fields) if index_key_fields else None
         nodes = ring_nodes(metadata, include_children=include_children)
@@ -356,15 +374,15 @@ class Router:
         idx[idx == len(self.values)] = 0
         return idx
 
-    def route(self, record_keys) -> np.ndarray:
+    def route(self, record_keys: RecordKeys) -> np.ndarray:
         """Index into `nodes` of each record key's bucket."""
         return self.indices_for_hashes(hash_values(record_keys, self.index_key_fields))
 
-    def file_ids(self, record_keys) -> pa.Array:
+    def file_ids(self, record_keys: RecordKeys) -> pa.Array:
         """The file group id of each record key's bucket, a string array."""
         return self._file_ids_of_hashes(hash_values(record_keys, self.index_key_fields))
 
-    def file_ids_with_children(self, record_keys) -> tuple[pa.Array, pa.Array | None]:
+    def file_ids_with_children(self, record_keys: RecordKeys) -> tuple[pa.Array, pa.Array | None]:
         """Each key's file group and, where a pending resize replaces its bucket, the child's
         file group the record is also written to (null elsewhere); None without a pending resize."""
         hashes = hash_values(record_keys, self.index_key_fields)
@@ -380,7 +398,8 @@ class Router:
         if missing:
             raise HashingMetadataError(
                 f"hashing node(s) {[self.nodes[i] for i in missing]} of partition "
-                f"'{self.metadata.partition_path}' have no file group")
+                f"'{self.metadata.partition_path}' have no file group"
+            )
         return pc.take(pa.array(self.node_file_ids, pa.string()), pa.array(idx, pa.int64()))
 
     def node_for_key(self, record_key: str) -> HashingNode:
@@ -403,7 +422,9 @@ class Router:
             if i is not None and node.file_id_prefix and self.nodes[i].file_id_prefix != node.file_id_prefix:
                 i = None
         if i is None:
-            raise HashingMetadataError(f"{node!r} is not a node of the ring of partition '{self.metadata.partition_path}'")
+            raise HashingMetadataError(
+                f"{node!r} is not a node of the ring of partition '{self.metadata.partition_path}'"
+            )
         return i
 
     def former(self, node: HashingNode | str) -> HashingNode:
@@ -430,11 +451,14 @@ class PartitionRouters:
         resizing = [r.child_ring for r in routers]
         self._children = None
         if any(c is not None for c in resizing):
-            self._children = _NodeSearch([c.nodes if c else () for c in resizing],
-                                         [c.node_file_ids if c else [] for c in resizing])
+            self._children = _NodeSearch(
+                [c.nodes if c else () for c in resizing], [c.node_file_ids if c else [] for c in resizing]
+            )
         self._names = [r.metadata.partition_path for r in routers]
 
-    def file_ids_with_children(self, partition_codes: np.ndarray, hashes: np.ndarray) -> tuple[pa.Array, pa.Array | None]:
+    def file_ids_with_children(
+        self, partition_codes: np.ndarray, hashes: np.ndarray
+    ) -> tuple[pa.Array, pa.Array | None]:
         """For rows of partition `routers[code]` with these masked hashes: each row's file group
         and, where a pending resize replaces its bucket, the child's (null elsewhere); None
         without a pending resize in any of the partitions."""
@@ -451,8 +475,10 @@ class _NodeSearch:
     def __init__(self, nodes: Sequence[Sequence[HashingNode]], file_ids: Sequence[Sequence[str | None]]):
         sizes = np.array([len(n) for n in nodes], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(sizes)])
-        self.keys = np.concatenate([(i << 32) + np.array([n.value for n in ring], dtype=np.int64)
-                                    for i, ring in enumerate(nodes)] or [np.zeros(0, np.int64)])
+        self.keys = np.concatenate(
+            [(i << 32) + np.array([n.value for n in ring], dtype=np.int64) for i, ring in enumerate(nodes)]
+            or [np.zeros(0, np.int64)]
+        )
         self.node_file_ids = pa.array([f for ids in file_ids for f in ids], pa.string())
         self.sizes = sizes
 
@@ -463,8 +489,11 @@ class _NodeSearch:
         found = np.searchsorted(self.keys, (codes << 32) + np.asarray(hashes, dtype=np.int64), side="left")
         found = np.where(found >= self.starts[codes + 1], self.starts[codes], found)
         has_ring = self.sizes[codes] > 0
-        ids = pc.take(self.node_file_ids, pa.array(np.where(has_ring, found, 0), mask=~has_ring)) \
-            if len(self.node_file_ids) else pa.nulls(len(codes), pa.string())
+        ids = (
+            pc.take(self.node_file_ids, pa.array(np.where(has_ring, found, 0), mask=~has_ring))
+            if len(self.node_file_ids)
+            else pa.nulls(len(codes), pa.string())
+        )
         missing = pc.and_(pc.is_null(ids), pa.array(has_ring))
         if pc.any(missing).as_py():
             node = int(found[np.flatnonzero(np.asarray(missing))[0]])
@@ -494,6 +523,7 @@ def ring_nodes(metadata: HashingMetadata, include_children: bool = False) -> lis
 
 # ---- resizing: children and the next metadata version ------------------------------------------
 
+
 def default_split_value(metadata: HashingMetadata, node: HashingNode | str) -> int | None:
     """Hudi's split point: the middle of the node's range (wrapping); None when it is too small."""
     former, end = Router(metadata).range_of(node)
@@ -502,8 +532,12 @@ def default_split_value(metadata: HashingMetadata, node: HashingNode | str) -> i
     return None if mid in (former, end) else mid
 
 
-def split_node(metadata: HashingMetadata, node: HashingNode | str, split_value: int | None = None,
-               new_prefix: Callable[[], str] = new_file_id_prefix) -> tuple[HashingNode, HashingNode] | None:
+def split_node(
+    metadata: HashingMetadata,
+    node: HashingNode | str,
+    split_value: int | None = None,
+    new_prefix: Callable[[], str] = new_file_id_prefix,
+) -> tuple[HashingNode, HashingNode] | None:
     """The two children of a bucket split at `split_value` (default: Hudi's middle), as Hudi's
     plan records them: (split_value, new prefix, REPLACE) and (node's value, new prefix, REPLACE).
     None when the range is too small to split at its middle."""
@@ -514,9 +548,10 @@ def split_node(metadata: HashingMetadata, node: HashingNode | str, split_value: 
         if split_value is None:
             return None
     elif not _strictly_inside(split_value, start, end):
-        raise HashingMetadataError(f"split value {split_value} is not strictly inside the node's range ({start}, {end}]")
-    return (HashingNode(split_value, new_prefix(), NodeTag.REPLACE),
-            HashingNode(end, new_prefix(), NodeTag.REPLACE))
+        raise HashingMetadataError(
+            f"split value {split_value} is not strictly inside the node's range ({start}, {end}]"
+        )
+    return (HashingNode(split_value, new_prefix(), NodeTag.REPLACE), HashingNode(end, new_prefix(), NodeTag.REPLACE))
 
 
 def _strictly_inside(value: int, start: int, end: int) -> bool:
@@ -527,15 +562,18 @@ def _strictly_inside(value: int, start: int, end: int) -> bool:
     return value > start or value < end  # the range wraps past the top of the hash space
 
 
-def merge_nodes(metadata: HashingMetadata, adjacent_nodes: Sequence[HashingNode | str],
-                new_prefix: Callable[[], str] = new_file_id_prefix) -> list[HashingNode]:
+def merge_nodes(
+    metadata: HashingMetadata,
+    adjacent_nodes: Sequence[HashingNode | str],
+    new_prefix: Callable[[], str] = new_file_id_prefix,
+) -> list[HashingNode]:
     """Children merging adjacent buckets (in ring order) into one, as Hudi's plan records them:
     DELETE (no prefix) for every node but the last, the last REPLACEd with a new prefix."""
     if len(adjacent_nodes) < 2:
         raise HashingMetadataError("at least two buckets are needed for a merge")
     router = Router(metadata)
     nodes = [router.nodes[router.index_of(n)] for n in adjacent_nodes]
-    for a, b in zip(nodes, nodes[1:]):
+    for a, b in itertools.pairwise(nodes):
         if router.former(b).value != a.value:
             raise HashingMetadataError(f"cannot merge discontinuous hash ranges: {a!r} does not precede {b!r}")
     if len({n.value for n in nodes}) != len(nodes):
@@ -577,6 +615,7 @@ def children_from_json(text: str | None) -> list[HashingNode]:
 
 # ---- storage ---------------------------------------------------------------------------------
 
+
 def metadata_dir(partition_path: str) -> str:
     partition_path = partition_path.strip("/")
     return f"{HASHING_METADATA_DIR}/{partition_path}" if partition_path else HASHING_METADATA_DIR
@@ -598,10 +637,8 @@ def save(storage: Storage, metadata: HashingMetadata) -> None:
 def write_commit_marker(storage: Storage, partition_path: str, instant: str) -> None:
     """Create the empty `<instant>.commit` marker in the partition's metadata directory; once
     there, readers take the metadata of `instant` as committed. Idempotent."""
-    try:
+    with contextlib.suppress(FileExistsError):
         storage.create(commit_marker_path(partition_path, instant), b"")
-    except FileExistsError:
-        pass
 
 
 def load_file(storage: Storage, partition_path: str, instant: str) -> HashingMetadata:
@@ -655,10 +692,15 @@ def partitions(storage: Storage) -> list[str]:
     return sorted(found)
 
 
-def load_latest(storage: Storage, partition_path: str, completed_instants: set[str] | None = None, *,
-                pending_instants: set[str] | None = None,
-                existing_file_id_prefixes: Iterable[str] | None = None,
-                repair: bool = True) -> HashingMetadata | None:
+def load_latest(
+    storage: Storage,
+    partition_path: str,
+    completed_instants: AbstractSet[str] | None = None,
+    *,
+    pending_instants: set[str] | None = None,
+    existing_file_id_prefixes: Iterable[str] | None = None,
+    repair: bool = True,
+) -> HashingMetadata | None:
     """The partition's latest committed hashing metadata, or None when it has none.
 
     The rule (Hudi's `ConsistentBucketIndexUtils.loadMetadata`):
@@ -681,8 +723,10 @@ def load_latest(storage: Storage, partition_path: str, completed_instants: set[s
     """
     versions, markers = list_versions(storage, partition_path)
     for orphan in sorted(markers - set(versions)):
-        log.warning("hashing metadata commit marker %s has no metadata file; ignored",
-                    commit_marker_path(partition_path, orphan))
+        log.warning(
+            "hashing metadata commit marker %s has no metadata file; ignored",
+            commit_marker_path(partition_path, orphan),
+        )
     pending = pending_instants or set()
     committed = [v for v in versions if v in markers and v not in pending]
     latest = committed[-1] if committed else None
@@ -706,10 +750,9 @@ def load_latest(storage: Storage, partition_path: str, completed_instants: set[s
     return None if latest is None else load_file(storage, partition_path, latest)
 
 
-def load_or_create(storage: Storage, partition_path: str, num_buckets: int,
-                   completed_instants: set[str] | None = None) -> HashingMetadata:
+def load_or_create(
+    storage: Storage, partition_path: str, num_buckets: int, completed_instants: AbstractSet[str] | None = None
+) -> HashingMetadata:
     """Hudi's `loadOrCreateMetadata`: the latest committed metadata, created when there is none."""
     metadata = load_latest(storage, partition_path, completed_instants)
     return metadata if metadata is not None else create_initial(storage, partition_path, num_buckets)
-
-

@@ -9,6 +9,8 @@ does, so the result is the same 32-bit value the reference implementation gives.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 
@@ -28,6 +30,7 @@ def xxh32(values: pa.Array, seed: int = 0) -> np.ndarray:
         values = values.combine_chunks()
     if values.null_count:
         raise InvalidRequestError(f"{values.null_count} value(s) are null; they cannot be hashed")
+    offsets_type: type[np.signedinteger[Any]]
     if pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type):
         offsets_type = np.int64
     elif pa.types.is_string(values.type) or pa.types.is_binary(values.type):
@@ -39,13 +42,13 @@ def xxh32(values: pa.Array, seed: int = 0) -> np.ndarray:
     if n == 0:
         return out
     _, offsets_buffer, data_buffer = values.buffers()
-    offsets = np.frombuffer(offsets_buffer, dtype=offsets_type)[values.offset:values.offset + n + 1].astype(np.int64)
+    offsets = np.frombuffer(offsets_buffer, dtype=offsets_type)[values.offset : values.offset + n + 1].astype(np.int64)
     data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.empty(0, np.uint8)
     starts = offsets[:-1]
     lengths = offsets[1:] - starts
     if (lengths == lengths[0]).all():  # keys of one length lie in the buffer as a matrix already
         length = int(lengths[0])
-        matrix = data[starts[0]:starts[0] + n * length].reshape(n, length)
+        matrix = data[starts[0] : starts[0] + n * length].reshape(n, length)
         return _hash_equal_lengths(matrix, np.uint32(seed & 0xFFFFFFFF))
     order = np.argsort(lengths, kind="stable")
     sorted_lengths = lengths[order]
@@ -60,12 +63,16 @@ def xxh32(values: pa.Array, seed: int = 0) -> np.ndarray:
 def _hash_equal_lengths(matrix: np.ndarray, seed: np.uint32) -> np.ndarray:
     """xxHash32 of each row of a (keys, bytes) uint8 matrix."""
     n, length = matrix.shape
-    words = np.ascontiguousarray(matrix[:, :length - length % 4]).view("<u4").astype(np.uint32, copy=False)
+    words = np.ascontiguousarray(matrix[:, : length - length % 4]).view("<u4").astype(np.uint32, copy=False)
     with np.errstate(over="ignore"):
         pos = 0
         if length >= _STRIPE:
-            v = [np.full(n, seed + _P1 + _P2, np.uint32), np.full(n, seed + _P2, np.uint32),
-                 np.full(n, seed, np.uint32), np.full(n, seed - _P1, np.uint32)]
+            v = [
+                np.full(n, seed + _P1 + _P2, np.uint32),
+                np.full(n, seed + _P2, np.uint32),
+                np.full(n, seed, np.uint32),
+                np.full(n, seed - _P1, np.uint32),
+            ]
             while pos + _STRIPE <= length:
                 for lane in range(4):
                     v[lane] = _rotl(v[lane] + words[:, pos // 4 + lane] * _P2, 13) * _P1

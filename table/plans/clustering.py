@@ -14,6 +14,7 @@ compaction and cleaning (leave planned groups alone), the executor, and `streame
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from table.file_group.fs_view import FileSlice
 from table.index import consistent_hashing as ring
@@ -44,9 +45,12 @@ class PlannedSlice:
 
     @classmethod
     def of(cls, file_slice: FileSlice) -> PlannedSlice:
-        return cls(file_slice.partition_path, file_slice.file_id,
-                   file_slice.base_file.name.format() if file_slice.base_file else None,
-                   tuple(f.name.format() for f in file_slice.sorted_log_files()))
+        return cls(
+            file_slice.partition_path,
+            file_slice.file_id,
+            file_slice.base_file.name.format() if file_slice.base_file else None,
+            tuple(f.name.format() for f in file_slice.sorted_log_files()),
+        )
 
 
 @dataclass(frozen=True)
@@ -113,8 +117,10 @@ class ClusteringPlan:
             "version": PLAN_VERSION,
             "preserveHoodieMetadata": True,
         }
-        return serialize_plan(PLAN_SCHEMA, {"operationType": CLUSTER_OPERATION, "clusteringPlan": plan,
-                                            "extraMetadata": {}, "version": PLAN_VERSION})
+        return serialize_plan(
+            PLAN_SCHEMA,
+            {"operationType": CLUSTER_OPERATION, "clusteringPlan": plan, "extraMetadata": {}, "version": PLAN_VERSION},
+        )
 
     @classmethod
     def deserialize(cls, instant: str, content: bytes) -> ClusteringPlan | None:
@@ -128,23 +134,29 @@ class ClusteringPlan:
         return cls(instant, tuple(_group_of(g) for g in plan["inputGroups"] or ()), sort_columns)
 
 
-def _group_record(storage: Storage, group: ClusteringGroup) -> dict:
+def _group_record(storage: Storage, group: ClusteringGroup) -> dict[str, Any]:
     def full(name: str) -> str:
         return storage.full_path(f"{group.partition_path}/{name}" if group.partition_path else name)
 
     read_mb = group.input_bytes // MIB
     return {
-        "slices": [{
-            "dataFilePath": full(s.base_file) if s.base_file else "",
-            "deltaFilePaths": [full(n) for n in s.log_files],
-            "fileId": s.file_id,
-            "partitionPath": s.partition_path,
-            "bootstrapFilePath": "",
-            "version": 1,
-        } for s in group.slices],
-        "metrics": {"TOTAL_IO_READ_MB": float(read_mb), "TOTAL_IO_WRITE_MB": float(read_mb),
-                    "TOTAL_IO_MB": float(2 * read_mb),
-                    "TOTAL_LOG_FILES": float(sum(len(s.log_files) for s in group.slices))},
+        "slices": [
+            {
+                "dataFilePath": full(s.base_file) if s.base_file else "",
+                "deltaFilePaths": [full(n) for n in s.log_files],
+                "fileId": s.file_id,
+                "partitionPath": s.partition_path,
+                "bootstrapFilePath": "",
+                "version": 1,
+            }
+            for s in group.slices
+        ],
+        "metrics": {
+            "TOTAL_IO_READ_MB": float(read_mb),
+            "TOTAL_IO_WRITE_MB": float(read_mb),
+            "TOTAL_IO_MB": float(2 * read_mb),
+            "TOTAL_LOG_FILES": float(sum(len(s.log_files) for s in group.slices)),
+        },
         "numOutputFileGroups": group.output_file_groups,
         "extraMetadata": {
             PARTITION_KEY: group.partition_path,
@@ -155,16 +167,26 @@ def _group_record(storage: Storage, group: ClusteringGroup) -> dict:
     }
 
 
-def _group_of(record: dict) -> ClusteringGroup:
+def _group_of(record: dict[str, Any]) -> ClusteringGroup:
     extra = record.get("extraMetadata") or {}
     slices = tuple(
-        PlannedSlice(s["partitionPath"] or "", s["fileId"], _name(s["dataFilePath"]),
-                     tuple(_name(p) for p in s["deltaFilePaths"] or ()))
-        for s in record["slices"] or ())
+        PlannedSlice(
+            s["partitionPath"] or "",
+            s["fileId"],
+            _name(s["dataFilePath"]),
+            tuple(_name(p) for p in s["deltaFilePaths"] or ()),
+        )
+        for s in record["slices"] or ()
+    )
     partition = extra.get(PARTITION_KEY, slices[0].partition_path if slices else "")
     metrics = record.get("metrics") or {}
-    return ClusteringGroup(partition, slices, tuple(ring.children_from_json(extra.get(CHILD_NODES_KEY))),
-                           int(extra.get(SEQUENCE_NUMBER_KEY) or 0), int(metrics.get("TOTAL_IO_READ_MB", 0)) * MIB)
+    return ClusteringGroup(
+        partition,
+        slices,
+        tuple(ring.children_from_json(extra.get(CHILD_NODES_KEY))),
+        int(extra.get(SEQUENCE_NUMBER_KEY) or 0),
+        int(metrics.get("TOTAL_IO_READ_MB", 0)) * MIB,
+    )
 
 
 def _name(path: str | None) -> str | None:
@@ -175,7 +197,9 @@ def _name(path: str | None) -> str | None:
 
 
 def read_clustering_plan(timeline: Timeline, instant: str) -> ClusteringPlan | None:
-    return ClusteringPlan.deserialize(instant, timeline.read_content(Instant(instant, Action.REPLACE_COMMIT, "requested")))
+    return ClusteringPlan.deserialize(
+        instant, timeline.read_content(Instant(instant, Action.REPLACE_COMMIT, "requested"))
+    )
 
 
 def pending_clustering_plans(timeline: Timeline) -> list[ClusteringPlan]:

@@ -44,8 +44,9 @@ class CompactionOperation:
 
     def file_slice(self, storage: Storage) -> FileSlice:
         """The slice as planned: exactly these files, whatever was written to the group since."""
-        return FileSlice.of_files(storage, self.partition_path, self.file_id, self.base_instant,
-                                  self.base_file, self.log_files)
+        return FileSlice.of_files(
+            storage, self.partition_path, self.file_id, self.base_instant, self.base_file, self.log_files
+        )
 
 
 def pending_compactions(table: MorTable) -> list[str]:

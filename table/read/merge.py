@@ -37,14 +37,18 @@ class MergeRule(StrEnum):
     LOGS_OVER_BASE = "logs_over_base"  # logs by ordering, then they replace the base row
 
     @classmethod
-    def of(cls, payload_class: str | None) -> "MergeRule":
+    def of(cls, payload_class: str | None) -> MergeRule:
         """The rule of a payload class; FormatError for one whose merge we do not implement."""
-        rules = {f"{_PAYLOADS}DefaultHoodieRecordPayload": cls.GREATEST_ORDERING,
-                 f"{_PAYLOADS}EventTimeAvroPayload": cls.GREATEST_ORDERING,
-                 f"{_PAYLOADS}OverwriteWithLatestAvroPayload": cls.LOGS_OVER_BASE}
+        rules = {
+            f"{_PAYLOADS}DefaultHoodieRecordPayload": cls.GREATEST_ORDERING,
+            f"{_PAYLOADS}EventTimeAvroPayload": cls.GREATEST_ORDERING,
+            f"{_PAYLOADS}OverwriteWithLatestAvroPayload": cls.LOGS_OVER_BASE,
+        }
         if payload_class not in rules:
-            raise FormatError(f"payload class {payload_class!r} (hoodie.compaction.payload.class) is not one this "
-                              f"engine merges as Hudi does; it reads and writes tables of {sorted(rules)}")
+            raise FormatError(
+                f"payload class {payload_class!r} (hoodie.compaction.payload.class) is not one this "
+                f"engine merges as Hudi does; it reads and writes tables of {sorted(rules)}"
+            )
         return rules[payload_class]
 
 
@@ -102,8 +106,13 @@ def merge_latest(records: pa.Table, deletes: pa.Table | None, ordering_field: st
     return latest.filter(keep)
 
 
-def merge_slice(base: pa.Table | None, logs: pa.Table | None, deletes: pa.Table | None, ordering_field: str,
-                rule: MergeRule = MergeRule.GREATEST_ORDERING) -> pa.Table:
+def merge_slice(
+    base: pa.Table | None,
+    logs: pa.Table | None,
+    deletes: pa.Table | None,
+    ordering_field: str,
+    rule: MergeRule = MergeRule.GREATEST_ORDERING,
+) -> pa.Table:
     """The live version of each key of a file slice: its base file's rows, its log records and
     its log deletes (`DELETE_*` columns), merged by `rule`. `base` and `logs` have the same schema;
     at least one of them is given."""
@@ -123,8 +132,7 @@ def _greatest_per_key(deletes: pa.Table, column: str) -> tuple[pa.Array, pa.Arra
     """The distinct keys of the deletes and the greatest `column` of each, in the same order."""
     order = pc.sort_indices(deletes, sort_keys=[(DELETE_KEY, "ascending"), (column, "descending")])  # nulls last
     first = pc.filter(order, _first_of_runs(pc.take(deletes[DELETE_KEY], order)))
-    return (pc.take(deletes[DELETE_KEY], first).combine_chunks(),
-            pc.take(deletes[column], first).combine_chunks())
+    return (pc.take(deletes[DELETE_KEY], first).combine_chunks(), pc.take(deletes[column], first).combine_chunks())
 
 
 def _first_of_runs(sorted_keys: pa.ChunkedArray | pa.Array) -> pa.Array:

@@ -9,8 +9,9 @@ the statistics do not carry, a column a file lacks) keeps everything.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,7 +29,7 @@ _OPS: dict[str, tuple[Callable[[Any, Any, Any], bool], Callable[[Any, Any], Any]
 }
 IN = "in"
 NOT_NULL = "not_null"
-OPS = tuple(_OPS) + (IN, NOT_NULL)
+OPS = (*_OPS, IN, NOT_NULL)
 
 
 @dataclass(frozen=True)
@@ -101,4 +102,3 @@ def filter_rows(rows: pa.Table, predicates: Sequence[Predicate]) -> pa.Table:
 
 def columns_of(predicates: Sequence[Predicate]) -> list[str]:
     return list(dict.fromkeys(p.column for p in predicates))
-

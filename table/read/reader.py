@@ -70,8 +70,13 @@ def read_file_slice(storage: Storage, file_slice: FileSlice, spec: SliceReadSpec
             deletes.append(_delete_rows(block, spec.schema.field(spec.ordering_field).type))
     if not parts and base is None:
         return _project(spec.schema.empty_table(), spec.columns)
-    merged = merge_slice(base, pa.concat_tables(parts) if parts else None,
-                         pa.concat_tables(deletes) if deletes else None, spec.ordering_field, spec.merge_rule)
+    merged = merge_slice(
+        base,
+        pa.concat_tables(parts) if parts else None,
+        pa.concat_tables(deletes) if deletes else None,
+        spec.ordering_field,
+        spec.merge_rule,
+    )
     return _project(filter_rows(merged, spec.predicates), spec.columns)
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -70,7 +70,9 @@ class ArchivePolicy:
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_instants < self.max_instants:
-            raise InvalidRequestError(f"need 1 <= min_instants < max_instants, not {self.min_instants} and {self.max_instants}")
+            raise InvalidRequestError(
+                f"need 1 <= min_instants < max_instants, not {self.min_instants} and {self.max_instants}"
+            )
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,10 @@ class ArchiveResult:
     def __str__(self) -> str:
         if not self.archived:
             return "nothing to archive"
-        return (f"archived {len(self.archived)} instant(s), {self.archived[0].timestamp} to "
-                f"{self.archived[-1].timestamp}, into {self.archive_file}")
+        return (
+            f"archived {len(self.archived)} instant(s), {self.archived[0].timestamp} to "
+            f"{self.archived[-1].timestamp}, into {self.archive_file}"
+        )
 
 
 def archive(table: MorTable, policy: ArchivePolicy, keep_latest_with_metadata_key: str | None = None) -> ArchiveResult:
@@ -187,7 +191,7 @@ def _write_archive_file(table: MorTable, timeline: Timeline, state_files: list[I
     return path
 
 
-def _entry(timeline: Timeline, state_file: Instant) -> dict:
+def _entry(timeline: Timeline, state_file: Instant) -> dict[str, Any]:
     """The HoodieArchivedMetaEntry of one state file."""
     return {
         "commitTime": state_file.timestamp,
@@ -198,7 +202,7 @@ def _entry(timeline: Timeline, state_file: Instant) -> dict:
     }
 
 
-def _archived_metadata(timeline: Timeline, state_file: Instant) -> dict:
+def _archived_metadata(timeline: Timeline, state_file: Instant) -> dict[str, Any]:
     """The entry field holding what the file held, as MetadataConversionUtils fills it."""
     action, state = state_file.action, state_file.state
     if action is Action.COMPACTION:  # its inflight file is empty: the plan is the requested one
@@ -224,7 +228,7 @@ def _archived_metadata(timeline: Timeline, state_file: Instant) -> dict:
     return {"hoodieRequestedReplaceMetadata": deserialize_plan("HoodieRequestedReplaceMetadata", content)}
 
 
-def _commit_record(content: bytes) -> dict:
+def _commit_record(content: bytes) -> dict[str, Any]:
     """Commit metadata JSON as the Avro record Hudi archives (fields taken by name)."""
     record = json.loads(content)
     record["extraMetadata"] = {**(record.get("extraMetadata") or {}), ROLLING_STATS_KEY: ""}

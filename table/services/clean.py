@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from table import failpoints
 from table.config.choices import CleanPolicyKind
@@ -96,7 +96,7 @@ class _Retention:
         if key in self.replaced:
             return newest_first if self._replacement_is_old(self.replaced[key]) else []
         if self.policy.kind == CleanPolicyKind.KEEP_LATEST_FILE_VERSIONS:
-            old = newest_first[self.policy.retained:]
+            old = newest_first[self.policy.retained :]
         elif self.earliest is None:
             return []
         else:  # all up to E but the newest of them, which a read as of E uses
@@ -135,8 +135,13 @@ def _retention(timeline: Timeline, policy: CleanPolicy) -> _Retention:
         for pending in timeline.pending(Action.COMPACTION)
         for op in read_compaction_plan(timeline, pending.timestamp)[0]
     }
-    return _Retention(policy, earliest, frozenset(compacting), frozenset(pending_clustering_file_groups(timeline)),
-                      replaced_file_groups(timeline))
+    return _Retention(
+        policy,
+        earliest,
+        frozenset(compacting),
+        frozenset(pending_clustering_file_groups(timeline)),
+        replaced_file_groups(timeline),
+    )
 
 
 # -- planning ------------------------------------------------------------------------------------
@@ -172,7 +177,7 @@ def schedule_clean(writer: TableWriter, policy: CleanPolicy) -> str | None:
         return None
     last_write = timeline.last_completed_write()
     earliest = retention.earliest
-    plan = {
+    plan: dict[str, Any] = {
         "earliestInstantToRetain": (
             {"timestamp": earliest.timestamp, "action": earliest.action, "state": "COMPLETED"} if earliest else None
         ),
@@ -195,7 +200,7 @@ def schedule_clean(writer: TableWriter, policy: CleanPolicy) -> str | None:
 def _slice_paths(file_slice: FileSlice) -> list[str]:
     """Log files first, then the base file."""
     paths = [log.path for log in file_slice.sorted_log_files()]
-    return paths + [file_slice.base_file.path] if file_slice.base_file else paths
+    return [*paths, file_slice.base_file.path] if file_slice.base_file else paths
 
 
 def _stale_hashing_metadata(storage: Storage, partition: str, completed: CompletedInstants) -> list[str]:
@@ -269,7 +274,7 @@ def _relative_path(storage: Storage, full_path: str) -> str:
     root = storage.full_path()
     if not full_path.startswith(f"{root}/"):
         raise InvalidRequestError(f"{full_path} is not under the table at {root}")
-    return full_path[len(root) + 1:]
+    return full_path[len(root) + 1 :]
 
 
 # -- both, and recovery --------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -99,8 +99,9 @@ class CompactionStrategy:
             chosen = set(recent[: self.recent_partitions or DEFAULT_RECENT_PARTITIONS])
             return [s for s in slices if s.partition_path in chosen]
         if self.kind == CompactionStrategyKind.LOG_FILE_COUNT:
-            ranked = sorted((s for s in slices if len(s.log_files) >= self.min_log_files),
-                            key=lambda s: -len(s.log_files))
+            ranked = sorted(
+                (s for s in slices if len(s.log_files) >= self.min_log_files), key=lambda s: -len(s.log_files)
+            )
         elif self.kind == CompactionStrategyKind.LOG_FILE_SIZE:
             ranked = sorted((s for s in slices if _log_bytes(s) >= self.min_log_bytes), key=lambda s: -_log_bytes(s))
         else:
@@ -124,7 +125,9 @@ class CompactionResult:
 
     def __str__(self) -> str:
         records = sum(s.num_writes for s in self.write_stats)
-        return f"compacted {len(self.write_stats)} file group(s) at {self.instant} into base files of {records} record(s)"
+        return (
+            f"compacted {len(self.write_stats)} file group(s) at {self.instant} into base files of {records} record(s)"
+        )
 
 
 # -- plans on the timeline -----------------------------------------------------------------------
@@ -160,7 +163,7 @@ def schedule_compaction(writer: TableWriter, strategy: CompactionStrategy) -> st
     return instant
 
 
-def _plan_operation(file_slice: FileSlice) -> dict:
+def _plan_operation(file_slice: FileSlice) -> dict[str, Any]:
     op = CompactionOperation.of_slice(file_slice)
     return {
         "baseInstantTime": op.base_instant,
@@ -231,8 +234,10 @@ class CompactionExecution(PlanExecution):
         )
 
     def planned_files(self) -> list[MarkedFile]:
-        return [MarkedFile(op.partition_path, _base_file_name(op, self.instant, task_id), IOType.CREATE)
-                for task_id, op in enumerate(self.operations)]
+        return [
+            MarkedFile(op.partition_path, _base_file_name(op, self.instant, task_id), IOType.CREATE)
+            for task_id, op in enumerate(self.operations)
+        ]
 
     def write_groups(self) -> Iterator[list[WriteStat]]:
         log.info("compaction %s of %s: %d file groups", self.instant, self.table.name, len(self.operations))
@@ -240,12 +245,19 @@ class CompactionExecution(PlanExecution):
             yield [_compact(self.table.storage, op, self.instant, task_id, self.spec)]
 
     def log_progress(self, groups_done: int, stats: list[WriteStat]) -> None:
-        log.info("compaction %s of %s: %d of %d file groups done", self.instant, self.table.name, groups_done,
-                 len(self.operations))
+        log.info(
+            "compaction %s of %s: %d of %d file groups done",
+            self.instant,
+            self.table.name,
+            groups_done,
+            len(self.operations),
+        )
 
     def completed_metadata(self, stats: list[WriteStat]) -> CommitMetadata:
-        extra = {SCHEMA_KEY: avro_schema_json(self.schema, self.table.name, with_meta_fields=False),
-                 **self.plan_metadata}
+        extra = {
+            SCHEMA_KEY: avro_schema_json(self.schema, self.table.name, with_meta_fields=False),
+            **self.plan_metadata,
+        }
         return CommitMetadata.for_write(stats, extra, operation_type="COMPACT", compacted=True)
 
     def on_files_written(self) -> None:
@@ -279,8 +291,15 @@ def _base_file_name(op: CompactionOperation, instant: str, task_id: int) -> str:
     return BaseFileName(op.file_id, write_token(task_id, 0, 0), instant).format()
 
 
-def _write_stat(storage: Storage, op: CompactionOperation, file_slice: FileSlice, rows: pa.Table, path: str,
-                size: int, runtime: RuntimeStats) -> WriteStat:
+def _write_stat(
+    storage: Storage,
+    op: CompactionOperation,
+    file_slice: FileSlice,
+    rows: pa.Table,
+    path: str,
+    size: int,
+    runtime: RuntimeStats,
+) -> WriteStat:
     """Records from the logs are those committed after the slice's base instant; an update
     replaces a key of the old base file, an insert does not, a delete removed one."""
     base_keys = _base_record_keys(storage, file_slice)

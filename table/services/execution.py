@@ -54,8 +54,9 @@ class PlanExecution(ABC):
 
     def acquire_lease(self) -> WriterLease:
         """The plan's executor lease; raises `conflict` while another live executor holds it."""
-        return acquire_executor_lease(self.table.storage, f"{self.service} {self.instant}",
-                                      self.lease_path(self.instant), self.conflict)
+        return acquire_executor_lease(
+            self.table.storage, f"{self.service} {self.instant}", self.lease_path(self.instant), self.conflict
+        )
 
     def run(self) -> list[WriteStat]:
         """Execute the plan; the write stats of the completed instant.

@@ -16,6 +16,7 @@ children named in the rollback plan as well.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from table import failpoints
 from table.storage.file_io import Storage
@@ -48,7 +49,7 @@ def rollback_pending_writes(storage: Storage, timeline: Timeline) -> list[str]:
     return done
 
 
-def rollback(storage: Storage, timeline: Timeline, target: Instant, extra_files: list[str] = ()) -> str:
+def rollback(storage: Storage, timeline: Timeline, target: Instant, extra_files: Sequence[str] = ()) -> str:
     """Roll back one pending instant: the files its markers name and `extra_files` (table
     relative) are deleted; returns the rollback's instant time."""
     rollback_time = timeline.new_instant_time()
@@ -78,7 +79,9 @@ def _execute(storage: Storage, timeline: Timeline, rollback_time: str, target_ti
     inflight = Instant(rollback_time, ROLLBACK_ACTION, "inflight")
     if not timeline.contains(inflight):
         timeline.transition_to_inflight(Instant(rollback_time, ROLLBACK_ACTION, "requested"))
-    plan = deserialize_plan("HoodieRollbackPlan", timeline.read_content(Instant(rollback_time, ROLLBACK_ACTION, "requested")))
+    plan = deserialize_plan(
+        "HoodieRollbackPlan", timeline.read_content(Instant(rollback_time, ROLLBACK_ACTION, "requested"))
+    )
     planned = [_relative(storage, f) for r in plan["RollbackRequests"] or () for f in r["filesToBeDeleted"] or ()]
     deleted: dict[str, list[str]] = {}
     for path in sorted(set(marked_files(storage, target_time)) | set(planned)):
@@ -114,7 +117,7 @@ def _execute(storage: Storage, timeline: Timeline, rollback_time: str, target_ti
 
 def _relative(storage: Storage, full_path: str) -> str:
     root = storage.full_path() + "/"
-    return full_path[len(root):] if full_path.startswith(root) else full_path
+    return full_path[len(root) :] if full_path.startswith(root) else full_path
 
 
 def _partition_of(path: str) -> str:

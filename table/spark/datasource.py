@@ -20,8 +20,8 @@ the driver does.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 from urllib.parse import unquote
 
 import pyarrow as pa

@@ -80,7 +80,7 @@ class PassMetrics:
     to_rows_seconds: float = 0.0
     route_seconds: float = 0.0
 
-    def add(self, other: "PassMetrics") -> "PassMetrics":
+    def add(self, other: PassMetrics) -> PassMetrics:
         for name in self.__dataclass_fields__:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         return self
@@ -144,8 +144,9 @@ def write_dataframe(commit: DeltaCommit, df: DataFrame, to_rows: ToRows | None =
     finally:
         routing.destroy()  # its blocks in the JVM and its file on the driver's disk, one a batch otherwise
     stats = [WriteStat.from_dict(json.loads(r.stat)) for r in rows if r.stat is not None]
-    return DataFrameWriteResult(stats, metrics.value, sum(r.seconds for r in rows), time.monotonic() - started,
-                                tasks.count)
+    return DataFrameWriteResult(
+        stats, metrics.value, sum(r.seconds for r in rows), time.monotonic() - started, tasks.count
+    )
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ class _WriteTasks:
     turns: dict[str, int]  # file id -> its task
 
     @classmethod
-    def of(cls, spark, routing: Routing) -> "_WriteTasks":
+    def of(cls, spark, routing: Routing) -> _WriteTasks:
         cores = spark.sparkContext.defaultParallelism
         most = max(1, cores * TASKS_PER_CORE)
         groups = sorted(routing.targets)
@@ -208,8 +209,10 @@ def spark_hash_int(value: int) -> int:
 
 # ---- executors ---------------------------------------------------------------------------------
 
-def _key_route_pack(routing_bc, tasks: _WriteTasks, to_rows: ToRows | None, metrics,
-                    batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+
+def _key_route_pack(
+    routing_bc, tasks: _WriteTasks, to_rows: ToRows | None, metrics, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
     """The pass: input batches in, one packed row per file group and batch out."""
     from pyspark import TaskContext
 
@@ -287,7 +290,7 @@ class TaskShare:
         self.bytes = 0
         self.partitions: dict[str, str] = {}  # file id -> partition path, for every group received
 
-    def __enter__(self) -> "TaskShare":
+    def __enter__(self) -> TaskShare:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -368,7 +371,7 @@ class _SpillBucket:
 
     def write(self, rows: pa.Table) -> None:
         if self._writer is None:
-            self._file = tempfile.TemporaryFile(dir=self._directory, prefix="mor-write-")
+            self._file = tempfile.TemporaryFile(dir=self._directory, prefix="mor-write-")  # noqa: SIM115 - closed by close()
             self._writer = pa.ipc.new_stream(pa.PythonFile(self._file, mode="w"), rows.schema)
         self._writer.write_table(rows)
         self.bytes += rows.nbytes

@@ -12,11 +12,13 @@ no directories to make, and whether a file exists is asked with one HEAD.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
+from typing import Any, BinaryIO
 
 import pyarrow.fs as pafs
 
@@ -66,8 +68,9 @@ class S3Options:
         given = dict(options or {})
         unknown = sorted(set(given) - set(STORAGE_OPTION_NAMES))
         if unknown:
-            raise StorageOptionsError(f"unknown storage option(s) {', '.join(unknown)}; "
-                                      f"known: {', '.join(STORAGE_OPTION_NAMES)}")
+            raise StorageOptionsError(
+                f"unknown storage option(s) {', '.join(unknown)}; known: {', '.join(STORAGE_OPTION_NAMES)}"
+            )
         values = {}
         for field, (option, *variables) in _S3_SETTINGS.items():
             found = given.get(option)
@@ -77,8 +80,11 @@ class S3Options:
         return cls(**values)
 
     def __repr__(self) -> str:
-        shown = {f.name: getattr(self, f.name) for f in fields(self)
-                 if f.name in ("region", "endpoint_url", "allow_http") and getattr(self, f.name)}
+        shown = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name in ("region", "endpoint_url", "allow_http") and getattr(self, f.name)
+        }
         return f"S3Options({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     def filesystem(self) -> pafs.S3FileSystem:
@@ -91,14 +97,21 @@ class S3Options:
                 if (self.allow_http or "").lower() not in ("true", "1", "yes"):
                     raise StorageOptionsError(
                         f"the S3 endpoint {endpoint} is plain HTTP; set the storage option aws_allow_http: "
-                        "true (or AWS_ALLOW_HTTP=true) to allow it")
+                        "true (or AWS_ALLOW_HTTP=true) to allow it"
+                    )
                 scheme = "http"
             endpoint = endpoint.split("://", 1)[-1].rstrip("/")
         return pafs.S3FileSystem(
-            access_key=self.access_key_id, secret_key=self.secret_access_key,
+            access_key=self.access_key_id,
+            secret_key=self.secret_access_key,
             session_token=self.session_token if self.access_key_id else None,
-            region=self.region or "us-east-1", endpoint_override=endpoint, scheme=scheme,
-            allow_delayed_open=True, connect_timeout=5, request_timeout=30)
+            region=self.region or "us-east-1",
+            endpoint_override=endpoint,
+            scheme=scheme,
+            allow_delayed_open=True,
+            connect_timeout=5,
+            request_timeout=30,
+        )
 
 
 class Storage:
@@ -112,11 +125,11 @@ class Storage:
         self._made: set[str] = set()  # parent directories `open_new` made (or found): a write of many
         # files into few partitions makes each once
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         return {"base_uri": self.base_uri, "options": self.options}
 
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["base_uri"], state.get("options"))
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        Storage.__init__(self, state["base_uri"], state.get("options"))
 
     def __repr__(self) -> str:
         return f"Storage({self.base_uri!r})"
@@ -135,7 +148,7 @@ class Storage:
             else:
                 S3Options.resolve(self.options)  # a misspelt option fails here too
                 self._fs, self._root = pafs.LocalFileSystem(), os.path.abspath(self.base_uri)
-        return self._fs, self._root
+        return self._fs, str(self._root)
 
     @property
     def filesystem(self) -> pafs.FileSystem:
@@ -227,7 +240,7 @@ class Storage:
                 out.flush()
                 os.fsync(out.fileno())
 
-    def open_new(self, rel: str):
+    def open_new(self, rel: str) -> Any:  # a pyarrow output stream or a local file
         """A data file of a pending instant written as a stream (a large base file written a row
         group at a time), as `write_new` writes it whole: created exclusively on a local disk
         and not synced (see `sync_files`); on an object store a PUT, or a multipart upload
@@ -289,8 +302,11 @@ class Storage:
             return []
         parent, _, name = rel.rpartition("/")
         prefix = _temp_prefix(name)
-        return [e.path for e in self.list_dir(parent)
-                if not e.is_dir and e.name.startswith(prefix) and e.name.endswith(".tmp")]
+        return [
+            e.path
+            for e in self.list_dir(parent)
+            if not e.is_dir and e.name.startswith(prefix) and e.name.endswith(".tmp")
+        ]
 
     def list_dir(self, rel: str = "", recursive: bool = False) -> list[FileStatus]:
         """Entries directly under a directory (all below it with `recursive`: one listing of the
@@ -301,7 +317,7 @@ class Storage:
         out = []
         for info in self.filesystem.get_file_info(selector):
             name = info.base_name
-            below = info.path[len(base):].strip("/") if recursive else name
+            below = info.path[len(base) :].strip("/") if recursive else name
             out.append(
                 FileStatus(
                     name=name,
@@ -322,16 +338,14 @@ class Storage:
 
     def delete_dir(self, rel: str) -> None:
         """Delete a directory and all in it; an absent one is fine."""
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.filesystem.delete_dir(self.full_path(rel))
-        except FileNotFoundError:
-            pass
 
-    def open_input(self, rel: str):
+    def open_input(self, rel: str) -> Any:  # a pyarrow random-access file
         """A random-access file, as pyarrow.parquet needs."""
         return self.filesystem.open_input_file(self.full_path(rel))
 
-    def open_output(self, rel: str):
+    def open_output(self, rel: str) -> Any:  # a pyarrow output stream
         self.makedirs(_parent(rel))
         return self.filesystem.open_output_stream(self.full_path(rel))
 
@@ -361,7 +375,7 @@ def _fsync_all(paths: list[str]) -> None:
             os.close(fd)
 
 
-def _open_exclusive(path: str):
+def _open_exclusive(path: str) -> BinaryIO:
     """A new file open for writing; FileExistsError when there is one. Through `os.open`, which
     costs a new file a third less than `open(path, "xb")`."""
     return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb")

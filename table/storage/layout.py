@@ -38,8 +38,7 @@ _FILE_ID = r"[^_/]+"  # names are split on '_', so a file id never holds one
 _INSTANT = r"\d{17}|\d{14}"  # yyyyMMddHHmmssSSS, or the second-precision form of old tables
 _WRITE_TOKEN = r"\d+-\d+-\d+"
 _BASE_FILE_RE = re.compile(
-    rf"(?P<file_id>{_FILE_ID})_(?P<write_token>{_WRITE_TOKEN})_(?P<instant>{_INSTANT})"
-    + re.escape(BASE_FILE_EXTENSION)
+    rf"(?P<file_id>{_FILE_ID})_(?P<write_token>{_WRITE_TOKEN})_(?P<instant>{_INSTANT})" + re.escape(BASE_FILE_EXTENSION)
 )
 _LOG_FILE_RE = re.compile(
     rf"\.(?P<file_id>{_FILE_ID})_(?P<base_instant>{_INSTANT})"

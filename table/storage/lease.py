@@ -66,7 +66,7 @@ class LeaseHolder:
         return json.dumps(asdict(self)).encode()
 
     @staticmethod
-    def from_bytes(data: bytes) -> "LeaseHolder":
+    def from_bytes(data: bytes) -> LeaseHolder:
         return LeaseHolder(**json.loads(data))
 
 
@@ -93,8 +93,9 @@ def process_start_time(pid: int) -> str | None:
 class WriterLease:
     """Holds the table's writer lease until released; renews it from a daemon thread."""
 
-    def __init__(self, storage: Storage, description: str, ttl_seconds: float = DEFAULT_TTL_SECONDS,
-                 path: str = LEASE_PATH):
+    def __init__(
+        self, storage: Storage, description: str, ttl_seconds: float = DEFAULT_TTL_SECONDS, path: str = LEASE_PATH
+    ):
         self._storage = storage
         self._path = path
         self._ttl = ttl_seconds
@@ -117,13 +118,17 @@ class WriterLease:
     def current_holder(self) -> LeaseHolder | None:
         return read_holder(self._storage, self._path)
 
-    def acquire(self) -> "WriterLease":
+    def acquire(self) -> WriterLease:
         try:
             self._storage.create(self._path, self._holder().to_bytes())
         except FileExistsError:
             holder = self.current_holder()
-            if (holder is not None and holder.owner_id != self._owner_id and not holder.expired(time.time())
-                    and not holder.process_gone()):
+            if (
+                holder is not None
+                and holder.owner_id != self._owner_id
+                and not holder.expired(time.time())
+                and not holder.process_gone()
+            ):
                 raise WriterConflictError(
                     f"table {self._storage.base_uri} is being written by another writer: "
                     f"{holder.description} (host {holder.host}, pid {holder.pid}); its lease "
@@ -134,9 +139,10 @@ class WriterLease:
             time.sleep(OBJECT_STORE_SETTLE_SECONDS)
         holder = self.current_holder()
         if holder is None or holder.owner_id != self._owner_id:
-            raise WriterConflictError(f"lost the race for the writer lease of {self._storage.base_uri}"
-                                      + (f" to {holder.description} (host {holder.host}, pid {holder.pid})"
-                                         if holder else ""))
+            raise WriterConflictError(
+                f"lost the race for the writer lease of {self._storage.base_uri}"
+                + (f" to {holder.description} (host {holder.host}, pid {holder.pid})" if holder else "")
+            )
         self._thread = threading.Thread(target=self._heartbeat, name="writer-lease", daemon=True)
         self._thread.start()
         return self
@@ -167,10 +173,10 @@ class WriterLease:
         if holder is not None and holder.owner_id == self._owner_id:
             self._storage.delete(self._path)
 
-    def __enter__(self) -> "WriterLease":
+    def __enter__(self) -> WriterLease:
         return self.acquire()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 

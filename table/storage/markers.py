@@ -83,7 +83,7 @@ def marked_files(storage: Storage, instant: str) -> list[str]:
     for entry in storage.list_dir(root, recursive=True):
         if entry.is_dir:
             continue
-        below = entry.path[len(root) + 1:]
+        below = entry.path[len(root) + 1 :]
         if entry.name.startswith(MARKERS_FILE_PREFIX) and entry.name != MARKER_TYPE_FILE and "/" not in below:
             text = storage.read_bytes(entry.path).decode()
             found.update(line.split(MARKER_SUFFIX, 1)[0] for line in text.splitlines() if MARKER_SUFFIX in line)

@@ -13,5 +13,15 @@ from table.sync.hive_sync import HiveSync, SyncResult, SyncTarget, hive_location
 from table.sync.metastore import HiveMetastoreClient
 from table.sync.registration import LAST_COMMIT_TIME_SYNC, HiveTable, hive_tables
 
-__all__ = ["HiveMetastoreClient", "HiveSync", "HiveTable", "LAST_COMMIT_TIME_SYNC", "PartitionChanges", "SyncResult",
-           "SyncTarget", "hive_location", "hive_tables", "partition_changes"]
+__all__ = [
+    "LAST_COMMIT_TIME_SYNC",
+    "HiveMetastoreClient",
+    "HiveSync",
+    "HiveTable",
+    "PartitionChanges",
+    "SyncResult",
+    "SyncTarget",
+    "hive_location",
+    "hive_tables",
+    "partition_changes",
+]

@@ -55,19 +55,19 @@ def _changes_after(timeline: Timeline, synced: str | None) -> PartitionChanges:
         if instant.action == Action.REPLACE_COMMIT:
             metadata = ReplaceCommitMetadata.from_json(content)
             if metadata.operation_type == DELETE_PARTITION:
-                deleted.update({p: instant.timestamp for p in metadata.partition_to_replace_file_ids})
+                deleted.update(dict.fromkeys(metadata.partition_to_replace_file_ids, instant.timestamp))
                 continue
-            written.update({p: instant.timestamp for p in metadata.partition_to_replace_file_ids})
+            written.update(dict.fromkeys(metadata.partition_to_replace_file_ids, instant.timestamp))
         else:
             metadata = CommitMetadata.from_json(content)
-        written.update({p: instant.timestamp for p in metadata.partition_to_write_stats})
+        written.update(dict.fromkeys(metadata.partition_to_write_stats, instant.timestamp))
     for clean in timeline.completed(Action.CLEAN):
         if synced is not None and clean.timestamp <= synced:
             continue
-        for partition, cleaned in (deserialize_plan("HoodieCleanMetadata", timeline.read_content(clean))
-                                   ["partitionMetadata"] or {}).items():
+        for partition, cleaned in (
+            deserialize_plan("HoodieCleanMetadata", timeline.read_content(clean))["partitionMetadata"] or {}
+        ).items():
             if cleaned.get("isPartitionDeleted"):
                 deleted[partition] = clean.timestamp
     dropped = {p for p, at in deleted.items() if p not in written or written[p] < at}
-    return PartitionChanges(frozenset(p for p in written if p and p not in dropped),
-                            frozenset(p for p in dropped if p))
+    return PartitionChanges(frozenset(p for p in written if p and p not in dropped), frozenset(p for p in dropped if p))

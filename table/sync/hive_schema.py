@@ -11,6 +11,7 @@ and the meta columns first.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pyarrow as pa
 
@@ -50,10 +51,17 @@ def hive_type(t: pa.DataType) -> str:
     raise UnsupportedTypeError(f"no Hive type for {t}")
 
 
-def _spark_type(t: pa.DataType) -> str | dict:
+def _spark_type(t: pa.DataType) -> str | dict[str, Any]:
     """The JSON of Spark's DataType for an Arrow type, as Hudi derives it from Parquet."""
-    simple = {"string": "string", "boolean": "boolean", "int": "integer", "float": "float", "double": "double",
-              "date": "date", "binary": "binary"}
+    simple = {
+        "string": "string",
+        "boolean": "boolean",
+        "int": "integer",
+        "float": "float",
+        "double": "double",
+        "date": "date",
+        "binary": "binary",
+    }
     if pa.types.is_timestamp(t):
         return "timestamp"
     if pa.types.is_int64(t):
@@ -61,25 +69,34 @@ def _spark_type(t: pa.DataType) -> str | dict:
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return {"type": "array", "elementType": _spark_type(t.value_type), "containsNull": t.value_field.nullable}
     if pa.types.is_map(t):
-        return {"type": "map", "keyType": _spark_type(t.key_type), "valueType": _spark_type(t.item_type),
-                "valueContainsNull": t.item_field.nullable}
+        return {
+            "type": "map",
+            "keyType": _spark_type(t.key_type),
+            "valueType": _spark_type(t.item_type),
+            "valueContainsNull": t.item_field.nullable,
+        }
     if pa.types.is_struct(t):
         return _spark_struct(list(t))
     name = hive_type(t)
     return simple.get(name, name)
 
 
-def _spark_struct(fields: list[pa.Field]) -> dict:
-    return {"type": "struct", "fields": [
-        {"name": f.name, "type": _spark_type(f.type), "nullable": f.nullable, "metadata": {}} for f in fields]}
+def _spark_struct(fields: list[pa.Field]) -> dict[str, Any]:
+    return {
+        "type": "struct",
+        "fields": [
+            {"name": f.name, "type": _spark_type(f.type), "nullable": f.nullable, "metadata": {}} for f in fields
+        ],
+    }
 
 
 def spark_schema_json(schema: pa.Schema, partition_fields: tuple[str, ...]) -> str:
     """Spark's StructType JSON: data columns in table order, then the partition columns (a
     partition field the schema lacks is a string, as in Hudi)."""
     data = [f for f in schema if f.name not in partition_fields]
-    partitions = [schema.field(p) if p in schema.names else pa.field(p, pa.string(), nullable=False)
-                  for p in partition_fields]
+    partitions = [
+        schema.field(p) if p in schema.names else pa.field(p, pa.string(), nullable=False) for p in partition_fields
+    ]
     return json.dumps(_spark_struct(data + partitions), separators=(",", ":"))
 
 
@@ -87,7 +104,7 @@ def spark_table_properties(schema: pa.Schema, partition_fields: tuple[str, ...])
     """What Hudi's `SparkDataSourceTableUtils` records so Spark reads the table as a Hudi data
     source table: the provider, the schema in parts, the partition columns."""
     text = spark_schema_json(schema, partition_fields)
-    parts = [text[i:i + SCHEMA_PART_LENGTH] for i in range(0, len(text), SCHEMA_PART_LENGTH)]
+    parts = [text[i : i + SCHEMA_PART_LENGTH] for i in range(0, len(text), SCHEMA_PART_LENGTH)]
     props = {"spark.sql.sources.provider": "hudi", "spark.sql.sources.schema.numParts": str(len(parts))}
     props.update({f"spark.sql.sources.schema.part.{i}": part for i, part in enumerate(parts)})
     if partition_fields:

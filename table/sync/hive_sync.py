@@ -25,11 +25,16 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from table.errors import CatalogSyncError
 from table.sync.changes import partition_changes
 from table.sync.metastore import HiveMetastoreClient
 from table.sync.registration import LAST_COMMIT_TIME_SYNC, HiveTable, hive_tables, partition_name, partition_values
+
+if TYPE_CHECKING:
+    from table.mor_table import MorTable
+    from table.timeline.timeline import Timeline
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +81,12 @@ class HiveSync:
     """Syncs one table to one metastore. `connect` makes a client when one is needed: after a
     failure the connection is dropped and made again at the next sync."""
 
-    def __init__(self, table, target: SyncTarget, connect: Callable[[], HiveMetastoreClient]):
+    def __init__(self, table: MorTable, target: SyncTarget, connect: Callable[[], HiveMetastoreClient]):
         self.table = table
         self.target = target
         self._connect = connect
         self._client: HiveMetastoreClient | None = None
-        self._columns: dict[str, tuple] = {}  # table name -> the columns and properties it has
+        self._columns: dict[str, tuple[Any, ...]] = {}  # table name -> the columns and properties it has
         self._partitions: dict[str, set[str]] = {}  # table name -> partition names it has
 
     @property
@@ -118,8 +123,13 @@ class HiveSync:
             if self.target.create_database and not self._columns and not client.database_exists(self.target.database):
                 client.create_database(self.target.database)
                 log.info("created database %s in the metastore at %s", self.target.database, client.uris)
-            definitions = hive_tables(self.table.config, self.table.schema(timeline), hive_location(self.table.base_uri),
-                                      self.target.database, self.target.table_name)
+            definitions = hive_tables(
+                self.table.config,
+                self.table.schema(timeline),
+                hive_location(self.table.base_uri),
+                self.target.database,
+                self.target.table_name,
+            )
             created, changed, added, dropped = [], [], 0, 0
             for definition in definitions:
                 outcome = self._sync_table(client, definition, timeline, last.timestamp, repair)
@@ -132,11 +142,13 @@ class HiveSync:
         except Exception as e:  # py4j's own errors: the gateway or the connection to it broke
             self._forget()
             raise CatalogSyncError(f"sync of {', '.join(names)}: {type(e).__name__}: {e}") from e
-        return SyncResult(last.timestamp, names, tuple(created), tuple(changed), added, dropped,
-                          time.monotonic() - started)
+        return SyncResult(
+            last.timestamp, names, tuple(created), tuple(changed), added, dropped, time.monotonic() - started
+        )
 
-    def _sync_table(self, client: HiveMetastoreClient, definition: HiveTable, timeline,
-                    instant: str, repair: bool) -> tuple[bool, bool, int, int]:
+    def _sync_table(
+        self, client: HiveMetastoreClient, definition: HiveTable, timeline: Timeline, instant: str, repair: bool
+    ) -> tuple[bool, bool, int, int]:
         """(created, columns changed, partitions added, partitions dropped) for one table."""
         name = definition.name
         shape = (definition.columns, definition.partition_keys, tuple(sorted(definition.table_properties.items())))
@@ -152,36 +164,52 @@ class HiveSync:
         columns_changed = rewrite = False
         if not created and (repair or self._columns.get(name) != shape):
             columns_changed = client.columns(j_table) != list(definition.columns)
-            rewrite = repair or columns_changed or any(
-                client.parameter(j_table, k) != v for k, v in definition.table_properties.items())
+            rewrite = (
+                repair
+                or columns_changed
+                or any(client.parameter(j_table, k) != v for k, v in definition.table_properties.items())
+            )
         if name not in self._partitions:
-            self._partitions[name] = client.partition_names(definition.database, name) if definition.partition_keys else set()
+            self._partitions[name] = (
+                client.partition_names(definition.database, name) if definition.partition_keys else set()
+            )
         registered = self._partitions[name]
         added = dropped = 0
         if definition.partition_keys:
             changes = partition_changes(self.table.storage, timeline, None if repair else synced)
-            by_name = {partition_name(self.table.config, partition_values(self.table.config, p)): p
-                       for p in changes.written}
+            by_name = {
+                partition_name(self.table.config, partition_values(self.table.config, p)): p for p in changes.written
+            }
             new = {n: p for n, p in by_name.items() if n not in registered}
             if changes.complete:  # a first sync: what is registered but not on storage goes
                 gone = {n for n in registered if n not in by_name}
             else:
-                gone = {partition_name(self.table.config, partition_values(self.table.config, p))
-                        for p in changes.dropped} & registered
+                gone = {
+                    partition_name(self.table.config, partition_values(self.table.config, p)) for p in changes.dropped
+                } & registered
             base = hive_location(self.table.base_uri)
-            client.add_partitions(definition, j_table, [(partition_values(self.table.config, p), f"{base}/{p}")
-                                                        for p in new.values()])
+            client.add_partitions(
+                definition, j_table, [(partition_values(self.table.config, p), f"{base}/{p}") for p in new.values()]
+            )
             registered.update(new)
             for partition in sorted(gone):
                 client.drop_partition(definition, partition)
                 registered.discard(partition)
             added, dropped = len(new), len(gone)
         properties = {**definition.table_properties, **self.target.table_properties, LAST_COMMIT_TIME_SYNC: instant}
-        client.alter_table(definition, j_table, properties if rewrite or created else {LAST_COMMIT_TIME_SYNC: instant},
-                           formats=rewrite, columns=columns_changed)
+        client.alter_table(
+            definition,
+            j_table,
+            properties if rewrite or created else {LAST_COMMIT_TIME_SYNC: instant},
+            formats=rewrite,
+            columns=columns_changed,
+        )
         if columns_changed:
-            log.info("updated the columns of %s: %s", definition.qualified_name,
-                     ", ".join(f"{c} {t}" for c, t in definition.columns))
+            log.info(
+                "updated the columns of %s: %s",
+                definition.qualified_name,
+                ", ".join(f"{c} {t}" for c, t in definition.columns),
+            )
         self._columns[name] = shape
         return created, columns_changed, added, dropped
 

@@ -11,13 +11,16 @@ embedded metastore. A call the metastore refuses, or a metastore that does not a
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from table.errors import CatalogSyncError
 from table.sync.registration import HiveTable
+
+T = TypeVar("T")
 
 URIS = "hive.metastore.uris"
 
@@ -25,16 +28,24 @@ URIS = "hive.metastore.uris"
 class HiveMetastoreClient:
     """One connection to the metastore; `close()` ends it."""
 
-    def __init__(self, jvm: Any, uris: str | None = None, hadoop_conf: Any = None,
-                 settings: Mapping[str, str] | None = None, timeout_seconds: float = 30.0):
+    def __init__(
+        self,
+        jvm: Any,
+        uris: str | None = None,
+        hadoop_conf: Any = None,
+        settings: Mapping[str, str] | None = None,
+        timeout_seconds: float = 30.0,
+    ):
         self._jvm = jvm
         hive_conf_class = jvm.org.apache.hadoop.hive.conf.HiveConf
         conf = hive_conf_class(hadoop_conf, hive_conf_class._java_lang_class) if hadoop_conf else hive_conf_class()
         if uris:
             conf.set(URIS, uris)
         if not conf.get(URIS):
-            raise CatalogSyncError("no metastore to sync to: set sync.metastore_uris, or hive.metastore.uris in "
-                                   "hive-site.xml or as spark.hadoop.hive.metastore.uris")
+            raise CatalogSyncError(
+                "no metastore to sync to: set sync.metastore_uris, or hive.metastore.uris in "
+                "hive-site.xml or as spark.hadoop.hive.metastore.uris"
+            )
         # fail within the timeout instead of Hive's default retries (minutes) while the metastore is down
         conf.set("hive.metastore.client.socket.timeout", f"{int(timeout_seconds)}s")
         conf.set("hive.metastore.connect.retries", "1")
@@ -43,14 +54,13 @@ class HiveMetastoreClient:
             conf.set(key, str(value))
         self.uris = conf.get(URIS)
         # a connection of its own (Hive's `Hive.get` caches one per thread, which a close would share)
-        self._client = self._call("connect", lambda: jvm.org.apache.hadoop.hive.metastore.RetryingMetaStoreClient
-                                  .getProxy(conf, False))
+        self._client = self._call(
+            "connect", lambda: jvm.org.apache.hadoop.hive.metastore.RetryingMetaStoreClient.getProxy(conf, False)
+        )
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # a dead connection closes as well as it can
             self._client.close()
-        except Exception:  # a dead connection closes as well as it can
-            pass
 
     # -- databases ---------------------------------------------------------------------------
 
@@ -59,7 +69,8 @@ class HiveMetastoreClient:
 
     def create_database(self, database: str) -> None:
         db = self._jvm.org.apache.hadoop.hive.metastore.api.Database(
-            database, "created by mor-streamer's catalog sync", None, None)
+            database, "created by mor-streamer's catalog sync", None, None
+        )
         self._call(f"create database {database}", lambda: self._client.createDatabase(db))
 
     # -- tables ------------------------------------------------------------------------------
@@ -68,7 +79,7 @@ class HiveMetastoreClient:
         """The Thrift Table, or None when there is none."""
         try:
             return self._call(f"get table {database}.{name}", lambda: self._client.getTable(database, name))
-        except _Missing:
+        except _MissingError:
             return None
 
     def create_table(self, table: HiveTable, extra_properties: Mapping[str, str]) -> None:
@@ -96,8 +107,14 @@ class HiveMetastoreClient:
     def parameter(self, j_table: Any, key: str) -> str | None:
         return j_table.getParameters().get(key)
 
-    def alter_table(self, table: HiveTable, j_table: Any, properties: Mapping[str, str],
-                    formats: bool = False, columns: bool = False) -> None:
+    def alter_table(
+        self,
+        table: HiveTable,
+        j_table: Any,
+        properties: Mapping[str, str],
+        formats: bool = False,
+        columns: bool = False,
+    ) -> None:
         """Update the stored table: `properties` set; with `formats` its formats, serde and serde
         properties as `table` has them; with `columns` its columns, cascaded to every partition
         (new columns then read as null in partitions registered before them)."""
@@ -114,15 +131,20 @@ class HiveMetastoreClient:
             sd.setCols(self._fields(table.columns))
             if table.partition_keys:
                 context.putToProperties("CASCADE", "true")
-        self._call(f"alter table {table.qualified_name}", lambda: self._client.alter_table_with_environmentContext(
-            table.database, table.name, j_table, context))
+        self._call(
+            f"alter table {table.qualified_name}",
+            lambda: self._client.alter_table_with_environmentContext(table.database, table.name, j_table, context),
+        )
 
     # -- partitions --------------------------------------------------------------------------
 
     def partition_names(self, database: str, name: str) -> set[str]:
         """The names (`field=value/...`) of a table's registered partitions."""
-        return set(self._call(f"list partitions of {database}.{name}",
-                              lambda: self._client.listPartitionNames(database, name, -1)))
+        return set(
+            self._call(
+                f"list partitions of {database}.{name}", lambda: self._client.listPartitionNames(database, name, -1)
+            )
+        )
 
     def add_partitions(self, table: HiveTable, j_table: Any, partitions: Iterable[tuple[list[str], str]]) -> None:
         """Register partitions given as (values, location), with the table's storage descriptor;
@@ -135,16 +157,17 @@ class HiveMetastoreClient:
             partition_sd.setLocation(location)
             batch.add(api.Partition(self._list(values), table.database, table.name, 0, 0, partition_sd, None))
         if batch.size():
-            self._call(f"add partitions to {table.qualified_name}",
-                       lambda: self._client.add_partitions(batch, True, False))
+            self._call(
+                f"add partitions to {table.qualified_name}", lambda: self._client.add_partitions(batch, True, False)
+            )
 
     def drop_partition(self, table: HiveTable, name: str) -> None:
         """Unregister a partition by name (`field=value/...`); its files stay. None there is fine."""
-        try:
-            self._call(f"drop partition {name} of {table.qualified_name}",
-                       lambda: self._client.dropPartition(table.database, table.name, name, False))
-        except _Missing:
-            pass
+        with contextlib.suppress(_MissingError):
+            self._call(
+                f"drop partition {name} of {table.qualified_name}",
+                lambda: self._client.dropPartition(table.database, table.name, name, False),
+            )
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -164,7 +187,7 @@ class HiveMetastoreClient:
             j.put(key, value)
         return j
 
-    def _call(self, what: str, call):
+    def _call(self, what: str, call: Callable[[], T]) -> T:
         try:
             return call()
         except Exception as e:
@@ -172,11 +195,11 @@ class HiveMetastoreClient:
             if java is None:
                 raise CatalogSyncError(f"{what}: {type(e).__name__}: {e}") from e
             if java.getClass().getSimpleName() == "NoSuchObjectException":
-                raise _Missing(what) from e
+                raise _MissingError(what) from e
             raise CatalogSyncError(f"{what} on {getattr(self, 'uris', 'the metastore')}: {_java_message(java)}") from e
 
 
-class _Missing(CatalogSyncError):
+class _MissingError(CatalogSyncError):
     """The metastore has no such object."""
 
 

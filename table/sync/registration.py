@@ -35,7 +35,7 @@ PATH_PROPERTY = "path"
 READ_OPTIMIZED_PROPERTY = "hoodie.query.as.ro.table"
 
 # Characters Hive escapes in partition names (FileUtils.escapePathName).
-_HIVE_ESCAPED = set('"#%\'*/:=?\\\x7f{[]^') | {chr(c) for c in range(1, 0x20)}
+_HIVE_ESCAPED = set("\"#%'*/:=?\\\x7f{[]^") | {chr(c) for c in range(1, 0x20)}
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,9 @@ class HiveTable:
         return f"{self.database}.{self.name}"
 
 
-def hive_tables(config: TableConfig, schema: pa.Schema, location: str, database: str,
-                name: str) -> tuple[HiveTable, HiveTable]:
+def hive_tables(
+    config: TableConfig, schema: pa.Schema, location: str, database: str, name: str
+) -> tuple[HiveTable, HiveTable]:
     """The `_rt` and `_ro` tables of a merge-on-read table with these columns (no meta columns)."""
     full = table_schema_with_meta(schema)
     partition_fields = tuple(config.partition_fields)
@@ -68,14 +69,22 @@ def hive_tables(config: TableConfig, schema: pa.Schema, location: str, database:
     spark = spark_table_properties(full, partition_fields)
 
     def table(suffix: str, input_format: str, read_optimized: bool) -> HiveTable:
-        return HiveTable(database, f"{name}{suffix}", location, columns, keys, input_format,
-                         serde_properties={PATH_PROPERTY: location,
-                                           READ_OPTIMIZED_PROPERTY: str(read_optimized).lower(),
-                                           "serialization.format": "1"},
-                         table_properties={"EXTERNAL": "TRUE", **spark})
+        return HiveTable(
+            database,
+            f"{name}{suffix}",
+            location,
+            columns,
+            keys,
+            input_format,
+            serde_properties={
+                PATH_PROPERTY: location,
+                READ_OPTIMIZED_PROPERTY: str(read_optimized).lower(),
+                "serialization.format": "1",
+            },
+            table_properties={"EXTERNAL": "TRUE", **spark},
+        )
 
-    return (table(SNAPSHOT_SUFFIX, REALTIME_INPUT_FORMAT, False),
-            table(READ_OPTIMIZED_SUFFIX, INPUT_FORMAT, True))
+    return (table(SNAPSHOT_SUFFIX, REALTIME_INPUT_FORMAT, False), table(READ_OPTIMIZED_SUFFIX, INPUT_FORMAT, True))
 
 
 def partition_values(config: TableConfig, partition_path: str) -> list[str]:
@@ -85,8 +94,10 @@ def partition_values(config: TableConfig, partition_path: str) -> list[str]:
         return []
     parts = partition_path.split("/")
     if len(parts) != len(config.partition_fields):
-        raise ValueError(f"partition path {partition_path!r} does not have one part per partition field "
-                         f"{list(config.partition_fields)}")
+        raise ValueError(
+            f"partition path {partition_path!r} does not have one part per partition field "
+            f"{list(config.partition_fields)}"
+        )
     values = [p.split("=", 1)[1] if config.hive_style_partitioning and "=" in p else p for p in parts]
     return [unquote(v) for v in values] if config.url_encode_partitioning else values
 

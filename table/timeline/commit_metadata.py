@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from table.errors import UnsupportedTypeError
 from table.jackson import Laid, jackson_dumps, jackson_object
@@ -141,8 +141,9 @@ class WriteStat:
         if self.is_delta:
             entries += [(key, getattr(self, attr)) for attr, key in _DELTA_FIELDS[:-2]]
             entries.append(("logFiles", list(self.log_files or [])))
-            entries.append(("recordsStats", self.records_stats if self.records_stats is not None
-                            else dict(_NO_RECORDS_STATS)))
+            entries.append(
+                ("recordsStats", self.records_stats if self.records_stats is not None else dict(_NO_RECORDS_STATS))
+            )
         return jackson_object(entries, level)
 
     def to_dict(self) -> dict[str, Any]:
@@ -152,9 +153,7 @@ class WriteStat:
             d["runtimeStats"] = self.runtime_stats.to_dict()
         if self.is_delta:
             d["logFiles"] = list(self.log_files or [])
-            d["recordsStats"] = (
-                self.records_stats if self.records_stats is not None else dict(_NO_RECORDS_STATS)
-            )
+            d["recordsStats"] = self.records_stats if self.records_stats is not None else dict(_NO_RECORDS_STATS)
         d.update(self.extra)
         return d
 
@@ -192,9 +191,12 @@ class CommitMetadata:
 
     @classmethod
     def for_write(
-        cls, stats: Iterable[WriteStat], extra_metadata: dict[str, str], operation_type: str,
+        cls,
+        stats: Iterable[WriteStat],
+        extra_metadata: dict[str, str],
+        operation_type: str,
         compacted: bool = False,
-    ) -> CommitMetadata:
+    ) -> Self:
         """Metadata of a write, its stats grouped by their partition path; `compacted` marks a
         compaction's commit, as Hudi's HoodieCommitMetadata(true)."""
         by_partition: dict[str, list[WriteStat]] = {}
@@ -237,7 +239,7 @@ class CommitMetadata:
         return {}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> CommitMetadata:
+    def from_dict(cls, d: dict[str, Any]) -> Self:
         return cls(
             partition_to_write_stats={
                 p: [WriteStat.from_dict(s) for s in stats or []]
@@ -250,7 +252,7 @@ class CommitMetadata:
         )
 
     @classmethod
-    def from_json(cls, data: bytes | str) -> CommitMetadata:
+    def from_json(cls, data: bytes | str) -> Self:
         """Parse instant content; an empty file (a requested write) is empty metadata, as in Hudi."""
         text = data.decode("utf-8") if isinstance(data, bytes) else data
         return cls.from_dict(json.loads(text)) if text.strip() else cls()
@@ -262,17 +264,13 @@ class ReplaceCommitMetadata(CommitMetadata):
 
     partition_to_replace_file_ids: dict[str, list[str]] = field(default_factory=dict)
 
-    _KNOWN: ClassVar[tuple[str, ...]] = CommitMetadata._KNOWN + ("partitionToReplaceFileIds",)
+    _KNOWN: ClassVar[tuple[str, ...]] = (*CommitMetadata._KNOWN, "partitionToReplaceFileIds")
 
     def _own_fields(self) -> dict[str, Any]:
-        return {
-            "partitionToReplaceFileIds": {
-                p: list(ids) for p, ids in self.partition_to_replace_file_ids.items()
-            }
-        }
+        return {"partitionToReplaceFileIds": {p: list(ids) for p, ids in self.partition_to_replace_file_ids.items()}}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ReplaceCommitMetadata:
+    def from_dict(cls, d: dict[str, Any]) -> Self:
         base = CommitMetadata.from_dict(d)
         return cls(
             base.partition_to_write_stats,

@@ -23,7 +23,7 @@ import functools
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 from fastavro.validation import ValidationError
@@ -35,7 +35,7 @@ _NAMESPACE = "org.apache.hudi.avro.model"
 
 
 @functools.cache
-def _definitions() -> dict[str, dict]:
+def _definitions() -> dict[str, dict[str, Any]]:
     return {p.stem: json.loads(p.read_text()) for p in SCHEMA_DIR.glob("*.avsc")}
 
 
@@ -60,17 +60,17 @@ def _inline(node: Any, seen: set[str]) -> Any:
 
 
 @functools.cache
-def schema(schema_name: str) -> dict:
+def schema(schema_name: str) -> dict[str, Any]:
     """The self-contained Avro schema of a plan or metadata record (KeyError if unknown)."""
     return _inline(_definitions()[schema_name], set())
 
 
 @functools.cache
-def _parsed(schema_name: str) -> dict:
-    return fastavro.parse_schema(schema(schema_name))
+def _parsed(schema_name: str) -> dict[str, Any]:
+    return cast(dict[str, Any], fastavro.parse_schema(schema(schema_name)))
 
 
-def serialize_plan(schema_name: str, record: dict) -> bytes:
+def serialize_plan(schema_name: str, record: dict[str, Any]) -> bytes:
     """An Avro container file with the one record; absent optional fields take their defaults.
 
     ValueError when the record does not fit the schema (a required field missing, a wrong type).
@@ -83,11 +83,11 @@ def serialize_plan(schema_name: str, record: dict) -> bytes:
     return out.getvalue()
 
 
-def deserialize_plan(schema_name: str, data: bytes) -> dict:
+def deserialize_plan(schema_name: str, data: bytes) -> dict[str, Any]:
     """The record of an Avro container file written by us or by Hudi."""
     if not data:
         raise FormatError(f"empty content where a {schema_name} was expected")
     records = list(fastavro.reader(io.BytesIO(data), reader_schema=_parsed(schema_name)))
     if len(records) != 1:
         raise FormatError(f"expected one {schema_name} record, found {len(records)}")
-    return records[0]
+    return cast(dict[str, Any], records[0])

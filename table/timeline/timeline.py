@@ -55,7 +55,7 @@ WRITE_ACTIONS = (Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT)
 _TIMESTAMP = re.compile(r"\d{17}|\d{14}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Instant:
     """One action at one instant time, in one state. Strings are accepted for action and state."""
 
@@ -63,9 +63,10 @@ class Instant:
     action: Action
     state: State
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "action", Action(self.action))
-        object.__setattr__(self, "state", State(self.state))
+    def __init__(self, timestamp: str, action: Action | str, state: State | str) -> None:
+        object.__setattr__(self, "timestamp", timestamp)
+        object.__setattr__(self, "action", Action(action))
+        object.__setattr__(self, "state", State(state))
         if not _TIMESTAMP.fullmatch(self.timestamp):
             raise FormatError(f"invalid instant time: {self.timestamp!r}")
         if self.action is Action.COMPACTION and self.state is State.COMPLETED:

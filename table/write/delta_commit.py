@@ -28,8 +28,15 @@ class DeltaCommit:
     routing of its records, then completed with the write stats of the files its tasks wrote,
     or abandoned. The in-process upsert and the Spark write both go through it."""
 
-    def __init__(self, writer: TableWriter, instant: str, timeline: Timeline, data_schema: pa.Schema,
-                 routing: Routing, layout: LayoutStats):
+    def __init__(
+        self,
+        writer: TableWriter,
+        instant: str,
+        timeline: Timeline,
+        data_schema: pa.Schema,
+        routing: Routing,
+        layout: LayoutStats,
+    ):
         self.writer = writer
         self.layout = layout  # as the commit began
         self.instant = instant
@@ -61,12 +68,15 @@ class DeltaCommit:
             write_partition_metadata(storage, partition, self.instant)
             return ring.create_initial(storage, partition, self.routing.initial_buckets)
 
-        with ThreadPoolExecutor(min(PARTITION_THREADS, max(1, len(partitions))), thread_name_prefix="partitions") as pool:
+        with ThreadPoolExecutor(
+            min(PARTITION_THREADS, max(1, len(partitions))), thread_name_prefix="partitions"
+        ) as pool:
             created = list(pool.map(record, partitions))
         for partition, stored in zip(partitions, created):
             used = self.routing.router(partition).metadata
             if stored.nodes != used.nodes:
                 raise HashingMetadataError(
                     f"partition '{partition}' was created with other buckets than this commit routed to "
-                    f"({len(stored.nodes)} against {len(used.nodes)}); the commit is not completed")
+                    f"({len(stored.nodes)} against {len(used.nodes)}); the commit is not completed"
+                )
             self.writer.remember_ring(stored)

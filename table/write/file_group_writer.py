@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -80,8 +81,9 @@ def planned_file(ctx: CommitContext, target: FileGroupTarget, task: WriteTask) -
     if target.base_instant is None:
         name = BaseFileName(file_id=target.file_id, write_token=task.token, instant=ctx.instant).format()
         return MarkedFile(target.partition_path, name, IOType.CREATE)
-    name = LogFileName(file_id=target.file_id, base_instant=target.base_instant, version=target.log_version,
-                       write_token=task.token).format()
+    name = LogFileName(
+        file_id=target.file_id, base_instant=target.base_instant, version=target.log_version, write_token=task.token
+    ).format()
     return MarkedFile(target.partition_path, name, IOType.APPEND)
 
 
@@ -132,13 +134,20 @@ class TaskFiles:
         ctx = self.ctx
         groups = _TaskGroups.of(rows)
         targets = [self.targets[f] for f in groups.file_ids]
-        names = [self.files[f].file_name if t.base_instant is None else t.file_id
-                 for f, t in zip(groups.file_ids, targets)]
-        records = _with_meta_columns(ctx, groups.rows, pc.take(pa.array(names, pa.string()), groups.codes),
-                                     self.task.partition_id, self._written_rows)
+        names = [
+            self.files[f].file_name if t.base_instant is None else t.file_id for f, t in zip(groups.file_ids, targets)
+        ]
+        records = _with_meta_columns(
+            ctx,
+            groups.rows,
+            pc.take(pa.array(names, pa.string()), groups.codes),
+            self.task.partition_id,
+            self._written_rows,
+        )
         self._written_rows += records.num_rows
-        log_records = conform(records, log_schema(ctx.log_schema_json).arrow) \
-            if _logs_with_upserts(targets, groups) else records
+        log_records = (
+            conform(records, log_schema(ctx.log_schema_json).arrow) if _logs_with_upserts(targets, groups) else records
+        )
         row_bytes = records.nbytes / max(1, records.num_rows)
         blocks: list[tuple[str, LogBlock]] = []
         for g, (file_id, target) in enumerate(zip(groups.file_ids, targets)):
@@ -149,14 +158,28 @@ class TaskFiles:
                 continue
             pending = self._logs.setdefault(file_id, _PendingLog())
             if upserts:
-                blocks.append((file_id, DataBlock.create(log_records.slice(start, upserts), ctx.instant,
-                                                         ctx.log_schema_json, ctx.log_block_format)))
+                blocks.append(
+                    (
+                        file_id,
+                        DataBlock.create(
+                            log_records.slice(start, upserts), ctx.instant, ctx.log_schema_json, ctx.log_block_format
+                        ),
+                    )
+                )
                 pending.upserts += upserts
             if deletes:
                 removed = groups.rows.slice(start + upserts, deletes)
-                blocks.append((file_id, DeleteBlock.create(
-                    record_keys=removed[RECORD_KEY], partition_paths=removed[PARTITION_PATH],
-                    ordering_values=removed[ctx.ordering_field], instant=ctx.instant)))
+                blocks.append(
+                    (
+                        file_id,
+                        DeleteBlock.create(
+                            record_keys=removed[RECORD_KEY],
+                            partition_paths=removed[PARTITION_PATH],
+                            ordering_values=removed[ctx.ordering_field],
+                            instant=ctx.instant,
+                        ),
+                    )
+                )
                 pending.deletes += deletes
         for (file_id, _), encoded in zip(blocks, encode_blocks([block for _, block in blocks])):
             self._logs[file_id].blocks.append(encoded)
@@ -199,10 +222,20 @@ class TaskFiles:
     def _base_written(self, file_id: str, rows: int, size: int) -> None:
         failpoints.reach("deltacommit.base_file_written")
         target, file = self.targets[file_id], self.files[file_id]
-        self._stats.append(WriteStat(
-            file_id=target.file_id, path=file.path, partition_path=target.partition_path, prev_commit="null",
-            num_writes=rows, num_inserts=rows, num_update_writes=0, num_deletes=0,
-            total_write_bytes=size, file_size_in_bytes=size))
+        self._stats.append(
+            WriteStat(
+                file_id=target.file_id,
+                path=file.path,
+                partition_path=target.partition_path,
+                prev_commit="null",
+                num_writes=rows,
+                num_inserts=rows,
+                num_update_writes=0,
+                num_deletes=0,
+                total_write_bytes=size,
+                file_size_in_bytes=size,
+            )
+        )
 
     def _finish_logs(self, file_ids: list[str]) -> None:
         for file_id in file_ids:
@@ -212,19 +245,32 @@ class TaskFiles:
             target, file = self.targets[file_id], self.files[file_id]
             size = write_log_bytes(self.ctx.storage, file.path, b"".join(pending.blocks), durable=False)
             failpoints.reach("deltacommit.log_file_written")
-            self._stats.append(WriteStat(
-                file_id=target.file_id, path=file.path, partition_path=target.partition_path,
-                prev_commit=target.base_instant, num_writes=pending.upserts, num_inserts=0,
-                num_update_writes=pending.upserts, num_deletes=pending.deletes, total_write_bytes=size,
-                file_size_in_bytes=size, log_version=target.log_version, log_offset=0,
-                base_file=target.base_file_name, log_files=[file.file_name], total_log_blocks=len(pending.blocks)))
+            self._stats.append(
+                WriteStat(
+                    file_id=target.file_id,
+                    path=file.path,
+                    partition_path=target.partition_path,
+                    prev_commit=target.base_instant,
+                    num_writes=pending.upserts,
+                    num_inserts=0,
+                    num_update_writes=pending.upserts,
+                    num_deletes=pending.deletes,
+                    total_write_bytes=size,
+                    file_size_in_bytes=size,
+                    log_version=target.log_version,
+                    log_offset=0,
+                    base_file=target.base_file_name,
+                    log_files=[file.file_name],
+                    total_log_blocks=len(pending.blocks),
+                )
+            )
 
 
 @dataclass
 class _BaseStream:
     """A base file written a row group at a time."""
 
-    out: object  # the output stream
+    out: Any  # the output stream (pyarrow's or a local file)
     writer: pq.ParquetWriter
     rows: int = 0
 
@@ -238,7 +284,7 @@ class _PendingLog:
     deletes: int = 0
 
 
-def _logs_with_upserts(targets: list[FileGroupTarget], groups: "_TaskGroups") -> bool:
+def _logs_with_upserts(targets: list[FileGroupTarget], groups: _TaskGroups) -> bool:
     """Whether any group gets a data block: only then are the records laid out as the log schema."""
     return any(t.base_instant is not None and groups.counts[g, 0] for g, t in enumerate(targets))
 
@@ -255,7 +301,7 @@ class _TaskGroups:
     counts: np.ndarray  # [group, 0 upserts | 1 deletes]
 
     @classmethod
-    def of(cls, rows: pa.Table) -> "_TaskGroups":
+    def of(cls, rows: pa.Table) -> _TaskGroups:
         groups = pc.dictionary_encode(rows[FILE_ID].combine_chunks())
         codes = np.asarray(groups.indices).astype(np.int64)
         key = codes * 2 + np.asarray(rows[IS_DELETE].combine_chunks()).astype(np.int64)
@@ -273,8 +319,9 @@ class _TaskGroups:
         return int(self.starts[g]), int(self.counts[g, 0]), int(self.counts[g, 1])
 
 
-def _with_meta_columns(ctx: CommitContext, rows: pa.Table, file_names: pa.Array, task_id: int,
-                       first_position: int = 0) -> pa.Table:
+def _with_meta_columns(
+    ctx: CommitContext, rows: pa.Table, file_names: pa.Array, task_id: int, first_position: int = 0
+) -> pa.Table:
     """The rows with Hudi's meta columns first, data columns in the table's types: the commit's
     time, a sequence number unique in the task, key, partition, and the file name of each row's group."""
     n = rows.num_rows

@@ -47,11 +47,14 @@ def drop_metadata_table(table: MorTable) -> bool:
     has_dir = storage.exists(METADATA_TABLE_DIR)
     if not listed and not has_dir:
         return False
-    log.warning("%s: removing Hudi's metadata table (%s%s) before this writer's commit: this writer does not "
-                "update it, and readers that list files through it would miss what it writes (Hudi's writer "
-                "does the same when it runs with hoodie.metadata.enable=false)", table.base_uri,
-                ", ".join(f"{k}={v}" for k, v in listed.items()) or "no partitions listed",
-                f", {METADATA_TABLE_DIR}" if has_dir else "")
+    log.warning(
+        "%s: removing Hudi's metadata table (%s%s) before this writer's commit: this writer does not "
+        "update it, and readers that list files through it would miss what it writes (Hudi's writer "
+        "does the same when it runs with hoodie.metadata.enable=false)",
+        table.base_uri,
+        ", ".join(f"{k}={v}" for k, v in listed.items()) or "no partitions listed",
+        f", {METADATA_TABLE_DIR}" if has_dir else "",
+    )
     if listed:
         cleared = dataclasses.replace(config, extra={k: v for k, v in config.extra.items() if k not in listed})
         _rewrite_properties(storage, cleared)
@@ -86,6 +89,7 @@ class MetadataTableGuard:
         storage = self.table.storage
         writes = (timeline or Timeline.load(storage)).completed_writes()
         foreign = self._seen is None or any(
-            i.timestamp not in self._seen and not JOURNAL.made_here(storage, i) for i in writes)
+            i.timestamp not in self._seen and not JOURNAL.made_here(storage, i) for i in writes
+        )
         self._seen = frozenset(i.timestamp for i in writes)
         return drop_metadata_table(self.table) if foreign else False

@@ -4,6 +4,7 @@ value per record key, the later row on ties)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -11,6 +12,9 @@ import pyarrow.compute as pc
 
 from table.errors import InvalidBatchError
 from table.schema import PARTITION_PATH, RECORD_KEY
+
+if TYPE_CHECKING:
+    from table.keys import KeyGenerator
 
 #: Column marking the rows of a prepared batch that are deletes.
 IS_DELETE = "_mor_is_delete"
@@ -32,7 +36,7 @@ class BatchSpec:
     delete_field: str | None
 
 
-def prepare_batch(records: pa.Table, spec: BatchSpec, key_generator, dedupe: bool = True) -> pa.Table:
+def prepare_batch(records: pa.Table, spec: BatchSpec, key_generator: KeyGenerator, dedupe: bool = True) -> pa.Table:
     """Validate, add record key and partition path, keep the latest version of each key.
 
     `dedupe=False` leaves duplicates for a later per-file-group pass (the Spark path).
@@ -51,9 +55,7 @@ def prepare_batch(records: pa.Table, spec: BatchSpec, key_generator, dedupe: boo
             "it must be a number, string, date or timestamp"
         )
     if ordering.null_count:
-        raise InvalidBatchError(
-            f"ordering field '{spec.ordering_field}' is null in {ordering.null_count} record(s)"
-        )
+        raise InvalidBatchError(f"ordering field '{spec.ordering_field}' is null in {ordering.null_count} record(s)")
     keys = key_generator.record_keys(records)
     partitions = key_generator.partition_paths(records)
     if spec.delete_field:

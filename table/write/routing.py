@@ -4,6 +4,7 @@ the record keys, and the file group target each bucket writes to in this commit.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -13,6 +14,9 @@ from table.errors import HashingMetadataError
 from table.index import consistent_hashing as ring
 from table.schema import PARTITION_PATH, RECORD_KEY
 from table.write.prepare import BatchSpec, prepare_batch
+
+if TYPE_CHECKING:
+    from table.keys import KeyGenerator
 
 #: Column of a prepared batch holding its file group's id, for the shuffle.
 FILE_ID = "_mor_file_id"
@@ -39,8 +43,14 @@ class Routing:
     Picklable: Spark broadcasts it to the tasks that key and route a batch.
     """
 
-    def __init__(self, spec: BatchSpec, key_generator, routers: dict[str, ring.Router],
-                 targets: dict[str, FileGroupTarget], initial_buckets: int):
+    def __init__(
+        self,
+        spec: BatchSpec,
+        key_generator: KeyGenerator,
+        routers: dict[str, ring.Router],
+        targets: dict[str, FileGroupTarget],
+        initial_buckets: int,
+    ):
         self.spec = spec
         self.key_generator = key_generator
         self.routers = routers
@@ -48,10 +58,10 @@ class Routing:
         self.initial_buckets = initial_buckets
         self._new_partitions: dict[str, ring.Router] = {}
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "_new_partitions"}
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _new_partitions={})
 
     def prepare(self, records: pa.Table | pa.RecordBatch, dedupe: bool = True) -> pa.Table:
@@ -63,7 +73,8 @@ class Routing:
         if found is None:
             found = self._new_partitions[partition_path] = ring.Router(
                 ring.initial_metadata(partition_path, self.initial_buckets),
-                index_key_fields=self.spec.record_key_fields)
+                index_key_fields=self.spec.record_key_fields,
+            )
         return found
 
     def is_new(self, partition_path: str) -> bool:
@@ -76,8 +87,9 @@ class Routing:
             return found
         if not self.is_new(partition_path):
             raise HashingMetadataError(f"file group {file_id} is not a bucket of partition '{partition_path}'")
-        return FileGroupTarget(partition_path=partition_path, file_id=file_id, base_instant=None,
-                               base_file_name=None, log_version=1)
+        return FileGroupTarget(
+            partition_path=partition_path, file_id=file_id, base_instant=None, base_file_name=None, log_version=1
+        )
 
     def route(self, rows: pa.Table | pa.RecordBatch) -> pa.Table:
         """The rows with the FILE_ID of their partition's bucket (its consistent-hashing ring
@@ -91,7 +103,8 @@ class Routing:
         routers = [self.router(p) for p in partitions.dictionary.to_pylist()]
         hashes = ring.hash_values(table[RECORD_KEY], self.spec.record_key_fields)
         file_ids, child_ids = ring.PartitionRouters(routers).file_ids_with_children(
-            np.asarray(partitions.indices), hashes)
+            np.asarray(partitions.indices), hashes
+        )
         primary = table.append_column(FILE_ID, file_ids)
         if child_ids is None or child_ids.null_count == len(child_ids):
             return primary

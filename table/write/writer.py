@@ -18,9 +18,9 @@ from table.file_group.layout_stats import LayoutStats
 from table.file_group.view_cache import FileSystemViewCache, SyncResult
 from table.index import consistent_hashing as ring
 from table.keys import KeyGenerator
-from table.schema import avro_schema_json, evolve
 from table.plans.clustering import pending_clustering_plans
 from table.plans.compaction import pending_compaction_file_groups
+from table.schema import avro_schema_json, evolve
 from table.services.rollback import rollback_pending_writes
 from table.storage.file_io import Storage
 from table.storage.lease import DEFAULT_TTL_SECONDS, WriterLease
@@ -73,13 +73,13 @@ class TableWriter:
         self.last_commit: CommitMetadata | None = None  # what the latest `complete` committed
         self.last_layout: LayoutStats | None = None  # the buckets' latest slices after it
 
-    def __enter__(self) -> "TableWriter":
+    def __enter__(self) -> TableWriter:
         return self.open()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def open(self) -> "TableWriter":
+    def open(self) -> TableWriter:
         self._lease.acquire()
         try:
             rollback_pending_writes(self.table.storage, Timeline.load(self.table.storage))
@@ -161,7 +161,7 @@ class TableWriter:
             task_memory_bytes=self.options.task_memory_bytes,
         )
 
-    def begin_delta_commit(self, data_schema: pa.Schema) -> "DeltaCommit":
+    def begin_delta_commit(self, data_schema: pa.Schema) -> DeltaCommit:
         """Start a deltacommit and work out where each of its records goes."""
         instant, timeline = self.begin()
         routing, layout = self._routing(timeline)
@@ -199,20 +199,27 @@ class TableWriter:
         routers: dict[str, ring.Router] = {}
         targets: dict[str, FileGroupTarget] = {}
         compacting = pending_compaction_file_groups(timeline)
-        resizing = {p: (plan.instant, children) for plan in pending_clustering_plans(timeline)
-                    for p, children in plan.children_by_partition().items()}
-        for partition, metadata in rings.items():
+        resizing = {
+            p: (plan.instant, children)
+            for plan in pending_clustering_plans(timeline)
+            for p, children in plan.children_by_partition().items()
+        }
+        for partition, stored in rings.items():
             groups = view.file_groups(partition)
+            metadata = stored
             if partition in resizing:
                 resize_instant, children = resizing[partition]
-                metadata = metadata.with_children(children)
+                metadata = stored.with_children(children)
                 for child in children:
                     if child.file_id_prefix:
                         group = groups.get(child.file_id)
                         targets[child.file_id] = FileGroupTarget(
-                            partition_path=partition, file_id=child.file_id, base_instant=resize_instant,
+                            partition_path=partition,
+                            file_id=child.file_id,
+                            base_instant=resize_instant,
                             base_file_name="",
-                            log_version=group.next_log_version(resize_instant) if group else 1)
+                            log_version=group.next_log_version(resize_instant) if group else 1,
+                        )
             routers[partition] = ring.Router(metadata, index_key_fields=tuple(self.table.config.record_key_fields))
             for node in metadata.nodes:
                 file_id = ring.file_id_for(node)
@@ -233,11 +240,19 @@ class TableWriter:
                     log_version=group.next_log_version(base) if (group and base) else 1,
                 )
         buckets = {p: [ring.file_id_for(node) for node in m.nodes] for p, m in rings.items()}
-        return (Routing(self.batch_spec, self.key_generator, routers, targets, self.options.initial_buckets),
-                LayoutStats.of_view(view, buckets))
+        return (
+            Routing(self.batch_spec, self.key_generator, routers, targets, self.options.initial_buckets),
+            LayoutStats.of_view(view, buckets),
+        )
 
-    def complete(self, instant: str, timeline: Timeline, stats: list[WriteStat], data_schema: pa.Schema,
-                 extra_metadata: dict[str, str] | None) -> None:
+    def complete(
+        self,
+        instant: str,
+        timeline: Timeline,
+        stats: list[WriteStat],
+        data_schema: pa.Schema,
+        extra_metadata: dict[str, str] | None,
+    ) -> None:
         """Complete the deltacommit: one atomic file creation makes the batch visible."""
         self._lease.check_held()
         extra = {SCHEMA_KEY: avro_schema_json(data_schema, self.table.name, with_meta_fields=False)}

@@ -336,9 +336,7 @@ class AvroColumnReader:
             return decoded, pos
         return decoded.take(pa.array(np.cumsum(is_value) - 1, mask=~is_value)), pos
 
-    def blocks(
-        self, pos: np.ndarray, read_item: Any, item_type: pa.DataType
-    ) -> tuple[pa.Array, pa.Array, np.ndarray]:
+    def blocks(self, pos: np.ndarray, read_item: Any, item_type: pa.DataType) -> tuple[pa.Array, pa.Array, np.ndarray]:
         """Array or map items: blocks of (count, items) up to a 0 count; a negative count is
         followed by the block's byte size. Item k of every row is read at once."""
         pos = pos.copy()

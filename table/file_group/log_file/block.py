@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Union
+from typing import Any
 
 import fastavro
 import numpy as np
@@ -104,8 +104,9 @@ class DataBlock(_HasHeader):
             raise InvalidRequestError(f"a data block is Avro or Parquet, not {self.block_type!r}")
 
     @classmethod
-    def create(cls, records: pa.Table, instant: str, schema_json: str,
-               fmt: LogBlockFormat = LogBlockFormat.AVRO) -> DataBlock:
+    def create(
+        cls, records: pa.Table, instant: str, schema_json: str, fmt: LogBlockFormat = LogBlockFormat.AVRO
+    ) -> DataBlock:
         """The block Hudi's writer makes: header INSTANT_TIME and SCHEMA (the log schema, meta
         fields first); `fmt` is a `hoodie.logfile.data.block.format` value, or `auto` (by the
         records' count, `LogBlockFormat.for_block`)."""
@@ -208,7 +209,7 @@ class CorruptBlock(_HasHeader):
     block_type = BlockType.CORRUPT
 
 
-LogBlock = Union[DataBlock, DeleteBlock, CommandBlock, CorruptBlock]
+LogBlock = DataBlock | DeleteBlock | CommandBlock | CorruptBlock
 
 
 # The 0.14/0.15 HoodieDeleteRecordList: the ordering value is a union of wrapper records, one

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import struct
 from collections.abc import Iterator
+from typing import Any
 
 import fastavro
 import numpy as np
@@ -192,8 +193,8 @@ def _decode_delete_content(content: memoryview) -> tuple[pa.Array, pa.Array, pa.
     if version != BLOCK_CONTENT_VERSION:
         raise FormatError(f"delete block version {version} is not supported (Java-serialized)")
     body = io.BytesIO(cur.take(cur.int32()))
-    records = fastavro.schemaless_reader(body, DELETE_RECORD_LIST, None, return_record_name=True)
-    records = records["deleteRecordList"]
+    record: Any = fastavro.schemaless_reader(body, DELETE_RECORD_LIST, None, return_record_name=True)
+    records = record["deleteRecordList"]
     kinds = {r["orderingVal"][0].rsplit(".", 1)[-1] for r in records if r["orderingVal"] is not None}
     ordering_type = _common_ordering_type([ORDERING_WRAPPERS[k][1] for k in kinds])
     values = [None if r["orderingVal"] is None else r["orderingVal"][1]["value"] for r in records]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Union
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -75,13 +75,13 @@ def encode_block(block: LogBlock) -> bytes:
     return encode_blocks([block])[0]
 
 
-_Bytes = Union[bytes, pa.Buffer]
+_Bytes: TypeAlias = "bytes | pa.Buffer"
 
 
 def _encode_contents(blocks: Sequence[LogBlock]) -> dict[int, list[_Bytes]]:
     """Each block's content (by the block's id), the records of like blocks encoded together."""
     contents: dict[int, list[_Bytes]] = {}
-    alike: dict[tuple, list[LogBlock]] = {}
+    alike: dict[tuple[Any, ...], list[LogBlock]] = {}
     for block in blocks:
         if isinstance(block, DeleteBlock):
             ordering = block.ordering_values.type if block.ordering_values is not None else None
@@ -157,8 +157,14 @@ def _encode_parquet(table: pa.Table, schema_json: str) -> _Bytes:
     # block's schema from its header (or parquet-avro's key), so the Arrow schema, which would
     # carry that Avro schema a second time, is left out: a few KiB a block, a block a file group.
     constant = [c for c in _CONSTANT_META_COLUMNS if c in table.column_names]
-    pq.write_table(table, sink, compression=PARQUET_COMPRESSION, write_statistics=False, use_dictionary=constant,
-                   store_schema=False)
+    pq.write_table(
+        table,
+        sink,
+        compression=PARQUET_COMPRESSION,
+        write_statistics=False,
+        use_dictionary=constant,
+        store_schema=False,
+    )
     return sink.getvalue()
 
 
@@ -175,8 +181,10 @@ def _encode_avro_contents(blocks: Sequence[DataBlock]) -> list[list[_Bytes]]:
     lengths = sum((np.diff(piece_offsets(piece)) for piece in pieces), np.zeros(n, np.int64))
     length_prefix = fixed_pieces(lengths.astype(">i4").view(np.uint8).reshape(n, 4))
     records = join_pieces([length_prefix, *pieces], n)
-    return [[struct.pack(">ii", BLOCK_CONTENT_VERSION, t.num_rows), records_bytes]
-            for t, records_bytes in zip(tables, _split(records, [t.num_rows for t in tables]))]
+    return [
+        [struct.pack(">ii", BLOCK_CONTENT_VERSION, t.num_rows), records_bytes]
+        for t, records_bytes in zip(tables, _split(records, [t.num_rows for t in tables]))
+    ]
 
 
 def _split(pieces: pa.Array, counts: list[int]) -> list[bytes | pa.Buffer]:

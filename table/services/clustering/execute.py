@@ -77,8 +77,10 @@ class ClusteringResult:
     def __str__(self) -> str:
         kinds = [g.kind for g in self.plan.groups]
         counts = ", ".join(f"{kinds.count(k)} {k}(s)" for k in ("split", "merge", "sort") if k in kinds)
-        return (f"clustered {counts} at {self.instant}: {len(self.write_stats)} file group(s) of "
-                f"{sum(s.num_writes for s in self.write_stats)} record(s), {self.bytes_written} bytes written")
+        return (
+            f"clustered {counts} at {self.instant}: {len(self.write_stats)} file group(s) of "
+            f"{sum(s.num_writes for s in self.write_stats)} record(s), {self.bytes_written} bytes written"
+        )
 
 
 # -- plans on the timeline -----------------------------------------------------------------------
@@ -123,17 +125,27 @@ class ClusteringExecution(PlanExecution):
         self.plan = plan
         self.schema = self.table.schema(timeline)
         self.completed = timeline.completed_timestamps()
-        self.spec = SliceReadSpec(self.completed.up_to(self.instant), self.table.config.precombine_field,
-                                  table_schema_with_meta(self.schema),
-                                  merge_rule=MergeRule.of(self.table.config.payload_class))
+        self.spec = SliceReadSpec(
+            self.completed.up_to(self.instant),
+            self.table.config.precombine_field,
+            table_schema_with_meta(self.schema),
+            merge_rule=MergeRule.of(self.table.config.payload_class),
+        )
         self.rings: list[ring.HashingMetadata] = []
 
     def planned_files(self) -> list[MarkedFile]:
         """The children's base files, one task id each in plan order, as `write_groups` writes them."""
-        children = [(g.partition_path, child) for partition in self.plan.children_by_partition()
-                    for g in self.plan.groups if g.partition_path == partition for child in g.child_file_ids]
-        return [MarkedFile(partition, _base_file_name(child, self.instant, task_id), IOType.CREATE)
-                for task_id, (partition, child) in enumerate(children)]
+        children = [
+            (g.partition_path, child)
+            for partition in self.plan.children_by_partition()
+            for g in self.plan.groups
+            if g.partition_path == partition
+            for child in g.child_file_ids
+        ]
+        return [
+            MarkedFile(partition, _base_file_name(child, self.instant, task_id), IOType.CREATE)
+            for task_id, (partition, child) in enumerate(children)
+        ]
 
     def write_groups(self) -> Iterator[list[WriteStat]]:
         storage, instant, plan = self.table.storage, self.instant, self.plan
@@ -145,9 +157,11 @@ class ClusteringExecution(PlanExecution):
             groups = [g for g in plan.groups if g.partition_path == partition]
             stale = [g for g in groups if current is None or g.seq_no != current.seq_no]
             if stale:
-                raise TimelineStateError(f"clustering {instant} was planned on hashing metadata seqNo {stale[0].seq_no} of "
-                                 f"partition '{partition}', which is now at "
-                                 f"{current.seq_no if current else 'none'}; roll the plan back")
+                raise TimelineStateError(
+                    f"clustering {instant} was planned on hashing metadata seqNo {stale[0].seq_no} of "
+                    f"partition '{partition}', which is now at "
+                    f"{current.seq_no if current else 'none'}; roll the plan back"
+                )
             new_ring = ring.apply_children(current, children, instant)
             router = ring.Router(new_ring, key_fields)
             for group in groups:
@@ -161,12 +175,14 @@ class ClusteringExecution(PlanExecution):
         log.info("clustering %s of %s: %d file group(s) written", self.instant, self.table.name, len(stats))
 
     def completed_metadata(self, stats: list[WriteStat]) -> CommitMetadata:
-        replaced = {}
+        replaced: dict[str, list[str]] = {}
         for group in self.plan.groups:
             replaced.setdefault(group.partition_path, []).extend(group.file_ids)
         extra = {SCHEMA_KEY: avro_schema_json(self.schema, self.table.name, with_meta_fields=False)}
-        return replace(ReplaceCommitMetadata.for_write(stats, extra, operation_type=CLUSTER_OPERATION),
-                       partition_to_replace_file_ids=replaced)
+        return replace(
+            ReplaceCommitMetadata.for_write(stats, extra, operation_type=CLUSTER_OPERATION),
+            partition_to_replace_file_ids=replaced,
+        )
 
     def on_files_written(self) -> None:
         failpoints.reach("clustering.files_written")
@@ -179,14 +195,27 @@ class ClusteringExecution(PlanExecution):
 
 def _planned_slice(storage: Storage, planned: PlannedSlice) -> FileSlice:
     """The slice as planned: exactly these files, whatever was written to the group since."""
-    base_instant = (BaseFileName.parse(planned.base_file).instant if planned.base_file
-                    else LogFileName.parse(planned.log_files[0]).base_instant if planned.log_files else "")
-    return FileSlice.of_files(storage, planned.partition_path, planned.file_id, base_instant,
-                              planned.base_file, planned.log_files)
+    base_instant = (
+        BaseFileName.parse(planned.base_file).instant
+        if planned.base_file
+        else LogFileName.parse(planned.log_files[0]).base_instant
+        if planned.log_files
+        else ""
+    )
+    return FileSlice.of_files(
+        storage, planned.partition_path, planned.file_id, base_instant, planned.base_file, planned.log_files
+    )
 
 
-def _rewrite(storage: Storage, group: ClusteringGroup, router: ring.Router, instant: str, spec: SliceReadSpec,
-             sort_columns: tuple[str, ...], first_task: int) -> list[WriteStat]:
+def _rewrite(
+    storage: Storage,
+    group: ClusteringGroup,
+    router: ring.Router,
+    instant: str,
+    spec: SliceReadSpec,
+    sort_columns: tuple[str, ...],
+    first_task: int,
+) -> list[WriteStat]:
     """One group's records, as of the plan, into one base file per child (an empty one for a
     child that gets no record, so that every child has the base its dual-written logs attach to)."""
     parts = [read_file_slice(storage, _planned_slice(storage, s), spec) for s in group.slices]
@@ -194,7 +223,9 @@ def _rewrite(storage: Storage, group: ClusteringGroup, router: ring.Router, inst
     file_ids = router.file_ids(rows[RECORD_KEY]) if rows.num_rows else pa.array([], pa.string())
     unexpected = set(pc.unique(file_ids).to_pylist()) - set(group.child_file_ids)
     if unexpected:
-        raise HashingMetadataError(f"records of {group.file_ids} route to {sorted(unexpected)}, not to the plan's children")
+        raise HashingMetadataError(
+            f"records of {group.file_ids} route to {sorted(unexpected)}, not to the plan's children"
+        )
     stats = []
     for task_id, child in enumerate(group.child_file_ids, start=first_task):
         child_rows = rows.filter(pc.equal(file_ids, child)) if rows.num_rows else rows
@@ -203,18 +234,30 @@ def _rewrite(storage: Storage, group: ClusteringGroup, router: ring.Router, inst
     return stats
 
 
-def _write_base(storage: Storage, partition: str, file_id: str, rows: pa.Table, instant: str, task_id: int) -> WriteStat:
+def _write_base(
+    storage: Storage, partition: str, file_id: str, rows: pa.Table, instant: str, task_id: int
+) -> WriteStat:
     name = _base_file_name(file_id, instant, task_id)
     path = partition_file_path(partition, name)
-    rows = rows.set_column(rows.schema.get_field_index(FILE_NAME), FILE_NAME,
-                           pa.repeat(pa.scalar(name, pa.string()), rows.num_rows))
+    rows = rows.set_column(
+        rows.schema.get_field_index(FILE_NAME), FILE_NAME, pa.repeat(pa.scalar(name, pa.string()), rows.num_rows)
+    )
     buffer = io.BytesIO()
     pq.write_table(rows, buffer, **parquet_options(rows))
     storage.create(path, buffer.getvalue())
     size = len(buffer.getvalue())
-    return WriteStat(file_id=file_id, path=path, partition_path=partition, prev_commit="null",
-                     num_writes=rows.num_rows, num_inserts=rows.num_rows, num_update_writes=0, num_deletes=0,
-                     total_write_bytes=size, file_size_in_bytes=size)
+    return WriteStat(
+        file_id=file_id,
+        path=path,
+        partition_path=partition,
+        prev_commit="null",
+        num_writes=rows.num_rows,
+        num_inserts=rows.num_rows,
+        num_update_writes=0,
+        num_deletes=0,
+        total_write_bytes=size,
+        file_size_in_bytes=size,
+    )
 
 
 def _base_file_name(file_id: str, instant: str, task_id: int) -> str:
@@ -239,9 +282,9 @@ def rollback_clustering(writer: TableWriter, instant: str) -> str:
             raise TimelineStateError(f"no pending clustering at {instant} in {table.base_uri}")
         plan = read_clustering_plan(timeline, instant)
         files = []
-        for partition, file_id in (plan.child_file_groups() if plan else set()):
+        for partition, file_id in plan.child_file_groups() if plan else set():
             files += [e.path for e in storage.list_dir(partition) if not e.is_dir and _file_id_of(e.name) == file_id]
-        for partition in (plan.partition_paths if plan else []):
+        for partition in plan.partition_paths if plan else []:
             meta = ring.metadata_path(partition, instant)
             if storage.exists(meta):
                 files.append(meta)

@@ -21,6 +21,7 @@ the plan.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,7 +30,7 @@ import numpy as np
 from table import failpoints
 from table.config.choices import SplitPoint
 from table.errors import InvalidRequestError, TimelineStateError
-from table.file_group.fs_view import FileSlice
+from table.file_group.fs_view import FileGroup, FileSlice
 from table.index import consistent_hashing as ring
 from table.plans.clustering import (
     ClusteringGroup,
@@ -74,10 +75,13 @@ class ClusteringPolicy:
     def __post_init__(self) -> None:
         object.__setattr__(self, "split_point", SplitPoint.parse(self.split_point, "split point"))
         if not 0 <= self.merge_threshold_bytes < self.split_threshold_bytes:
-            raise InvalidRequestError("the merge threshold must be below the split threshold, or buckets would "
-                             "merge back what a split made")
+            raise InvalidRequestError(
+                "the merge threshold must be below the split threshold, or buckets would merge back what a split made"
+            )
         if not 1 <= self.min_buckets <= self.max_buckets:
-            raise InvalidRequestError(f"need 1 <= min_buckets <= max_buckets, got {self.min_buckets} and {self.max_buckets}")
+            raise InvalidRequestError(
+                f"need 1 <= min_buckets <= max_buckets, got {self.min_buckets} and {self.max_buckets}"
+            )
         if self.max_partitions is not None and self.max_partitions < 1:
             raise InvalidRequestError("max_partitions must be >= 1")
         if self.max_bytes is not None and self.max_bytes < 1:
@@ -99,8 +103,13 @@ def schedule_clustering(writer: TableWriter, policy: ClusteringPolicy) -> str | 
     view = writer.file_system_view(timeline)
     rings = writer.rings(timeline)
     completed = timeline.completed_timestamps()
-    spec = SliceReadSpec(completed, table.config.precombine_field, table_schema_with_meta(writer.table_schema(timeline)),
-                         (RECORD_KEY,), merge_rule=MergeRule.of(table.config.payload_class))
+    spec = SliceReadSpec(
+        completed,
+        table.config.precombine_field,
+        table_schema_with_meta(writer.table_schema(timeline)),
+        (RECORD_KEY,),
+        merge_rule=MergeRule.of(table.config.payload_class),
+    )
     key_fields = tuple(table.config.record_key_fields)
     groups: list[ClusteringGroup] = []
     budget = _Budget(policy)
@@ -122,8 +131,12 @@ def schedule_clustering(writer: TableWriter, policy: ClusteringPolicy) -> str | 
     plan = ClusteringPlan(instant, tuple(groups), policy.sort_columns)
     timeline.create_requested(Instant(instant, Action.REPLACE_COMMIT, "requested"), plan.serialize(table.storage))
     failpoints.reach("clustering.requested")
-    log.info("clustering %s of %s scheduled: %s", instant, table.name,
-             ", ".join(f"{g.kind} {g.partition_path or '(root)'} {'+'.join(g.file_ids)}" for g in groups))
+    log.info(
+        "clustering %s of %s scheduled: %s",
+        instant,
+        table.name,
+        ", ".join(f"{g.kind} {g.partition_path or '(root)'} {'+'.join(g.file_ids)}" for g in groups),
+    )
     return instant
 
 
@@ -163,13 +176,18 @@ class _Budget:
         return True
 
 
-def _buckets(metadata: ring.HashingMetadata, groups: dict, compacting: dict) -> list[_Bucket]:
+def _buckets(
+    metadata: ring.HashingMetadata, groups: dict[str, FileGroup], compacting: dict[tuple[str, str], str]
+) -> list[_Bucket]:
     """The partition's buckets in ring order, each with its latest file slice."""
     out = []
     for node in metadata.nodes:
         group = groups.get(node.file_id)
-        out.append(_Bucket(node, group.latest_slice() if group else None,
-                           (metadata.partition_path, node.file_id) not in compacting))
+        out.append(
+            _Bucket(
+                node, group.latest_slice() if group else None, (metadata.partition_path, node.file_id) not in compacting
+            )
+        )
     return out
 
 
@@ -177,8 +195,16 @@ class _PartitionPlanner:
     """Hudi's consistent-bucket plan strategy for one partition: splits first, then merges of
     what did not split, then sorts of what is left."""
 
-    def __init__(self, storage: Storage, metadata: ring.HashingMetadata, buckets: list[_Bucket],
-                 policy: ClusteringPolicy, budget: _Budget, spec: SliceReadSpec, key_fields: tuple[str, ...]):
+    def __init__(
+        self,
+        storage: Storage,
+        metadata: ring.HashingMetadata,
+        buckets: list[_Bucket],
+        policy: ClusteringPolicy,
+        budget: _Budget,
+        spec: SliceReadSpec,
+        key_fields: tuple[str, ...],
+    ):
         self.storage = storage
         self.metadata = metadata
         self.buckets = buckets
@@ -193,10 +219,15 @@ class _PartitionPlanner:
     def partition(self) -> str:
         return self.metadata.partition_path
 
-    def _group(self, buckets: list[_Bucket], children) -> ClusteringGroup:
+    def _group(self, buckets: list[_Bucket], children: Sequence[ring.HashingNode]) -> ClusteringGroup:
         self.taken.update(b.node.file_id for b in buckets)
-        return ClusteringGroup(self.partition, tuple(b.planned(self.partition) for b in buckets), tuple(children),
-                               self.metadata.seq_no, sum(b.size for b in buckets))
+        return ClusteringGroup(
+            self.partition,
+            tuple(b.planned(self.partition) for b in buckets),
+            tuple(children),
+            self.metadata.seq_no,
+            sum(b.size for b in buckets),
+        )
 
     def splits(self) -> list[ClusteringGroup]:
         out = []
@@ -270,7 +301,12 @@ class _PartitionPlanner:
         out = []
         for bucket in self.buckets:
             s = bucket.file_slice
-            if not bucket.eligible or s is None or bucket.node.file_id in self.taken or s.base_instant in sorted_instants:
+            if (
+                not bucket.eligible
+                or s is None
+                or bucket.node.file_id in self.taken
+                or s.base_instant in sorted_instants
+            ):
                 continue
             if not self.budget.take(bucket.size):
                 break
