@@ -16,13 +16,7 @@ from pathlib import Path
 
 import pytest
 
-# The tests import the project from the work tree (PYTHONPATH or an editable install) and the
-# helpers beside this file.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# harness/ (the Hudi judge) is imported from the repo root, as bench/ does.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import kafka_broker  # noqa: E402
+from tests.support import kafka_broker
 
 _session_broker: kafka_broker.TestBroker | None = None
 
@@ -222,7 +216,7 @@ def hudi_judge(tmp_path_factory, hive_metastore):
 @pytest.fixture(scope="session")
 def conformance_matrix(hudi_judge):
     """Table state x reader, filled by the tests Apache Hudi judges; printed at the end of the run."""
-    from conformance_matrix import Matrix
+    from tests.support.conformance_matrix import Matrix
 
     matrix = Matrix()
     yield matrix
@@ -264,7 +258,7 @@ def schema_registry_url(tmp_path_factory) -> str:
     if external:
         yield external
         return
-    import schema_registry_server
+    from tests.support import schema_registry_server
 
     registry = schema_registry_server.RegistryProcess(str(tmp_path_factory.mktemp("schema-registry") / "server.log"))
     try:

@@ -14,9 +14,14 @@ import signal
 import threading
 import time
 
-import kafka_broker
 import pytest
-from ingestion import (
+
+from streamer import app
+from streamer.config.loading import config_from_mapping
+from streamer.sink import DATA_LOSS_KEY
+from table.mor_table import MorTable
+from tests.support import kafka_broker
+from tests.support.ingestion import (
     JobOutput,
     assert_table_matches,
     committed_offsets,
@@ -29,11 +34,6 @@ from ingestion import (
     streamer_process,
     write_config,
 )
-
-from streamer import app
-from streamer.config.loading import config_from_mapping
-from streamer.sink import DATA_LOSS_KEY
-from table.mor_table import MorTable
 
 pytestmark = pytest.mark.e2e
 

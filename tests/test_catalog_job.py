@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 
 import pytest
-from ingestion import assert_table_matches, committed_table, order_config, produce_orders, run_streamer, write_config
 
 from streamer import app
 from streamer.catalog import CatalogSync, metastore_connector, sync_target
@@ -19,6 +18,14 @@ from streamer.status import table_status
 from table.file_group.fs_view import list_partitions
 from table.mor_table import MorTable
 from table.sync import LAST_COMMIT_TIME_SYNC, HiveMetastoreClient, HiveSync
+from tests.support.ingestion import (
+    assert_table_matches,
+    committed_table,
+    order_config,
+    produce_orders,
+    run_streamer,
+    write_config,
+)
 
 pytestmark = pytest.mark.e2e
 

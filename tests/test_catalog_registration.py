@@ -10,7 +10,6 @@ import random
 
 import pyarrow as pa
 import pytest
-from test_table_engine import SCHEMA, change_batch, make_table, row, write_options
 
 from streamer.catalog import SyncState, catalog_status
 from streamer.config.loading import config_from_mapping
@@ -22,6 +21,7 @@ from table.sync.registration import partition_name, partition_values
 from table.timeline.commit_metadata import ReplaceCommitMetadata
 from table.timeline.plans import serialize_plan
 from table.timeline.timeline import Action, Instant, State
+from tests.support.orders import SCHEMA, change_batch, make_table, row, write_options
 
 pytestmark = pytest.mark.unit
 

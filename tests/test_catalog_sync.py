@@ -15,9 +15,6 @@ import random
 
 import pyarrow as pa
 import pytest
-from oracle import Oracle
-from test_hudi_conformance import difference, project
-from test_table_engine import SCHEMA, change_batch, make_table, row, write_options
 
 from streamer.catalog import CatalogSync
 from streamer.config.model import SyncSettings
@@ -28,6 +25,9 @@ from table.services.clustering.execute import execute_clustering
 from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
 from table.sync import LAST_COMMIT_TIME_SYNC, HiveMetastoreClient, HiveSync, HiveTable, SyncTarget
+from tests.support.oracle import Oracle
+from tests.support.orders import SCHEMA, change_batch, make_table, row, write_options
+from tests.support.readers import difference, project
 
 pytestmark = pytest.mark.hudi
 

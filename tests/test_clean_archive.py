@@ -14,9 +14,6 @@ from pathlib import Path
 import fastavro
 import pyarrow as pa
 import pytest
-from oracle import Oracle
-from test_logfile import avro_records_in
-from test_table_engine import DATA_COLUMNS, SCHEMA, by_key, change_batch, hudi_rs_read, make_table, strip, write_options
 
 from streamer.checkpoint import CHECKPOINT_KEY
 from table.failpoints import FAIL_ENV_VAR
@@ -33,6 +30,18 @@ from table.timeline.commit_metadata import ReplaceCommitMetadata
 from table.timeline.plans import deserialize_plan
 from table.timeline.timeline import CompletedInstants, Instant
 from table.write.writer import TableWriter
+from tests.support.log_blocks import avro_records_in
+from tests.support.oracle import Oracle
+from tests.support.orders import (
+    DATA_COLUMNS,
+    SCHEMA,
+    by_key,
+    change_batch,
+    hudi_rs_read,
+    make_table,
+    strip,
+    write_options,
+)
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
-from ingestion import (
+
+import streamer.spark_app
+from harness.spark_cluster import SPARK_HOME, SparkCluster, node_environment
+from table.mor_table import MorTable
+from table.services.archive import read_archived_instants
+from table.storage.markers import marker_dir
+from tests.support.ingestion import (
     SUBPROCESS_JAVA_OPTIONS,
     assert_data_files_belong_to_instants,
     assert_table_matches,
@@ -25,12 +31,6 @@ from ingestion import (
     settled_change_events,
     write_config,
 )
-
-import streamer.spark_app
-from harness.spark_cluster import SPARK_HOME, SparkCluster, node_environment
-from table.mor_table import MorTable
-from table.services.archive import read_archived_instants
-from table.storage.markers import marker_dir
 
 pytestmark = pytest.mark.e2e
 

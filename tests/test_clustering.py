@@ -18,8 +18,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from oracle import Oracle
-from test_table_engine import DATA_COLUMNS, SCHEMA, by_key, hudi_rs_read, make_table, row, strip, write_options
 
 from table.errors import ClusteringConflictError
 from table.index import consistent_hashing as ring
@@ -41,6 +39,8 @@ from table.timeline.plans import deserialize_plan
 from table.timeline.timeline import Instant
 from table.write.file_group_writer import WriteTask, write_file_groups
 from table.write.prepare import prepare_batch
+from tests.support.oracle import Oracle
+from tests.support.orders import DATA_COLUMNS, SCHEMA, by_key, hudi_rs_read, make_table, row, strip, write_options
 
 pytestmark = pytest.mark.unit
 
@@ -397,9 +397,8 @@ DUAL_WRITER = textwrap.dedent(
     """
     import sys
     import pyarrow as pa
-    sys.path.insert(0, sys.argv[3])
     from table.mor_table import MorTable
-    from test_table_engine import SCHEMA, write_options
+    from tests.support.orders import SCHEMA, write_options
 
     rows = pa.ipc.open_file(sys.argv[2]).read_all()
     with MorTable.load(sys.argv[1]).writer(write_options(initial_buckets=2)) as writer:
@@ -437,7 +436,7 @@ def test_a_writer_killed_mid_dual_write_is_rolled_back_and_nothing_is_lost(tmp_p
     batch_file = tmp_path / "batch.arrow"
     with pa.ipc.new_file(batch_file, SCHEMA) as out:
         out.write_table(pa.Table.from_pylist(lost, schema=SCHEMA))
-    assert run_python(DUAL_WRITER, "deltacommit.files_written", str(path), str(batch_file), str(ROOT / "tests")) == -9
+    assert run_python(DUAL_WRITER, "deltacommit.files_written", str(path), str(batch_file)) == -9
     assert_readers_exact(path, stream, "after the killed dual write")
 
     with table.writer(write_options(initial_buckets=2)) as stream.writer:  # rolls back, then writes again

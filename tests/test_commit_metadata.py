@@ -16,7 +16,7 @@ from table.timeline.commit_metadata import (
 
 pytestmark = pytest.mark.unit
 
-from hudi_samples import SAMPLES
+from tests.support.hudi_samples import SAMPLES
 
 SAMPLE_COMMIT_FILES = sorted(p for p in SAMPLES.glob("*/.hoodie/*.deltacommit*") if p.stat().st_size)
 

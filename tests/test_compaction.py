@@ -19,19 +19,6 @@ from pathlib import Path
 import hudi
 import pyarrow as pa
 import pytest
-from oracle import Oracle
-from test_table_engine import (
-    DATA_COLUMNS,
-    REGIONS,
-    SCHEMA,
-    by_key,
-    change_batch,
-    hudi_rs_read,
-    make_table,
-    row,
-    strip,
-    write_options,
-)
 
 from table import failpoints
 from table.errors import CompactionConflictError
@@ -47,6 +34,19 @@ from table.storage.lease import WriterLease
 from table.timeline.commit_metadata import CommitMetadata
 from table.timeline.plans import deserialize_plan
 from table.timeline.timeline import Instant, Timeline
+from tests.support.oracle import Oracle
+from tests.support.orders import (
+    DATA_COLUMNS,
+    REGIONS,
+    SCHEMA,
+    by_key,
+    change_batch,
+    hudi_rs_read,
+    make_table,
+    row,
+    strip,
+    write_options,
+)
 
 pytestmark = pytest.mark.unit
 

@@ -21,10 +21,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import hudi
-import kafka_broker
 import pyarrow as pa
 import pytest
-from ingestion import (
+
+from streamer.cli.demo import MALFORMED, REGIONS, as_kafka_records, change_events
+from table import failpoints
+from table.file_group.log_file.block import MAGIC, CorruptBlock
+from table.file_group.log_file.reader import read_log_file
+from table.mor_table import MorTable, TableSpec
+from table.spark.datasource import register
+from table.storage.layout import LogFileName
+from table.storage.markers import marked_files
+from table.write.writer import WriteOptions
+from tests.support import kafka_broker
+from tests.support.ingestion import (
     DATA_COLUMNS,
     REPO,
     assert_data_files_belong_to_instants,
@@ -37,16 +47,6 @@ from ingestion import (
     run_streamer,
     write_config,
 )
-
-from streamer.cli.demo import MALFORMED, REGIONS, as_kafka_records, change_events
-from table import failpoints
-from table.file_group.log_file.block import MAGIC, CorruptBlock
-from table.file_group.log_file.reader import read_log_file
-from table.mor_table import MorTable, TableSpec
-from table.spark.datasource import register
-from table.storage.layout import LogFileName
-from table.storage.markers import marked_files
-from table.write.writer import WriteOptions
 
 BATCH = 300  # source.max_offsets_per_trigger: each run's batches are small
 BATCHES = 8  # the first batch, the initial load, takes two batches' worth

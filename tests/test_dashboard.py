@@ -5,48 +5,16 @@ repository. (tests/test_metrics.py has a real Prometheus load the rules and scra
 
 from __future__ import annotations
 
-import json
-import re
-from pathlib import Path
-
 import pytest
 import yaml
 
 from streamer.config.loading import load_config
 from streamer.metrics import Metrics
+from tests.support.dashboard import DOCKER, METRIC_NAME, alert_rules, dashboard_metric_names
 
 pytestmark = pytest.mark.unit
 
-DOCKER = Path(__file__).resolve().parent.parent / "docker"
-DASHBOARD = DOCKER / "grafana" / "dashboards" / "mor-streamer.json"
-ALERTS = DOCKER / "prometheus-alerts.yml"
-_METRIC = re.compile(r"\bmor_streamer_[a-z0-9_]+")
 _SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",), "stateset": ("",)}
-
-
-def _expressions(node) -> list[str]:
-    if isinstance(node, dict):
-        found = [node["expr"]] if isinstance(node.get("expr"), str) else []
-        query = node.get("query")
-        if isinstance(query, dict) and isinstance(query.get("query"), str):
-            found.append(query["query"])
-        return found + [e for value in node.values() for e in _expressions(value)]
-    if isinstance(node, list):
-        return [e for item in node for e in _expressions(item)]
-    return []
-
-
-def dashboard_metric_names() -> set[str]:
-    """The metrics the dashboard's panels and variables query."""
-    return {name for expr in _expressions(json.loads(DASHBOARD.read_text())) for name in _METRIC.findall(expr)}
-
-
-def alert_rules() -> list[dict]:
-    return [rule for group in yaml.safe_load(ALERTS.read_text())["groups"] for rule in group["rules"]]
-
-
-def alert_names() -> set[str]:
-    return {rule["alert"] for rule in alert_rules()}
 
 
 def exported_families() -> dict[str, set[str]]:
@@ -63,7 +31,7 @@ def test_every_metric_the_dashboard_queries_is_one_the_job_exports():
 
 def test_every_metric_an_alert_queries_is_one_the_job_exports():
     exported = set().union(*exported_families().values())
-    queried = {name for rule in alert_rules() for name in _METRIC.findall(rule["expr"])}
+    queried = {name for rule in alert_rules() for name in METRIC_NAME.findall(rule["expr"])}
     assert queried and queried - exported == set()
 
 

@@ -22,11 +22,9 @@ from pathlib import Path
 
 import fastavro
 import hudi
-import kafka_broker
 import pytest
 import yaml
 from confluent_kafka import Consumer, TopicPartition
-from ingestion import JobOutput, end_offsets, has_read, run_streamer, streamer_process, write_config
 
 from harness.kafka_connect import debezium_postgres_config
 from streamer.cli import main as cli
@@ -35,6 +33,8 @@ from streamer.sink import BATCH_STATS_KEY
 from table.file_group.fs_view import list_partitions
 from table.mor_table import MorTable
 from table.timeline.commit_metadata import CommitMetadata
+from tests.support import kafka_broker
+from tests.support.ingestion import JobOutput, end_offsets, has_read, run_streamer, streamer_process, write_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.hudi]
 

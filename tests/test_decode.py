@@ -16,13 +16,13 @@ from decimal import Decimal
 import fastavro
 import pyarrow as pa
 import pytest
-import schema_registry_server
 
 from streamer.decode.formats import FormatSpec
 from streamer.decode.record_decoder import RecordDecoder
 from streamer.decode.registry import SchemaRegistryClient, confluent_frame
 from streamer.errors import SchemaRegistryError
 from streamer.kafka.schema import ARROW_SCHEMA_WITHOUT_HEADERS
+from tests.support import schema_registry_server
 
 pytestmark = pytest.mark.unit
 

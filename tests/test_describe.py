@@ -11,10 +11,8 @@ import subprocess
 import sys
 import uuid
 
-import kafka_broker
 import matplotlib.image
 import pytest
-from ingestion import REPO, order_config, produce_orders, run_streamer, write_config
 
 from streamer.cli.demo import change_events
 from table.index import consistent_hashing as ring
@@ -24,6 +22,8 @@ from table.services.clustering.planner import ClusteringPolicy, schedule_cluster
 from table.timeline.plans import serialize_plan
 from table.timeline.timeline import Instant
 from table.write.writer import WriteOptions
+from tests.support import kafka_broker
+from tests.support.ingestion import REPO, order_config, produce_orders, run_streamer, write_config
 
 pytestmark = pytest.mark.e2e
 

@@ -17,11 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-import kafka_broker
 import pyarrow as pa
 import pytest
-import schema_registry_server
-from ingestion import REPO, committed_table, order_config, produce_orders, run_streamer, write_config
 
 from streamer.cli import main as cli
 from streamer.cli.demo import change_events
@@ -29,6 +26,8 @@ from streamer.quarantine import SCHEMA as QUARANTINE_SCHEMA
 from streamer.quarantine import QuarantineTable
 from table.services.compaction import CompactionStrategy, schedule_compaction
 from table.write.writer import WriteOptions
+from tests.support import kafka_broker, schema_registry_server
+from tests.support.ingestion import REPO, committed_table, order_config, produce_orders, run_streamer, write_config
 
 LINE = re.compile(r"^(?P<verdict>ok|warning|problem) +orders +(?P<subject>[a-z ]+?)  +(?P<text>.*)$")
 LEASE_HOLDER = """

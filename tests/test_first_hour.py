@@ -22,9 +22,9 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from ingestion import REPO, run_streamer
 
 from table.mor_table import MorTable
+from tests.support.ingestion import REPO, run_streamer
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,6 @@ import random
 
 import pyarrow as pa
 import pytest
-from test_table_engine import SCHEMA, make_table, row, write_options
 
 from table.config.properties import TableConfig
 from table.errors import FormatError
@@ -22,6 +21,7 @@ from table.timeline.commit_metadata import CommitMetadata
 from table.storage.layout import instant_file_path
 from table.timeline.timeline import Action, Instant, State
 from table.write.metadata_table import METADATA_PARTITIONS
+from tests.support.orders import SCHEMA, make_table, row, write_options
 
 pytestmark = pytest.mark.unit
 

@@ -18,12 +18,8 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import hudi
 import pyarrow as pa
 import pytest
-from conformance_matrix import QUERIES
-from oracle import Oracle
-from test_table_engine import DATA_COLUMNS, SCHEMA, change_batch, make_table, row, write_options
 
 from table.file_group.log_file.reader import read_log_file
 from table.mor_table import MorTable, TableSpec
@@ -33,12 +29,14 @@ from table.services.clustering.execute import execute_clustering
 from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
 from table.storage.file_io import Storage
+from tests.support.conformance_matrix import QUERIES
+from tests.support.oracle import Oracle
+from tests.support.orders import DATA_COLUMNS, SCHEMA, by_key, change_batch, make_table, row, write_options
+from tests.support.readers import META, difference, hudi_rs, project
 
 pytestmark = pytest.mark.hudi
 
 KB = 1024
-META = ["_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path",
-        "_hoodie_file_name"]
 
 _PENDING_COMPACTION = ("hudi-rs 0.5 reads the log files written to a file group after a compaction was planned "
                        "on it only once the compaction completes (it does not merge the new slice with the one "
@@ -287,35 +285,14 @@ STATES = {
 # -- readers --------------------------------------------------------------------------------------
 
 
-def project(record: dict, columns: list[str]) -> dict:
-    return {c: record.get(c) for c in columns}
-
-
-def by_key(table: pa.Table) -> dict:
-    return {r["order_id"]: r for r in table.to_pylist()}
-
-
-def hudi_rs(path: Path, query: str, rec: Recorded) -> pa.Table:
-    table = hudi.HudiTableBuilder.from_base_uri(str(path)).build()
-    options = hudi.HudiReadOptions()
-    if query == "read_optimized":
-        options = options.with_hudi_option("hoodie.read.use.read_optimized.mode", "true")
-    elif query == "incremental":
-        options = (options.with_query_type(hudi.HudiQueryType.Incremental)
-                   .with_start_timestamp(rec.incremental[0]).with_end_timestamp(rec.incremental[1]))
-    elif query == "time_travel":
-        options = options.with_as_of_timestamp(rec.travel_to)
-    batches = table.read(options)
-    return pa.Table.from_batches(batches) if batches else pa.table({"order_id": pa.array([], pa.string())})
-
-
-def ours(path: Path, query: str, rec: Recorded) -> pa.Table:
+def ours(path: Path, query: str, incremental: tuple[str, str] | None = None, as_of: str | None = None) -> pa.Table:
+    """Our reader's query, as `hudi_rs` asks hudi-rs."""
     table = MorTable.load(str(path))
     if query == "read_optimized":
         return table.read_optimized()
     if query == "incremental":
-        return table.incremental(*rec.incremental)
-    return table.snapshot(as_of=rec.travel_to if query == "time_travel" else None)
+        return table.incremental(*incremental)
+    return table.snapshot(as_of=as_of if query == "time_travel" else None)
 
 
 def apache_hudi(judge, path: Path, query: str, rec: Recorded) -> pa.Table:
@@ -333,21 +310,6 @@ def expected_rows(rec: Recorded, query: str) -> dict:
     return rec.expected(as_of=rec.travel_to if query == "time_travel" else None)
 
 
-def difference(actual: pa.Table, expected: dict, columns: list[str]) -> str:
-    """'' when `actual` holds exactly the expected rows (by key, in these columns), else what differs."""
-    keys = actual.column("order_id").to_pylist() if actual.num_rows else []
-    if len(keys) != len(set(keys)):
-        return f"{len(keys) - len(set(keys))} key(s) read twice"
-    got = {k: project(r, columns) for k, r in by_key(actual).items()}
-    missing, extra = sorted(expected.keys() - got.keys()), sorted(got.keys() - expected.keys())
-    changed = sorted(k for k in expected.keys() & got.keys() if got[k] != expected[k])
-    if not (missing or extra or changed):
-        return ""
-    example = changed[0] if changed else None
-    detail = f"; {example}: {got[example]} != {expected[example]}" if example else ""
-    return f"{len(missing)} missing, {len(extra)} extra, {len(changed)} differ of {len(expected)}{detail}"
-
-
 def judge_state(rec: Recorded, judge) -> dict[tuple[str, str], str]:
     """(reader, query) -> '' when it reads right, else what differs."""
     outcomes: dict[tuple[str, str], str] = {}
@@ -360,7 +322,7 @@ def judge_state(rec: Recorded, judge) -> dict[tuple[str, str], str]:
         outcomes[("Apache Hudi", query)] = judged
         for name, read in (("ours", ours), ("hudi-rs", hudi_rs)):
             try:
-                actual = read(rec.path, query, rec)
+                actual = read(rec.path, query, rec.incremental, rec.travel_to)
             except Exception as e:  # noqa: BLE001
                 outcomes[(name, query)] = f"error: {str(e)[:200]}"
                 continue
@@ -431,6 +393,6 @@ def test_apache_hudi_0_15_orders_a_delete_by_arrival_where_we_order_it_by_its_or
 
     assert sorted(expected) == ["b", "c"]
     assert difference(MorTable.load(str(path)).snapshot(), expected, DATA_COLUMNS) == ""
-    assert difference(hudi_rs(path, "snapshot", None), expected, DATA_COLUMNS) == ""
+    assert difference(hudi_rs(path, "snapshot"), expected, DATA_COLUMNS) == ""
     judged = by_key(hudi_judge.snapshot(path))
     assert sorted(judged) == ["a", "b", "c"] and judged["a"]["updated_at"] == 20

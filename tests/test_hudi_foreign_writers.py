@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from test_hudi_conformance import difference, hudi_rs, project
-from test_hudi_writes import DATA_SCHEMA, Story, hudi_options
-from test_table_engine import DATA_COLUMNS, SCHEMA, make_table, row, write_options
 
 from table.mor_table import MorTable
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
 from table.write.metadata_table import METADATA_PARTITIONS
+from tests.support.hudi_writes import DATA_SCHEMA, Story, hudi_options
+from tests.support.orders import DATA_COLUMNS, SCHEMA, make_table, row, write_options
+from tests.support.readers import difference, hudi_rs, project
 
 pytestmark = pytest.mark.hudi
 
@@ -170,7 +170,7 @@ def test_a_table_with_hudis_default_payload_merges_late_updates_over_the_base_fi
     hudi_compacts(hudi_judge, path)
     model.compact()
     assert_reads("Hudi's writes and compaction after ours")
-    rs = hudi_rs(path, "snapshot", None)
+    rs = hudi_rs(path, "snapshot")
     conformance_matrix.record("Hudi's default payload (OverwriteWithLatest), both writers, compactions",
                               {("Apache Hudi", "snapshot"): "", ("ours", "snapshot"): "",
                                ("hudi-rs", "snapshot"): difference(rs, model.rows(), DATA_COLUMNS)}, {})

@@ -12,10 +12,17 @@ import shutil
 import signal
 import time
 
-import kafka_broker
 import pytest
 from confluent_kafka import Producer
-from ingestion import (
+
+from streamer import app
+from streamer.cli.demo import change_events
+from streamer.config.loading import config_from_mapping, load_configs
+from streamer.config.model import JobConfig
+from table.mor_table import MorTable
+from table.timeline.commit_metadata import CommitMetadata
+from tests.support import kafka_broker
+from tests.support.ingestion import (
     assert_table_matches,
     committed_offsets,
     end_offsets,
@@ -26,13 +33,6 @@ from ingestion import (
     streamer_process,
     write_config,
 )
-
-from streamer import app
-from streamer.cli.demo import change_events
-from streamer.config.loading import config_from_mapping, load_configs
-from streamer.config.model import JobConfig
-from table.mor_table import MorTable
-from table.timeline.commit_metadata import CommitMetadata
 
 pytestmark = pytest.mark.e2e
 
@@ -325,9 +325,9 @@ def test_spark_submit_runs_the_application_file_with_the_same_arguments(kafka_bo
     from pathlib import Path
 
     import pyspark
-    from ingestion import REPO, SUBPROCESS_JAVA_OPTIONS
 
     import streamer.spark_app
+    from tests.support.ingestion import REPO, SUBPROCESS_JAVA_OPTIONS
 
     topic = kafka_topic(partitions=2, prefix="orders")
     events = change_events(3_000, seed=71)

@@ -17,7 +17,15 @@ import time
 from pathlib import Path
 
 import pytest
-from ingestion import (
+
+from table.index import consistent_hashing as ring
+from table.mor_table import MorTable
+from table.plans.clustering import ClusteringPlan, read_clustering_plan
+from table.storage.layout import LogFileName
+from table.storage.markers import marked_files
+from table.timeline.commit_metadata import CommitMetadata
+from table.timeline.timeline import Instant, Timeline
+from tests.support.ingestion import (
     assert_table_matches,
     committed_offsets,
     end_offsets,
@@ -30,14 +38,6 @@ from ingestion import (
     streamer_process,
     write_config,
 )
-
-from table.index import consistent_hashing as ring
-from table.mor_table import MorTable
-from table.plans.clustering import ClusteringPlan, read_clustering_plan
-from table.storage.layout import LogFileName
-from table.storage.markers import marked_files
-from table.timeline.commit_metadata import CommitMetadata
-from table.timeline.timeline import Instant, Timeline
 
 pytestmark = pytest.mark.e2e
 

@@ -10,15 +10,6 @@ import time
 
 import hudi
 import pytest
-from ingestion import (
-    DATA_COLUMNS,
-    assert_table_matches,
-    expected_rows,
-    order_config,
-    produce_orders,
-    run_streamer,
-    write_config,
-)
 
 from streamer import app
 from streamer.checkpoint import table_checkpoint
@@ -27,6 +18,15 @@ from streamer.config.loading import config_from_mapping
 from table.mor_table import MorTable
 from table.plans.compaction import pending_compactions
 from table.timeline.timeline import Timeline
+from tests.support.ingestion import (
+    DATA_COLUMNS,
+    assert_table_matches,
+    expected_rows,
+    order_config,
+    produce_orders,
+    run_streamer,
+    write_config,
+)
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,6 @@ import signal
 import time
 from dataclasses import dataclass
 
-import kafka_broker
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import (
@@ -26,7 +25,16 @@ from confluent_kafka.admin import (
     ConfigSource,
     NewPartitions,
 )
-from ingestion import (
+
+from streamer import app
+from streamer.app import TableOutcome
+from streamer.cli.demo import as_kafka_records, change_events
+from streamer.config.loading import config_from_mapping
+from streamer.sink import DATA_LOSS_KEY
+from table.mor_table import MorTable
+from table.timeline.commit_metadata import CommitMetadata
+from tests.support import kafka_broker
+from tests.support.ingestion import (
     JobOutput,
     assert_table_matches,
     committed_offsets,
@@ -42,14 +50,6 @@ from ingestion import (
     streamer_process,
     write_config,
 )
-
-from streamer import app
-from streamer.app import TableOutcome
-from streamer.cli.demo import as_kafka_records, change_events
-from streamer.config.loading import config_from_mapping
-from streamer.sink import DATA_LOSS_KEY
-from table.mor_table import MorTable
-from table.timeline.commit_metadata import CommitMetadata
 
 pytestmark = pytest.mark.e2e
 

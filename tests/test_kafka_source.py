@@ -12,7 +12,6 @@ import json
 import time
 import uuid
 
-import kafka_broker
 import pyarrow as pa
 import pytest
 
@@ -24,6 +23,7 @@ from streamer.kafka.options import SourceOptions, new_client
 from streamer.kafka.planning import offsets_from_json, offsets_to_json, rate_limit, split_ranges
 from streamer.kafka.reader import read_partition, read_ranges
 from streamer.kafka.schema import ARROW_SCHEMA, KAFKA_SCHEMA, OFFSET_RANGES_SCHEMA
+from tests.support import kafka_broker
 
 # ----------------------------------------------------------------------------------------------
 # unit

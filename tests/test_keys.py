@@ -10,7 +10,6 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hudi_samples import SAMPLES as HUDI_SAMPLES
 
 from table.errors import InvalidBatchError, KeyGenerationError
 from table.keys import (
@@ -24,6 +23,7 @@ from table.keys import (
     java_float_to_string,
     unescape_path_name,
 )
+from tests.support.hudi_samples import SAMPLES as HUDI_SAMPLES
 
 pytestmark = pytest.mark.unit
 

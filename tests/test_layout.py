@@ -21,7 +21,7 @@ from table.storage.layout import (
 
 pytestmark = pytest.mark.unit
 
-from hudi_samples import SAMPLES
+from tests.support.hudi_samples import SAMPLES
 
 SAMPLE_FILES = sorted(p for p in SAMPLES.glob("*/*/*") if p.is_file() and p.parent.name != ".hoodie")
 

@@ -32,7 +32,8 @@ from table.storage.file_io import Storage
 
 pytestmark = pytest.mark.unit
 
-from hudi_samples import SAMPLES
+from tests.support.hudi_samples import SAMPLES
+from tests.support.log_blocks import avro_records_in
 
 PARTITION = "city=san_francisco"
 UPDATE_LOG = f"{PARTITION}/.d0304c53-6fd2-4b7a-a9d6-5ff632f79224-0_20250331030642808.log.1_0-26-85"
@@ -197,23 +198,6 @@ def rich_rows(n: int) -> list[dict]:
 
 def rich_table(n: int = 300) -> pa.Table:
     return with_meta(pa.Table.from_pylist(rich_rows(n), schema=RICH_SCHEMA), UPDATE_INSTANT, PARTITION, "f-0")
-
-
-def avro_records_in(block_bytes: bytes) -> list[bytes]:
-    """The per-record Avro bodies of an encoded Avro data block."""
-    (count,) = struct.unpack_from(">i", block_bytes, 22)
-    pos = 26
-    for _ in range(count):
-        (length,) = struct.unpack_from(">i", block_bytes, pos + 4)
-        pos += 8 + length
-    content_at = pos + 8
-    (n_records,) = struct.unpack_from(">i", block_bytes, content_at + 4)
-    records, pos = [], content_at + 8
-    for _ in range(n_records):
-        (length,) = struct.unpack_from(">i", block_bytes, pos)
-        records.append(block_bytes[pos + 4 : pos + 4 + length])
-        pos += 4 + length
-    return records
 
 
 def test_avro_records_are_byte_identical_to_a_reference_avro_encoder():

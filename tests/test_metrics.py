@@ -12,10 +12,7 @@ import urllib.request
 from contextlib import contextmanager
 
 import pytest
-from ingestion import assert_table_matches, has_read, order_config, produce_orders, settled_change_events
-from kafka_broker import free_port
 from prometheus_client.parser import text_string_to_metric_families
-from test_dashboard import ALERTS, alert_names, dashboard_metric_names
 
 from harness.prometheus import PrometheusServer
 from streamer import app
@@ -26,6 +23,9 @@ from table.failpoints import PAUSE_ENV_VAR
 from table.file_group.layout_stats import after_each_deltacommit
 from table.mor_table import MorTable
 from table.plans.compaction import pending_compactions
+from tests.support.dashboard import ALERTS, alert_names, dashboard_metric_names
+from tests.support.ingestion import assert_table_matches, has_read, order_config, produce_orders, settled_change_events
+from tests.support.kafka_broker import free_port
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from ingestion import committed_table, order_config, run_streamer, write_config
 
 from streamer import preflight
 from streamer.cli import main as cli
@@ -23,6 +22,7 @@ from streamer.cli.demo import change_events
 from streamer.config.loading import config_from_mapping, load_config
 from streamer.decode.ddl import parse_ddl
 from streamer.preflight.select_list import transform_columns
+from tests.support.ingestion import committed_table, order_config, run_streamer, write_config
 
 BROKER = "127.0.0.1:9"  # nothing listens there: no check here needs a broker
 PAYMENTS_SCHEMA = "payment_id STRING, currency STRING, amount DOUBLE, ts BIGINT"

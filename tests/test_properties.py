@@ -20,7 +20,7 @@ from table.storage.file_io import Storage
 
 pytestmark = pytest.mark.unit
 
-from hudi_samples import SAMPLES
+from tests.support.hudi_samples import SAMPLES
 
 SAMPLE_TABLES = sorted(p.name for p in SAMPLES.iterdir() if (p / ".hoodie" / "hoodie.properties").is_file())
 SCHEMA = json.dumps(

@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import re
 
-import kafka_broker
 import pytest
-from ingestion import committed_table, order_config, run_streamer, write_config
 
 from streamer.cli.demo import as_kafka_records, change_events
+from tests.support import kafka_broker
+from tests.support.ingestion import committed_table, order_config, run_streamer, write_config
 
 pytestmark = pytest.mark.e2e
 

@@ -19,18 +19,6 @@ import uuid
 import hudi
 import pyarrow as pa
 import pytest
-from ingestion import (
-    DATA_COLUMNS,
-    ORDER_SCHEMA,
-    end_offsets,
-    expected_rows,
-    order_config,
-    produce_orders,
-    run_streamer,
-    settled_change_events,
-    streamer_process,
-    write_config,
-)
 
 from streamer.checkpoint import table_checkpoint
 from streamer.config.model import IndexSettings, ServicesSettings
@@ -45,6 +33,18 @@ from table.timeline.timeline import State
 from table.write.file_group_writer import WriteTask, write_file_groups
 from table.write.prepare import prepare_batch
 from table.write.writer import WriteOptions
+from tests.support.ingestion import (
+    DATA_COLUMNS,
+    ORDER_SCHEMA,
+    end_offsets,
+    expected_rows,
+    order_config,
+    produce_orders,
+    run_streamer,
+    settled_change_events,
+    streamer_process,
+    write_config,
+)
 
 STORED_SCHEMA = ORDER_SCHEMA.remove(ORDER_SCHEMA.get_field_index("deleted"))
 SERVICES = {"clustering": {"mode": "inline", "every_delta_commits": 1},

@@ -9,10 +9,10 @@ import subprocess
 import sys
 
 import pytest
-from ingestion import REPO
 
 from streamer.errors import MavenFetchError
 from streamer.sandbox import jars
+from tests.support.ingestion import REPO
 
 pytestmark = pytest.mark.unit
 

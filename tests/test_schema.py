@@ -8,7 +8,6 @@ import struct
 import fastavro
 import pyarrow as pa
 import pytest
-from hudi_samples import SAMPLES
 
 from table.schema import (
     COMMIT_SEQNO,
@@ -21,6 +20,7 @@ from table.schema import (
     avro_schema_json,
     to_avro_schema,
 )
+from tests.support.hudi_samples import SAMPLES
 
 pytestmark = pytest.mark.unit
 

@@ -22,11 +22,8 @@ from dataclasses import dataclass, field
 
 import fastavro
 import hudi
-import kafka_broker
 import pyarrow as pa
 import pytest
-from ingestion import committed_offsets, order_config
-from oracle import Oracle
 
 from streamer import app
 from streamer.app import TableOutcome
@@ -42,6 +39,9 @@ from streamer.errors import StartupError
 from table.mor_table import MorTable, TableSpec
 from table.schema import arrow_schema_from_avro
 from table.timeline.commit_metadata import CommitMetadata
+from tests.support import kafka_broker
+from tests.support.ingestion import committed_offsets, order_config
+from tests.support.oracle import Oracle
 
 pytestmark = pytest.mark.e2e
 

@@ -6,9 +6,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from test_table_engine import SCHEMA, make_table, write_options
 
 from table.read.predicate import Predicate, row_groups_to_read
+from tests.support.orders import SCHEMA, make_table, write_options
 
 pytestmark = pytest.mark.unit
 

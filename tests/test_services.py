@@ -10,8 +10,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from oracle import Oracle
-from test_table_engine import DATA_COLUMNS, SCHEMA, by_key, hudi_rs_read, make_table, row, strip, write_options
 
 from streamer.cli import main as cli
 from streamer.config.loading import config_from_mapping
@@ -22,6 +20,8 @@ from table.mor_table import MorTable
 from table.plans.compaction import pending_compactions
 from table.services.clustering.execute import pending_clusterings
 from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
+from tests.support.oracle import Oracle
+from tests.support.orders import DATA_COLUMNS, SCHEMA, by_key, hudi_rs_read, make_table, row, strip, write_options
 
 pytestmark = pytest.mark.unit
 

@@ -9,9 +9,15 @@ from __future__ import annotations
 import re
 import shutil
 
-import kafka_broker
 import pytest
-from ingestion import (
+
+from harness.spark import kafka_connector
+from streamer import app
+from streamer.cli.demo import MALFORMED, as_kafka_records, change_events
+from streamer.config.loading import config_from_mapping
+from table.mor_table import MorTable
+from tests.support import kafka_broker
+from tests.support.ingestion import (
     assert_table_matches,
     committed_offsets,
     end_offsets,
@@ -21,12 +27,6 @@ from ingestion import (
     settled_change_events,
     write_config,
 )
-
-from harness.spark import kafka_connector
-from streamer import app
-from streamer.cli.demo import MALFORMED, as_kafka_records, change_events
-from streamer.config.loading import config_from_mapping
-from table.mor_table import MorTable
 
 pytestmark = pytest.mark.e2e
 

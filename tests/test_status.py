@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import time
 
-import kafka_broker
 import pytest
-from ingestion import committed_table, order_config, produce_orders, run_streamer, write_config
 
 from streamer.cli import main as cli
 from streamer.cli.demo import change_events
 from streamer.status import record_error
+from tests.support import kafka_broker
+from tests.support.ingestion import committed_table, order_config, produce_orders, run_streamer, write_config
 
 
 @pytest.mark.unit

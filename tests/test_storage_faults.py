@@ -16,7 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
-from ingestion import (
+
+from streamer import app
+from streamer.cli.demo import change_events
+from streamer.config.loading import config_from_mapping
+from streamer.errors import StartupError
+from table.mor_table import MorTable
+from table.timeline.timeline import State
+from tests.support.ingestion import (
     assert_table_matches,
     committed_offsets,
     end_offsets,
@@ -25,13 +32,6 @@ from ingestion import (
     streamer_process,
     write_config,
 )
-
-from streamer import app
-from streamer.cli.demo import change_events
-from streamer.config.loading import config_from_mapping
-from streamer.errors import StartupError
-from table.mor_table import MorTable
-from table.timeline.timeline import State
 
 pytestmark = pytest.mark.e2e
 

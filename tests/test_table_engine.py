@@ -7,103 +7,32 @@ import random
 import subprocess
 import sys
 import textwrap
-import zlib
 from pathlib import Path
 
-import hudi
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from oracle import Oracle
 
 from table.errors import InvalidBatchError, WriterConflictError
-from table.mor_table import MorTable, TableSpec
 from table.storage.file_io import _temp_name
 from table.storage.markers import IOType, MarkedFile, write_markers
 from table.timeline.plans import deserialize_plan
 from table.timeline.timeline import Timeline
-from table.write.writer import WriteOptions
+from tests.support.oracle import Oracle
+from tests.support.orders import (
+    DATA_COLUMNS,
+    REGIONS,
+    SCHEMA,
+    by_key,
+    change_batch,
+    hudi_rs_read,
+    make_table,
+    row,
+    strip,
+    write_options,
+)
 
 pytestmark = pytest.mark.unit
-
-SCHEMA = pa.schema(
-    [
-        ("order_id", pa.string()),
-        ("region", pa.string()),
-        ("amount", pa.float64()),
-        ("status", pa.string()),
-        ("updated_at", pa.int64()),
-        ("is_deleted", pa.bool_()),
-    ]
-)
-DATA_COLUMNS = ["order_id", "region", "amount", "status", "updated_at"]
-REGIONS = ["emea", "apac", "amer", "latam"]
-
-
-def make_table(path: Path, **spec_overrides) -> MorTable:
-    spec = TableSpec(
-        name="orders",
-        schema=SCHEMA.remove(SCHEMA.get_field_index("is_deleted")),
-        record_key_fields=("order_id",),
-        partition_fields=("region",),
-        ordering_field="updated_at",
-        **spec_overrides,
-    )
-    return MorTable.create(str(path), spec)
-
-
-def write_options(**overrides) -> WriteOptions:
-    return WriteOptions(**{"initial_buckets": 4, "delete_field": "is_deleted", **overrides})
-
-
-def change_batch(rng: random.Random, known: list[str], size: int, first_id: int, clock: int) -> list[dict]:
-    """Inserts, updates (some with older ordering values) and deletes of known keys."""
-    rows = []
-    for i in range(size):
-        roll = rng.random()
-        if known and roll < 0.55:
-            key = rng.choice(known)
-            ts = clock + rng.randint(-50, 50)  # late events arrive with older ordering values
-            rows.append(row(key, ts, deleted=False, rng=rng))
-        elif known and roll < 0.65:
-            key = rng.choice(known)
-            rows.append(row(key, clock + rng.randint(-50, 50), deleted=True, rng=rng))
-        else:
-            key = f"o-{first_id + i:07d}"
-            known.append(key)
-            rows.append(row(key, clock + rng.randint(0, 50), deleted=False, rng=rng))
-    return rows
-
-
-def row(key: str, ts: int, deleted: bool, rng: random.Random) -> dict:
-    region = REGIONS[zlib.crc32(key.encode()) % len(REGIONS)]
-    return {
-        "order_id": key,
-        "region": region,
-        "amount": round(rng.uniform(1, 500), 2),
-        "status": rng.choice(["new", "paid", "shipped"]),
-        "updated_at": max(ts, 1),
-        "is_deleted": deleted,
-    }
-
-
-def by_key(table: pa.Table) -> dict:
-    return {r["order_id"]: r for r in table.to_pylist()}
-
-
-def hudi_rs_read(path: Path, read_optimized: bool = False, as_of: str | None = None) -> pa.Table:
-    table = hudi.HudiTableBuilder.from_base_uri(str(path)).build()
-    options = hudi.HudiReadOptions()
-    if read_optimized:
-        options = options.with_hudi_option("hoodie.read.use.read_optimized.mode", "true")
-    if as_of:
-        options = options.with_as_of_timestamp(as_of)
-    batches = table.read(options)
-    return pa.Table.from_batches(batches) if batches else pa.table({})
-
-
-def strip(rows: dict, columns: list[str]) -> dict:
-    return {k: {c: v[c] for c in columns} for k, v in rows.items()}
 
 
 def test_snapshot_equals_oracle_and_hudi_rs_after_many_upserts(tmp_path):

@@ -9,10 +9,17 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from oracle import Oracle
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, IsNotNull, LessThan, StringStartsWith
 from pyspark.sql.pandas.types import from_arrow_schema
-from test_table_engine import (
+
+from table.mor_table import MorTable
+from table.read.predicate import Predicate
+from table.spark import datasource as spark_source
+from table.spark.write import PACKED, TaskShare, _WriteTasks, pack, spark_hash_int, upsert_dataframe, write_task_keys
+from table.storage.layout import LogFileName
+from table.write.routing import FILE_ID
+from tests.support.oracle import Oracle
+from tests.support.orders import (
     DATA_COLUMNS,
     REGIONS,
     SCHEMA,
@@ -23,13 +30,6 @@ from test_table_engine import (
     strip,
     write_options,
 )
-
-from table.mor_table import MorTable
-from table.read.predicate import Predicate
-from table.spark import datasource as spark_source
-from table.spark.write import PACKED, TaskShare, _WriteTasks, pack, spark_hash_int, upsert_dataframe, write_task_keys
-from table.storage.layout import LogFileName
-from table.write.routing import FILE_ID
 
 pytestmark = pytest.mark.spark
 

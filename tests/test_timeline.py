@@ -26,7 +26,7 @@ from table.timeline.timeline import (
 
 pytestmark = pytest.mark.unit
 
-from hudi_samples import SAMPLES
+from tests.support.hudi_samples import SAMPLES
 
 SAMPLE_TIMELINES = {
     "v6_trips_8i1u": ["20250331030642808", "20250331030645735"],

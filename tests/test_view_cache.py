@@ -14,10 +14,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from oracle import Oracle
-from test_hudi_conformance import difference, hudi_rs, project
-from test_hudi_writes import hudi_options
-from test_table_engine import DATA_COLUMNS, SCHEMA, change_batch, make_table, write_options
 
 from table.file_group.fs_view import FileSystemView
 from table.mor_table import MorTable
@@ -30,6 +26,10 @@ from table.timeline.timeline import Timeline
 from table.write.file_group_writer import WriteTask, write_file_groups
 from table.write.prepare import prepare_batch
 from table.write.writer import TableWriter
+from tests.support.hudi_writes import hudi_options
+from tests.support.oracle import Oracle
+from tests.support.orders import DATA_COLUMNS, SCHEMA, change_batch, make_table, write_options
+from tests.support.readers import difference, hudi_rs, project
 
 PROJECT = Path(__file__).resolve().parents[1]
 DATA_SCHEMA = SCHEMA.remove(SCHEMA.get_field_index("is_deleted"))
@@ -72,7 +72,7 @@ class Stream:
 
     def assert_readers(self, judge=None) -> None:
         expected = {k: project(r, DATA_COLUMNS) for k, r in self.oracle.rows().items()}
-        reads = {"ours": MorTable.load(str(self.path)).snapshot(), "hudi-rs": hudi_rs(self.path, "snapshot", None)}
+        reads = {"ours": MorTable.load(str(self.path)).snapshot(), "hudi-rs": hudi_rs(self.path, "snapshot")}
         if judge is not None:
             reads["Apache Hudi"] = judge.snapshot(self.path)
         misses = {reader: miss for reader, rows in reads.items() if (miss := difference(rows, expected, DATA_COLUMNS))}

@@ -1,7 +1,7 @@
 """The soak run: `streamer run` ingesting a steady order stream with every table service async,
 for a bounded time, then checked.
 
-    python -m tests.soak [--minutes 10] [--rate 200] [--partitions 3] [--max-slope 0.2] [--out soak-output] [--keep]
+    python -m bench.soak [--minutes 10] [--rate 200] [--partitions 3] [--max-slope 0.2] [--out soak-output] [--keep]
 
 It starts Apache Kafka (from its Maven Central jars, `streamer.sandbox.kafka_broker`), produces a deterministic change stream (skewed upserts, inserts,
 deletes; the table grows for its first minutes, then keeps its size) at a steady rate while
@@ -36,11 +36,17 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the test helpers import each other by name
+import psutil
 
-import kafka_broker  # noqa: E402
-import psutil  # noqa: E402
-from ingestion import (  # noqa: E402
+from streamer.checkpoint import table_checkpoint
+from streamer.cli.demo import as_kafka_records
+from table.index import consistent_hashing as ring
+from table.mor_table import MorTable
+from table.services.archive import read_archived_instants
+from table.timeline.timeline import State
+from table.units import MIB
+from tests.support import kafka_broker
+from tests.support.ingestion import (
     DATA_COLUMNS,
     end_offsets,
     hudi_rs_rows,
@@ -49,15 +55,7 @@ from ingestion import (  # noqa: E402
     streamer_process,
     write_config,
 )
-from oracle import Oracle  # noqa: E402
-
-from streamer.checkpoint import table_checkpoint  # noqa: E402
-from streamer.cli.demo import as_kafka_records  # noqa: E402
-from table.index import consistent_hashing as ring  # noqa: E402
-from table.mor_table import MorTable  # noqa: E402
-from table.services.archive import read_archived_instants  # noqa: E402
-from table.timeline.timeline import State  # noqa: E402
-from table.units import MIB  # noqa: E402
+from tests.support.oracle import Oracle
 
 TOPIC = "soak-orders"
 REGIONS = ("emea", "apac", "amer")
@@ -572,7 +570,7 @@ def soak(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.soak", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10, help="how long to produce (default 10)")
     parser.add_argument("--rate", type=int, default=200, metavar="RECORDS_PER_S",
                         help="records produced a second (default 200)")

@@ -10,11 +10,9 @@ import time
 from pathlib import Path
 
 import hudi
-import kafka_broker
 import pyarrow as pa
 import yaml
 from confluent_kafka import Consumer, TopicPartition
-from oracle import Oracle
 
 from streamer.checkpoint import CHECKPOINT_KEY, StreamCheckpoint, table_checkpoint
 from streamer.cli.demo import as_kafka_records, change_events
@@ -27,8 +25,10 @@ from table.storage.markers import marked_files
 from table.timeline.commit_metadata import CommitMetadata
 from table.timeline.timeline import State
 from table.write.writer import WriteOptions
+from tests.support import kafka_broker
+from tests.support.oracle import Oracle
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VALUE_SCHEMA = ("order_id STRING, customer STRING, region STRING, amount DOUBLE, status STRING, "
                 "note STRING, updated_at BIGINT, deleted BOOLEAN")
 DATA_COLUMNS = ["order_id", "customer", "region", "amount", "status", "note", "updated_at"]

@@ -6,6 +6,6 @@ a reason to skip.
 
 from pathlib import Path
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "hudi-samples"
+SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "reference" / "hudi-samples"
 if not SAMPLES.is_dir():
     raise RuntimeError(f"the Hudi sample tables are required by the tests and were not found at {SAMPLES}")
