@@ -44,7 +44,7 @@ from tests.support.orders import DATA_COLUMNS, SCHEMA, by_key, hudi_rs_read, mak
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 KB = 1024
 HOT_RANGE = (ring.HASH_VALUE_MASK + 1) // 8  # the skewed keys' hashes fall in the first eighth
 

@@ -45,7 +45,7 @@ from tests.support.orders import (
 
 pytestmark = pytest.mark.unit
 
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[3]
 
 
 @dataclass

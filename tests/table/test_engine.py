@@ -147,7 +147,7 @@ def test_lease_of_a_writer_process_that_died_on_this_host_is_taken_over_at_once(
         f"MorTable.load({str(tmp_path / 'orders')!r}).writer(WriteOptions(lease_ttl_seconds=3600), 'killed job').open()\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    killed = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    killed = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
     assert killed.returncode == -9
     with table.writer(write_options(), description="restarted job") as writer:
         writer.upsert(pa.Table.from_pylist([row("z", 5, False, random.Random(0))], schema=SCHEMA))
@@ -215,7 +215,7 @@ def test_write_killed_before_commit_is_invisible_and_rolled_back(tmp_path):
     batch_file = tmp_path / "batch.arrow"
     with pa.ipc.new_file(batch_file, doomed.schema) as sink:
         sink.write_table(doomed)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(path), str(batch_file)], env=env)
     assert proc.returncode == -9
     leftovers = sorted(p.name for p in path.rglob("*") if p.is_file() and ".hoodie" not in p.parts)

@@ -51,7 +51,7 @@ from tests.support.orders import (
 pytestmark = pytest.mark.unit
 
 META = ["_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path"]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class Stream:

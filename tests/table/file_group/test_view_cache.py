@@ -31,7 +31,7 @@ from tests.support.oracle import Oracle
 from tests.support.orders import DATA_COLUMNS, SCHEMA, change_batch, make_table, write_options
 from tests.support.readers import difference, hudi_rs, project
 
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[3]
 DATA_SCHEMA = SCHEMA.remove(SCHEMA.get_field_index("is_deleted"))
 
 
