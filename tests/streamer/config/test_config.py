@@ -15,7 +15,7 @@ from streamer.errors import ConfigError
 
 pytestmark = pytest.mark.unit
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "configs" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "configs" / "examples"
 DROP = object()
 
 

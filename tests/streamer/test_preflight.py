@@ -185,7 +185,7 @@ def test_an_existing_tables_columns_must_take_the_values_fields(tmp_path):
 
 # -- change events ---------------------------------------------------------------------------------
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "configs" / "examples" / "accounts-postgres-cdc.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "examples" / "accounts-postgres-cdc.yaml"
 ACCOUNTS_ROW = "region STRING, id INT, name STRING, balance DOUBLE, visits BIGINT, active BOOLEAN"
 
 

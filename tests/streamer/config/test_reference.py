@@ -21,7 +21,7 @@ from streamer.config.model import JobConfig
 
 pytestmark = pytest.mark.unit
 
-PAGE = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
 
 
 def nested_model(annotation: Any) -> type[BaseModel] | None:
