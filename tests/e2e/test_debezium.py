@@ -38,7 +38,7 @@ from tests.support.ingestion import JobOutput, end_offsets, has_read, run_stream
 
 pytestmark = [pytest.mark.e2e, pytest.mark.hudi]
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "configs" / "examples" / "accounts-postgres-cdc.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "examples" / "accounts-postgres-cdc.yaml"
 REGIONS = ("emea", "apac", "amer", "africa")
 COLUMNS = ["region", "id", "name", "balance", "visits", "active", "tier"]
 #: Kafka Connect's primitive types as the Avro converter writes them.
