@@ -1,7 +1,7 @@
 """What Apache Kafka does under the real job: transactions (aborted records and the offsets their
 markers take), retention deleting offsets the table still wanted, and partitions added to a topic
 while a job reads it. A broker restart under a running job is in
-tests/test_broker_faults.py.
+tests/e2e/test_broker_faults.py.
 
 Each test checks the table against an oracle of what was sent and the offsets the table committed
 against Kafka's end offsets.

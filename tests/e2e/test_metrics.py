@@ -115,7 +115,7 @@ def test_prometheus_reads_what_the_job_did_and_health_tells_idle_from_stuck(
         assert value(prometheus, 'count(mor_streamer_buckets{table="orders"} == 2)') == len({e["region"] for e in events})
         assert value(prometheus, 'mor_streamer_freshness_seconds{table="orders"}') > 0
         assert value(prometheus, 'mor_streamer_batch_phase_seconds_total{table="orders",phase="write"}') > 0
-        # the catalog panels' metrics: only tables with a sync: section export them (tests/test_catalog_job.py)
+        # the catalog panels' metrics: only tables with a sync: section export them (tests/e2e/test_catalog_job.py)
         catalog = {n for n in dashboard_metric_names() if n.startswith("mor_streamer_catalog_")}
         assert dashboard_metric_names() - catalog <= set(prometheus.metric_names())
         assert wait_until(lambda: {r["name"]: r["health"] for r in prometheus.rules()}.keys() == alert_names()

@@ -1,5 +1,5 @@
 """Apache Hudi itself judges our tables: its 0.15 Spark bundle (table version 6) reads every table
-state our engine makes (tests/test_hudi_writes.py has its writer and ours continue each other's).
+state our engine makes (tests/hudi/test_writes.py has its writer and ours continue each other's).
 
 Each state is built with the library (several partitions, inserts, updates, deletes, ordering
 values that arrive late), with an oracle of what it holds as of each commit. Then every reader,
@@ -49,7 +49,7 @@ KNOWN: dict[tuple[str, str, str], str] = {
         "Hudi 0.15's incremental query builds its file-system view from the files its commits wrote, and "
         "reads the dual-write log files of a pending resize's child file groups though their base instant "
         "(the replacecommit) is not complete: records written during the resize come twice, on its own dual "
-        "writes too (test_hudi_writes.py). Its snapshot and time travel read only the old file groups, as "
+        "writes too (tests/hudi/test_writes.py). Its snapshot and time travel read only the old file groups, as "
         "RFC-42 says readers must (docs/conformance.md)"),
 }
 

@@ -1,7 +1,7 @@
 """The Grafana dashboard, the alerting rules and the compose file that provisions them, against
 what the job exports: every metric a panel or an alert queries is one the job exports, every
 metric the job exports is on the dashboard, and every file the compose file mounts is in the
-repository. (tests/test_metrics.py has a real Prometheus load the rules and scrape them all.)"""
+repository. (tests/e2e/test_metrics.py has a real Prometheus load the rules and scrape them all.)"""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ alike: each names the file, the key and the fix.
 The mistakes are those a new user makes: a record key or partition field not in the schema, a DDL
 type Spark does not have, an ordering field of a type that cannot order, a transform that names a
 column its source lacks, and a record key changed under an existing table (written here by the
-table engine alone). (tests/test_schema_evolution.py holds the DDL reader to Spark's own reading.)
+table engine alone). (tests/e2e/test_schema_evolution.py holds the DDL reader to Spark's own reading.)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The local Apache Kafka on a machine that lacks what it needs: without Java or without Maven,
 `streamer kafka start` and the demo say which is missing and how to install it, and start nothing.
-(tests/test_first_hour.py runs it where they are.)"""
+(tests/e2e/test_first_hour.py runs it where they are.)"""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The conformance matrix: table state x reader, the queries each reader answers exactly.
 
 Tests judged by Apache Hudi record their outcomes in the session's `conformance_matrix`
-(tests/conftest.py), which prints it in the terminal summary; docs/conformance.md keeps a copy.
+(tests/hudi/conftest.py), which prints it in the terminal summary; docs/conformance.md keeps a copy.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ the streamer uses is implemented:
 
 Errors have Confluent's shape: {"error_code": 40403, "message": "Schema not found"}.
 
-Run: python tests/schema_registry_server.py --port 8081 (0 picks a free port); it prints
+Run: python tests/support/schema_registry_server.py --port 8081 (0 picks a free port); it prints
 `schema registry listening on http://HOST:PORT` once it accepts connections.
 """
 

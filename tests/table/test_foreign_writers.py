@@ -1,6 +1,6 @@
 """What Hudi's own writers leave on our tables, handled by the engine alone: the payload class's
 merge rule (`table.read.merge.MergeRule`) and the metadata table our writer removes before its
-commit (`table.write.metadata_table`). Apache Hudi judges both in tests/test_hudi_foreign_writers.py."""
+commit (`table.write.metadata_table`). Apache Hudi judges both in tests/hudi/test_foreign_writers.py."""
 
 from __future__ import annotations
 

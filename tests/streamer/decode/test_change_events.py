@@ -2,7 +2,7 @@
 (streamer/decode/debezium.py, connect_json.py and the record decoder), from messages shaped as
 Debezium 3.6's PostgreSQL and MySQL connectors write them: Kafka Connect's JSON with and without
 its schemas, and Avro in Confluent's wire format through a real schema registry process. The
-whole path against PostgreSQL and Kafka Connect is tests/test_debezium.py."""
+whole path against PostgreSQL and Kafka Connect is tests/e2e/test_debezium.py."""
 
 from __future__ import annotations
 

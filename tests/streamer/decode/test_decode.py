@@ -1,6 +1,6 @@
 """Record decoding (streamer/decode/record_decoder.py and the formats' modules beside it) and the schema
 registry client, against batches shaped exactly like Spark's Kafka source and a real schema registry
-process (tests/schema_registry_server.py, or SCHEMA_REGISTRY_URL)."""
+process (tests/support/schema_registry_server.py, or SCHEMA_REGISTRY_URL)."""
 
 from __future__ import annotations
 
