@@ -55,7 +55,7 @@ fix: $(STAMP)
 # make soak SOAK_MINUTES=120 SOAK_ARGS="--rate 400 --keep".
 SOAK_MINUTES ?= 10
 soak: $(STAMP)
-	$(PY) -m tests.soak --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
+	$(PY) -m bench.soak --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
 
 bench: $(BENCH_STAMP) $(JUDGE_STAMP)
 	$(PY) -m bench

@@ -1,7 +1,7 @@
 """Bench: a bucket resize rewrites only the buckets in its plan.
 
-    PYTHONPATH=. python bench/resize_bytes.py [--rows 400000] [--partitions 4] [--initial-buckets 8]
-                                              [--seed 7] [--out bench/results/resize_bytes.json] [--quick]
+    python -m bench.resize_bytes [--rows 400000] [--partitions 4] [--initial-buckets 8]
+                                 [--seed 7] [--out bench/results/resize_bytes.json] [--quick]
 
 Measures, for a split (middle and distribution split points), a merge and a sort of
 consistent-hashing buckets, each on a fresh copy of one skewed table (70% of the keys hash into
@@ -20,15 +20,12 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 import pyarrow as pa

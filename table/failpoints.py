@@ -9,7 +9,7 @@ Inert unless an environment variable names a point:
   while micro-batches go on.
 
 The points, `<protocol>.<step>`, in the order a protocol reaches them (the crash matrix,
-tests/test_crash_matrix.py, kills the job at each one):
+tests/e2e/test_crash_matrix.py, kills the job at each one):
 
 - `deltacommit.requested`: `TableWriter.begin`, the requested file written, not the inflight one.
 - `deltacommit.inflight`: `TableWriter.begin`, the instant inflight, no data file written yet.

@@ -1,5 +1,8 @@
-"""Shared fixtures: the Kafka broker (session), a Spark session (per module), table directories
-and unique topic names (per test).
+"""Fixtures shared by several test folders: the Kafka broker (session), a Spark session (per
+module), the Hive Metastore and Apache Hudi, the judge (session), the schema registry (session),
+table directories, disks and unique topic names (per test). Fixtures of one folder alone live in
+that folder's conftest.py (tests/e2e: S3, PostgreSQL and Kafka Connect; tests/hudi: the
+conformance matrix).
 
 Nothing here replaces a real part: the broker is Apache Kafka (or the broker named by
 KAFKA_BOOTSTRAP_SERVERS), Spark is a real local[2] session.
@@ -16,13 +19,7 @@ from pathlib import Path
 
 import pytest
 
-# The tests import the project from the work tree (PYTHONPATH or an editable install) and the
-# helpers beside this file.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# harness/ (the Hudi judge) is imported from the repo root, as bench/ does.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import kafka_broker
+from tests.support import kafka_broker
 
 _session_broker: kafka_broker.TestBroker | None = None
 
@@ -30,7 +27,7 @@ _session_broker: kafka_broker.TestBroker | None = None
 # -- Kafka --------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def kafka_broker_handle(tmp_path_factory) -> kafka_broker.TestBroker:
-    """The session's broker (see tests/kafka_broker.py): `.kind` (external/kafka),
+    """The session's broker (see tests/support/kafka_broker.py): `.kind` (external/kafka),
     `.bootstrap`, `.pid` and `.log_path` (the ones this session started)."""
     global _session_broker
     broker = kafka_broker.start_test_broker(tmp_path_factory.mktemp("kafka"))
@@ -146,48 +143,6 @@ def spark(request, tmp_path_factory, spark_jars):
         session.stop()
 
 
-# -- S3 -------------------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory):
-    """An S3-compatible server process (S3Proxy, see harness/s3.py) for the session, fetched on
-    first use, stopped by its pid at the end. Tests make their own buckets."""
-    from harness.s3 import S3Server
-
-    server = S3Server(tmp_path_factory.mktemp("s3")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-# -- a database and its change stream ----------------------------------------------------------
-@pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory):
-    """PostgreSQL with `wal_level=logical` for the session (see harness/postgres.py), installed
-    from Debian's packages on first use, stopped by its pid at the end. Tests make their own
-    databases."""
-    from harness.postgres import PostgresServer
-
-    server = PostgresServer(tmp_path_factory.mktemp("postgres")).start()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
-@pytest.fixture(scope="session")
-def kafka_connect(kafka_bootstrap, tmp_path_factory):
-    """A Kafka Connect standalone worker with Debezium's PostgreSQL connector for the session,
-    writing into the session's broker (see harness/kafka_connect.py); tests add connectors."""
-    from harness.kafka_connect import KafkaConnect
-
-    connect = KafkaConnect(kafka_bootstrap, tmp_path_factory.mktemp("kafka-connect")).start()
-    try:
-        yield connect
-    finally:
-        connect.close()
-
-
 # -- a Hive Metastore ----------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def hive_metastore(tmp_path_factory):
@@ -220,17 +175,6 @@ def hudi_judge(tmp_path_factory, hive_metastore):
         judge.stop()
 
 
-@pytest.fixture(scope="session")
-def conformance_matrix(hudi_judge):
-    """Table state x reader, filled by the tests Apache Hudi judges; printed at the end of the run."""
-    from conformance_matrix import Matrix
-
-    matrix = Matrix()
-    yield matrix
-    if matrix.rows:
-        _summary_lines.extend(matrix.lines(hudi_judge.versions))
-
-
 # -- tables -------------------------------------------------------------------------------------
 @pytest.fixture
 def table_dir(tmp_path) -> Path:
@@ -260,12 +204,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 @pytest.fixture(scope="session")
 def schema_registry_url(tmp_path_factory) -> str:
     """URL of a Confluent schema registry: SCHEMA_REGISTRY_URL when set (a real one), else the
-    test server of tests/schema_registry_server.py in a child process for the session."""
+    test server of tests/support/schema_registry_server.py in a child process for the session."""
     external = os.environ.get("SCHEMA_REGISTRY_URL")
     if external:
         yield external
         return
-    import schema_registry_server
+    from tests.support import schema_registry_server
 
     registry = schema_registry_server.RegistryProcess(str(tmp_path_factory.mktemp("schema-registry") / "server.log"))
     try:

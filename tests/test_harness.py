@@ -10,9 +10,10 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import kafka_broker
 import pandas as pd
 import pytest
+
+from tests.support import kafka_broker
 
 
 def _consume_all(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 30.0):

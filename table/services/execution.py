@@ -118,7 +118,7 @@ class PlanExecution(ABC):
     def completed_metadata(self, stats: list[WriteStat]) -> CommitMetadata:
         """The metadata the completed instant holds."""
 
-    # The failpoints are the service's own: tests/test_crash_matrix.py finds their names in the code.
+    # The failpoints are the service's own: tests/e2e/test_crash_matrix.py finds their names in the code.
 
     @abstractmethod
     def on_files_written(self) -> None:

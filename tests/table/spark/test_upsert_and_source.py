@@ -1,0 +1,273 @@
+"""The engine's Spark paths: distributed upsert and the `mor` data source, checked by hudi-rs."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, IsNotNull, LessThan, StringStartsWith
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from table.mor_table import MorTable
+from table.read.predicate import Predicate
+from table.spark import datasource as spark_source
+from table.spark.write import PACKED, TaskShare, _WriteTasks, pack, spark_hash_int, upsert_dataframe, write_task_keys
+from table.storage.layout import LogFileName
+from table.write.routing import FILE_ID
+from tests.support.oracle import Oracle
+from tests.support.orders import (
+    DATA_COLUMNS,
+    REGIONS,
+    SCHEMA,
+    by_key,
+    change_batch,
+    hudi_rs_read,
+    make_table,
+    strip,
+    write_options,
+)
+
+pytestmark = pytest.mark.spark
+
+
+def test_dataframe_upserts_equal_the_oracle_through_every_reader(spark, tmp_path):
+    path = tmp_path / "orders"
+    table = make_table(path)
+    oracle = Oracle("order_id", "updated_at", "is_deleted")
+    rng = random.Random(17)
+    known: list[str] = []
+    with table.writer(write_options(log_block_format="avro")) as writer:
+        for n in range(3):
+            batch = change_batch(rng, known, 3000, n * 3000, 100 + 100 * n)
+            oracle.apply_batch(batch)
+            # Input order decides ties between equal ordering values, so keep the batch's order.
+            df = spark.createDataFrame(pa.Table.from_pylist(batch, schema=SCHEMA).to_pandas())
+            assert upsert_dataframe(writer, df) is not None
+
+    expected = strip(oracle.rows(), DATA_COLUMNS)
+    assert strip(by_key(table.snapshot()), DATA_COLUMNS) == expected
+    assert strip(by_key(hudi_rs_read(path)), DATA_COLUMNS) == expected
+
+    spark_source.register(spark)
+    rows = spark.read.format("mor").load(str(path))
+    assert rows.count() == len(expected)
+    pruned = spark.read.format("mor").option("columns", "order_id,updated_at").load(str(path))
+    assert pruned.columns == ["order_id", "updated_at"]
+    got = {r.order_id: r.updated_at for r in pruned.collect()}
+    assert got == {k: v["updated_at"] for k, v in expected.items()}
+    emea = spark.read.format("mor").load(str(path)).where("region = 'emea'")
+    assert emea.count() == sum(1 for v in expected.values() if v["region"] == "emea")
+    n_slices = len(MorTable.load(str(path)).read_plan()[0])
+    assert rows.rdd.getNumPartitions() < n_slices  # small slices share a task
+    one_per_task = spark.read.format("mor").option("max_partition_bytes", 1).option("open_cost_bytes", 1)
+    assert one_per_task.load(str(path)).rdd.getNumPartitions() == n_slices
+
+
+def test_write_tasks_given_more_than_they_hold_write_their_file_groups_in_parts(spark, tmp_path):
+    path = tmp_path / "orders"
+    table = make_table(path)
+    oracle = Oracle("order_id", "updated_at", "is_deleted")
+    rng = random.Random(18)
+    known: list[str] = []
+    with table.writer(write_options(task_memory_bytes=32 * 1024)) as writer:  # a few file groups a part
+        for n in range(3):
+            batch = change_batch(rng, known, 4000, n * 4000, 100 + 100 * n)
+            oracle.apply_batch(batch)
+            df = spark.createDataFrame(pa.Table.from_pylist(batch, schema=SCHEMA).to_pandas())
+            assert upsert_dataframe(writer, df) is not None
+            stats = writer.last_commit.write_stats()
+            written = [s.file_id for s in stats]
+            view = writer.file_system_view(table.timeline())
+            assert len(written) == len(set(written)) == len(view.all_file_groups())  # each group one file
+            if n == 0:  # groups larger than a task holds: base files written a piece of their keys at a time
+                assert max(pq.ParquetFile(path / s.path).metadata.num_row_groups for s in stats) > 1
+            else:  # and log files of a block per piece
+                assert max(s.total_log_blocks for s in stats) > 2
+
+    expected = strip(oracle.rows(), DATA_COLUMNS)
+    assert strip(by_key(table.snapshot()), DATA_COLUMNS) == expected
+    assert strip(by_key(hudi_rs_read(path)), DATA_COLUMNS) == expected
+
+
+@pytest.mark.unit
+def test_a_task_share_past_its_memory_goes_to_disk_and_is_read_back_in_parts_of_whole_groups():
+    rows = pa.table(
+        {
+            FILE_ID: [f"g{i % 40:02d}" for i in range(20_000)],
+            "_hoodie_partition_path": [f"p{i % 40 // 10}" for i in range(20_000)],
+            "payload": [f"x{i:08d}" * 4 for i in range(20_000)],
+        }
+    )
+    tasks = _WriteTasks(1, (0,), {})
+    values = [pack(rows.slice(i, 1000), tasks).column(PACKED)[0].as_buffer() for i in range(0, 20_000, 1000)]
+    with TaskShare(memory_bytes=200_000) as share:
+        for value in values:
+            share.add(value)
+        assert share.bytes == sum(v.size for v in values) > 200_000
+        assert share.partitions == {f"g{i:02d}": f"p{i // 10}" for i in range(40)}
+        pieces = list(share.pieces())
+    assert len(pieces) > 2 and all(finished for _, finished in pieces)
+    groups = [set(table[FILE_ID].to_pylist()) for table, _ in pieces]
+    assert sum(map(len, groups)) == len(set().union(*groups)) == 40  # each group whole in one piece
+    assert all(table.nbytes < 2 * 200_000 for table, _ in pieces)
+    assert sorted(r for t, _ in pieces for r in t["payload"].to_pylist()) == sorted(rows["payload"].to_pylist())
+
+
+@pytest.mark.unit
+def test_a_file_group_larger_than_a_task_holds_comes_in_pieces_of_its_keys_the_last_one_finishing_it():
+    rows = pa.table(
+        {
+            FILE_ID: ["big"] * 12_000 + ["small"] * 100,
+            "_hoodie_partition_path": ["p"] * 12_100,
+            "_hoodie_record_key": [f"k{i:06d}" for i in range(12_100)],
+            "payload": [f"x{i:08d}" * 4 for i in range(12_100)],
+        }
+    )
+    tasks = _WriteTasks(1, (0,), {})
+    values = [pack(rows.slice(i, 1000), tasks).column(PACKED)[0].as_buffer() for i in range(0, 12_100, 1000)]
+    with TaskShare(memory_bytes=100_000) as share:
+        for value in values:
+            share.add(value)
+        pieces = list(share.pieces())
+    big = [(table, finished) for table, finished in pieces if "big" in table[FILE_ID].to_pylist()]
+    assert len(big) > 3 and [finished for _, finished in big] == [False] * (len(big) - 1) + [True]
+    keys = [k for table, _ in big for k in table["_hoodie_record_key"].to_pylist()]
+    assert len(keys) == len(set(keys)) == 12_000  # each key in one piece only
+    assert all(table.nbytes < 2 * 100_000 for table, _ in pieces)
+
+
+def test_writes_leave_no_accumulator_or_broadcast_behind(spark, tmp_path):
+    """A streaming job writes a micro-batch every few seconds for weeks: what a write hands its
+    tasks goes when it is done, or the driver holds every batch's."""
+    from pyspark import accumulators
+
+    table = make_table(tmp_path / "orders")
+    rng = random.Random(19)
+    known: list[str] = []
+    broadcast_files = Path(spark.sparkContext._temp_dir)
+
+    def held() -> tuple[int, int]:
+        return len(accumulators._accumulatorRegistry), len(list(broadcast_files.iterdir()))
+
+    with table.writer(write_options()) as writer:
+        for n in range(4):
+            batch = change_batch(rng, known, 500, n * 500, 100 + 100 * n)
+            assert upsert_dataframe(
+                writer, spark.createDataFrame(pa.Table.from_pylist(batch, schema=SCHEMA).to_pandas())
+            )
+            if n == 0:
+                after_first = held()
+    assert held() == after_first
+
+
+def test_the_write_stage_deals_the_file_groups_out_evenly_to_its_tasks(spark, tmp_path):
+    """Hashing 16 file groups into a few tasks leaves some tasks far more than others as often as
+    not, and the batch waits for the busiest; dealt out, each task writes as many."""
+    table = make_table(tmp_path / "orders")
+    rng = random.Random(23)
+    known: list[str] = []
+    with table.writer(write_options()) as writer:
+        for n in range(2):
+            batch = change_batch(rng, known, 2000, n * 2000, 100 + 100 * n)
+            assert upsert_dataframe(
+                writer, spark.createDataFrame(pa.Table.from_pylist(batch, schema=SCHEMA).to_pandas())
+            )
+        files = [Path(s.path).name for s in writer.last_commit.write_stats()]
+    assert len(files) == len(REGIONS) * 4  # every bucket got a log file
+    tasks = Counter(LogFileName.parse(name).write_token.split("-")[0] for name in files)
+    assert len(tasks) == spark.sparkContext.defaultParallelism  # a task per core
+    assert set(tasks.values()) == {len(files) // len(tasks)}
+
+
+def test_the_write_tasks_keys_are_the_ints_spark_sends_to_each_task(spark):
+    """The shuffle key of each write task comes from Spark's own hash, computed in Python so that
+    no batch runs a Spark job to learn it."""
+    from pyspark.sql import functions as F
+
+    ints = spark.range(-3000, 3000).select(F.col("id").cast("int").alias("k"))
+    assert {r.k: r.h for r in ints.select("k", F.hash("k").alias("h")).collect()} == {
+        k: spark_hash_int(k) for k in range(-3000, 3000)
+    }
+    for count in range(1, 9):
+        keys = spark.createDataFrame([(k,) for k in write_task_keys(count)], "k int")
+        placed = keys.select(F.expr(f"pmod(hash(k), {count})").alias("task")).collect()
+        assert [r.task for r in placed] == list(range(count))
+
+
+def test_an_empty_dataframe_commits_nothing(spark, tmp_path):
+    table = make_table(tmp_path / "orders")
+    with table.writer(write_options()) as writer:
+        empty = spark.createDataFrame([], from_arrow_schema(SCHEMA))
+        assert upsert_dataframe(writer, empty) is None
+    assert table.timeline().completed_writes() == []
+
+
+def test_partition_filters_skip_slices_when_pushdown_is_enabled(spark, tmp_path):
+    path = tmp_path / "orders"
+    table = make_table(path)
+    rng = random.Random(23)
+    known: list[str] = []
+    rows = change_batch(rng, known, 2000, 0, 100)
+    with table.writer(write_options()) as writer:
+        writer.upsert(pa.Table.from_pylist(rows, schema=SCHEMA))
+    expected = strip(by_key(table.snapshot()), DATA_COLUMNS)
+    spark.conf.set(spark_source.PUSHDOWN_CONF, "true")
+    try:
+        spark_source.register(spark)
+        one_slice_per_task = spark.read.format("mor").option("max_partition_bytes", 1).option("open_cost_bytes", 1)
+        emea = one_slice_per_task.load(str(path)).where("region = 'emea'")
+        slices_read = emea.rdd.getNumPartitions()
+        got = {r.order_id for r in emea.select("order_id").collect()}
+    finally:
+        spark.conf.set(spark_source.PUSHDOWN_CONF, "false")
+        spark_source.register(spark)
+    assert got == {k for k, v in expected.items() if v["region"] == "emea"}
+    all_slices = len(MorTable.load(str(path)).read_plan()[0])
+    assert slices_read == all_slices // len({v["region"] for v in expected.values()})
+
+
+def test_range_filters_pushed_to_the_source_return_the_rows_spark_would_filter(spark, tmp_path):
+    path = tmp_path / "orders"
+    table = make_table(path)
+    rng = random.Random(29)
+    known: list[str] = []
+    with table.writer(write_options()) as writer:
+        for n in range(3):  # base files, then log files with updates older and newer than the base rows
+            writer.upsert(pa.Table.from_pylist(change_batch(rng, known, 3000, n * 3000, 100 + 100 * n), schema=SCHEMA))
+    every_row = strip(by_key(table.snapshot()), DATA_COLUMNS)
+    expected = {k for k, v in every_row.items() if 150 <= v["updated_at"] <= 250 and v["status"] in ("new", "paid")}
+    query = "updated_at BETWEEN 150 AND 250 AND status IN ('new', 'paid') AND amount IS NOT NULL"
+    spark.conf.set(spark_source.PUSHDOWN_CONF, "true")
+    try:
+        spark_source.register(spark)
+        got = {r.order_id for r in spark.read.format("mor").load(str(path)).where(query).select("order_id").collect()}
+    finally:
+        spark.conf.set(spark_source.PUSHDOWN_CONF, "false")
+        spark_source.register(spark)
+    assert expected and got == expected
+
+
+def test_comparisons_with_constants_become_predicates_and_other_filters_do_not():
+    pushed = [
+        GreaterThanOrEqual(("updated_at",), 150),
+        LessThan(("updated_at",), 250),
+        In(("status",), ("new", "paid")),
+        IsNotNull(("amount",)),
+        EqualTo(("kafka_key", "id"), 1),
+        StringStartsWith(("status",), "n"),
+        EqualTo(("status",), None),
+    ]
+    predicates = [spark_source.predicate_of(f) for f in pushed]
+    assert predicates == [
+        Predicate("updated_at", ">=", 150),
+        Predicate("updated_at", "<", 250),
+        Predicate("status", "in", ("new", "paid")),
+        Predicate("amount", "not_null"),
+        None,
+        None,
+        None,
+    ]

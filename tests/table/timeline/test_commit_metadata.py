@@ -1,0 +1,155 @@
+"""Commit metadata JSON: Hudi's files parse and serialise back byte for byte; ours has their layout."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from table.timeline.commit_metadata import (
+    CommitMetadata,
+    ReplaceCommitMetadata,
+    RuntimeStats,
+    WriteStat,
+    jackson_dumps,
+)
+from tests.support.hudi_samples import SAMPLES
+
+pytestmark = pytest.mark.unit
+
+
+SAMPLE_COMMIT_FILES = sorted(p for p in SAMPLES.glob("*/.hoodie/*.deltacommit*") if p.stat().st_size)
+
+
+def test_the_samples_hold_commit_and_inflight_files():
+    assert len(SAMPLE_COMMIT_FILES) == 8
+
+
+@pytest.mark.parametrize("path", SAMPLE_COMMIT_FILES, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_sample_commit_metadata_parses_and_serialises_back_byte_for_byte(path):
+    text = path.read_text()
+    metadata = CommitMetadata.from_json(path.read_bytes())
+    assert metadata.to_json() == text
+    assert CommitMetadata.from_json(metadata.to_json()) == metadata
+
+
+def test_sample_log_write_is_a_delta_stat_with_its_slice():
+    path = SAMPLES / "v6_trips_8i1u" / ".hoodie" / "20250331030645735.deltacommit"
+    metadata = CommitMetadata.from_json(path.read_bytes())
+    assert metadata.operation_type == "UPSERT_PREPPED"
+    assert metadata.extra_metadata["_hoodie.spark.sql.writes.prepped"] == "true"
+    assert json.loads(metadata.schema)["name"] == "v6_trips_8i1u_record"
+    [stat] = metadata.write_stats()
+    assert stat.is_delta
+    assert stat.file_id == "d0304c53-6fd2-4b7a-a9d6-5ff632f79224-0"
+    assert stat.prev_commit == "20250331030642808"
+    assert stat.base_file == "d0304c53-6fd2-4b7a-a9d6-5ff632f79224-0_0-13-60_20250331030642808.parquet"
+    assert stat.log_files == [".d0304c53-6fd2-4b7a-a9d6-5ff632f79224-0_20250331030642808.log.1_0-26-85"]
+    assert (stat.log_version, stat.log_offset, stat.num_update_writes, stat.file_size_in_bytes) == (
+        1,
+        0,
+        1,
+        1148,
+    )
+    assert stat.runtime_stats == RuntimeStats(total_upsert_time=296)
+    assert stat.extra == {}
+
+
+def test_sample_first_commit_writes_base_files_in_three_partitions():
+    path = SAMPLES / "v6_trips_8i1u" / ".hoodie" / "20250331030642808.deltacommit"
+    metadata = CommitMetadata.from_json(path.read_bytes())
+    assert sorted(metadata.partition_to_write_stats) == [
+        "city=chennai",
+        "city=san_francisco",
+        "city=sao_paulo",
+    ]
+    assert sum(s.num_inserts for s in metadata.write_stats()) == 8
+    assert not any(s.is_delta for s in metadata.write_stats())
+    assert all(s.prev_commit == "null" and s.path.endswith(".parquet") for s in metadata.write_stats())
+
+
+def test_a_log_write_serialises_with_hudis_field_order_and_layout():
+    stat = WriteStat(
+        file_id="f1-0",
+        path="p=1/.f1-0_20250618054711154.log.2_0-26-85",
+        prev_commit="20250618054711154",
+        num_writes=3,
+        num_update_writes=2,
+        num_deletes=1,
+        total_write_bytes=100,
+        partition_path="p=1",
+        total_log_blocks=2,
+        file_size_in_bytes=100,
+        log_version=2,
+        log_offset=0,
+        base_file="",
+        log_files=[".f1-0_20250618054711154.log.2_0-26-85"],
+    )
+    checkpoint = json.dumps({"topic": {"0": 42}})
+    metadata = CommitMetadata.for_write([stat], {"schema": "{}", "mor.checkpoint": checkpoint}, "UPSERT")
+    text = metadata.to_json()
+    d = json.loads(text)
+    assert list(d) == ["partitionToWriteStats", "compacted", "extraMetadata", "operationType"]
+    assert list(d["partitionToWriteStats"]["p=1"][0])[-6:] == [
+        "runtimeStats",
+        "logVersion",
+        "logOffset",
+        "baseFile",
+        "logFiles",
+        "recordsStats",
+    ]
+    assert d["partitionToWriteStats"]["p=1"][0]["recordsStats"] == {"val": None}
+    assert d["extraMetadata"]["mor.checkpoint"] == checkpoint
+    assert '    "p=1" : [ {\n      "fileId" : "f1-0",\n' in text
+    assert '"logFiles" : [ ".f1-0_20250618054711154.log.2_0-26-85" ],' in text
+    assert not text.endswith("\n")
+    assert CommitMetadata.from_json(text) == metadata
+
+
+def test_extra_metadata_values_must_be_strings():
+    with pytest.raises(TypeError):
+        CommitMetadata(extra_metadata={"checkpoint": {"a": 1}}).to_json()
+
+
+def test_replace_commit_names_the_file_groups_it_replaces():
+    metadata = ReplaceCommitMetadata(
+        {"p": [WriteStat(file_id="new-0", path="p/new-0_0-1-2_20250618054711154.parquet", partition_path="p")]},
+        extra_metadata={"schema": "{}"},
+        operation_type="CLUSTER",
+        partition_to_replace_file_ids={"p": ["old-0", "old-1"]},
+    )
+    text = metadata.to_json()
+    assert list(json.loads(text))[-1] == "partitionToReplaceFileIds"
+    assert '"p" : [ "old-0", "old-1" ]' in text
+    assert ReplaceCommitMetadata.from_json(text) == metadata
+    assert CommitMetadata.from_json(text).extra == {"partitionToReplaceFileIds": {"p": ["old-0", "old-1"]}}
+
+
+def test_empty_content_is_empty_metadata():
+    assert CommitMetadata.from_json(b"") == CommitMetadata()
+    assert CommitMetadata().to_json() == (
+        '{\n  "partitionToWriteStats" : { },\n  "compacted" : false,\n'
+        '  "extraMetadata" : { },\n  "operationType" : "UNKNOWN"\n}'
+    )
+
+
+def test_unknown_keys_are_kept_in_place():
+    d = {
+        "partitionToWriteStats": {"": [{"fileId": "a", "futureStat": 7}]},
+        "compacted": True,
+        "extraMetadata": {},
+        "operationType": "COMPACT",
+        "version": 1,
+    }
+    metadata = CommitMetadata.from_dict(d)
+    assert metadata.extra == {"version": 1}
+    assert metadata.write_stats()[0].extra == {"futureStat": 7}
+    again = json.loads(metadata.to_json())
+    assert again["version"] == 1 and again["partitionToWriteStats"][""][0]["futureStat"] == 7
+
+
+def test_strings_are_escaped_as_jackson_does():
+    assert jackson_dumps({"k": 'a"b\\c\n\x01é/'}) == '{\n  "k" : "a\\"b\\\\c\\n\\u0001é/"\n}'
+    assert jackson_dumps({"a": [], "b": {}, "c": [1, None, True]}) == (
+        '{\n  "a" : [ ],\n  "b" : { },\n  "c" : [ 1, null, true ]\n}'
+    )
