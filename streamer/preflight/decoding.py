@@ -33,11 +33,12 @@ def format_spec(
     registry's to say and it did not answer (`registry_timeout` set) or has no such subject.
     Raises `ConfigProblemsError` naming each problem. Without `registry_timeout` the registry is asked
     as the job asks it, and its errors raise."""
-    if fmt.format in (DecodeFormat.NONE, DecodeFormat.STRING, DecodeFormat.BINARY):
-        return FormatSpec(fmt.format, None)
+    kind = DecodeFormat(fmt.format)  # a value's RecordFormat, as the decoder names it
+    if kind in (DecodeFormat.NONE, DecodeFormat.STRING, DecodeFormat.BINARY):
+        return FormatSpec(kind, None)
     key = f"decode.{role}"
     envelope = role == "value" and config.decode.value.envelope == Envelope.DEBEZIUM
-    if fmt.format == DecodeFormat.JSON and fmt.schema:
+    if kind == DecodeFormat.JSON and fmt.schema:
         arrow, problems = parse_ddl(fmt.schema)
         if problems:
             known = _in_ddl_order(spark_normalized(arrow), problems)
@@ -45,7 +46,7 @@ def format_spec(
                 [ConfigProblem(config.config_path, f"{key}.schema", str(p), f"give {SPARK_TYPES}") for p in problems],
                 known,
             )
-        return _spec(config, fmt.format, spark_normalized(arrow), None, envelope)
+        return _spec(config, kind, spark_normalized(arrow), None, envelope)
     schema_file = config.schema_file(fmt)
     if schema_file is not None:
         avro = _read_avro_file(config, key, schema_file)
@@ -54,9 +55,9 @@ def format_spec(
         if avro is None:
             return None
     row = avro
-    if envelope and fmt.format == DecodeFormat.AVRO:  # the records' own schema: the change event's
+    if envelope and kind == DecodeFormat.AVRO:  # the records' own schema: the change event's
         row = _envelope_row(config, key, schema_file, avro)
-    elif envelope and fmt.format == DecodeFormat.CONFLUENT_AVRO and schema_file is None:
+    elif envelope and kind == DecodeFormat.CONFLUENT_AVRO and schema_file is None:
         avro = row = _envelope_row(config, key, schema_file, avro)  # the latest event's row: the reader schema
     try:
         arrow = arrow_schema_from_avro(row)
@@ -72,7 +73,7 @@ def format_spec(
                 )
             ]
         ) from e
-    return _spec(config, fmt.format, spark_normalized(arrow), avro, envelope)
+    return _spec(config, kind, spark_normalized(arrow), avro, envelope)
 
 
 def follows_writer_schemas(config: JobConfig) -> bool:
