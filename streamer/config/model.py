@@ -640,6 +640,12 @@ class DecodeSettings(_Section):
         _raise_problems(problems)
         return self
 
+    def required_registry(self) -> SchemaRegistrySettings:
+        """The schema registry, which a confluent-avro key or value has (validated above)."""
+        if self.schema_registry is None:
+            raise ConfigValueError("decode.schema_registry: required when key or value format is confluent-avro")
+        return self.schema_registry
+
 
 class IndexSettings(_Section):
     """The consistent-hashing bucket index, and how its buckets are resized.
