@@ -80,11 +80,16 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, overload
 
 from streamer.config.secrets import JAAS_ITEM, redact_options, redact_text
 from streamer.errors import KafkaSourceError
 from streamer.logs.clients import ClientLog, client_config
 from table.units import MIB
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient
 
 #: ``startingOffsets`` values of a partition: its earliest and its latest offset.
 EARLIEST = -2
@@ -394,7 +399,11 @@ class SourceOptions:
         return conf
 
 
-def new_client(kind: str, opts: SourceOptions) -> tuple[object, ClientLog]:
+@overload
+def new_client(kind: Literal["admin"], opts: SourceOptions) -> tuple[AdminClient, ClientLog]: ...
+@overload
+def new_client(kind: Literal["consumer"], opts: SourceOptions) -> tuple[Consumer, ClientLog]: ...
+def new_client(kind: Literal["admin", "consumer"], opts: SourceOptions) -> tuple[AdminClient | Consumer, ClientLog]:
     """A Kafka admin client or consumer whose librdkafka logs and errors go to its `ClientLog`."""
     import confluent_kafka
     from confluent_kafka.admin import AdminClient
