@@ -45,6 +45,7 @@ from pyspark.sql.types import StructType
 
 from streamer.config.choices import SourceFormat
 from streamer.config.secrets import redact_options
+from streamer.errors import KafkaSourceError
 from streamer.kafka.admin import KafkaMetadata
 from streamer.kafka.data_loss import data_loss
 from streamer.kafka.options import EARLIEST, LATEST, OffsetMap, SourceOptions, describe_partition
@@ -244,7 +245,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges = split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
         return [KafkaInputPartition(tp[0], tp[1], a, b) for tp, a, b in ranges]
 
-    def read(self, partition: KafkaInputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, KafkaInputPartition):  # Spark hands back what `partitions` made
+            raise KafkaSourceError(f"not a partition of this Kafka source: {partition!r}")
         if self.opts.offset_ranges:
             return iter(
                 [

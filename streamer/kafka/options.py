@@ -373,7 +373,7 @@ class SourceOptions:
 
     # -- client configuration ----------------------------------------------------------------
 
-    def consumer_config(self) -> dict[str, str]:
+    def consumer_config(self) -> dict[str, object]:
         conf: dict[str, object] = dict(self.kafka_params)
         conf["bootstrap.servers"] = self.bootstrap_servers
         conf.setdefault("group.id", f"{self.group_id_prefix}-{uuid.uuid4()}")
@@ -391,7 +391,7 @@ class SourceOptions:
         # End-of-partition is only reported by a fetch at the end, which the broker holds up to
         # this long: keeps ranges that end with control records (transactions) quick.
         conf.setdefault("fetch.wait.max.ms", 100)
-        return conf  # type: ignore[return-value]
+        return conf
 
     def admin_config(self) -> dict[str, str]:
         conf = {k: v for k, v in self.kafka_params.items() if k not in _CONSUMER_ONLY_PARAMS}
