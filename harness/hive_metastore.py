@@ -100,7 +100,7 @@ class HiveMetastore(ServerProcess):
 
     def answers(self) -> bool:
         """Whether the Thrift port accepts a connection."""
-        return port_answers(self.host, self.port)
+        return self.port is not None and port_answers(self.host, self.port)
 
     def _write_config(self) -> None:
         conf = self.work_dir / "conf"

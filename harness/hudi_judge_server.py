@@ -128,6 +128,8 @@ class Judge:
         if request.get("source"):
             self._write(request, request["source"])
             return {}, None
+        if payload is None:
+            raise ValueError("a write needs its rows: a payload, or a Parquet file as `source`")
         self._writes += 1
         staged = os.path.join(self.scratch, f"batch-{self._writes}.parquet")
         pq.write_table(payload, staged)

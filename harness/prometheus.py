@@ -18,6 +18,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from harness.errors import HarnessError
@@ -54,7 +55,7 @@ class PrometheusServer:
         targets: list[str],
         work_dir: str | os.PathLike[str],
         host: str = "127.0.0.1",
-        rule_files: list[str | os.PathLike[str]] = (),
+        rule_files: Sequence[str | os.PathLike[str]] = (),
     ):
         self.targets = targets
         self.rule_files = [str(Path(f).resolve()) for f in rule_files]

@@ -53,7 +53,13 @@ class _Daemon:
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        return self.started().pid
+
+    def started(self) -> subprocess.Popen:
+        """The JVM's process, once `spawn` started it."""
+        if self.proc is None:
+            raise HarnessError(f"the {self.name} was not started")
+        return self.proc
 
     def is_running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -110,7 +116,8 @@ class Worker(_Daemon):
     def running_tasks(self) -> set[int]:
         """The ids of the tasks its executors run now, as their logs (`<app>/<executor>/stderr`
         under its work directory) tell: started, and not finished, killed or failed yet."""
-        started, ended = set(), set()
+        started: set[int] = set()
+        ended: set[int] = set()
         for log in self.directory.glob("*/*/stderr"):
             text = log.read_text(errors="replace")
             started.update(int(tid) for tid in _TASK_STARTED.findall(text))
@@ -120,9 +127,10 @@ class Worker(_Daemon):
     def lose(self) -> None:
         """The node is gone: SIGKILL the worker and every process below it (its executors and their
         Python workers), which an executor would otherwise outlive until it noticed."""
-        below = _descendants(self.pid)
-        self.proc.kill()
-        self.proc.wait(10)
+        proc = self.started()
+        below = _descendants(proc.pid)
+        proc.kill()
+        proc.wait(10)
         _kill(below)
 
     def lose_mid_task(self, settle: float = 0.5) -> bool:

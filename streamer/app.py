@@ -189,6 +189,8 @@ def quiet_spark_loggers(spark: SparkSession) -> None:
     """Turn off Spark's `QUIET_SPARK_LOGGERS` in the driver's JVM, and its `TASK_FAILURE_LOGGERS`
     unless the job logs at DEBUG."""
     jvm = spark.sparkContext._jvm
+    if jvm is None:  # no gateway to the driver's JVM: Spark's lines stay
+        return
     levels = dict.fromkeys(QUIET_SPARK_LOGGERS, "OFF")
     if not log.isEnabledFor(logging.DEBUG):
         levels.update(TASK_FAILURE_LOGGERS)
@@ -235,14 +237,15 @@ def run(configs: list[JobConfig], spark: SparkSession, once: bool = False) -> Ru
 
 def _metrics_server(configs: list[JobConfig], metrics: Metrics) -> MetricsServer | None:
     """The endpoints, when a config gives their port (the configs agree: `config.load_configs`)."""
-    wanted = next((c for c in configs if c.metrics.port is not None), None)
+    wanted = next(((c, c.metrics.port) for c in configs if c.metrics.port is not None), None)
     if wanted is None:
         return None
+    config, port = wanted
     try:
-        return MetricsServer(metrics, wanted.metrics.host, wanted.metrics.port).start()
+        return MetricsServer(metrics, config.metrics.host, port).start()
     except OSError as e:
         raise StartupError(
-            f"{wanted.config_path}: metrics.port: cannot listen on {wanted.metrics.host}:{wanted.metrics.port}: {e}"
+            f"{config.config_path}: metrics.port: cannot listen on {config.metrics.host}:{port}: {e}"
         ) from e
 
 
@@ -280,8 +283,9 @@ class _Runner:
         """Start queries one at a time: Spark gives each query's Python source process a fixed
         time to connect back to the JVM, which several starting at once on a busy driver miss."""
         deadline = time.monotonic() + SOURCE_START_SECONDS
-        while job.query.isActive and time.monotonic() < deadline and not self.stop_requested.is_set():
-            if not job.query.status["message"].startswith("Initializing"):
+        query = job.query
+        while query is not None and query.isActive and time.monotonic() < deadline and not self.stop_requested.is_set():
+            if not query.status["message"].startswith("Initializing"):
                 return
             self.stop_requested.wait(0.2)
 
@@ -289,15 +293,16 @@ class _Runner:
         pending = {job.name: job for job in self.jobs}
         while pending and not self.stop_requested.is_set():
             for name, job in list(pending.items()):
-                if job.query.isActive:
+                if job.query is not None and job.query.isActive:
                     continue
                 del pending[name]
                 failure = self._failure(job)
                 if failure:
                     job.metrics.query_failed(failure)
                     log.error("%s: stopped with an error: %s", name, failure)
-                    if log.isEnabledFor(logging.DEBUG) and job.query.exception() is not None:
-                        log.debug("%s: the query's failure in full: %s", name, job.query.exception())
+                    query = job.query
+                    if log.isEnabledFor(logging.DEBUG) and query is not None and query.exception() is not None:
+                        log.debug("%s: the query's failure in full: %s", name, query.exception())
                     if job.config.stream.on_failure == QueryFailurePolicy.STOP_APPLICATION:
                         log.error("%s: stream.on_failure is stop_application: stopping every table", name)
                         return

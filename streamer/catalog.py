@@ -21,6 +21,7 @@ from typing import Any
 
 from streamer.config.choices import ServiceMode
 from streamer.config.model import JobConfig, SyncSettings
+from streamer.errors import InvalidArgumentError
 from streamer.metrics import TableMetrics
 from table.errors import CatalogSyncError
 from table.mor_table import MorTable
@@ -64,6 +65,8 @@ def commits_behind(timeline: Timeline, synced_instant: str | None) -> int:
 
 def sync_target(config: JobConfig) -> SyncTarget:
     s = config.sync
+    if s is None:
+        raise InvalidArgumentError(f"{config.config_path}: no sync: section names the catalog table")
     return SyncTarget(s.database, s.table_name or config.table.name, s.create_database, dict(s.table_properties))
 
 

@@ -111,7 +111,7 @@ class DecodeStep:
         for topic, partition, rows in runs:
             first = int(offsets[rows].min())
             span = pc.min_max(stamps.take(pa.array(rows)))
-            skipped = ()
+            skipped: tuple[tuple[str, int], ...] = ()
             if kinds is not None and kinds.null_count < len(kinds):
                 counts = pc.value_counts(kinds.take(pa.array(rows)).drop_null()).to_pylist()
                 skipped = tuple(sorted((c["values"], c["counts"]) for c in counts))

@@ -69,7 +69,7 @@ def backlog(config: JobConfig, kafka: KafkaProgress) -> Backlog | None:
     ends = kafka.end_offsets()
     starts = _starting_offsets(config, ends)
     whole = Backlog(starts, ends)
-    if whole.records <= source.max_offsets_per_trigger:
+    if source.max_offsets_per_trigger is None or whole.records <= source.max_offsets_per_trigger:
         return None  # the first micro-batch takes it all anyway
     end = rate_limit(
         limit,

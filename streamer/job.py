@@ -57,6 +57,7 @@ from streamer.preflight import (
     format_spec,
     identity_problems,
     key_spec,
+    registry_subject,
 )
 from streamer.quarantine import QuarantineTable
 from streamer.scheduler import BackgroundExecutor, TableServices
@@ -133,7 +134,7 @@ class TableJob:
             registry = config.decode.schema_registry
             evolution = SchemaEvolution(
                 t.name,
-                value.avro_schema,
+                value.avro_text(),
                 decoder,
                 lambda reader: decoder.with_value(_reader_spec(value.format, reader)),
                 SchemaRegistryClient(registry.url, registry.auth) if registry else None,
@@ -262,8 +263,12 @@ class TableJob:
         if work is None:
             return
         initial_load.run(self.config, spark, self.sink, work)
-        self.starting_offsets = _starting_offsets_of(self.config, table_checkpoint(self.table))
-        self.sink.offset_jumps = dataclasses.replace(self.sink.offset_jumps, started_from_table=True)
+        checkpoint = table_checkpoint(self.table)
+        if checkpoint is None:
+            raise StartupError(f"{self.config.table.name}: the initial load committed no Kafka offsets")
+        self.starting_offsets = _starting_offsets_of(self.config, checkpoint)
+        if self.sink.offset_jumps is not None:
+            self.sink.offset_jumps = dataclasses.replace(self.sink.offset_jumps, started_from_table=True)
 
     def _records(self, stream: DataFrame) -> DataFrame:
         """The Kafka records the sink decodes (`kafka-arrow`'s offset ranges, which the sink
@@ -335,7 +340,7 @@ def build_decoder(config: JobConfig, value: FormatSpec) -> RecordDecoder:
     key and ordering fields are required: a record lacking them is a bad record, not a failed batch."""
     d = config.decode
     registry = d.schema_registry
-    columns = [*value.arrow_schema.names, *d.envelope_columns.values()]
+    columns = [*value.fields().names, *d.envelope_columns.values()]
     required = () if config.transform else (*config.table.record_key, config.table.ordering_field)
     missing = [f for f in required if f not in columns]
     if missing:
@@ -401,7 +406,7 @@ def _value_reader_schema(config: JobConfig, configured: FormatSpec) -> FormatSpe
     recorded = stored_value_schema(MorTable.load(t.path, t.storage_options)) if exists else None
     if recorded is None:
         return configured
-    change = compare(json.loads(recorded), json.loads(configured.avro_schema), ADDED_COLUMNS)
+    change = compare(json.loads(recorded), json.loads(configured.avro_text()), ADDED_COLUMNS)
     if change.problem is not None:
         if config.decode.value.schema_file is not None or config.decode.value.schema is not None:
             which = "schema_file" if config.decode.value.schema_file is not None else "schema"
@@ -410,9 +415,9 @@ def _value_reader_schema(config: JobConfig, configured: FormatSpec) -> FormatSpe
                 f"(the reader schema recorded by the table at {config.table.path})"
             )
         log.warning(
-            "%s: the latest schema registered for '%s-value' %s; its records will be refused",
+            "%s: the latest schema registered for '%s' %s; its records will be refused",
             config.table.name,
-            config.source.topics[0],
+            registry_subject(config, "value"),
             change.problem,
         )
     return _reader_spec(configured.format, evolve_json(recorded, change) if change.evolves else recorded)

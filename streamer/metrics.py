@@ -377,7 +377,8 @@ class MetricsServer:
 
     @property
     def address(self) -> tuple[str, int]:
-        return self._server.server_address[:2]
+        host, port = self._server.server_address[:2]
+        return str(host), port  # an IP socket's address: (host, port)
 
     def start(self) -> MetricsServer:
         self._thread.start()

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from streamer.checkpoint import CHECKPOINT_KEY
 from streamer.config.choices import ServiceMode
@@ -182,18 +183,18 @@ class TableServices:
             self._execute(
                 "clustering",
                 instant,
-                lambda i=instant: execute_clustering(self.table, i),
+                partial(execute_clustering, self.table, instant),
                 self.settings.clustering.mode,
             )
         for instant in pending_compactions(self.table) if self.settings.compaction.mode != ServiceMode.OFF else ():
             self._execute(
                 "compaction",
                 instant,
-                lambda i=instant: execute_compaction(self.table, i),
+                partial(execute_compaction, self.table, instant),
                 self.settings.compaction.mode,
             )
         for instant in pending_cleans(self.table) if self.settings.clean.mode != ServiceMode.OFF else ():
-            self._execute("clean", instant, lambda i=instant: execute_clean(self.table, i), self.settings.clean.mode)
+            self._execute("clean", instant, partial(execute_clean, self.table, instant), self.settings.clean.mode)
 
     def after_commit(self) -> None:
         """Called on the writer's thread after each deltacommit."""
@@ -223,7 +224,7 @@ class TableServices:
         ):
             if service in services and getattr(self.settings, service).mode != ServiceMode.OFF:
                 for instant in pending(self.table):
-                    self._run_now(service, instant, lambda i=instant, e=execute: e(self.table, i))
+                    self._run_now(service, instant, partial(execute, self.table, instant))
 
     # ---- backpressure --------------------------------------------------------------------------
 
@@ -279,8 +280,8 @@ class TableServices:
         pending = [plan.instant for plan in pending_clustering_plans(timeline)]
         if pending:  # a plan whose execution failed is retried, never two at once
             if c.mode == ServiceMode.ASYNC and not self.executor.busy_with(self.name, "clustering"):
-                instant = pending[0]
-                self._execute("clustering", instant, lambda: execute_clustering(self.table, instant), c.mode)
+                first = pending[0]
+                self._execute("clustering", first, partial(execute_clustering, self.table, first), c.mode)
             return
         last = max((i.timestamp for i in timeline.instants if i.action == Action.REPLACE_COMMIT), default=None)
         since = max(filter(None, (last, self._clustering_found_nothing_at)), default=None)
@@ -302,8 +303,8 @@ class TableServices:
         pending = [i.timestamp for i in timeline.pending(COMPACTION)]
         if pending:  # a plan whose execution failed is retried, never two at once
             if c.mode == ServiceMode.ASYNC and not self.executor.busy_with(self.name, "compaction"):
-                instant = pending[0]
-                self._execute("compaction", instant, lambda: execute_compaction(self.table, instant), c.mode)
+                first = pending[0]
+                self._execute("compaction", first, partial(execute_compaction, self.table, first), c.mode)
             return
         last = max(
             (
@@ -379,7 +380,8 @@ class TableServices:
 
     def _measured(self, service: str, run: Callable[[], object]) -> Callable[[], object]:
         """`run`, reporting its duration and whether it failed to the table's metrics."""
-        if self.metrics is None:
+        metrics = self.metrics
+        if metrics is None:
             return run
 
         def measured() -> object:
@@ -387,9 +389,9 @@ class TableServices:
             try:
                 result = run()
             except BaseException:
-                self.metrics.service_ran(service, time.monotonic() - started, failed=True)
+                metrics.service_ran(service, time.monotonic() - started, failed=True)
                 raise
-            self.metrics.service_ran(service, time.monotonic() - started, failed=False)
+            metrics.service_ran(service, time.monotonic() - started, failed=False)
             return result
 
         return measured

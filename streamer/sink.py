@@ -357,7 +357,9 @@ class UpsertSink:
             if not evolving:
                 return commit, written, tally.value
             _abandon_quietly(commit)
-            if not self.evolution.evolve(evolving, tally.value.writer_schemas, tally.value.evolving_at):
+            if self.evolution is None or not self.evolution.evolve(
+                evolving, tally.value.writer_schemas, tally.value.evolving_at
+            ):
                 break
         raise SchemaEvolutionError(
             f"{self.settings.table_name}: records of writer schema id(s) "
@@ -418,7 +420,10 @@ class UpsertSink:
         ]
 
     def _count_writes(self, report: BatchReport) -> None:
-        stats = self.writer.last_commit.write_stats()
+        committed = self.writer.last_commit
+        if committed is None:
+            raise TableWriteError(f"{self.settings.table_name}: the commit left no metadata to count its writes by")
+        stats = committed.write_stats()
         report.upserted = sum(s.num_writes for s in stats)
         report.deleted = sum(s.num_deletes for s in stats)
         report.files_written = len(stats)

@@ -55,6 +55,7 @@ QUERY_SPARK_CONF = {
 }
 
 
+@dataclass(frozen=True)
 class Document:
     """A result the commands print; `to_dict` is its `--json` form."""
 

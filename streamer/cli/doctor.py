@@ -24,9 +24,11 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import pyarrow.compute as pc
 
@@ -35,14 +37,14 @@ from streamer.catalog import catalog_status
 from streamer.checkpoint import table_checkpoint
 from streamer.cli.describe import file_groups
 from streamer.cli.output import human_bytes
-from streamer.config.choices import BadRecordPolicy, DecodeFormat, Envelope, EnvelopeField, SourceFormat
+from streamer.config.choices import BadRecordPolicy, Envelope, EnvelopeField, RecordFormat, SourceFormat
 from streamer.config.loading import read_configs
-from streamer.config.model import JobConfig
+from streamer.config.model import JobConfig, SchemaRegistrySettings, SyncSettings
 from streamer.decode.avro import parse_avro, read_avro
 from streamer.decode.ddl import parse_ddl
 from streamer.decode.decoded import UndecodableRecordError
 from streamer.decode.registry import CONFLUENT_HEADER_SIZE, SchemaRegistryClient, confluent_schema_id
-from streamer.errors import BrokersUnreachableError, SchemaRegistryError
+from streamer.errors import BrokersUnreachableError, ConfigValueError, SchemaRegistryError
 from streamer.kafka.offsets import KafkaProgress, TopicRanges
 from streamer.kafka.options import SourceOptions
 from streamer.logs.clients import client_config
@@ -177,10 +179,13 @@ def newest_values(source, found: TopicRanges, timeout: float) -> list[tuple[str,
             message = consumer.poll(0.2)
             if message is None or message.error():
                 continue
-            tp = (message.topic(), message.partition())
-            if message.value() is not None:
-                newest[tp] = (message.timestamp()[1], f"{tp[0]}[{tp[1]}]@{message.offset()}", message.value())
-            if message.offset() >= wanted[tp].end - 1:
+            topic, partition, offset, value = message.topic(), message.partition(), message.offset(), message.value()
+            if topic is None or partition is None or offset is None:
+                continue  # a consumed record has all three; the client's types allow None for other messages
+            tp = (topic, partition)
+            if value is not None:
+                newest[tp] = (message.timestamp()[1], f"{topic}[{partition}]@{offset}", value)
+            if offset >= wanted[tp].end - 1:
                 remaining.discard(tp)
         return [(where, value) for _, where, value in sorted(newest.values())]
     finally:
@@ -190,17 +195,20 @@ def newest_values(source, found: TopicRanges, timeout: float) -> list[tuple[str,
 def change_event(config: JobConfig, value: bytes, timeout: float) -> dict:
     """A record's value read as the config's format says, without the table's schema: a dict."""
     fmt = config.decode.value.format
-    if fmt == DecodeFormat.JSON:
+    if fmt == RecordFormat.JSON:
         record = json.loads(value)
         return record["payload"] if isinstance(record, dict) and "schema" in record and "payload" in record else record
-    if fmt == DecodeFormat.CONFLUENT_AVRO:
-        settings = config.decode.schema_registry
+    if fmt == RecordFormat.CONFLUENT_AVRO:
+        settings = config.decode.required_registry()
         schema_id = confluent_schema_id(value)
         text = SchemaRegistryClient(settings.url, settings.auth, timeout=timeout).schema_by_id(schema_id)
         if text is None:
             raise UndecodableRecordError(f"schema id {schema_id} is not in the registry")
         return read_avro(value, CONFLUENT_HEADER_SIZE, parse_avro(text), None)
-    return read_avro(value, 0, parse_avro(config.schema_file(config.decode.value).read_text()), None)
+    schema_file = config.schema_file(config.decode.value)
+    if schema_file is None:
+        raise ConfigValueError("decode.value.schema_file: required with format avro")
+    return read_avro(value, 0, parse_avro(schema_file.read_text()), None)
 
 
 def declared_columns(config: JobConfig) -> list[str] | None:
@@ -324,29 +332,28 @@ class TableDoctor:
             )
         checks += self.kafka()
         if self.config.decode.schema_registry is not None:
-            checks.append(self.registry())
+            checks.append(self.registry(self.config.decode.schema_registry))
         if not unreadable:
             checks.append(self.storage_access())
         if self.table is not None:
             checks += [
                 self._guarded("writer lease", self.lease),
-                self._guarded("pending", self.pending),
-                self._guarded("timeline", self.timeline),
-                self._guarded("compaction", self.compaction_debt),
+                self._guarded("pending", self.pending, self.table),
+                self._guarded("timeline", self.timeline, self.table),
+                self._guarded("compaction", self.compaction_debt, self.table),
             ]
             if self.config.table.partition_by:
-                checks.append(self._guarded("keys", self.keys_across_partitions))
+                checks.append(self._guarded("keys", self.keys_across_partitions, self.table))
         if self.config.decode.on_error == BadRecordPolicy.QUARANTINE:
             checks.append(self._guarded("quarantine", self.quarantine))
         if self.config.sync is not None:
-            checks.append(self._guarded("catalog", self.catalog))
+            checks.append(self._guarded("catalog", self.catalog, self.config.sync))
         return checks
 
     # -- catalog -----------------------------------------------------------------------------
 
-    def catalog(self) -> Check:
+    def catalog(self, sync: SyncSettings) -> Check:
         """The metastore answers on its Thrift port, and the job's last sync did not fail."""
-        sync = self.config.sync
         for host, port in sync.thrift_endpoints():
             try:
                 socket.create_connection((host, port), timeout=self.timeout).close()
@@ -375,10 +382,10 @@ class TableDoctor:
     ) -> Check:
         return Check(subject, verdict, found, fix, self.config.table.name, more)
 
-    def _guarded(self, subject: str, check) -> Check:
+    def _guarded(self, subject: str, check: Callable[..., Check], *subjects: Any) -> Check:
         """A table check whose reading failed is a problem with the table, not a crash."""
         try:
-            return check()
+            return check(*subjects)
         except (OSError, ValueError, KeyError) as e:
             return self._check(
                 subject,
@@ -561,7 +568,7 @@ class TableDoctor:
                 "keep the position (decode.envelope_columns: {position: <column>}) and make that column "
                 "table.ordering_field",
             )
-        schemaless = config.decode.value.format == DecodeFormat.JSON and not value.lstrip().startswith(b'{"schema"')
+        schemaless = config.decode.value.format == RecordFormat.JSON and not value.lstrip().startswith(b'{"schema"')
         if undeclared and schemaless:
             return self._check(
                 "change events",
@@ -577,8 +584,7 @@ class TableDoctor:
             f"keys, and {t.ordering_field!r} orders a key's changes by the log position",
         )
 
-    def registry(self) -> Check:
-        settings = self.config.decode.schema_registry
+    def registry(self, settings: SchemaRegistrySettings) -> Check:
         client = SchemaRegistryClient(settings.url, settings.auth, timeout=self.timeout)
         try:
             subjects = client.subjects()
@@ -657,8 +663,8 @@ class TableDoctor:
             f"nothing if that is the job; else stop it (kill {holder.pid} on {holder.host})",
         )
 
-    def pending(self) -> Check:
-        pending = self.table.timeline().pending()
+    def pending(self, table: MorTable) -> Check:
+        pending = table.timeline().pending()
         if not pending:
             return self._check("pending", Verdict.OK, "no pending instant")
         fates = [f"{i.timestamp} {i.action} {i.state}: {self._fate(i)}" for i in pending[:PENDING_SHOWN]]
@@ -684,10 +690,10 @@ class TableDoctor:
             return f"left for `streamer {command} {self.path}` (the service is off)"
         return "executed by the live writer" if self.live_writer else "executed at the next start"
 
-    def timeline(self) -> Check:
+    def timeline(self, table: MorTable) -> Check:
         timeline = Timeline.load(self.storage)
-        self.table.last_commit_metadata(timeline)  # the newest commits' metadata parses
-        archived = len(read_archived_instants(self.table))
+        table.last_commit_metadata(timeline)  # the newest commits' metadata parses
+        archived = len(read_archived_instants(table))
         completed = len(timeline.completed())
         found = f"instants active: {len(timeline.instants)} ({completed} completed), archived: {archived}"
         archive = self.config.services.archive
@@ -706,9 +712,9 @@ class TableDoctor:
             )
         return self._check("timeline", Verdict.OK, found)
 
-    def compaction_debt(self) -> Check:
+    def compaction_debt(self, table: MorTable) -> Check:
         """Log files per file group: what every snapshot read merges."""
-        groups = file_groups(self.table).file_groups
+        groups = file_groups(table).file_groups
         if not groups:
             return self._check("compaction", Verdict.OK, "no file group yet")
         worst = max(groups, key=lambda g: g.log_files)
@@ -731,7 +737,7 @@ class TableDoctor:
             fix,
         )
 
-    def keys_across_partitions(self) -> Check:
+    def keys_across_partitions(self, table: MorTable) -> Check:
         """A record key is unique within its partition only (the bucket index is per partition, as
         in Hudi): a key whose partition value changes is stored again in its new partition. When
         the partition fields are not part of the key, this reads every key and its partition
@@ -742,7 +748,7 @@ class TableDoctor:
             return self._check(
                 "keys", Verdict.OK, "the partition fields are part of the record key: a key is in one partition"
             )
-        groups = file_groups(self.table).file_groups
+        groups = file_groups(table).file_groups
         cost = f"{len(groups):,} file groups, {human_bytes(sum(g.total_bytes for g in groups))}"
         how = (
             f'`streamer query {self.path} --sql "SELECT {RECORD_KEY}, count(*) FROM t GROUP BY {RECORD_KEY} '
@@ -755,7 +761,7 @@ class TableDoctor:
                 f"not checked whether a key is in two partitions: it would read the keys of {cost}; {how} lists them",
             )
         started = time.monotonic()
-        rows = self.table.snapshot(columns=[RECORD_KEY, PARTITION_PATH])
+        rows = table.snapshot(columns=[RECORD_KEY, PARTITION_PATH])
         keys = rows.group_by(RECORD_KEY).aggregate([(PARTITION_PATH, "list")])
         spread = keys.filter(pc.greater(pc.list_value_length(keys[f"{PARTITION_PATH}_list"]), 1))
         read = f"read the keys of {cost} in {time.monotonic() - started:.1f}s"

@@ -42,8 +42,8 @@ def run_offline(args: argparse.Namespace) -> int:
                 print(f"clean: {clean(writer, policy) or 'nothing to clean'}")
         else:
             with table.writer(WriteOptions(), description="streamer archive"):
-                policy = ArchivePolicy(**given(min_instants=args.min_instants, max_instants=args.max_instants))
-                result = archive(table, policy, keep_latest_with_metadata_key=CHECKPOINT_KEY)
+                retention = ArchivePolicy(**given(min_instants=args.min_instants, max_instants=args.max_instants))
+                result = archive(table, retention, keep_latest_with_metadata_key=CHECKPOINT_KEY)
                 print(f"archive: {result}")
     except (
         TableNotFoundError,

@@ -57,7 +57,7 @@ class TableStatus:
             return [f"{self.name}: problem: {self.problem}"]
         if not self.exists:
             return [f"{self.name}: no table yet at {self.path}"]
-        if self.last_commit:
+        if self.last_commit and self.last_commit_age_seconds is not None:
             out = [
                 f"{self.name}: last commit {self.last_commit} at {self.last_commit_time} "
                 f"({_age(self.last_commit_age_seconds)} ago)"
@@ -65,7 +65,7 @@ class TableStatus:
         else:
             out = [f"{self.name}: no commit yet"]
         out += [f"  offsets  {topic} {_offsets(parts)}" for topic, parts in sorted(self.offsets.items())]
-        if self.lag_unknown:
+        if self.lag_unknown or self.lag is None:
             out.append(f"  lag      unknown: {self.lag_unknown}")
         elif self.offsets:
             out.append("  lag      " + ", ".join(f"{t} {n:,} behind" for t, n in sorted(self.lag.items())))

@@ -45,7 +45,7 @@ def sync_command(args: argparse.Namespace) -> int:
 
     configure_logging("WARNING")
     try:
-        configs = [c for c in load_configs(args.config) if c.sync is not None]
+        configs = [(c, c.sync) for c in load_configs(args.config) if c.sync is not None]
         conf = dict(_key_value(c) for c in args.conf)
     except (ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -57,15 +57,15 @@ def sync_command(args: argparse.Namespace) -> int:
     failed = False
     try:
         jvm, hadoop_conf = spark._jvm, spark._jsc.hadoopConfiguration()
-        for config in configs:
+        for config, sync in configs:
             try:
                 table = MorTable.load(config.table.path, config.table.storage_options)
             except TableNotFoundError as e:
                 print(f"{config.table.name}: {e}")
                 failed = True
                 continue
-            hive = HiveSync(table, sync_target(config), metastore_connector(config.sync, jvm, hadoop_conf))
-            catalog = CatalogSync(config.sync.model_copy(update={"mode": "inline"}), table, hive)
+            hive = HiveSync(table, sync_target(config), metastore_connector(sync, jvm, hadoop_conf))
+            catalog = CatalogSync(sync.model_copy(update={"mode": "inline"}), table, hive)
             try:
                 result = catalog.sync_now(repair=True)
             finally:

@@ -61,7 +61,8 @@ def read_configs(path: str | Path) -> tuple[list[JobConfig], list[str]]:
             return [], [f"{path}: no *.yaml or *.yml file in this directory"]
     else:
         files = [path]
-    configs, problems = [], []
+    configs: list[JobConfig] = []
+    problems: list[str] = []
     for file in files:
         try:
             configs.append(load_config(file))

@@ -418,7 +418,7 @@ class SourceSettings(_Section):
         reader = {"kafka.bootstrap.servers": self.bootstrap_servers}
         if self.topics is not None:
             reader["subscribe"] = ",".join(self.topics)
-        else:
+        elif self.topic_pattern is not None:
             reader["subscribePattern"] = self.topic_pattern
         reader["startingOffsets"] = (
             self._starting_offsets_text() if starting_offsets_json is None else starting_offsets_json
@@ -443,6 +443,11 @@ class SourceSettings(_Section):
         )
 
 
+_KEY_FORMAT_DESCRIPTION = (
+    "`none` (no `kafka_key` column), `string`, `binary`, or a structured format (`json`, "
+    "`avro`, `confluent-avro`) whose record becomes a struct column `kafka_key`."
+)
+
 with warnings.catch_warnings():
     # The YAML key is `schema`; the field hides BaseModel's deprecated schema() classmethod, unused here.
     warnings.filterwarnings("ignore", message='Field name "schema" in "FormatSettings" shadows', category=UserWarning)
@@ -450,14 +455,9 @@ with warnings.catch_warnings():
     class FormatSettings(_Section):
         """How the Kafka key (or value) bytes are decoded."""
 
-        format: DecodeFormat = Field(
-            DecodeFormat.STRING,
-            description=(
-                "`none` (no `kafka_key` column), `string`, `binary`, or a structured format (`json`, "
-                "`avro`, `confluent-avro`) whose record becomes a struct column `kafka_key`."
-            ),
-        )
-        schema: Text | None = Field(
+        #: A key takes any format, a value only a record format (`ValueFormatSettings`).
+        format: DecodeFormat | RecordFormat = Field(DecodeFormat.STRING, description=_KEY_FORMAT_DESCRIPTION)
+        schema: Text | None = Field(  # type: ignore[assignment]  # the YAML key hides pydantic's deprecated schema()
             None,
             description=(
                 "The fields of `json` records as Spark DDL, e.g. `id STRING, amount DOUBLE`. Only with "
@@ -502,7 +502,7 @@ with warnings.catch_warnings():
                     if present
                 )
             config_dir = (info.context or {}).get(CONFIG_DIR)
-            if not problems and has_file and config_dir is not None:
+            if not problems and self.schema_file is not None and config_dir is not None:
                 resolved = _resolve(config_dir, self.schema_file)
                 if not resolved.is_file():
                     problems.append((("schema_file",), f"no such file: {resolved} (got {str(self.schema_file)!r})"))
@@ -514,6 +514,7 @@ class KeyFormatSettings(FormatSettings):
     """How the Kafka key bytes are decoded. With Debezium's envelope, `json` may go without a
     schema: the key's fields are then the record key's, typed as in the value."""
 
+    format: DecodeFormat = Field(DecodeFormat.STRING, description=_KEY_FORMAT_DESCRIPTION)
     _json_schema_optional: ClassVar[bool] = True
 
 
@@ -638,6 +639,12 @@ class DecodeSettings(_Section):
             problems.append((("tombstones",), "delete needs a key to delete: key.format is none"))
         _raise_problems(problems)
         return self
+
+    def required_registry(self) -> SchemaRegistrySettings:
+        """The schema registry, which a confluent-avro key or value has (validated above)."""
+        if self.schema_registry is None:
+            raise ConfigValueError("decode.schema_registry: required when key or value format is confluent-avro")
+        return self.schema_registry
 
 
 class IndexSettings(_Section):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import sys
 import types
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -139,7 +140,7 @@ _BOUNDS = (
 )
 
 
-def type_text(annotation: Any, metadata: list[Any] | tuple[Any, ...] = ()) -> str:
+def type_text(annotation: Any, metadata: Sequence[Any] = ()) -> str:
     """A reader's name for a field's type, with its choices and bounds."""
     if get_origin(annotation) is Annotated:
         base, *extra = get_args(annotation)
@@ -167,7 +168,7 @@ def _flattened(metadata: list[Any]) -> list[Any]:
     return [m for item in metadata for m in (item.metadata if isinstance(item, FieldInfo) else [item])]
 
 
-def _with_bounds(text: str, metadata: list[Any], unit: str) -> str:
+def _with_bounds(text: str, metadata: Sequence[Any], unit: str) -> str:
     bounds = [
         f"{sign} {getattr(m, attribute)}" for m in metadata for kind, attribute, sign in _BOUNDS if isinstance(m, kind)
     ]

@@ -12,11 +12,12 @@ from typing import Any
 
 import fastavro
 import pyarrow as pa
+from fastavro.types import Schema as ParsedSchema
 
 from streamer.decode.decoded import Decoded, UndecodableRecordError, decode_each
 
 
-def parse_avro(schema_json: str) -> dict:
+def parse_avro(schema_json: str) -> ParsedSchema:
     """fastavro's parsed schema, with uuid strings kept as strings (their Arrow type)."""
     return fastavro.parse_schema(json.loads(schema_json, object_hook=_without_uuid_logical_type))
 
@@ -25,7 +26,7 @@ def _without_uuid_logical_type(node: dict) -> dict:
     return {k: v for k, v in node.items() if k != "logicalType"} if node.get("logicalType") == "uuid" else node
 
 
-def read_avro(data: bytes, start: int, writer: dict, reader: dict | None) -> Any:
+def read_avro(data: bytes, start: int, writer: ParsedSchema, reader: ParsedSchema | None) -> Any:
     """The Avro record in `data` from `start`, which must use exactly the bytes to the end."""
     buffer = io.BytesIO(data)
     buffer.seek(start)

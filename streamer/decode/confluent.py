@@ -18,7 +18,7 @@ import fastavro
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streamer.decode.avro import parse_avro, read_avro
+from streamer.decode.avro import ParsedSchema, parse_avro, read_avro
 from streamer.decode.debezium import envelope_row
 from streamer.decode.decoded import Decoded, UndecodableRecordError, decode_each
 from streamer.decode.registry import CONFLUENT_HEADER_SIZE, SchemaRegistryClient, confluent_schema_id
@@ -31,7 +31,7 @@ Evolving = dict[int, int]
 
 @dataclass(frozen=True)
 class _WriterSchema:
-    parsed: dict  # as fastavro reads with it
+    parsed: ParsedSchema  # as fastavro reads with it
     avro: dict  # as registered, to compare with the reader schema
 
 

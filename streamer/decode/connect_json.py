@@ -85,11 +85,12 @@ class ConnectJsonDecoder:
 
     def decode_deferring_evolving(self, raw: pa.Array) -> tuple[Decoded, Evolving]:
         value, schemas, errors = self._parse(raw)
-        if self._row_field is None or self._reader is None or schemas is None:
+        row_field, reader = self._row_field, self._reader
+        if row_field is None or reader is None or schemas is None:
             return (value, errors), {}
         evolving: Evolving = {}
         for text in pc.unique(schemas.drop_null()).to_pylist():
-            schema_id = self._change(text)
+            schema_id = self._change(text, row_field, reader)
             if schema_id is not None:
                 rows = np.flatnonzero(np.asarray(pc.fill_null(pc.equal(schemas, text), False)))
                 evolving.update(dict.fromkeys(rows.tolist(), schema_id))
@@ -103,7 +104,7 @@ class ConnectJsonDecoder:
         """The payloads, each record's schema text (None when no record has one) and the
         reasons of the bad records."""
         value, schemas, errors = self._shapes.parse(raw)
-        if self._sparse is None:
+        if self._sparse is None or self._sparse_shapes is None:
             return value, schemas, errors
         name, when_field, when_value = self._sparse
         needed = np.flatnonzero(
@@ -117,16 +118,16 @@ class ConnectJsonDecoder:
         children = [column if f.name == name else pc.struct_field(value, f.name) for f in self._type]
         return pa.StructArray.from_arrays(children, fields=list(self._type), mask=value.is_null()), schemas, errors
 
-    def _change(self, schema_text: bytes) -> int | None:
-        """The id of a schema's row when it changes the reader schema; None when it fits."""
+    def _change(self, schema_text: bytes, row_field: str, reader: dict) -> int | None:
+        """The id of a schema's row when it changes the `reader` schema; None when it fits."""
         known = self._changes.get(schema_text)
         if known is None:
             try:
                 connect_schema = json.loads(schema_text)
             except ValueError:  # not cut where the payload starts: the payload's parse says so
                 return None
-            writer = row_writer_schema(connect_schema, self._row_field)
-            change = compare(self._reader, writer, self._reserved, additions_nullable=True)
+            writer = row_writer_schema(connect_schema, row_field)
+            change = compare(reader, writer, self._reserved, additions_nullable=True)
             text = json.dumps(writer, separators=(",", ":"), sort_keys=True)
             schema_id = zlib.crc32(text.encode()) & 0x7FFFFFFF
             self.writer_schemas[schema_id] = text
@@ -160,7 +161,7 @@ class _Shapes:
             payloads.append(pc.binary_slice(records, offset + len(_PAYLOAD_MARK), -1))
             schema_texts.append(pc.binary_slice(records, len(_WRAPPED_START), offset))
         rest = np.flatnonzero(~cut)
-        errors: dict[int, str] = {}
+        errors = {}
         parts: list[tuple[np.ndarray, pa.Array]] = []
         schemas: list[tuple[np.ndarray, pa.Array]] = []
         if payload_rows:
@@ -218,7 +219,7 @@ def _gather(parts: list[tuple[np.ndarray, pa.Array]], length: int) -> pa.Array:
 
 def _schema_texts(records: pa.Array) -> pa.Array:
     """The schema of records that did not cut, as JSON text: one by one, as they are rare."""
-    texts = []
+    texts: list[bytes | None] = []
     for record in records.to_pylist():
         try:
             texts.append(json.dumps(json.loads(record)[SCHEMA], separators=(",", ":")).encode())

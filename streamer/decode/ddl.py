@@ -251,7 +251,7 @@ class _Reader:
 
     def _struct(self, of: str) -> pa.DataType:
         self.expect("<", "STRUCT")
-        fields = []
+        fields: list[pa.Field] = []
         if self.take(">"):
             return pa.struct(fields)
         while True:

@@ -42,5 +42,18 @@ class FormatSpec:
             return None
         if self.format in (DecodeFormat.STRING, DecodeFormat.BINARY):
             return pa.string() if self.format == DecodeFormat.STRING else pa.binary()
-        fields = self.arrow_schema if self.arrow_schema is not None else arrow_schema_from_avro(self.avro_schema)
-        return pa.struct(list(fields))
+        return pa.struct(list(self.fields()))
+
+    def fields(self) -> pa.Schema:
+        """The fields a structured format (json, avro, confluent-avro) decodes to."""
+        if self.arrow_schema is not None:
+            return self.arrow_schema
+        if self.avro_schema is not None:
+            return arrow_schema_from_avro(self.avro_schema)
+        raise DecoderSettingsError(f"format '{self.format}' decodes to no fields")
+
+    def avro_text(self) -> str:
+        """The Avro schema, which the Avro formats always have; a DecoderSettingsError otherwise."""
+        if self.avro_schema is None:
+            raise DecoderSettingsError(f"format '{self.format}' has no Avro schema")
+        return self.avro_schema

@@ -166,7 +166,9 @@ def _json_field_problem(arrow_message: str, record: dict, struct: pa.StructType)
     """The reason for a field Arrow names ("Column(/a/b) changed from number to string"),
     without parsing again; None when Arrow names no field of the record."""
     column = _ARROW_JSON_COLUMN.search(arrow_message)
-    path, value, arrow_type = [], record, struct
+    path: list[str] = []
+    value: Any = record
+    arrow_type: pa.DataType = struct
     for name in column.group(1).split("/")[1:] if column else ():
         if not (isinstance(value, dict) and pa.types.is_struct(arrow_type) and arrow_type.get_field_index(name) >= 0):
             break  # inside a list: the list field is at fault

@@ -104,7 +104,7 @@ class RecordDecoder:
         deletes: Deletes = NO_DELETES,
     ):
         self._settings = (value, key, registry_url, registry_auth, tuple(required_fields), deletes)
-        if value.format not in list(RecordFormat):
+        if value.format not in [DecodeFormat(f) for f in RecordFormat]:
             raise DecoderSettingsError(
                 f"a value's format must be one of {', '.join(RecordFormat)}, not '{value.format}'"
             )
@@ -201,10 +201,11 @@ class RecordDecoder:
             skipped = pa.nulls(length, pa.string())
         tombstone = np.asarray(raw_value.is_null(), dtype=bool)
         fields, delete, skipped = self._tombstones(tombstone, key, raw_key, fields, delete, skipped, errors)
-        for index, key_index in self._fill_from_key:
+        for index, key_index in self._fill_from_key:  # only with a key
             fill = pa.array(delete & np.asarray(fields[index].is_null(), dtype=bool))
             source = pc.struct_field(key, key_index) if key_index is not None else key
-            fields[index] = pc.if_else(fill, source.cast(fields[index].type), fields[index])
+            if source is not None:
+                fields[index] = pc.if_else(fill, source.cast(fields[index].type), fields[index])
         writes = pa.array(np.asarray(skipped.is_null(), dtype=bool))
         upsert_rows, delete_rows = pc.and_(writes, pa.array(~delete)), pc.and_(writes, pa.array(delete))
         for checks, rows in ((self._not_null, upsert_rows), (self._delete_checks, delete_rows)):
@@ -284,7 +285,10 @@ class RecordDecoder:
 def _row_type(value: FormatSpec, envelope: bool) -> pa.StructType:
     """The row's fields: the value's, or with an Avro envelope in a schema file, its `after`'s."""
     if envelope and value.format == DecodeFormat.AVRO and value.arrow_schema is None:
-        return pa.struct(list(arrow_schema_from_avro(envelope_row(json.loads(value.avro_schema)))))
+        row = envelope_row(json.loads(value.avro_text()))
+        if row is None:
+            raise DecoderSettingsError("the Avro schema is not a Debezium change event's (no `after` record)")
+        return pa.struct(list(arrow_schema_from_avro(row)))
     return value.decoded_type()
 
 
@@ -364,5 +368,7 @@ def _decoder_for(
             return ConnectJsonDecoder(struct, "after", spec.avro_schema, reserved_names, sparse=("before", "op", "d"))
         return ConnectJsonDecoder(struct) if connect else JsonDecoder(struct)
     if spec.format == DecodeFormat.AVRO:
-        return AvroDecoder(spec.avro_schema, struct)
-    return ConfluentAvroDecoder(spec.avro_schema, struct, registry, reserved_names, envelope=envelope)
+        return AvroDecoder(spec.avro_text(), struct)
+    if registry is None:
+        raise DecoderSettingsError("format 'confluent-avro' needs a schema registry URL")
+    return ConfluentAvroDecoder(spec.avro_text(), struct, registry, reserved_names, envelope=envelope)

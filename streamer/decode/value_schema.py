@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 import pyarrow as pa
@@ -60,7 +60,9 @@ def compare(
     except (TypeError, ValueError, KeyError) as e:
         return WriterSchemaChange(problem=f"cannot be read into a table: {e}")
     reader_types = {f.name: f.type for f in arrow_schema_from_avro(reader)}
-    writer_fields = {f["name"]: f for f in fastavro.schema.expand_schema(writer)["fields"]}
+    # fastavro types the expansion of any schema (a name, a union, a record); a record's is a record
+    expanded = cast(AvroSchema, fastavro.schema.expand_schema(writer))
+    writer_fields = {f["name"]: f for f in expanded["fields"]}
     widened = []
     for field in reader["fields"]:
         name = field["name"]

@@ -6,10 +6,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from streamer.errors import KafkaSourceError, KafkaSourceTimeoutError
 from streamer.kafka.options import EARLIEST, LATEST, OffsetMap, SourceOptions, TopicPartitionKey, new_client
 from streamer.logs.clients import ClientLog
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 log = logging.getLogger(__name__)
 
@@ -26,11 +30,11 @@ class KafkaMetadata:
 
     def __init__(self, opts: SourceOptions):
         self.opts = opts
-        self._admin = None
+        self._admin: AdminClient | None = None
         self._admin_log: ClientLog | None = None
 
     @property
-    def admin(self):
+    def admin(self) -> AdminClient:
         if self._admin is None:
             self._admin, self._admin_log = new_client("admin", self.opts)
         return self._admin
@@ -64,8 +68,9 @@ class KafkaMetadata:
                 timeout = max(0.5, min(timeout, started + outage_s - time.monotonic()))
             try:
                 answer = fn(timeout)
-                self._admin.poll(0)  # serves the client's log lines and error events, which wait for it
-                self._admin_log.cause = None  # the errors before this answer are over
+                self.admin.poll(0)  # serves the client's log lines and error events, which wait for it
+                if self._admin_log is not None:
+                    self._admin_log.cause = None  # the errors before this answer are over
                 return answer
             except KafkaSourceError:  # configuration errors, data loss: not worth retrying
                 raise

@@ -32,14 +32,20 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (  # admission control, Trigger.AvailableNow: PySpark >= 4.2
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from streamer.config.choices import SourceFormat
 from streamer.config.secrets import redact_options
+from streamer.errors import KafkaSourceError
 from streamer.kafka.admin import KafkaMetadata
 from streamer.kafka.data_loss import data_loss
 from streamer.kafka.options import EARLIEST, LATEST, OffsetMap, SourceOptions, describe_partition
@@ -52,29 +58,6 @@ from streamer.kafka.schema import (
     OFFSET_RANGES_SCHEMA,
 )
 from streamer.logs.clients import configure_worker_logging
-
-try:  # PySpark >= 4.2: admission control and Trigger.AvailableNow for Python sources.
-    from pyspark.sql.streaming.datasource import (  # type: ignore[attr-defined]
-        ReadAllAvailable,
-        ReadLimit,
-        ReadMaxRows,
-        SupportsTriggerAvailableNow,
-    )
-except ImportError:  # pragma: no cover - PySpark 4.0/4.1
-
-    class ReadLimit:  # type: ignore[no-redef]
-        pass
-
-    class ReadAllAvailable(ReadLimit):  # type: ignore[no-redef]
-        pass
-
-    @dataclass
-    class ReadMaxRows(ReadLimit):  # type: ignore[no-redef]
-        max_rows: int
-
-    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
-        pass
-
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +104,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"opts": self.opts}
 
     def __setstate__(self, state):
-        self.__init__(state["opts"])
+        KafkaStreamReader.__init__(self, state["opts"])
 
     def __repr__(self) -> str:
         return f"KafkaStreamReader({self.opts!r})"
@@ -262,7 +245,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges = split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
         return [KafkaInputPartition(tp[0], tp[1], a, b) for tp, a, b in ranges]
 
-    def read(self, partition: KafkaInputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, KafkaInputPartition):  # Spark hands back what `partitions` made
+            raise KafkaSourceError(f"not a partition of this Kafka source: {partition!r}")
         if self.opts.offset_ranges:
             return iter(
                 [

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from streamer.config.model import SourceSettings
@@ -57,7 +58,7 @@ class KafkaProgress:
         self._group_id: str | None = None
         self._admin_log: ClientLog | None = None
 
-    def end_offsets(self, extra_topics: list[str] = ()) -> dict[str, dict[int, int]]:
+    def end_offsets(self, extra_topics: Collection[str] = ()) -> dict[str, dict[int, int]]:
         """The end offset of every partition of the source's topics (those of its pattern that
         exist), as a consumer with the source's isolation level sees it."""
         with self._lock:
@@ -79,7 +80,7 @@ class KafkaProgress:
             for p, end in parts.items()
         }
 
-    def ranges(self, extra_topics: list[str] = ()) -> TopicRanges:
+    def ranges(self, extra_topics: Collection[str] = ()) -> TopicRanges:
         """The earliest and end offsets of every partition of the source's topics and
         `extra_topics`; which of those topics are missing, and which partitions could not be
         read. Raises `BrokersUnreachableError` when the brokers do not answer within the timeout."""
@@ -162,8 +163,8 @@ class KafkaProgress:
     def _topics(self, metadata, extra_topics) -> list[str]:
         """The source's topics (those of its pattern that exist) and `extra_topics`."""
         source = self.source
-        if source.topics:
-            topics = list(source.topics)
+        if source.topic_pattern is None:
+            topics = list(source.topics or ())
         else:
             pattern = re.compile(source.topic_pattern)
             topics = [t for t in metadata.topics if pattern.fullmatch(t) and not t.startswith("__")]
@@ -232,7 +233,7 @@ class KafkaProgress:
                 log.debug("closing a Kafka client failed: %s", e)
 
 
-def end_offsets(source: SourceSettings, extra_topics: list[str] = ()) -> dict[str, dict[int, int]]:
+def end_offsets(source: SourceSettings, extra_topics: Collection[str] = ()) -> dict[str, dict[int, int]]:
     """End offsets, asked once (a command, not a running job)."""
     progress = KafkaProgress(source)
     try:

@@ -80,11 +80,16 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, overload
 
 from streamer.config.secrets import JAAS_ITEM, redact_options, redact_text
 from streamer.errors import KafkaSourceError
 from streamer.logs.clients import ClientLog, client_config
 from table.units import MIB
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient
 
 #: ``startingOffsets`` values of a partition: its earliest and its latest offset.
 EARLIEST = -2
@@ -368,7 +373,7 @@ class SourceOptions:
 
     # -- client configuration ----------------------------------------------------------------
 
-    def consumer_config(self) -> dict[str, str]:
+    def consumer_config(self) -> dict[str, object]:
         conf: dict[str, object] = dict(self.kafka_params)
         conf["bootstrap.servers"] = self.bootstrap_servers
         conf.setdefault("group.id", f"{self.group_id_prefix}-{uuid.uuid4()}")
@@ -386,7 +391,7 @@ class SourceOptions:
         # End-of-partition is only reported by a fetch at the end, which the broker holds up to
         # this long: keeps ranges that end with control records (transactions) quick.
         conf.setdefault("fetch.wait.max.ms", 100)
-        return conf  # type: ignore[return-value]
+        return conf
 
     def admin_config(self) -> dict[str, str]:
         conf = {k: v for k, v in self.kafka_params.items() if k not in _CONSUMER_ONLY_PARAMS}
@@ -394,7 +399,11 @@ class SourceOptions:
         return conf
 
 
-def new_client(kind: str, opts: SourceOptions) -> tuple[object, ClientLog]:
+@overload
+def new_client(kind: Literal["admin"], opts: SourceOptions) -> tuple[AdminClient, ClientLog]: ...
+@overload
+def new_client(kind: Literal["consumer"], opts: SourceOptions) -> tuple[Consumer, ClientLog]: ...
+def new_client(kind: Literal["admin", "consumer"], opts: SourceOptions) -> tuple[AdminClient | Consumer, ClientLog]:
     """A Kafka admin client or consumer whose librdkafka logs and errors go to its `ClientLog`."""
     import confluent_kafka
     from confluent_kafka.admin import AdminClient

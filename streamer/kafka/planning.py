@@ -42,10 +42,11 @@ def rate_limit(
     new = [tp for tp in until if tp not in start]
     from_new = earliest_of_new(new) if new else {}
     sizes: dict[TopicPartitionKey, int] = {}
+    begins: dict[TopicPartitionKey, int] = {}
     for tp, end in until.items():
         begin = start.get(tp, from_new.get(tp))
         if begin is not None and end - begin > 0:
-            sizes[tp] = end - begin
+            sizes[tp], begins[tp] = end - begin, begin
     total = float(sum(sizes.values()))
     if total < 1:
         return dict(until)
@@ -54,10 +55,9 @@ def rate_limit(
         if tp not in sizes:
             out[tp] = end
             continue
-        begin = start.get(tp, from_new.get(tp))
         prorate = limit * (sizes[tp] / total)
         n = int(-(-prorate // 1)) if prorate < 1 else int(prorate // 1)
-        out[tp] = min(end, begin + n)
+        out[tp] = min(end, begins[tp] + n)
     return out
 
 

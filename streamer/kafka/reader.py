@@ -10,6 +10,7 @@ import contextlib
 import itertools
 import time
 from collections.abc import Iterator
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -68,8 +69,8 @@ class _BatchBuilder:
 
     def flush(self) -> pa.RecordBatch:
         n = self.rows
-        keys, values, offsets, stamps = zip(*self.chunks)
-        stamps = np.concatenate(stamps)
+        keys, values, offsets, stamp_chunks = zip(*self.chunks)
+        stamps = np.concatenate(stamp_chunks)
         # confluent-kafka: 0 not available, 1 create time, 2 log-append time;
         # Spark / Java client: -1, 0, 1.
         cols = [
@@ -212,8 +213,8 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
                 if errs:
                     msgs = [m for m in msgs if m.error() is None]
                     for m in errs:
-                        e = m.error()
-                        code = e.code()
+                        err = m.error()
+                        code = err.code()
                         if code == KafkaError._PARTITION_EOF:
                             eof_at = m.offset()
                             if eof_at >= end:
@@ -222,7 +223,7 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
                         elif code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
                             data_loss(
                                 opts.fail_on_data_loss,
-                                f"Cannot read {where} from offset {next_offset}: offset out of range ({e.str()}).",
+                                f"Cannot read {where} from offset {next_offset}: offset out of range ({err.str()}).",
                             )
                             done = True  # failOnDataLoss=false resets to earliest: stop here
                         elif code in (
@@ -234,12 +235,13 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
                                 opts.fail_on_data_loss, f"Cannot read {where}: the partition does not exist any more."
                             )
                             done = True
-                        elif e.fatal():
-                            raise KafkaSourceError(f"fatal Kafka error reading {where}: {opts.redact(e.str())}")
+                        elif err.fatal():
+                            raise KafkaSourceError(f"fatal Kafka error reading {where}: {opts.redact(err.str())}")
                         else:
-                            last_problem = opts.redact(e.str())
+                            last_problem = opts.redact(err.str())
                 if msgs:
-                    offsets = list(map(ck.Message.offset, msgs))
+                    # a record's offset is set; confluent-kafka types Message.offset() for any message
+                    offsets = cast(list[int], list(map(ck.Message.offset, msgs)))
                     if offsets[0] < next_offset:  # never hand out a record twice / from before start
                         k = bisect.bisect_left(offsets, next_offset)
                         msgs, offsets = msgs[k:], offsets[k:]

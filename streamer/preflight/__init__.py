@@ -39,7 +39,7 @@ from streamer.decode.columns import ADDED_COLUMNS, DELETE, ERROR, EVOLVING, RAW_
 from streamer.decode.formats import FormatSpec
 from streamer.decode.record_decoder import Deletes, RecordDecoder
 from streamer.errors import ConfigError
-from streamer.preflight.decoding import follows_writer_schemas, format_spec, key_spec
+from streamer.preflight.decoding import follows_writer_schemas, format_spec, key_spec, registry_subject
 from streamer.preflight.deletes import deletes, row_columns
 from streamer.preflight.problem import ConfigProblem, ConfigProblemsError
 from streamer.preflight.rules import TableColumns, column_problems, evolution_problems, identity_problems
@@ -60,6 +60,7 @@ __all__ = [
     "identity_problems",
     "key_spec",
     "load_checked",
+    "registry_subject",
     "row_columns",
 ]
 
@@ -107,7 +108,7 @@ def check(config: JobConfig, registry_timeout: float = REGISTRY_TIMEOUT_SECONDS)
 def _clashes(config: JobConfig, value: FormatSpec) -> list[ConfigProblem]:
     """Value fields and envelope columns that take the names of the decoder's columns or each other's."""
     added = ", ".join(name for name in ADDED_COLUMNS if not name.startswith("_"))
-    clash = [name for name in value.arrow_schema.names if name in ADDED_COLUMNS]
+    clash = [name for name in value.fields().names if name in ADDED_COLUMNS]
     if clash:
         return [
             ConfigProblem(
@@ -122,11 +123,11 @@ def _clashes(config: JobConfig, value: FormatSpec) -> list[ConfigProblem]:
             config.config_path,
             f"decode.envelope_columns.{field}",
             f"column {name!r} is "
-            + ("a field of the value's row" if name in value.arrow_schema.names else f"one the decoder adds ({added})"),
+            + ("a field of the value's row" if name in value.fields().names else f"one the decoder adds ({added})"),
             "give the envelope field another name",
         )
         for field, name in config.decode.envelope_columns.items()
-        if name in value.arrow_schema.names or name in ADDED_COLUMNS
+        if name in value.fields().names or name in ADDED_COLUMNS
     ]
 
 
@@ -161,14 +162,9 @@ def _source_schema(
     """The columns of the view `source` a transform reads: the decoder's, less its bookkeeping.
     A decoder the settings of deletes cannot make is a problem; the one without them goes on."""
     registry = config.decode.schema_registry
-    settings = {
-        "value": value,
-        "key": key,
-        "registry_url": registry.url if registry else None,
-        "registry_auth": registry.auth if registry else None,
-    }
+    url, auth = (registry.url, registry.auth) if registry else (None, None)
     try:
-        decoder = RecordDecoder(**settings, deletes=deletes)
+        decoder = RecordDecoder(value, key, url, auth, deletes=deletes)
     except ValueError as e:
         problems.append(
             ConfigProblem(
@@ -178,7 +174,7 @@ def _source_schema(
                 "name fields of the value in table.record_key, table.partition_by and table.ordering_field",
             )
         )
-        decoder = RecordDecoder(**settings)
+        decoder = RecordDecoder(value, key, url, auth)
     bookkeeping = (ERROR, RAW_KEY, RAW_VALUE, EVOLVING, SKIPPED)
     return pa.schema([f for f in decoder.output_schema if f.name not in bookkeeping])
 

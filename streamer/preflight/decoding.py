@@ -10,10 +10,11 @@ fields get an Avro reader schema, which Connect's schemas in the stream evolve."
 from __future__ import annotations
 
 import json
+from typing import overload
 
 import pyarrow as pa
 
-from streamer.config.choices import DecodeFormat, Envelope
+from streamer.config.choices import DecodeFormat, Envelope, RecordFormat
 from streamer.config.model import FormatSettings, JobConfig
 from streamer.decode.ddl import parse_ddl
 from streamer.decode.debezium import envelope_row
@@ -26,6 +27,10 @@ from table.schema import arrow_schema_from_avro, to_avro_schema
 SPARK_TYPES = "a Spark SQL type (BOOLEAN, INT, BIGINT, DOUBLE, DECIMAL(p, s), STRING, DATE, TIMESTAMP, ...)"
 
 
+@overload
+def format_spec(config: JobConfig, fmt: FormatSettings, role: str, registry_timeout: None = None) -> FormatSpec: ...
+@overload
+def format_spec(config: JobConfig, fmt: FormatSettings, role: str, registry_timeout: float) -> FormatSpec | None: ...
 def format_spec(
     config: JobConfig, fmt: FormatSettings, role: str, registry_timeout: float | None = None
 ) -> FormatSpec | None:
@@ -33,11 +38,12 @@ def format_spec(
     registry's to say and it did not answer (`registry_timeout` set) or has no such subject.
     Raises `ConfigProblemsError` naming each problem. Without `registry_timeout` the registry is asked
     as the job asks it, and its errors raise."""
-    if fmt.format in (DecodeFormat.NONE, DecodeFormat.STRING, DecodeFormat.BINARY):
-        return FormatSpec(fmt.format, None)
+    kind = DecodeFormat(fmt.format)  # a value's RecordFormat, as the decoder names it
+    if kind in (DecodeFormat.NONE, DecodeFormat.STRING, DecodeFormat.BINARY):
+        return FormatSpec(kind, None)
     key = f"decode.{role}"
     envelope = role == "value" and config.decode.value.envelope == Envelope.DEBEZIUM
-    if fmt.format == DecodeFormat.JSON and fmt.schema:
+    if kind == DecodeFormat.JSON and fmt.schema:
         arrow, problems = parse_ddl(fmt.schema)
         if problems:
             known = _in_ddl_order(spark_normalized(arrow), problems)
@@ -45,18 +51,19 @@ def format_spec(
                 [ConfigProblem(config.config_path, f"{key}.schema", str(p), f"give {SPARK_TYPES}") for p in problems],
                 known,
             )
-        return _spec(config, fmt.format, spark_normalized(arrow), None, envelope)
+        return _spec(config, kind, spark_normalized(arrow), None, envelope)
     schema_file = config.schema_file(fmt)
     if schema_file is not None:
         avro = _read_avro_file(config, key, schema_file)
     else:  # confluent-avro: the registry's latest
-        avro = _latest_registered(config, role, registry_timeout)
-        if avro is None:
+        latest = _latest_registered(config, role, registry_timeout)
+        if latest is None:
             return None
+        avro = latest
     row = avro
-    if envelope and fmt.format == DecodeFormat.AVRO:  # the records' own schema: the change event's
+    if envelope and kind == DecodeFormat.AVRO:  # the records' own schema: the change event's
         row = _envelope_row(config, key, schema_file, avro)
-    elif envelope and fmt.format == DecodeFormat.CONFLUENT_AVRO and schema_file is None:
+    elif envelope and kind == DecodeFormat.CONFLUENT_AVRO and schema_file is None:
         avro = row = _envelope_row(config, key, schema_file, avro)  # the latest event's row: the reader schema
     try:
         arrow = arrow_schema_from_avro(row)
@@ -72,18 +79,24 @@ def format_spec(
                 )
             ]
         ) from e
-    return _spec(config, fmt.format, spark_normalized(arrow), avro, envelope)
+    return _spec(config, kind, spark_normalized(arrow), avro, envelope)
 
 
 def follows_writer_schemas(config: JobConfig) -> bool:
     """Whether the value's reader schema evolves with the stream: `confluent-avro`, and Debezium's
     envelope in JSON (with Connect's schemas in the records)."""
     value = config.decode.value
-    return value.format == DecodeFormat.CONFLUENT_AVRO or (
-        value.format == DecodeFormat.JSON and value.envelope == Envelope.DEBEZIUM
+    return value.format == RecordFormat.CONFLUENT_AVRO or (
+        value.format == RecordFormat.JSON and value.envelope == Envelope.DEBEZIUM
     )
 
 
+@overload
+def key_spec(config: JobConfig, value: FormatSpec, registry_timeout: None = None) -> FormatSpec: ...
+@overload
+def key_spec(
+    config: JobConfig, value: FormatSpec | None, registry_timeout: float | None = None
+) -> FormatSpec | None: ...
 def key_spec(config: JobConfig, value: FormatSpec | None, registry_timeout: float | None = None) -> FormatSpec | None:
     """The key's format with the fields it decodes to, as `format_spec`; `json` without a schema
     (Debezium's keys) has the record key's fields, typed as in the value (None without it)."""
@@ -91,9 +104,7 @@ def key_spec(config: JobConfig, value: FormatSpec | None, registry_timeout: floa
     if key.format == DecodeFormat.JSON and key.schema is None and key.schema_file is None:
         if value is None:
             return None
-        fields = [
-            value.arrow_schema.field(name) for name in config.table.record_key if name in value.arrow_schema.names
-        ]
+        fields = [value.fields().field(name) for name in config.table.record_key if name in value.fields().names]
         return FormatSpec(DecodeFormat.JSON, pa.schema(fields))
     return format_spec(config, key, "key", registry_timeout)
 
@@ -111,7 +122,7 @@ def _envelope_row(config: JobConfig, key: str, schema_file, avro: str) -> str:
         where, which = (
             (f"{key}.schema_file", f"{schema_file}")
             if schema_file is not None
-            else (key, f"the latest schema registered for '{config.source.topics[0]}-value'")
+            else (key, f"the latest schema registered for '{registry_subject(config, 'value')}'")
         )
         raise ConfigProblemsError(
             [
@@ -131,7 +142,7 @@ def _in_ddl_order(good: pa.Schema, problems: list) -> dict[str, pa.DataType | No
     those that have a problem."""
     bad = {p.position: p.name for p in problems}
     fields = iter(good)
-    known = {}
+    known: dict[str, pa.DataType | None] = {}
     for position in range(1, len(good) + len(bad) + 1):
         if position in bad:
             if bad[position]:
@@ -160,7 +171,8 @@ def _read_avro_file(config: JobConfig, key: str, schema_file) -> str:
     return avro
 
 
-def _latest_registered(config: JobConfig, role: str, timeout: float | None) -> str | None:
+def registry_subject(config: JobConfig, role: str) -> str:
+    """The registry subject of the key's or value's (`role`) schemas: `<first topic>-<role>`."""
     topics = config.source.topics
     if not topics:
         raise ConfigProblemsError(
@@ -173,8 +185,12 @@ def _latest_registered(config: JobConfig, role: str, timeout: float | None) -> s
                 )
             ]
         )
-    registry = config.decode.schema_registry
-    subject = f"{topics[0]}-{role}"
+    return f"{topics[0]}-{role}"
+
+
+def _latest_registered(config: JobConfig, role: str, timeout: float | None) -> str | None:
+    registry = config.decode.required_registry()
+    subject = registry_subject(config, role)
     if timeout is None:
         return SchemaRegistryClient(registry.url, registry.auth).latest_schema(subject)[1]
     try:

@@ -36,7 +36,7 @@ class DeletesFound:
 def row_columns(config: JobConfig, value: FormatSpec) -> pa.Schema:
     """The value's fields, and the envelope's fields kept as columns: what a decoded row holds."""
     kept = EnvelopeColumns(tuple(config.decode.envelope_columns.items())).fields
-    return pa.schema([*value.arrow_schema, *kept])
+    return pa.schema([*value.fields(), *kept])
 
 
 def deletes(config: JobConfig, value: FormatSpec, key: FormatSpec) -> DeletesFound:
@@ -66,7 +66,7 @@ def deletes(config: JobConfig, value: FormatSpec, key: FormatSpec) -> DeletesFou
                 f"key ({d.key.format}) lacks {lacking}",
                 "decode a key that has them (decode.key), or set decode.tombstones: skip",
             )
-        columns = {f.name: f.type for f in value.arrow_schema}
+        columns = {f.name: f.type for f in value.fields()}
         columns.update({name: COLUMN_TYPES[field] for field, name in d.envelope_columns.items()})
         ordering = columns.get(t.ordering_field)
         if ordering is not None and not pa.types.is_integer(ordering):
@@ -81,7 +81,7 @@ def deletes(config: JobConfig, value: FormatSpec, key: FormatSpec) -> DeletesFou
     if config.transform and not debezium and tombstones != TombstonePolicy.DELETE:
         # the writer reads the delete field, if any, of the transform's rows
         return DeletesFound(Deletes(tombstones), lacking, problems)
-    if config.transform and t.delete_field is not None and t.delete_field not in value.arrow_schema.names:
+    if config.transform and t.delete_field is not None and t.delete_field not in value.fields().names:
         problem(
             "decode.tombstones",
             f"delete marks deletes in table.delete_field '{t.delete_field}', which the "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 REGIONS = ["emea", "apac", "amer", "latam", "anz", "mena", "nordics", "iberia"]
 STATUSES = ["created", "paid", "packed", "shipped", "delivered"]
@@ -46,7 +47,7 @@ def change_events(count: int, seed: int = 42) -> list[dict]:
         clock += rng.randint(1, 20)
         roll = rng.random()
         if not orders or roll < 0.35:
-            event = {
+            event: dict[str, Any] = {
                 "order_id": f"ord-{len(orders):06d}",
                 "customer": f"cust-{rng.randint(1, 2000):05d}",
                 "region": rng.choice(REGIONS),

@@ -77,7 +77,7 @@ def start(directory: Path, port: int | None = None, timeout: float = 120.0) -> t
                 f"port {broker.port} on {HOST} is in use: choose another with --port, or --port 0 for any free port"
             )
     broker.start()
-    started = LocalBroker(broker.bootstrap, broker.pid, str(directory))
+    started = LocalBroker(broker.bootstrap, broker.running_pid(), str(directory))
     (directory / STATE_FILE).write_text(json.dumps(asdict(started)) + "\n")
     broker.detach()
     return started, True

@@ -98,10 +98,10 @@ class ServerProcess(ABC):
 
     def hang(self) -> None:
         """Freeze the process (SIGSTOP): connections are accepted or stay open, nothing is answered."""
-        os.kill(self._running_pid(), signal.SIGSTOP)
+        os.kill(self.running_pid(), signal.SIGSTOP)
 
     def wake(self) -> None:
-        os.kill(self._running_pid(), signal.SIGCONT)
+        os.kill(self.running_pid(), signal.SIGCONT)
 
     def detach(self) -> None:
         """Let the server outlive this process: it is no longer stopped when this object goes."""
@@ -126,10 +126,12 @@ class ServerProcess(ABC):
         state = f"pid={self.pid}" if self.is_running() else "stopped"
         return f"{type(self).__name__}({self.host}:{self.port}, {state}, log={self.log_path})"
 
-    def _running_pid(self) -> int:
-        if not self.is_running():
+    def running_pid(self) -> int:
+        """The process id, which only a running server has."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
             raise ServerNotRunningError(f"{self!r} is not running")
-        return self._proc.pid
+        return proc.pid
 
     def _spawn(self, command: list[str]) -> None:
         """Start `command` with its output appended to the log, after the command line itself. A

@@ -271,7 +271,7 @@ def produce(
         raise ProduceError(f"{left} record(s) to {topic!r} still unacknowledged after {timeout}s")
     if errors:
         raise ProduceError(f"{len(errors)} record(s) to {topic!r} failed: " + "; ".join(errors[:5]))
-    missing = [i for i, r in enumerate(results) if r is None]
-    if missing:
-        raise ProduceError(f"no delivery report for {len(missing)} record(s) to {topic!r}")
-    return results  # type: ignore[return-value]
+    delivered = [r for r in results if r is not None]
+    if len(delivered) < len(results):
+        raise ProduceError(f"no delivery report for {len(results) - len(delivered)} record(s) to {topic!r}")
+    return delivered
