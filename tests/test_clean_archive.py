@@ -30,7 +30,7 @@ from table.plans.compaction import read_compaction_plan
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
 from table.storage.layout import BaseFileName, LogFileName
 from table.timeline.commit_metadata import ReplaceCommitMetadata
-from table.timeline.plans import deserialize_plan
+from table.timeline.instant_avro import deserialize_plan
 from table.timeline.timeline import CompletedInstants, Instant
 from table.write.writer import TableWriter
 

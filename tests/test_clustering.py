@@ -37,7 +37,7 @@ from table.services.compaction import CompactionStrategy, execute_compaction, sc
 from table.storage.layout import HASHING_METADATA_DIR
 from table.storage.lease import WriterLease
 from table.timeline.commit_metadata import ReplaceCommitMetadata
-from table.timeline.plans import deserialize_plan
+from table.timeline.instant_avro import deserialize_plan
 from table.timeline.timeline import Instant
 from table.write.file_group_writer import WriteTask, write_file_groups
 from table.write.prepare import prepare_batch

@@ -45,7 +45,7 @@ from table.services.compaction import (
 )
 from table.storage.lease import WriterLease
 from table.timeline.commit_metadata import CommitMetadata
-from table.timeline.plans import deserialize_plan
+from table.timeline.instant_avro import deserialize_plan
 from table.timeline.timeline import Instant, Timeline
 
 pytestmark = pytest.mark.unit

@@ -20,7 +20,7 @@ from table.errors import InvalidBatchError, WriterConflictError
 from table.mor_table import MorTable, TableSpec
 from table.storage.file_io import _temp_name
 from table.storage.markers import IOType, MarkedFile, write_markers
-from table.timeline.plans import deserialize_plan
+from table.timeline.instant_avro import deserialize_plan
 from table.timeline.timeline import Timeline
 from table.write.writer import WriteOptions
 

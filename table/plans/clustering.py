@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from table.file_group.fs_view import FileSlice
 from table.index import consistent_hashing as ring
 from table.storage.file_io import Storage
-from table.timeline.plans import deserialize_plan, serialize_plan
+from table.timeline.instant_avro import deserialize_plan, serialize_plan
 from table.timeline.timeline import Action, Instant, Timeline
 from table.units import MIB
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from table.file_group.fs_view import FileSlice
 from table.storage.file_io import Storage
-from table.timeline.plans import deserialize_plan
+from table.timeline.instant_avro import deserialize_plan
 from table.timeline.timeline import Instant, Timeline
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from table.file_group.base_file import read_parquet
+from table.file_group.parquet_options import read_parquet
 from table.file_group.fs_view import FileSlice
 from table.file_group.log_file.block import CommandBlock, DataBlock, DeleteBlock
 from table.file_group.log_file.reader import read_log_file

@@ -39,7 +39,7 @@ from table.index import consistent_hashing as ring
 from table.plans.clustering import pending_clustering_file_groups
 from table.plans.compaction import read_compaction_plan
 from table.storage.file_io import Storage
-from table.timeline.plans import deserialize_plan, serialize_plan
+from table.timeline.instant_avro import deserialize_plan, serialize_plan
 from table.timeline.timeline import WRITE_ACTIONS, Action, CompletedInstants, Instant, State, Timeline
 
 if TYPE_CHECKING:

@@ -19,8 +19,8 @@ import logging
 
 from table import failpoints
 from table.storage.file_io import Storage
-from table.storage.markers import delete_markers, marked_files
-from table.timeline.plans import deserialize_plan, serialize_plan
+from table.storage.markers import delete_marked_files, delete_markers, marked_files
+from table.timeline.instant_avro import deserialize_plan, serialize_plan
 from table.timeline.timeline import Instant, Timeline
 
 log = logging.getLogger(__name__)
@@ -81,11 +81,8 @@ def _execute(storage: Storage, timeline: Timeline, rollback_time: str, target_ti
     plan = deserialize_plan("HoodieRollbackPlan", timeline.read_content(Instant(rollback_time, ROLLBACK_ACTION, "requested")))
     planned = [_relative(storage, f) for r in plan["RollbackRequests"] or () for f in r["filesToBeDeleted"] or ()]
     deleted: dict[str, list[str]] = {}
-    for path in sorted(set(marked_files(storage, target_time)) | set(planned)):
-        for leftover in [path, *storage.temp_files_of(path)]:
-            if storage.exists(leftover):
-                storage.delete(leftover)
-                deleted.setdefault(_partition_of(leftover), []).append(storage.full_path(leftover))
+    for path in delete_marked_files(storage, target_time, also=planned):
+        deleted.setdefault(_partition_of(path), []).append(storage.full_path(path))
     failpoints.reach("rollback.files_deleted")
     delete_markers(storage, target_time)
     timeline.delete_pending(Instant(target_time, target_action, "inflight"))

@@ -24,7 +24,7 @@ from table.plans.compaction import pending_compaction_file_groups
 from table.services.rollback import rollback_pending_writes
 from table.storage.file_io import Storage
 from table.storage.lease import DEFAULT_TTL_SECONDS, WriterLease
-from table.storage.markers import begin_markers, delete_markers, marked_files
+from table.storage.markers import begin_markers, delete_marked_files, delete_markers
 from table.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
 from table.timeline.timeline import Instant, Timeline
 from table.units import MIB
@@ -256,14 +256,8 @@ class TableWriter:
         """Delete the files this instant marked that no write stat reports, before it completes
         (Hudi's marker reconciliation): what a failed or duplicate task attempt wrote, whole or
         cut off, must not be listed by readers under a completed instant."""
-        storage = self.table.storage
-        reported = {s.path for s in stats}
-        for path in marked_files(storage, instant):
-            if path in reported:
-                continue
-            for leftover in [path, *storage.temp_files_of(path)]:
-                storage.delete(leftover)
-                log.warning("%s: deleted %s, written by a task attempt that did not report it", instant, leftover)
+        for path in delete_marked_files(self.table.storage, instant, keep={s.path for s in stats}):
+            log.warning("%s: deleted %s, written by a task attempt that did not report it", instant, path)
 
     def commit_empty(self, extra_metadata: dict[str, str] | None = None) -> str:
         """A deltacommit without data, recording progress (a caller's checkpoint) for a batch

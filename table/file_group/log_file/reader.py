@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from table.errors import FormatError
-from table.file_group.base_file import read_parquet
+from table.file_group.parquet_options import read_parquet
 from table.file_group.log_file.avro_binary import (
     AvroColumnReader,
     LogSchema,

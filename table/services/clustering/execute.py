@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from table import failpoints
 from table.errors import ClusteringConflictError, HashingMetadataError, TimelineStateError
-from table.file_group.base_file import parquet_options
+from table.file_group.parquet_options import parquet_options
 from table.file_group.fs_view import FileSlice
 from table.index import consistent_hashing as ring
 from table.plans.clustering import (
