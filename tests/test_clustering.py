@@ -28,10 +28,10 @@ from table.services.clean import CleanPolicy, clean
 from table.services.clustering.execute import (
     execute_clustering,
     executor_lease_path,
-    pending_clusterings,
     rollback_clustering,
 )
 from table.plans.clustering import CHILD_NODES_KEY, PARTITION_KEY, SEQUENCE_NUMBER_KEY, read_clustering_plan
+from table.plans.pending import pending_clusterings
 from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
 from table.storage.layout import HASHING_METADATA_DIR

@@ -36,7 +36,8 @@ from test_table_engine import (
 from table import failpoints
 from table.errors import CompactionConflictError
 from table.mor_table import MorTable
-from table.plans.compaction import pending_compactions, read_compaction_plan
+from table.plans.compaction import read_compaction_plan
+from table.plans.pending import pending_compactions
 from table.services.compaction import (
     CompactionStrategy,
     execute_compaction,

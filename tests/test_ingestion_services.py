@@ -25,7 +25,7 @@ from streamer.checkpoint import table_checkpoint
 from streamer.cli.demo import change_events
 from streamer.config.loading import config_from_mapping
 from table.mor_table import MorTable
-from table.plans.compaction import pending_compactions
+from table.plans.pending import pending_compactions
 from table.timeline.timeline import Timeline
 
 pytestmark = pytest.mark.e2e

@@ -25,7 +25,7 @@ from streamer.config.model import JobConfig
 from table.failpoints import PAUSE_ENV_VAR
 from table.file_group.layout_stats import after_each_deltacommit
 from table.mor_table import MorTable
-from table.plans.compaction import pending_compactions
+from table.plans.pending import pending_compactions
 
 pytestmark = pytest.mark.e2e
 

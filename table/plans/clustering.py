@@ -177,13 +177,3 @@ def _name(path: str | None) -> str | None:
 def read_clustering_plan(timeline: Timeline, instant: str) -> ClusteringPlan | None:
     return ClusteringPlan.deserialize(instant, timeline.read_content(Instant(instant, Action.REPLACE_COMMIT, "requested")))
 
-
-def pending_clustering_plans(timeline: Timeline) -> list[ClusteringPlan]:
-    """Plans of the requested or inflight replacecommits, oldest first."""
-    plans = (read_clustering_plan(timeline, i.timestamp) for i in timeline.pending(Action.REPLACE_COMMIT))
-    return [p for p in plans if p is not None]
-
-
-def pending_clustering_file_groups(timeline: Timeline) -> dict[tuple[str, str], str]:
-    """(partition, file id) -> instant of the pending plan rewriting the group."""
-    return {key: plan.instant for plan in pending_clustering_plans(timeline) for key in plan.file_groups()}

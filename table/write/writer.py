@@ -18,14 +18,13 @@ from table.file_group.layout_stats import LayoutStats
 from table.file_group.view_cache import FileSystemViewCache, SyncResult
 from table.index import consistent_hashing as ring
 from table.keys import KeyGenerator
+from table.plans.pending import pending_clustering_plans, pending_compaction_file_groups
 from table.schema import avro_schema_json, evolve
-from table.plans.clustering import pending_clustering_plans
-from table.plans.compaction import pending_compaction_file_groups
-from table.services.rollback import rollback_pending_writes
 from table.storage.file_io import Storage
 from table.storage.lease import DEFAULT_TTL_SECONDS, WriterLease
 from table.storage.markers import begin_markers, delete_marked_files, delete_markers
 from table.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
+from table.timeline.rollback import rollback_pending_writes
 from table.timeline.timeline import Instant, Timeline
 from table.units import MIB
 from table.write.delta_commit import DeltaCommit
