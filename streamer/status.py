@@ -23,10 +23,7 @@ from streamer.checkpoint import table_checkpoint
 from streamer.config.model import JobConfig
 from streamer.errors import BrokersUnreachable
 from streamer.kafka.offsets import KafkaProgress
-from table.mor_table import MorTable
-from table.storage.file_io import Storage
-from table.storage.layout import AUX_DIR
-from table.timeline.timeline import parse_instant_time
+from table import AUX_DIR, MorTable, Storage, parse_instant_time
 
 LAST_ERROR_PATH = f"{AUX_DIR}/streamer-last-error.json"
 _ERROR_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"

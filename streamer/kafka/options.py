@@ -84,7 +84,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from streamer.config.secrets import JAAS_ITEM, redact_options, redact_text
 from streamer.errors import KafkaSourceError
 from streamer.logs.clients import ClientLog, client_config
-from table.units import MIB
+from table import MIB
 
 #: ``startingOffsets`` values of a partition: its earliest and its latest offset.
 EARLIEST = -2
