@@ -22,7 +22,7 @@ from bench import broker, spark, streaming
 from bench.measure import PathResult, run_measured
 from bench.report import Check, Section
 from bench.workload import VALUE_DDL, W1, inserts
-from table.mor_table import MorTable
+from table import MorTable
 
 BACKLOGS = (10_000_000, 30_000_000)
 TOPIC_PARTITIONS = 2  # one per core

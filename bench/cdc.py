@@ -36,7 +36,7 @@ from streamer.decode.formats import FormatSpec
 from streamer.decode.record_decoder import Deletes, RecordDecoder
 from streamer.kafka.schema import ARROW_SCHEMA_WITHOUT_HEADERS
 from streamer.sandbox.topics import create_topic, produce
-from table.schema import to_avro_schema
+from table import to_avro_schema
 
 PARTITIONS = 2
 DECODE_REPEATS = 5

@@ -214,8 +214,7 @@ def _short(n: int) -> str:
 def load_ours(path: Path, initial: pa.Table, buckets: int) -> None:
     """W1's initial load into a new table of ours (the streaming job's table spec) by the
     in-process writer, one commit per region: each bucket's first write makes its base file."""
-    from table.mor_table import MorTable, TableSpec
-    from table.write.writer import WriteOptions
+    from table import MorTable, TableSpec, WriteOptions
 
     table = MorTable.create(str(path), TableSpec("orders", TABLE_SCHEMA, ("order_id",), "updated_at", ("region",)))
     with table.writer(WriteOptions(initial_buckets=buckets, delete_field="is_deleted")) as writer:
@@ -225,7 +224,7 @@ def load_ours(path: Path, initial: pa.Table, buckets: int) -> None:
 
 class _Ours:
     def __init__(self, table: Path, buckets: int, spark_session=None):
-        from table.write.writer import WriteOptions
+        from table import WriteOptions
 
         self.table, self.buckets, self.spark = table, buckets, spark_session
         self.options = WriteOptions(initial_buckets=buckets, delete_field="is_deleted")
@@ -234,7 +233,7 @@ class _Ours:
         load_ours(self.table, initial, self.buckets)
 
     def open(self) -> None:
-        from table.mor_table import MorTable
+        from table import MorTable
 
         self.writer = MorTable.load(str(self.table)).writer(self.options).open()  # held as the sink holds it
 
@@ -242,12 +241,12 @@ class _Ours:
         if self.spark is None:
             self.writer.upsert(batch)
         else:
-            from table.spark.write import upsert_dataframe
+            from table.spark import upsert_dataframe
 
             upsert_dataframe(self.writer, self.spark.createDataFrame(batch))
 
     def rows(self) -> int:
-        from table.mor_table import MorTable
+        from table import MorTable
 
         self.writer.close()
         return MorTable.load(str(self.table)).snapshot(columns=["order_id"]).num_rows

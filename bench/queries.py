@@ -48,10 +48,7 @@ from bench import spark
 from bench.measure import PathResult, run_measured
 from bench.report import Section
 from bench.workload import TABLE_SCHEMA, W1
-from table.mor_table import MorTable, TableSpec
-from table.read.predicate import Predicate
-from table.units import MIB
-from table.write.writer import WriteOptions
+from table import MIB, MorTable, Predicate, TableSpec, WriteOptions
 
 REPETITIONS = 3  # timed runs of each query, after one untimed run; the median is reported
 SELECTIVE_SHARE = 0.05  # of the live rows, in the selective query's updated_at window
@@ -188,7 +185,7 @@ def _window(table: MorTable) -> dict:
 
 
 def _compact(table: MorTable) -> float:
-    from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
+    from table import CompactionStrategy, execute_compaction, schedule_compaction
 
     started = time.monotonic()
     with table.writer(WriteOptions(initial_buckets=INITIAL_BUCKETS, delete_field="is_deleted")) as writer:
@@ -200,8 +197,7 @@ def _compact(table: MorTable) -> float:
 
 def _sort(table: MorTable) -> float:
     """Sort clustering only: no bucket is large enough to split, none may merge."""
-    from table.services.clustering.execute import execute_clustering
-    from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
+    from table import ClusteringPolicy, execute_clustering, schedule_clustering
 
     buckets = max(_layout(table)["buckets_per_partition"].values())
     policy = ClusteringPolicy(
@@ -260,7 +256,7 @@ def pushdown_check(path: Path, window: dict) -> dict:
     (Spark filters them again) against the rows of the slices."""
     from pyspark.sql.datasource import GreaterThanOrEqual, LessThanOrEqual
 
-    from table.spark.datasource import PushdownMorTableReader
+    from table.spark import PushdownMorTableReader
 
     table = MorTable.load(str(path))
     reader = PushdownMorTableReader(table.base_uri, {"path": str(path)}, list(SELECTIVE_COLUMNS))
@@ -443,11 +439,11 @@ def _selective_sql(window: dict) -> str:
 
 def _spark(spec: dict) -> list[str]:
     """Every layout's queries in one session, each layout when the scenario says it is ready."""
-    from table.spark import datasource as spark_source
+    from table.spark import PUSHDOWN_CONF, register
 
     session = spark.session()
-    session.conf.set(spark_source.PUSHDOWN_CONF, "true")  # partition and range filters reach the source
-    spark_source.register(session)
+    session.conf.set(PUSHDOWN_CONF, "true")  # partition and range filters reach the source
+    register(session)
     control, warm = Path(spec["control"]), set()
     for layout, queries in spec["layouts"].items():
         waited = time.monotonic()

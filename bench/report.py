@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bench.measure import PathResult
 from bench.workload import W1
-from table.units import MIB
+from table import MIB
 
 
 @dataclass(frozen=True)

@@ -30,19 +30,30 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from table.index import consistent_hashing as ring
-from table.mor_table import MorTable, TableSpec
-from table.plans.clustering import ClusteringGroup, PlannedSlice, read_clustering_plan
-from table.services.clustering.execute import execute_clustering
-from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
-from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
-from table.storage.file_io import Storage
-from table.storage.layout import BaseFileName, LogFileName, partition_file_path
-from table.timeline.commit_metadata import WriteStat
-from table.write.writer import WriteOptions
+from table import (
+    HASH_VALUE_MASK,
+    BaseFileName,
+    ClusteringGroup,
+    ClusteringPolicy,
+    CompactionStrategy,
+    LogFileName,
+    MorTable,
+    PlannedSlice,
+    Storage,
+    TableSpec,
+    WriteOptions,
+    WriteStat,
+    execute_clustering,
+    execute_compaction,
+    hash_values,
+    partition_file_path,
+    read_clustering_plan,
+    schedule_clustering,
+    schedule_compaction,
+)
 
 BOUND = 1.1
-HASH_SPACE = ring.HASH_VALUE_MASK + 1
+HASH_SPACE = HASH_VALUE_MASK + 1
 #: (start, end, share of all keys) as fractions of the hash space: with 8 initial buckets each
 #: range is in the lower half of a bucket, so a split at the middle leaves one child the hot keys.
 HOT_RANGES = ((0.26, 0.28, 0.45), (0.64, 0.66, 0.25))
@@ -134,7 +145,7 @@ def skewed_keys(rows: int, seed: int) -> list[str]:
     start = 0
     while any(len(p) < q for p, q in zip(picked, quotas)):
         candidates = [f"ord-{seed}-{i:010d}" for i in range(start, start + KEY_CHUNK)]
-        hashes = ring.hash_values(candidates)
+        hashes = hash_values(candidates)
         kind = np.full(len(candidates), len(bounds))
         for k, (lo, hi) in enumerate(bounds):
             kind[(hashes >= lo) & (hashes < hi)] = k

@@ -14,7 +14,7 @@ through `streamer run --once` as a user runs it (own process, local[2], a genera
     batches (`MOR_STREAMER_PAUSE`), so that the stream outruns it: once unbounded, once with
     `services.compaction.max_log_files_per_group` (BOUND), which holds the stream instead. Every
     run reports its read amplification: the log files a snapshot as of each of its deltacommits
-    reads (`table.file_group.layout_stats.after_each_deltacommit`), in all and in the worst file group.
+    reads (`MorTable.layout_history`), in all and in the worst file group.
 (b) Dual writes: clustering `async` with `index.split_threshold_mb` just above the largest
     loaded bucket, so that a batch's logs make every bucket due for a split, and one resize
     planned after the first few batches (`every_delta_commits` counts the load's commits too),
@@ -47,10 +47,7 @@ from bench.report import Section
 from bench.resize_bytes import latest_sizes
 from bench.workload import W1, WorkloadFiles, kafka_records
 from streamer.sandbox.topics import create_topic, produce
-from table.failpoints import PAUSE_ENV_VAR
-from table.file_group.layout_stats import after_each_deltacommit
-from table.mor_table import MorTable
-from table.units import MIB
+from table import FAILPOINT_PAUSE_ENV_VAR, MIB, MorTable
 
 TOPIC = "orders"
 TOPIC_PARTITIONS = 2
@@ -147,7 +144,7 @@ def scenario(w: W1, work: Path) -> Section:
                 bootstrap,
                 loaded,
                 {"compaction": {"mode": "async", "every_delta_commits": EVERY, **bound}},
-                env={PAUSE_ENV_VAR: f"compaction.files_written={held:.1f}"},
+                env={FAILPOINT_PAUSE_ENV_VAR: f"compaction.files_written={held:.1f}"},
             )
             results.append(_compaction_result(name, label.format(held=held), w, runs[name], details["load_seconds"]))
             details["runs"][name] = {**runs[name].summary(), "compaction_held_seconds": held}
@@ -168,7 +165,7 @@ def scenario(w: W1, work: Path) -> Section:
             loaded,
             {"clustering": {"mode": "async", "every_delta_commits": every}},
             index={"initial_buckets": BUCKETS, "split_threshold_mb": threshold / MIB, "merge_threshold_mb": 0},
-            env={PAUSE_ENV_VAR: f"clustering.files_written={pause:.1f}"},
+            env={FAILPOINT_PAUSE_ENV_VAR: f"clustering.files_written={pause:.1f}"},
         )
         details["runs"]["dual-writes"] = {
             **dual.summary(),
@@ -379,9 +376,7 @@ def _read_amplification(run: Run) -> dict:
     worst file group."""
     counted = {b.instant for b in run.counted}
     snapshots = [
-        layout
-        for instant, layout in after_each_deltacommit(MorTable.load(str(run.work / "table")))
-        if instant in counted
+        layout for instant, layout in MorTable.load(str(run.work / "table")).layout_history() if instant in counted
     ]
     totals = [sum(s.log_files for sizes in layout.partitions.values() for s in sizes.values()) for layout in snapshots]
     worst = [layout.log_files() for layout in snapshots]
@@ -464,9 +459,7 @@ def _mtime(path: Path) -> float | None:
 def _dual_writes(run: Run) -> tuple[dict[str, list[Batch]], list[dict]]:
     """Counted batches by class, and each replacecommit's window and bytes."""
     from bench.resize_bytes import slice_bytes
-    from table.plans.clustering import read_clustering_plan
-    from table.timeline.commit_metadata import ReplaceCommitMetadata
-    from table.timeline.timeline import Instant
+    from table import Instant, ReplaceCommitMetadata, read_clustering_plan
 
     table_path = run.work / "table"
     hoodie = table_path / ".hoodie"

@@ -41,11 +41,7 @@ import psutil
 
 from streamer.checkpoint import table_checkpoint
 from streamer.sandbox.change_events import as_kafka_records
-from table.index import consistent_hashing as ring
-from table.mor_table import MorTable
-from table.services.archive import read_archived_instants
-from table.timeline.timeline import State
-from table.units import MIB
+from table import HASH_VALUE_MASK, MIB, MorTable, State, hash_values, read_archived_instants
 from tests.support import kafka_broker
 from tests.support.ingestion import (
     DATA_COLUMNS,
@@ -77,7 +73,7 @@ MAX_SLOPE_MB_PER_MIN = 0.2
 CATCH_UP_TIMEOUT = 600
 STOP_TIMEOUT = 240
 STATUSES = ("paid", "packed", "shipped", "delivered")
-HOT_END = (ring.HASH_VALUE_MASK + 1) // 8
+HOT_END = (HASH_VALUE_MASK + 1) // 8
 KINDS = ("jvm", "python_driver", "python_workers")
 
 
@@ -113,7 +109,7 @@ class SoakOrders:
         while True:
             key = f"ord-{self.next_id:08d}"
             self.next_id += 1
-            if (ring.hash_value(key) < HOT_END) == hot:
+            if (hash_values([key])[0] < HOT_END) == hot:
                 return key
 
     def events(self, count: int) -> list[dict]:
@@ -484,10 +480,10 @@ def render_table(rows: list[dict]) -> str:
 
 def bucket_counts(path: str) -> dict[str, int]:
     table = MorTable.load(path)
-    completed = set(table.timeline().completed_timestamps().active)
+    timeline = table.timeline()
     out = {}
     for region in REGIONS:
-        metadata = ring.load_latest(table.storage, f"region={region}", completed, repair=False)
+        metadata = table.hashing_metadata(f"region={region}", timeline)
         if metadata is not None:
             out[f"region={region}"] = len(metadata.nodes)
     return out

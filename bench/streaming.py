@@ -24,7 +24,7 @@ from bench import spark
 from bench.measure import PathResult, run_measured
 from bench.workload import VALUE_DDL, W1
 from streamer.config.model import SourceSettings
-from table.mor_table import MorTable
+from table import MorTable
 
 # A micro-batch's line, or the initial load's when a batch query makes it (`source.format: kafka`).
 BATCH_LINE = re.compile(

@@ -33,9 +33,7 @@ from harness.hive_metastore import HiveMetastore
 from streamer.catalog import CatalogSync
 from streamer.config.model import SyncSettings
 from streamer.metrics import Metrics
-from table.mor_table import MorTable, TableSpec
-from table.sync import HiveMetastoreClient, HiveSync, SyncTarget
-from table.write.writer import WriteOptions
+from table import HiveMetastoreClient, HiveSync, MorTable, SyncTarget, TableSpec, WriteOptions
 
 PARTITIONS = (8, 200)
 MODES = ("off", "inline", "async")

@@ -29,7 +29,7 @@ from streamer.logs.failures import failure_line, query_error_line
 from streamer.logs.lines import LOG_FORMAT_ENV, LOG_LEVEL_ENV, formatter
 from streamer.metrics import Metrics, MetricsServer
 from streamer.scheduler import BackgroundExecutor
-from table.units import MIB
+from table import MIB
 
 log = logging.getLogger(__name__)
 

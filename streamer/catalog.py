@@ -23,12 +23,17 @@ from streamer.config.choices import ServiceMode
 from streamer.config.model import JobConfig, SyncSettings
 from streamer.errors import InvalidArgumentError
 from streamer.metrics import TableMetrics
-from table.errors import CatalogSyncError
-from table.mor_table import MorTable
-from table.storage.file_io import Storage
-from table.storage.layout import AUX_DIR
-from table.sync import HiveMetastoreClient, HiveSync, SyncResult, SyncTarget
-from table.timeline.timeline import Timeline
+from table import (
+    AUX_DIR,
+    CatalogSyncError,
+    HiveMetastoreClient,
+    HiveSync,
+    MorTable,
+    Storage,
+    SyncResult,
+    SyncTarget,
+    Timeline,
+)
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,7 @@ import json
 import logging
 from dataclasses import dataclass
 
-from table.mor_table import MorTable
-from table.storage.file_io import Storage
-from table.timeline.timeline import Timeline
+from table import MorTable, Storage, Timeline
 
 log = logging.getLogger(__name__)
 

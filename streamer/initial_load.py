@@ -32,7 +32,7 @@ from streamer.kafka.offsets import KafkaProgress
 from streamer.kafka.options import EARLIEST, LATEST, SourceOptions
 from streamer.kafka.planning import offsets_from_json, rate_limit
 from streamer.sink import BatchReport, UpsertSink
-from table.mor_table import MorTable
+from table import MorTable
 
 log = logging.getLogger(__name__)
 

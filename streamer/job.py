@@ -62,13 +62,17 @@ from streamer.preflight import (
 from streamer.quarantine import QuarantineTable
 from streamer.scheduler import BackgroundExecutor, TableServices
 from streamer.sink import OffsetJumpCheck, SinkSettings, UpsertSink
-from table.mor_table import MorTable, TableSpec
-from table.schema import arrow_schema_from_avro
-from table.storage.file_io import Storage
-from table.sync import HiveSync
-from table.timeline.timeline import parse_instant_time
-from table.units import MIB
-from table.write.writer import TableWriter, WriteOptions
+from table import (
+    MIB,
+    HiveSync,
+    MorTable,
+    Storage,
+    TableSpec,
+    TableWriter,
+    WriteOptions,
+    arrow_schema_from_avro,
+    parse_instant_time,
+)
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,7 @@ import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from table.storage.file_io import Storage
-from table.storage.layout import AUX_DIR
+from table import AUX_DIR, Storage
 
 LAST_ERROR_PATH = f"{AUX_DIR}/streamer-last-error.json"
 _ERROR_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"

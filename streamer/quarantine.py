@@ -21,9 +21,7 @@ from streamer.decode.columns import (
     RAW_KEY,
     RAW_VALUE,
 )
-from table.config.choices import LogBlockFormat
-from table.mor_table import MorTable, TableSpec
-from table.write.writer import TableWriter, WriteOptions
+from table import LogBlockFormat, MorTable, TableSpec, TableWriter, WriteOptions
 
 SCHEMA = pa.schema(
     [

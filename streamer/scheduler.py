@@ -23,17 +23,27 @@ from streamer.checkpoint import CHECKPOINT_KEY
 from streamer.config.choices import ServiceMode
 from streamer.config.model import ClusteringSettings, IndexSettings, ServicesSettings
 from streamer.metrics import TableMetrics
-from table.mor_table import MorTable
-from table.plans.clustering import pending_clustering_plans
-from table.plans.compaction import COMPACTION, pending_compactions
-from table.services.archive import ArchivePolicy, archive
-from table.services.clean import CLEAN, CleanPolicy, execute_clean, pending_cleans, schedule_clean
-from table.services.clustering.execute import execute_clustering, pending_clusterings
-from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
-from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
-from table.timeline.timeline import Action, Timeline
-from table.units import MIB
-from table.write.writer import TableWriter
+from table import (
+    MIB,
+    Action,
+    ArchivePolicy,
+    CleanPolicy,
+    ClusteringPolicy,
+    CompactionStrategy,
+    MorTable,
+    TableWriter,
+    Timeline,
+    archive,
+    execute_clean,
+    execute_clustering,
+    execute_compaction,
+    pending_cleans,
+    pending_clusterings,
+    pending_compactions,
+    schedule_clean,
+    schedule_clustering,
+    schedule_compaction,
+)
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +216,9 @@ class TableServices:
         self._archive(timeline)
         if self.metrics is not None:
             timeline = self.table.timeline()
-            self.metrics.plans_pending(len(timeline.pending(COMPACTION)), len(pending_clustering_plans(timeline)))
+            self.metrics.plans_pending(
+                len(pending_compactions(self.table, timeline)), len(pending_clusterings(self.table, timeline))
+            )
 
     def finish(self, timeout: float | None = None) -> bool:
         """For `--once`: wait for background plans, then execute what is still pending."""
@@ -277,7 +289,7 @@ class TableServices:
         c = self.settings.clustering
         if c.mode == ServiceMode.OFF:
             return
-        pending = [plan.instant for plan in pending_clustering_plans(timeline)]
+        pending = pending_clusterings(self.table, timeline)
         if pending:  # a plan whose execution failed is retried, never two at once
             if c.mode == ServiceMode.ASYNC and not self.executor.busy_with(self.name, "clustering"):
                 first = pending[0]
@@ -300,7 +312,7 @@ class TableServices:
         c = self.settings.compaction
         if c.mode == ServiceMode.OFF:
             return
-        pending = [i.timestamp for i in timeline.pending(COMPACTION)]
+        pending = pending_compactions(self.table, timeline)
         if pending:  # a plan whose execution failed is retried, never two at once
             if c.mode == ServiceMode.ASYNC and not self.executor.busy_with(self.name, "compaction"):
                 first = pending[0]
@@ -324,7 +336,11 @@ class TableServices:
 
     def _clean(self, timeline: Timeline) -> None:
         c = self.settings.clean
-        if c.mode == ServiceMode.OFF or self.executor.busy_with(self.name, "clean") or timeline.pending(CLEAN):
+        if (
+            c.mode == ServiceMode.OFF
+            or self.executor.busy_with(self.name, "clean")
+            or pending_cleans(self.table, timeline)
+        ):
             return
         last = max((i.timestamp for i in timeline.instants if i.action == "clean"), default=None)
         if not self._due("clean", c, timeline, since=last):

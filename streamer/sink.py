@@ -40,12 +40,8 @@ from streamer.decode_step import DecodeStep
 from streamer.errors import BadRecordError, SchemaEvolutionError, StopRequestedError, TableWriteError
 from streamer.kafka.options import SourceOptions
 from streamer.quarantine import QuarantineTable
-from table import failpoints
-from table.file_group.layout_stats import LayoutStats
-from table.mor_table import MorTable
-from table.spark.write import DataFrameWriteResult, released_accumulator, write_dataframe
-from table.write.delta_commit import DeltaCommit
-from table.write.writer import TableWriter
+from table import DeltaCommit, LayoutStats, MorTable, TableWriter, reach_failpoint
+from table.spark import DataFrameWriteResult, released_accumulator, write_dataframe
 
 log = logging.getLogger(__name__)
 
@@ -329,7 +325,7 @@ class UpsertSink:
         committing = time.monotonic()
         instant = commit.complete(written.stats, extra)  # a failure here leaves it to the next run's rollback
         self.totals.failed = None
-        failpoints.reach("sink.batch_committed")
+        reach_failpoint("sink.batch_committed")
         report.phases = _phases(written, tally, planned - started, time.monotonic() - committing)
         self._count_writes(report)
         self._checkpoint = checkpoint
@@ -441,7 +437,7 @@ class UpsertSink:
         if policy == BadRecordPolicy.QUARANTINE:
             assert self.quarantine is not None
             self.quarantine.write(tally.bad_table(), query_id, batch_id)
-            failpoints.reach("sink.quarantine_committed")
+            reach_failpoint("sink.quarantine_committed")
 
 
 def _abandon_quietly(commit: DeltaCommit) -> None:

@@ -44,7 +44,7 @@ def preload() -> None:
     import pyspark.worker  # noqa: F401
 
     import streamer.decode_step  # noqa: F401  decoding, and the Kafka source through it
-    import table.spark.write  # noqa: F401  routing and writing file groups
+    import table.spark  # noqa: F401  routing and writing file groups
 
     gc.freeze()
 

@@ -52,6 +52,15 @@ class TableExistsError(TableError, FileExistsError):
     """A table already exists where one was to be created."""
 
 
+class PathExistsError(TableError, FileExistsError):
+    """A file to be created new is there already: a completed instant completed again, an object
+    store's file of the same name."""
+
+
+class PathNotFoundError(TableError, FileNotFoundError):
+    """A file the engine was asked about is not in storage."""
+
+
 class FormatError(TableError, ValueError):
     """A file, file name or value that does not follow Hudi's format, or uses a part of it (a
     format version, a block type) this engine does not read."""

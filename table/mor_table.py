@@ -17,6 +17,8 @@ import pyarrow.compute as pc
 from table.config.properties import TableConfig
 from table.errors import InvalidBatchError, InvalidRequestError, TableExistsError, TableNotFoundError
 from table.file_group.fs_view import FileSlice, FileSystemView
+from table.file_group.layout_stats import LayoutStats, after_each_deltacommit
+from table.index import consistent_hashing as ring
 from table.keys import KeyGenerator
 from table.read.merge import MergeRule
 from table.read.predicate import Predicate
@@ -24,6 +26,7 @@ from table.read.reader import SliceReadSpec, read_base_file, read_file_slice, ta
 from table.schema import COMMIT_TIME, META_FIELDS, arrow_schema_from_avro, avro_schema_json
 from table.storage.file_io import Storage
 from table.storage.layout import METADATA_DIR
+from table.storage.lease import LeaseHolder, read_holder
 from table.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata
 from table.timeline.timeline import CompletedInstants, Timeline
 from table.write.writer import TableWriter, WriteOptions
@@ -147,6 +150,21 @@ class MorTable:
         include_replaced: bool = False,
     ) -> FileSystemView:
         return FileSystemView.build(self.storage, timeline or self.timeline(), partition_paths, as_of, include_replaced)
+
+    def hashing_metadata(self, partition_path: str, timeline: Timeline | None = None) -> ring.HashingMetadata | None:
+        """The partition's latest committed ring of buckets, as readers load it (nothing
+        repaired); None for a partition without one."""
+        completed = set((timeline or self.timeline()).completed_timestamps().active)
+        return ring.load_latest(self.storage, partition_path, completed, repair=False)
+
+    def layout_history(self) -> list[tuple[str, LayoutStats]]:
+        """Each completed deltacommit, oldest first, and the buckets' latest slices a snapshot as of
+        it read; needs the slices the cleaner has not removed yet (a table whose clean is off)."""
+        return after_each_deltacommit(self)
+
+    def writer_lease_holder(self) -> LeaseHolder | None:
+        """Who holds the table's writer lease, as it last renewed it; None when it is free."""
+        return read_holder(self.storage)
 
     # ---- reads -----------------------------------------------------------------------------
 

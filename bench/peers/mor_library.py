@@ -10,8 +10,7 @@ from __future__ import annotations
 from bench.measure import PathResult
 from bench.peers import PeerInput, run_batches
 from bench.workload import TABLE_SCHEMA, WorkloadFiles
-from table.mor_table import MorTable, TableSpec
-from table.write.writer import WriteOptions
+from table import MorTable, TableSpec, WriteOptions
 
 INITIAL_BUCKETS = 4  # as the streaming path's index.initial_buckets
 
@@ -39,7 +38,7 @@ def python_writer(peer: PeerInput) -> PathResult:
 
 def spark_writer(peer: PeerInput) -> PathResult:
     from bench.spark import session
-    from table.spark.write import upsert_dataframe
+    from table.spark import upsert_dataframe
 
     spark = session()
     table = _table(peer.table)

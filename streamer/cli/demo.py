@@ -85,7 +85,7 @@ def main() -> int:
 def report(config, outcome, seconds: float) -> None:
     import hudi
 
-    from table.mor_table import MorTable
+    from table import MorTable
 
     table = MorTable.load(config.table.path)
     snapshot = table.snapshot()

@@ -36,15 +36,27 @@ from dataclasses import asdict, dataclass, replace
 import pyarrow as pa
 
 from streamer.errors import InvalidArgumentError
-from table.file_group.fs_view import FileGroup, FileSlice, list_partitions
-from table.index import consistent_hashing as ring
-from table.mor_table import MorTable
-from table.plans.clustering import pending_clustering_plans, read_clustering_plan
-from table.plans.compaction import read_compaction_plan
-from table.schema import PARTITION_PATH
-from table.services.archive import read_archived_instants
-from table.timeline.commit_metadata import CommitMetadata
-from table.timeline.timeline import WRITE_ACTIONS, Action, Instant, State, Timeline, parse_instant_time
+from table import (
+    HASH_VALUE_MASK,
+    PARTITION_PATH,
+    WRITE_ACTIONS,
+    Action,
+    CommitMetadata,
+    FileGroup,
+    FileSlice,
+    HashingNode,
+    Instant,
+    MorTable,
+    State,
+    Timeline,
+    list_partitions,
+    parse_instant_time,
+    pending_clustering_plans,
+    read_archived_instants,
+    read_clustering_plan,
+    read_compaction_plan,
+    ring_nodes,
+)
 
 PLAN_ACTIONS = (Action.COMPACTION, Action.REPLACE_COMMIT, Action.CLEAN)
 # One short query: a single core, no UI, and the JIT's quick tier (the JVM's start dominates).
@@ -282,12 +294,11 @@ def buckets(table: MorTable) -> Buckets:
     timeline = table.timeline()
     view = table.file_system_view(timeline=timeline)
     resizes = _pending_resizes(timeline)
-    completed = set(timeline.completed_timestamps().active)
     partitions = []
     for partition in view.partition_paths():
-        metadata = ring.load_latest(table.storage, partition, completed, repair=False)
+        metadata = table.hashing_metadata(partition, timeline)
         groups = view.file_groups(partition)
-        nodes = ring.ring_nodes(metadata) if metadata else []
+        nodes = ring_nodes(metadata) if metadata else []
         partitions.append(
             PartitionBuckets(
                 partition=partition,
@@ -303,11 +314,11 @@ def buckets(table: MorTable) -> Buckets:
     return Buckets(partitions)
 
 
-def _bucket(previous: ring.HashingNode, node: ring.HashingNode, group: FileGroup | None) -> BucketSummary:
+def _bucket(previous: HashingNode, node: HashingNode, group: FileGroup | None) -> BucketSummary:
     summary = _group_summary(group) if group else None
     return BucketSummary(
         file_id=node.file_id,
-        hash_start=(previous.value + 1) & ring.HASH_VALUE_MASK,
+        hash_start=(previous.value + 1) & HASH_VALUE_MASK,
         hash_end=node.value,
         base_bytes=summary.base_file_bytes if summary else 0,
         log_bytes=summary.log_bytes if summary else 0,

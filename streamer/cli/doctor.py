@@ -48,13 +48,18 @@ from streamer.errors import BrokersUnreachableError, ConfigValueError, SchemaReg
 from streamer.kafka.offsets import KafkaProgress, TopicRanges
 from streamer.kafka.options import SourceOptions
 from streamer.logs.clients import client_config
-from table.mor_table import MorTable
-from table.schema import COMMIT_TIME, PARTITION_PATH, RECORD_KEY
-from table.services.archive import read_archived_instants
-from table.storage.file_io import Storage
-from table.storage.layout import AUX_DIR, METADATA_DIR
-from table.storage.lease import read_holder
-from table.timeline.timeline import Action, Instant, Timeline
+from table import (
+    AUX_DIR,
+    COMMIT_TIME,
+    METADATA_DIR,
+    PARTITION_PATH,
+    RECORD_KEY,
+    Action,
+    Instant,
+    MorTable,
+    Storage,
+    read_archived_instants,
+)
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
 #: Java releases Spark 4 runs on.
@@ -337,7 +342,7 @@ class TableDoctor:
             checks.append(self.storage_access())
         if self.table is not None:
             checks += [
-                self._guarded("writer lease", self.lease),
+                self._guarded("writer lease", self.lease, self.table),
                 self._guarded("pending", self.pending, self.table),
                 self._guarded("timeline", self.timeline, self.table),
                 self._guarded("compaction", self.compaction_debt, self.table),
@@ -636,8 +641,8 @@ class TableDoctor:
             return self._check("storage", Verdict.PROBLEM, f"no table yet, and {where} is not writable: {e}", fix)
         return self._check("storage", Verdict.OK, f"no table yet at {self.path}; the first run creates it")
 
-    def lease(self) -> Check:
-        holder = read_holder(self.storage)
+    def lease(self, table: MorTable) -> Check:
+        holder = table.writer_lease_holder()
         if holder is None:
             return self._check("writer lease", Verdict.OK, "free")
         who = f"{holder.description} (host {holder.host}, pid {holder.pid})"
@@ -691,7 +696,7 @@ class TableDoctor:
         return "executed by the live writer" if self.live_writer else "executed at the next start"
 
     def timeline(self, table: MorTable) -> Check:
-        timeline = Timeline.load(self.storage)
+        timeline = table.timeline()
         table.last_commit_metadata(timeline)  # the newest commits' metadata parses
         archived = len(read_archived_instants(table))
         completed = len(timeline.completed())

@@ -11,7 +11,7 @@ from pathlib import Path
 from streamer.cli.kafka import add_kafka_commands, kafka_command
 from streamer.cli.sync import add_sync_command, sync_command
 from streamer.errors import InvalidArgumentError
-from table.config.choices import CleanPolicyKind, CompactionStrategyKind, SplitPoint
+from table import CleanPolicyKind, CompactionStrategyKind, SplitPoint
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -252,7 +252,7 @@ def run_command(args: argparse.Namespace) -> int:
     from streamer import app
     from streamer.errors import StartupError
     from streamer.kafka import connector as kafka_connector
-    from table.errors import WriterConflictError
+    from table import WriterConflictError
 
     conf, connector = kafka_connector.with_connector(
         conf, [c.source.format for c in configs], under_spark_submit="PYSPARK_GATEWAY_PORT" in os.environ
@@ -313,8 +313,7 @@ def _key_value(text: str) -> tuple[str, str]:
 def table_command(args: argparse.Namespace) -> int:
     """`streamer table ...` and `streamer query`: print one document; 2 for a bad path or query."""
     from streamer.cli import describe, output
-    from table.errors import TableNotFoundError
-    from table.mor_table import MorTable
+    from table import MorTable, TableNotFoundError
 
     try:
         table = MorTable.load(args.table_path)

@@ -17,16 +17,28 @@ from streamer.config.loading import load_config
 from streamer.config.model import ClusteringSettings, IndexSettings
 from streamer.errors import ConfigError, InvalidArgumentError
 from streamer.scheduler import clustering_policy
-from table.errors import ClusteringConflictError, CompactionConflictError, TableNotFoundError, WriterConflictError
-from table.mor_table import MorTable
-from table.plans.compaction import pending_compactions
-from table.services.archive import ArchivePolicy, archive
-from table.services.clean import CleanPolicy, clean
-from table.services.clustering.execute import execute_clustering, pending_clusterings, rollback_clustering
-from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
-from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
-from table.units import MIB
-from table.write.writer import WriteOptions
+from table import (
+    MIB,
+    ArchivePolicy,
+    CleanPolicy,
+    ClusteringConflictError,
+    ClusteringPolicy,
+    CompactionConflictError,
+    CompactionStrategy,
+    MorTable,
+    TableNotFoundError,
+    WriteOptions,
+    WriterConflictError,
+    archive,
+    clean,
+    execute_clustering,
+    execute_compaction,
+    pending_clusterings,
+    pending_compactions,
+    rollback_clustering,
+    schedule_clustering,
+    schedule_compaction,
+)
 
 
 def run_offline(args: argparse.Namespace) -> int:

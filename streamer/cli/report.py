@@ -19,7 +19,7 @@ from matplotlib.ticker import MaxNLocator
 
 from streamer.cli.describe import Buckets, TimelineSummary, buckets, timeline_entries
 from streamer.cli.output import human_bytes, show_partition
-from table.mor_table import MorTable
+from table import MorTable
 
 BASE_COLOR = "#4C72B0"
 LOG_COLOR = "#DD8452"

@@ -21,8 +21,7 @@ from streamer.config.model import JobConfig
 from streamer.errors import BrokersUnreachableError
 from streamer.kafka.offsets import KafkaProgress
 from streamer.last_error import error_time, read_last_error
-from table.mor_table import MorTable
-from table.timeline.timeline import parse_instant_time
+from table import MorTable, parse_instant_time
 
 #: Seconds the brokers have to answer before the lag is reported unknown.
 DEFAULT_KAFKA_TIMEOUT_SECONDS = 5.0

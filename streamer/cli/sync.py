@@ -39,9 +39,7 @@ def sync_command(args: argparse.Namespace) -> int:
     from streamer.catalog import CatalogSync, metastore_connector, sync_target
     from streamer.config.loading import load_configs
     from streamer.errors import ConfigError
-    from table.errors import TableNotFoundError
-    from table.mor_table import MorTable
-    from table.sync import HiveSync
+    from table import HiveSync, MorTable, TableNotFoundError
 
     configure_logging("WARNING")
     try:

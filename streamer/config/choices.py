@@ -7,7 +7,7 @@ and the jobs compare with their members, and the command line offers their value
 
 from __future__ import annotations
 
-from table.config.choices import Choice
+from table import Choice
 
 
 class SourceFormat(Choice):

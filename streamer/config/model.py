@@ -46,15 +46,20 @@ from streamer.config.choices import (
 )
 from streamer.config.secrets import redact_options
 from streamer.errors import ConfigValueError
-from table.config.choices import CleanPolicyKind, CompactionStrategyKind, LogBlockFormat, SplitPoint
-from table.services.archive import ArchivePolicy
-from table.services.clean import CleanPolicy
-from table.services.clustering.planner import ClusteringPolicy
-from table.services.compaction import CompactionStrategy
-from table.storage.file_io import STORAGE_OPTION_NAMES
-from table.storage.layout import AUX_DIR
-from table.units import MIB
-from table.write.writer import WriteOptions
+from table import (
+    AUX_DIR,
+    MIB,
+    STORAGE_OPTION_NAMES,
+    ArchivePolicy,
+    CleanPolicy,
+    CleanPolicyKind,
+    ClusteringPolicy,
+    CompactionStrategy,
+    CompactionStrategyKind,
+    LogBlockFormat,
+    SplitPoint,
+    WriteOptions,
+)
 
 __all__ = [
     "ClusteringSettings",

@@ -22,8 +22,7 @@ from streamer.decode.record_decoder import RecordDecoder
 from streamer.decode.registry import SchemaRegistryClient
 from streamer.decode.value_schema import compare, evolve_json
 from streamer.errors import SchemaEvolutionError
-from table.mor_table import MorTable
-from table.timeline.commit_metadata import CommitMetadata
+from table import CommitMetadata, MorTable
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from streamer.config.choices import DecodeFormat
 from streamer.errors import DecoderSettingsError
-from table.schema import arrow_schema_from_avro
+from table import arrow_schema_from_avro
 
 
 def spark_normalized(schema: pa.Schema) -> pa.Schema:

@@ -60,7 +60,7 @@ from streamer.decode.json import JsonDecoder
 from streamer.decode.plain import BinaryDecoder, Utf8Decoder
 from streamer.decode.registry import SchemaRegistryClient
 from streamer.errors import DecoderSettingsError
-from table.schema import arrow_schema_from_avro
+from table import arrow_schema_from_avro
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from typing import Any, cast
 import fastavro
 import pyarrow as pa
 
-from table.schema import AvroSchema, arrow_schema_from_avro, widens
+from table import AvroSchema, arrow_schema_from_avro, widens
 
 _NAMED = ("record", "enum", "fixed")
 _WIDENINGS = "int to long or double, float to double"

@@ -85,7 +85,7 @@ from typing import TYPE_CHECKING, Literal, overload
 from streamer.config.secrets import JAAS_ITEM, redact_options, redact_text
 from streamer.errors import KafkaSourceError
 from streamer.logs.clients import ClientLog, client_config
-from table.units import MIB
+from table import MIB
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer

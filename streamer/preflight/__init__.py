@@ -44,7 +44,7 @@ from streamer.preflight.deletes import deletes, row_columns
 from streamer.preflight.problem import ConfigProblem, ConfigProblemsError
 from streamer.preflight.rules import TableColumns, column_problems, evolution_problems, identity_problems
 from streamer.preflight.select_list import transform_columns
-from table.mor_table import MorTable
+from table import MorTable
 
 __all__ = [
     "REGISTRY_TIMEOUT_SECONDS",

@@ -22,7 +22,7 @@ from streamer.decode.formats import FormatSpec, spark_normalized
 from streamer.decode.registry import SchemaRegistryClient
 from streamer.errors import SchemaRegistryError
 from streamer.preflight.problem import ConfigProblem, ConfigProblemsError
-from table.schema import arrow_schema_from_avro, to_avro_schema
+from table import arrow_schema_from_avro, to_avro_schema
 
 SPARK_TYPES = "a Spark SQL type (BOOLEAN, INT, BIGINT, DOUBLE, DECIMAL(p, s), STRING, DATE, TIMESTAMP, ...)"
 

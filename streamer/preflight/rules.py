@@ -16,11 +16,7 @@ import pyarrow as pa
 
 from streamer.config.model import JobConfig
 from streamer.preflight.problem import ConfigProblem
-from table.config.properties import TableConfig
-from table.errors import SchemaEvolutionError
-from table.keys import is_key_type
-from table.schema import evolve
-from table.write.prepare import is_orderable_type
+from table import SchemaEvolutionError, TableConfig, evolve, is_key_type, is_orderable_type
 
 NAMES_SHOWN = 12
 

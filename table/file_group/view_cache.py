@@ -36,7 +36,7 @@ from table.file_group.fs_view import (
 )
 from table.storage.file_io import Storage
 from table.timeline.commit_metadata import CommitMetadata, ReplaceCommitMetadata, WriteStat
-from table.timeline.plans import deserialize_plan
+from table.timeline.instant_avro import deserialize_plan
 from table.timeline.timeline import JOURNAL, Action, CompletedInstants, Instant, State, Timeline
 
 log = logging.getLogger(__name__)

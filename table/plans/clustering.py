@@ -19,7 +19,7 @@ from typing import Any
 from table.file_group.fs_view import FileSlice
 from table.index import consistent_hashing as ring
 from table.storage.file_io import Storage
-from table.timeline.plans import deserialize_plan, serialize_plan
+from table.timeline.instant_avro import deserialize_plan, serialize_plan
 from table.timeline.timeline import Action, Instant, Timeline
 from table.units import MIB
 
@@ -200,14 +200,3 @@ def read_clustering_plan(timeline: Timeline, instant: str) -> ClusteringPlan | N
     return ClusteringPlan.deserialize(
         instant, timeline.read_content(Instant(instant, Action.REPLACE_COMMIT, "requested"))
     )
-
-
-def pending_clustering_plans(timeline: Timeline) -> list[ClusteringPlan]:
-    """Plans of the requested or inflight replacecommits, oldest first."""
-    plans = (read_clustering_plan(timeline, i.timestamp) for i in timeline.pending(Action.REPLACE_COMMIT))
-    return [p for p in plans if p is not None]
-
-
-def pending_clustering_file_groups(timeline: Timeline) -> dict[tuple[str, str], str]:
-    """(partition, file id) -> instant of the pending plan rewriting the group."""
-    return {key: plan.instant for plan in pending_clustering_plans(timeline) for key in plan.file_groups()}

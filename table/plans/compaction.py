@@ -7,15 +7,11 @@ clustering and cleaning (leave planned groups alone), the executor, and `streame
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from table.file_group.fs_view import FileSlice
 from table.storage.file_io import Storage
-from table.timeline.plans import deserialize_plan
+from table.timeline.instant_avro import deserialize_plan
 from table.timeline.timeline import Instant, Timeline
-
-if TYPE_CHECKING:
-    from table.mor_table import MorTable
 
 PLAN_SCHEMA = "HoodieCompactionPlan"
 PLAN_VERSION = 2  # CompactionUtils.LATEST_COMPACTION_METADATA_VERSION
@@ -49,11 +45,6 @@ class CompactionOperation:
         )
 
 
-def pending_compactions(table: MorTable) -> list[str]:
-    """Instants of the requested or inflight compactions, oldest first: what executors run."""
-    return [i.timestamp for i in table.timeline().pending(COMPACTION)]
-
-
 def read_compaction_plan(timeline: Timeline, instant: str) -> tuple[list[CompactionOperation], dict[str, str]]:
     """The operations and extraMetadata of the plan requested at `instant`."""
     plan = deserialize_plan(PLAN_SCHEMA, timeline.read_content(Instant(instant, COMPACTION, "requested")))
@@ -68,15 +59,3 @@ def read_compaction_plan(timeline: Timeline, instant: str) -> tuple[list[Compact
         for op in plan["operations"] or ()
     ]
     return operations, dict(plan["extraMetadata"] or {})
-
-
-def pending_compaction_file_groups(timeline: Timeline) -> dict[tuple[str, str], str]:
-    """(partition path, file id) -> instant of the pending compaction that plans the group.
-
-    A write to such a group starts the slice at that instant, not the latest completed one.
-    """
-    return {
-        (op.partition_path, op.file_id): pending.timestamp
-        for pending in timeline.pending(COMPACTION)
-        for op in read_compaction_plan(timeline, pending.timestamp)[0]
-    }

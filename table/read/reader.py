@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from table.file_group.base_file import read_parquet
 from table.file_group.fs_view import FileSlice
 from table.file_group.log_file.block import CommandBlock, DataBlock, DeleteBlock
 from table.file_group.log_file.reader import read_log_file
+from table.file_group.parquet_options import read_parquet
 from table.read.merge import DELETE_COMMIT_TIME, DELETE_KEY, DELETE_ORDERING, MergeRule, merge_slice
 from table.read.predicate import Predicate, columns_of, filter_rows, row_groups_to_read
 from table.schema import META_FIELDS

@@ -47,7 +47,7 @@ from table.storage.file_io import Storage
 from table.storage.layout import METADATA_DIR, BaseFileName, LogFileName, instant_file_path
 from table.storage.markers import delete_markers
 from table.timeline.commit_metadata import CommitMetadata, ReplaceCommitMetadata
-from table.timeline.plans import deserialize_plan, schema
+from table.timeline.instant_avro import deserialize_plan, schema
 from table.timeline.timeline import Action, Instant, State, Timeline, instant_files
 
 if TYPE_CHECKING:

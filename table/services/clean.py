@@ -36,10 +36,9 @@ from table.config.choices import CleanPolicyKind
 from table.errors import InvalidRequestError, TimelineStateError
 from table.file_group.fs_view import FileGroup, FileSlice, replaced_file_groups
 from table.index import consistent_hashing as ring
-from table.plans.clustering import pending_clustering_file_groups
-from table.plans.compaction import read_compaction_plan
+from table.plans.pending import pending_cleans, pending_clustering_file_groups, pending_compaction_plans
 from table.storage.file_io import Storage
-from table.timeline.plans import deserialize_plan, serialize_plan
+from table.timeline.instant_avro import deserialize_plan, serialize_plan
 from table.timeline.timeline import WRITE_ACTIONS, Action, CompletedInstants, Instant, State, Timeline
 
 if TYPE_CHECKING:
@@ -132,8 +131,8 @@ def _retention(timeline: Timeline, policy: CleanPolicy) -> _Retention:
     earliest = earliest_commit_to_retain(timeline, policy.retained) if keeps_commits else None
     compacting = {
         (op.partition_path, op.file_id, op.base_instant)
-        for pending in timeline.pending(Action.COMPACTION)
-        for op in read_compaction_plan(timeline, pending.timestamp)[0]
+        for operations in pending_compaction_plans(timeline).values()
+        for op in operations
     }
     return _Retention(
         policy,
@@ -154,7 +153,7 @@ def schedule_clean(writer: TableWriter, policy: CleanPolicy) -> str | None:
     writer.check_held()
     table = writer.table
     timeline = table.timeline()
-    if timeline.pending(CLEAN):
+    if pending_cleans(table, timeline):
         return None
     retention = _retention(timeline, policy)
     completed = timeline.completed_timestamps()
@@ -278,11 +277,6 @@ def _relative_path(storage: Storage, full_path: str) -> str:
 
 
 # -- both, and recovery --------------------------------------------------------------------------
-
-
-def pending_cleans(table: MorTable) -> list[str]:
-    """Instants of the requested or inflight cleans, oldest first."""
-    return [i.timestamp for i in table.timeline().pending(CLEAN)]
 
 
 def finish_pending_cleans(table: MorTable) -> list[CleanResult]:

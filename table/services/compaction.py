@@ -32,17 +32,10 @@ import pyarrow.parquet as pq
 from table import failpoints
 from table.config.choices import CompactionStrategyKind
 from table.errors import CompactionConflictError, InvalidRequestError, TimelineStateError
-from table.file_group.base_file import parquet_options, read_parquet
 from table.file_group.fs_view import FileSlice
-from table.plans.clustering import pending_clustering_file_groups
-from table.plans.compaction import (
-    COMPACTION,
-    PLAN_SCHEMA,
-    PLAN_VERSION,
-    CompactionOperation,
-    pending_compaction_file_groups,
-    read_compaction_plan,
-)
+from table.file_group.parquet_options import parquet_options, read_parquet
+from table.plans.compaction import COMPACTION, PLAN_SCHEMA, PLAN_VERSION, CompactionOperation, read_compaction_plan
+from table.plans.pending import pending_clustering_file_groups, pending_compaction_file_groups
 from table.read.merge import MergeRule
 from table.read.reader import SliceReadSpec, read_file_slice, table_schema_with_meta
 from table.schema import COMMIT_TIME, FILE_NAME, RECORD_KEY, avro_schema_json
@@ -51,7 +44,7 @@ from table.storage.file_io import Storage
 from table.storage.layout import BaseFileName, partition_file_path, write_token
 from table.storage.markers import IOType, MarkedFile
 from table.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, RuntimeStats, WriteStat
-from table.timeline.plans import serialize_plan
+from table.timeline.instant_avro import serialize_plan
 from table.timeline.timeline import Instant, Timeline
 from table.units import MIB
 

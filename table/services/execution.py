@@ -21,10 +21,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, ClassVar
 
 from table.errors import TimelineStateError
-from table.storage.file_io import Storage
 from table.storage.layout import AUX_DIR
 from table.storage.lease import WriterLease, acquire_executor_lease
-from table.storage.markers import MarkedFile, begin_markers, delete_markers, marked_files, write_markers
+from table.storage.markers import MarkedFile, begin_markers, delete_marked_files, delete_markers, write_markers
 from table.timeline.commit_metadata import CommitMetadata, WriteStat
 from table.timeline.timeline import Instant, Timeline
 
@@ -77,7 +76,8 @@ class PlanExecution(ABC):
         if timeline.contains(requested):
             timeline.transition_to_inflight(requested)
         elif timeline.contains(requested.inflight()):
-            _remove_previous_attempt(storage, self.instant)
+            delete_marked_files(storage, self.instant)  # what a crashed attempt wrote, complete or not
+            delete_markers(storage, self.instant)
         else:
             raise TimelineStateError(f"no pending {self.service} at {self.instant} in {self.table.base_uri}")
         self.read_plan(timeline)
@@ -127,10 +127,3 @@ class PlanExecution(ABC):
     @abstractmethod
     def on_completed(self) -> None:
         """The instant completed, its markers not deleted yet."""
-
-
-def _remove_previous_attempt(storage: Storage, instant: str) -> None:
-    """Delete what a crashed execution wrote (complete or not), before writing it again."""
-    for path in marked_files(storage, instant):
-        storage.delete(path)
-    delete_markers(storage, instant)

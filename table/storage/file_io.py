@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 
 import pyarrow.fs as pafs
 
-from table.errors import StorageOptionsError
+from table.errors import PathExistsError, PathNotFoundError, StorageOptionsError
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,7 @@ class Storage:
     def size(self, rel: str) -> int:
         info = self.filesystem.get_file_info(self.full_path(rel))
         if info.type == pafs.FileType.NotFound:
-            raise FileNotFoundError(self.full_path(rel))
+            raise PathNotFoundError(self.full_path(rel))
         return info.size
 
     def makedirs(self, rel: str) -> None:
@@ -283,7 +283,7 @@ class Storage:
             with self.filesystem.open_output_stream(target) as out:
                 out.write(data)
             return
-        raise FileExistsError(target)
+        raise PathExistsError(target)
 
     def touch(self, rel: str) -> None:
         """Create an empty file (a marker): its name is all it says, so nothing is synced."""

@@ -16,7 +16,7 @@ left pending by an earlier version of this writer may have them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -90,6 +90,26 @@ def marked_files(storage: Storage, instant: str) -> list[str]:
         elif MARKER_SUFFIX in entry.name:
             found.add(below.split(MARKER_SUFFIX, 1)[0])
     return sorted(found)
+
+
+def delete_marked_files(
+    storage: Storage, instant: str, *, keep: Collection[str] = (), also: Iterable[str] = ()
+) -> list[str]:
+    """Delete the data files the instant's markers name, and `also` (table-relative paths), but
+    those in `keep`: each with the temporary files a write killed before moving it into place left
+    beside it (`Storage.temp_files_of`). What a rollback, a retried plan execution and a commit's
+    reconciliation of its task attempts all do; returns the paths that were there and are gone."""
+    deleted: list[str] = []
+    for path in sorted(set(marked_files(storage, instant)) | set(also)):
+        if path in keep:
+            continue
+        for leftover in [path, *storage.temp_files_of(path)]:
+            try:
+                storage.delete(leftover, missing_ok=False)
+            except FileNotFoundError:  # marked, never written
+                continue
+            deleted.append(leftover)
+    return deleted
 
 
 def delete_markers(storage: Storage, instant: str) -> None:

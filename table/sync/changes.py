@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from table.file_group.fs_view import list_partitions
 from table.storage.file_io import Storage
 from table.timeline.commit_metadata import CommitMetadata, ReplaceCommitMetadata
-from table.timeline.plans import deserialize_plan
+from table.timeline.instant_avro import deserialize_plan
 from table.timeline.timeline import Action, Timeline
 
 DELETE_PARTITION = "DELETE_PARTITION"

@@ -20,6 +20,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 
 from table.config.properties import TableConfig
+from table.errors import FormatError
 from table.read.reader import table_schema_with_meta
 from table.sync.hive_schema import hive_type, spark_table_properties
 
@@ -94,7 +95,7 @@ def partition_values(config: TableConfig, partition_path: str) -> list[str]:
         return []
     parts = partition_path.split("/")
     if len(parts) != len(config.partition_fields):
-        raise ValueError(
+        raise FormatError(
             f"partition path {partition_path!r} does not have one part per partition field "
             f"{list(config.partition_fields)}"
         )

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from table.errors import FormatError, TimelineStateError
+from table.errors import FormatError, PathExistsError, TimelineStateError
 from table.storage.file_io import Storage
 from table.storage.layout import METADATA_DIR, instant_file_path
 
@@ -325,10 +325,10 @@ class Timeline:
 
     def complete(self, instant: Instant, content: bytes) -> Instant:
         """Complete an inflight instant: one atomic file creation, which everything a reader needs
-        must precede. FileExistsError if it is already complete."""
+        must precede. PathExistsError (a FileExistsError) if it is already complete."""
         state = self._state_of(instant)
         if state is State.COMPLETED:
-            raise FileExistsError(instant_file_path(instant.completed().file_name))
+            raise PathExistsError(instant_file_path(instant.completed().file_name))
         if state is not State.INFLIGHT:
             raise TimelineStateError(f"{instant.timestamp} {instant.action} is {state or 'absent'}, not inflight")
         return self._create(instant.completed(), content)

@@ -10,9 +10,9 @@ import pyarrow as pa
 from table.errors import HashingMetadataError
 from table.file_group.layout_stats import LayoutStats
 from table.index import consistent_hashing as ring
-from table.services.rollback import rollback
 from table.storage.layout import write_partition_metadata
 from table.timeline.commit_metadata import WriteStat
+from table.timeline.rollback import rollback
 from table.timeline.timeline import Instant, Timeline
 from table.write.routing import Routing
 

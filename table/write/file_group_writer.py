@@ -20,10 +20,10 @@ import pyarrow.parquet as pq
 
 from table import failpoints
 from table.config.choices import LogBlockFormat
-from table.file_group.base_file import parquet_options
 from table.file_group.log_file.avro_binary import conform, log_schema
 from table.file_group.log_file.block import DataBlock, DeleteBlock, LogBlock
 from table.file_group.log_file.writer import encode_blocks, write_log_bytes
+from table.file_group.parquet_options import parquet_options
 from table.schema import (
     COMMIT_SEQNO,
     COMMIT_TIME,

@@ -18,14 +18,13 @@ from table.file_group.layout_stats import LayoutStats
 from table.file_group.view_cache import FileSystemViewCache, SyncResult
 from table.index import consistent_hashing as ring
 from table.keys import KeyGenerator
-from table.plans.clustering import pending_clustering_plans
-from table.plans.compaction import pending_compaction_file_groups
+from table.plans.pending import pending_clustering_plans, pending_compaction_file_groups
 from table.schema import avro_schema_json, evolve
-from table.services.rollback import rollback_pending_writes
 from table.storage.file_io import Storage
 from table.storage.lease import DEFAULT_TTL_SECONDS, WriterLease
-from table.storage.markers import begin_markers, delete_markers, marked_files
+from table.storage.markers import begin_markers, delete_marked_files, delete_markers
 from table.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
+from table.timeline.rollback import rollback_pending_writes
 from table.timeline.timeline import Instant, Timeline
 from table.units import MIB
 from table.write.delta_commit import DeltaCommit
@@ -271,14 +270,10 @@ class TableWriter:
         """Delete the files this instant marked that no write stat reports, before it completes
         (Hudi's marker reconciliation): what a failed or duplicate task attempt wrote, whole or
         cut off, must not be listed by readers under a completed instant."""
-        storage = self.table.storage
-        reported = {s.path for s in stats}
-        for path in marked_files(storage, instant):
-            if path in reported:
-                continue
-            for leftover in [path, *storage.temp_files_of(path)]:
-                storage.delete(leftover)
-                log.warning("%s: deleted %s, written by a task attempt that did not report it", instant, leftover)
+        for path in delete_marked_files(
+            self.table.storage, instant, keep={s.path for s in stats if s.path is not None}
+        ):
+            log.warning("%s: deleted %s, written by a task attempt that did not report it", instant, path)
 
     def commit_empty(self, extra_metadata: dict[str, str] | None = None) -> str:
         """A deltacommit without data, recording progress (a caller's checkpoint) for a batch

@@ -314,7 +314,11 @@ def test_failure_points_of_the_source_restart_to_the_oracle_with_sparks_kafka_fo
 def test_the_matrix_crashes_at_every_failure_point_in_the_code_and_the_docs():
     in_code = set()
     for source in [*REPO.glob("table/**/*.py"), *REPO.glob("streamer/**/*.py")]:
-        in_code |= set(re.findall(r'failpoints\.(?:reach|torn_write)\(\s*"([^"]+)"', source.read_text()))
+        in_code |= set(
+            re.findall(
+                r'(?:failpoints\.reach|failpoints\.torn_write|reach_failpoint)\(\s*"([^"]+)"', source.read_text()
+            )
+        )
     in_docstring = set(re.findall(r"^- `([a-z_]+\.[a-z_]+)`:", failpoints.__doc__, re.MULTILINE))
     architecture = (REPO / "docs" / "architecture.md").read_text()
     assert sorted(in_code) == sorted(CHAIN)

@@ -16,7 +16,7 @@ from streamer.checkpoint import table_checkpoint
 from streamer.config.loading import config_from_mapping
 from streamer.sandbox.change_events import change_events
 from table.mor_table import MorTable
-from table.plans.compaction import pending_compactions
+from table.plans.pending import pending_compactions
 from table.timeline.timeline import Timeline
 from tests.support.ingestion import (
     DATA_COLUMNS,

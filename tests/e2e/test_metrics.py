@@ -22,7 +22,7 @@ from streamer.sandbox.change_events import change_events
 from table.failpoints import PAUSE_ENV_VAR
 from table.file_group.layout_stats import after_each_deltacommit
 from table.mor_table import MorTable
-from table.plans.compaction import pending_compactions
+from table.plans.pending import pending_compactions
 from tests.support.dashboard import ALERTS, alert_names, dashboard_metric_names
 from tests.support.ingestion import assert_table_matches, has_read, order_config, produce_orders, settled_change_events
 from tests.support.kafka_broker import free_port

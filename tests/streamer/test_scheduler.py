@@ -17,8 +17,7 @@ from streamer.config.model import IndexSettings, ServicesSettings
 from streamer.scheduler import BackgroundExecutor, TableServices
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable
-from table.plans.compaction import pending_compactions
-from table.services.clustering.execute import pending_clusterings
+from table.plans.pending import pending_clusterings, pending_compactions
 from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
 from tests.support.oracle import Oracle
 from tests.support.orders import DATA_COLUMNS, SCHEMA, by_key, hudi_rs_read, make_table, row, strip, write_options

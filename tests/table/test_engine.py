@@ -16,7 +16,7 @@ import pytest
 from table.errors import InvalidBatchError, WriterConflictError
 from table.storage.file_io import _temp_name
 from table.storage.markers import IOType, MarkedFile, write_markers
-from table.timeline.plans import deserialize_plan
+from table.timeline.instant_avro import deserialize_plan
 from table.timeline.timeline import Timeline
 from tests.support.oracle import Oracle
 from tests.support.orders import (

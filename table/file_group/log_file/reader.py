@@ -19,7 +19,6 @@ import numpy as np
 import pyarrow as pa
 
 from table.errors import FormatError
-from table.file_group.base_file import read_parquet
 from table.file_group.log_file.avro_binary import (
     AvroColumnReader,
     LogSchema,
@@ -42,6 +41,7 @@ from table.file_group.log_file.block import (
     HeaderKey,
     LogBlock,
 )
+from table.file_group.parquet_options import read_parquet
 from table.storage.file_io import Storage
 
 # A block without header entries, content or footer entries still has: format version, type,

@@ -29,26 +29,25 @@ import pyarrow.parquet as pq
 
 from table import failpoints
 from table.errors import ClusteringConflictError, HashingMetadataError, TimelineStateError
-from table.file_group.base_file import parquet_options
 from table.file_group.fs_view import FileSlice
+from table.file_group.parquet_options import parquet_options
 from table.index import consistent_hashing as ring
 from table.plans.clustering import (
     CLUSTER_OPERATION,
     ClusteringGroup,
     ClusteringPlan,
     PlannedSlice,
-    pending_clustering_plans,
     read_clustering_plan,
 )
 from table.read.merge import MergeRule
 from table.read.reader import SliceReadSpec, read_file_slice, table_schema_with_meta
 from table.schema import FILE_NAME, RECORD_KEY, avro_schema_json
 from table.services.execution import PlanExecution
-from table.services.rollback import rollback
 from table.storage.file_io import Storage
 from table.storage.layout import BaseFileName, LogFileName, partition_file_path, write_token
 from table.storage.markers import IOType, MarkedFile
 from table.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, ReplaceCommitMetadata, WriteStat
+from table.timeline.rollback import rollback
 from table.timeline.timeline import Action, Timeline
 
 if TYPE_CHECKING:
@@ -81,14 +80,6 @@ class ClusteringResult:
             f"clustered {counts} at {self.instant}: {len(self.write_stats)} file group(s) of "
             f"{sum(s.num_writes for s in self.write_stats)} record(s), {self.bytes_written} bytes written"
         )
-
-
-# -- plans on the timeline -----------------------------------------------------------------------
-
-
-def pending_clusterings(table: MorTable) -> list[str]:
-    """Instants of the requested or inflight clustering plans, oldest first."""
-    return [p.instant for p in pending_clustering_plans(table.timeline())]
 
 
 # -- execute -------------------------------------------------------------------------------------

@@ -36,10 +36,9 @@ from table.plans.clustering import (
     ClusteringGroup,
     ClusteringPlan,
     PlannedSlice,
-    pending_clustering_plans,
     read_clustering_plan,
 )
-from table.plans.compaction import pending_compaction_file_groups
+from table.plans.pending import pending_clustering_plans, pending_compaction_file_groups
 from table.read.merge import MergeRule
 from table.read.reader import SliceReadSpec, read_file_slice, table_schema_with_meta
 from table.schema import RECORD_KEY

@@ -19,7 +19,7 @@ from table.index import consistent_hashing as ring
 from table.mor_table import MorTable
 from table.services.archive import ArchivePolicy, archive, read_archived_instants
 from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
-from table.timeline.plans import serialize_plan
+from table.timeline.instant_avro import serialize_plan
 from table.timeline.timeline import Instant
 from table.write.writer import WriteOptions
 from tests.support import kafka_broker

@@ -22,12 +22,13 @@ from table.file_group.log_file.reader import read_log_file
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable
 from table.plans.compaction import read_compaction_plan
+from table.plans.pending import pending_cleans
 from table.services.archive import ArchivePolicy, archive, read_archived_instants
-from table.services.clean import CleanPolicy, clean, execute_clean, pending_cleans, schedule_clean
+from table.services.clean import CleanPolicy, clean, execute_clean, schedule_clean
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
 from table.storage.layout import BaseFileName, LogFileName
 from table.timeline.commit_metadata import ReplaceCommitMetadata
-from table.timeline.plans import deserialize_plan
+from table.timeline.instant_avro import deserialize_plan
 from table.timeline.timeline import CompletedInstants, Instant
 from table.write.writer import TableWriter
 from tests.support.log_blocks import avro_records_in

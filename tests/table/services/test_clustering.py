@@ -23,11 +23,11 @@ from table.errors import ClusteringConflictError
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable, TableSpec
 from table.plans.clustering import CHILD_NODES_KEY, PARTITION_KEY, SEQUENCE_NUMBER_KEY, read_clustering_plan
+from table.plans.pending import pending_clusterings
 from table.services.clean import CleanPolicy, clean
 from table.services.clustering.execute import (
     execute_clustering,
     executor_lease_path,
-    pending_clusterings,
     rollback_clustering,
 )
 from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
@@ -35,7 +35,7 @@ from table.services.compaction import CompactionStrategy, execute_compaction, sc
 from table.storage.layout import HASHING_METADATA_DIR
 from table.storage.lease import WriterLease
 from table.timeline.commit_metadata import ReplaceCommitMetadata
-from table.timeline.plans import deserialize_plan
+from table.timeline.instant_avro import deserialize_plan
 from table.timeline.timeline import Instant
 from table.write.file_group_writer import WriteTask, write_file_groups
 from table.write.prepare import prepare_batch

@@ -23,16 +23,18 @@ import pytest
 from table import failpoints
 from table.errors import CompactionConflictError
 from table.mor_table import MorTable
-from table.plans.compaction import pending_compactions, read_compaction_plan
+from table.plans.compaction import read_compaction_plan
+from table.plans.pending import pending_compactions
 from table.services.compaction import (
     CompactionStrategy,
     execute_compaction,
     executor_lease_path,
     schedule_compaction,
 )
+from table.storage.file_io import _temp_name
 from table.storage.lease import WriterLease
 from table.timeline.commit_metadata import CommitMetadata
-from table.timeline.plans import deserialize_plan
+from table.timeline.instant_avro import deserialize_plan
 from table.timeline.timeline import Instant, Timeline
 from tests.support.oracle import Oracle
 from tests.support.orders import (
@@ -361,6 +363,20 @@ def test_a_killed_execution_leaves_readers_unaffected_and_a_writer_restart_keeps
     assert len(after) == len(leftovers)
     assert len({p.name.split("_")[0] for p in after}) == len(after)  # one base file per group at the instant
     assert not (path / ".hoodie" / ".temp" / instant).exists()
+    assert ours(path) == theirs(path) == stream.expected()
+
+
+def test_a_retried_execution_deletes_the_temporary_files_a_killed_attempt_left_beside_its_base_files(tmp_path):
+    path, table, stream, instant = planned_table(tmp_path, commits=3, size=400)
+    assert run_executor(path, instant, "compaction.files_written") == -9
+    # What a kill between writing a base file's bytes and linking them into place leaves.
+    torn = [Path(_temp_name(str(base))) for base in base_files(path, instant)]
+    for temp in torn:
+        temp.write_bytes(b"PAR1")
+
+    execute_compaction(table, instant)
+    assert [t for t in torn if t.exists()] == []
+    assert sorted(p.name for p in path.rglob("*.tmp") if ".hoodie" not in p.parts) == []
     assert ours(path) == theirs(path) == stream.expected()
 
 

@@ -19,7 +19,7 @@ from table.sync import hive_tables, partition_changes
 from table.sync.hive_schema import SCHEMA_PART_LENGTH, hive_type, spark_schema_json
 from table.sync.registration import partition_name, partition_values
 from table.timeline.commit_metadata import ReplaceCommitMetadata
-from table.timeline.plans import serialize_plan
+from table.timeline.instant_avro import serialize_plan
 from table.timeline.timeline import Action, Instant, State
 from tests.support.orders import SCHEMA, change_batch, make_table, row, write_options
 

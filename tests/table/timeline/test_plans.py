@@ -8,7 +8,7 @@ import json
 import fastavro
 import pytest
 
-from table.timeline.plans import SCHEMA_DIR, deserialize_plan, schema, serialize_plan
+from table.timeline.instant_avro import SCHEMA_DIR, deserialize_plan, schema, serialize_plan
 
 pytestmark = pytest.mark.unit
 

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 
 from table import failpoints
 from table.storage.file_io import Storage
-from table.storage.markers import delete_markers, marked_files
-from table.timeline.plans import deserialize_plan, serialize_plan
+from table.storage.markers import delete_marked_files, delete_markers, marked_files
+from table.timeline.instant_avro import deserialize_plan, serialize_plan
 from table.timeline.timeline import Instant, Timeline
 
 log = logging.getLogger(__name__)
@@ -84,11 +84,8 @@ def _execute(storage: Storage, timeline: Timeline, rollback_time: str, target_ti
     )
     planned = [_relative(storage, f) for r in plan["RollbackRequests"] or () for f in r["filesToBeDeleted"] or ()]
     deleted: dict[str, list[str]] = {}
-    for path in sorted(set(marked_files(storage, target_time)) | set(planned)):
-        for leftover in [path, *storage.temp_files_of(path)]:
-            if storage.exists(leftover):
-                storage.delete(leftover)
-                deleted.setdefault(_partition_of(leftover), []).append(storage.full_path(leftover))
+    for path in delete_marked_files(storage, target_time, also=planned):
+        deleted.setdefault(_partition_of(path), []).append(storage.full_path(path))
     failpoints.reach("rollback.files_deleted")
     delete_markers(storage, target_time)
     timeline.delete_pending(Instant(target_time, target_action, "inflight"))
