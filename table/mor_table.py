@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from table.config.properties import TableConfig
-from table.errors import InvalidBatchError, InvalidRequestError, TableExistsError, TableNotFoundError
+from table.errors import FormatError, InvalidBatchError, InvalidRequestError, TableExistsError, TableNotFoundError
 from table.file_group.fs_view import FileSlice, FileSystemView
 from table.file_group.layout_stats import LayoutStats, after_each_deltacommit
 from table.index import consistent_hashing as ring
@@ -139,6 +139,8 @@ class MorTable:
         Some of Hudi's commits (its `ALTER TABLE ... DROP PARTITION`) record the meta fields too."""
         metadata = self.last_commit_metadata(timeline)
         avro = metadata.extra_metadata[SCHEMA_KEY] if metadata else self.config.create_schema
+        if avro is None:
+            raise FormatError(f"table '{self.name}' has no schema: no commit records one, nor does hoodie.properties")
         schema = arrow_schema_from_avro(avro)
         return pa.schema([f for f in schema if f.name not in META_FIELDS], metadata=schema.metadata)
 

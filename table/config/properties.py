@@ -258,6 +258,17 @@ class TableConfig:
         )
 
     @property
+    def ordering_field(self) -> str:
+        """The precombine field, which every write merges by: a table without one (Hudi allows it)
+        is not one this engine writes."""
+        if self.precombine_field is None:
+            raise FormatError(
+                f"table '{self.name}' has no ordering field ({_KEYS['precombine_field']}); "
+                "this engine writes tables whose versions of a key are ordered by one"
+            )
+        return self.precombine_field
+
+    @property
     def checksum(self) -> int:
         return table_checksum(self.database, self.name)
 

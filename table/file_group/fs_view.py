@@ -71,11 +71,9 @@ class FileSlice:
             return partition_file_path(partition_path, name)
 
         base = (
-            BaseFile(path(base_file), BaseFileName.parse(base_file), storage.size(path(base_file)))
-            if base_file
-            else None
+            BaseFile(path(base_file), BaseFileName.of(base_file), storage.size(path(base_file))) if base_file else None
         )
-        logs = [LogFile(path(n), LogFileName.parse(n), storage.size(path(n))) for n in log_files]
+        logs = [LogFile(path(n), LogFileName.of(n), storage.size(path(n))) for n in log_files]
         return cls(partition_path, file_id, base_instant, base, logs)
 
     def sorted_log_files(self) -> list[LogFile]:

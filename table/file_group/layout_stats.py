@@ -107,7 +107,7 @@ def after_each_deltacommit(table: MorTable) -> list[tuple[str, LayoutStats]]:
     found = []
     for commit in timeline.completed("deltacommit"):
         stats = CommitMetadata.from_json(timeline.read_content(commit)).write_stats()
-        committed_logs |= {s.path for s in stats if ".log." in (s.path or "")}
+        committed_logs |= {s.path for s in stats if s.path is not None and ".log." in s.path}
         partitions: dict[str, dict[str, SliceSize]] = {}
         for s in table.file_system_view(as_of=commit.timestamp, timeline=timeline).latest_slices():
             logs = [f for f in s.log_files if f.path in committed_logs]

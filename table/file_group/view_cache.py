@@ -136,26 +136,26 @@ class FileSystemViewCache:
             partition = stat.partition_path or ""
             files = self._files.setdefault(partition, PartitionFiles(partition))
             files.add(stat.path.rsplit("/", 1)[-1], stat.file_size_in_bytes)
-            if not self._extend(files, stat):
+            if not self._extend(files, stat.file_id, stat.path):
                 self._mark(partition, stat.file_id)
         self._known[instant.key] = State.COMPLETED
 
-    def _extend(self, files: PartitionFiles, stat: WriteStat) -> bool:
+    def _extend(self, files: PartitionFiles, file_id: str, path: str) -> bool:
         """Add a committed file to its derived group; False when the group must be derived again."""
         dirty = self._dirty.get(files.partition_path, set())
         groups = self._groups.get(files.partition_path)
-        if dirty is None or stat.file_id in dirty:
+        if dirty is None or file_id in dirty:
             return False
-        group = (groups or {}).get(stat.file_id)
-        log_file = files.log_files.get(stat.path)
+        group = (groups or {}).get(file_id)
+        log_file = files.log_files.get(path)
         if log_file is not None and group is not None:
             group.add_log_file(log_file)
             return True
-        base_file = files.base_files.get(stat.path)
+        base_file = files.base_files.get(path)
         if base_file is not None and group is None:
-            group = FileGroup(files.partition_path, stat.file_id)
+            group = FileGroup(files.partition_path, file_id)
             group.slice(base_file.name.instant).base_file = base_file
-            self._groups.setdefault(files.partition_path, {})[stat.file_id] = group
+            self._groups.setdefault(files.partition_path, {})[file_id] = group
             return True
         return False
 

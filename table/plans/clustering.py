@@ -173,8 +173,8 @@ def _group_of(record: dict[str, Any]) -> ClusteringGroup:
         PlannedSlice(
             s["partitionPath"] or "",
             s["fileId"],
-            _name(s["dataFilePath"]),
-            tuple(_name(p) for p in s["deltaFilePaths"] or ()),
+            _file_name(s["dataFilePath"]) if s["dataFilePath"] else None,
+            tuple(_file_name(p) for p in s["deltaFilePaths"] or ()),
         )
         for s in record["slices"] or ()
     )
@@ -189,8 +189,8 @@ def _group_of(record: dict[str, Any]) -> ClusteringGroup:
     )
 
 
-def _name(path: str | None) -> str | None:
-    return path.rsplit("/", 1)[-1] if path else None
+def _file_name(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
 
 
 # ---- plans on the timeline ---------------------------------------------------------------------

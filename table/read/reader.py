@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from table.errors import FormatError
 from table.file_group.fs_view import FileSlice
 from table.file_group.log_file.block import CommandBlock, DataBlock, DeleteBlock
 from table.file_group.log_file.reader import read_log_file
@@ -33,7 +34,7 @@ class SliceReadSpec:
     """What reading a slice needs besides its files (picklable, for Spark executors)."""
 
     visible_instants: CompletedInstants
-    ordering_field: str
+    ordering_field: str | None  # the table's precombine field; without one only base files are read
     schema: pa.Schema  # meta fields + table columns
     columns: tuple[str, ...] | None = None
     predicates: tuple[Predicate, ...] = ()  # rows failing them may be left out; others are kept
@@ -50,16 +51,19 @@ def read_file_slice(storage: Storage, file_slice: FileSlice, spec: SliceReadSpec
     """The merged rows of one file slice, projected to `spec.columns`."""
     if not file_slice.log_files:
         return read_base_file(storage, file_slice, spec)
+    ordering_field = spec.ordering_field
+    if ordering_field is None:
+        raise FormatError(
+            f"file group {file_slice.file_id} has log files to merge, and the table has no ordering "
+            "(precombine) field: this engine merges the versions of a key by one"
+        )
     base = None
     if file_slice.base_file is not None:
         base = _conform(read_parquet(storage.open_input(file_slice.base_file.path)), spec.schema)
     parts: list[pa.Table] = []
     deletes: list[pa.Table] = []
-    rolled_back: set[str] = set()
     blocks = [b for log in file_slice.sorted_log_files() for b in read_log_file(storage, log.path)]
-    for block in blocks:
-        if isinstance(block, CommandBlock):
-            rolled_back.add(block.target_instant)
+    rolled_back = {b.target_instant for b in blocks if isinstance(b, CommandBlock) and b.target_instant is not None}
     for block in blocks:
         instant = getattr(block, "instant", None)
         if instant not in spec.visible_instants or instant in rolled_back:
@@ -67,14 +71,14 @@ def read_file_slice(storage: Storage, file_slice: FileSlice, spec: SliceReadSpec
         if isinstance(block, DataBlock):
             parts.append(_conform(block.records, spec.schema))
         elif isinstance(block, DeleteBlock):
-            deletes.append(_delete_rows(block, spec.schema.field(spec.ordering_field).type))
+            deletes.append(_delete_rows(block, spec.schema.field(ordering_field).type))
     if not parts and base is None:
         return _project(spec.schema.empty_table(), spec.columns)
     merged = merge_slice(
         base,
         pa.concat_tables(parts) if parts else None,
         pa.concat_tables(deletes) if deletes else None,
-        spec.ordering_field,
+        ordering_field,
         spec.merge_rule,
     )
     return _project(filter_rows(merged, spec.predicates), spec.columns)

@@ -20,7 +20,7 @@ the driver does.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -30,6 +30,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     EqualTo,
+    Filter,
     GreaterThan,
     GreaterThanOrEqual,
     In,
@@ -39,6 +40,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
 
 from table.errors import InvalidRequestError
 from table.file_group.fs_view import FileSlice
@@ -79,27 +81,27 @@ class MorTableSource(DataSource):
         raw = self.options.get("columns")
         return [c.strip() for c in raw.split(",") if c.strip()] if raw else None
 
-    def schema(self):
+    def schema(self) -> StructType:
         spec = self._table().read_spec(self.options.get("as_of"), self._columns())
         schema = pa.schema([spec.schema.field(c) for c in spec.columns]) if spec.columns else spec.schema
         return from_arrow_schema(schema)
 
-    def reader(self, schema) -> DataSourceReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
         return MorTableReader(self._table().base_uri, dict(self.options), self._columns())
 
 
 class PushdownMorTableSource(MorTableSource):
-    def reader(self, schema) -> DataSourceReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
         return PushdownMorTableReader(self._table().base_uri, dict(self.options), self._columns())
 
 
-def storage_options(options) -> dict[str, str]:
+def storage_options(options: Mapping[str, str]) -> dict[str, str]:
     """The reader options that say how to reach the table's store."""
     return {k: v for k, v in dict(options).items() if k.lower().startswith("aws_")}
 
 
 class MorTableReader(DataSourceReader):
-    def __init__(self, base_uri: str, options: dict, columns: list[str] | None):
+    def __init__(self, base_uri: str, options: dict[str, str], columns: list[str] | None):
         self.base_uri = base_uri
         self.storage_options = storage_options(options)
         self.options = options
@@ -128,14 +130,18 @@ class MorTableReader(DataSourceReader):
         values = partition_values(partition_path, fields, hive)
         return all(values.get(f) in allowed for f, allowed in self.partition_values.items())
 
-    def read(self, partition: SlicesPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, SlicesPartition):
+            raise InvalidRequestError(
+                f"the mor source reads the partitions it planned, not a {type(partition).__name__}"
+            )
         read = read_base_file if partition.read_optimized else read_file_slice
         for file_slice in partition.file_slices:
             yield from read(partition.storage, file_slice, partition.spec).to_batches()
 
 
 class PushdownMorTableReader(MorTableReader):
-    def pushFilters(self, filters):
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         table = MorTable.load(self.base_uri, self.storage_options)
         fields = set(table.config.partition_fields)
         for f in filters:
@@ -153,14 +159,14 @@ class PushdownMorTableReader(MorTableReader):
         self.partition_values[field] = values if current is None else current & values
 
 
-def predicate_of(f) -> Predicate | None:
+def predicate_of(f: Filter) -> Predicate | None:
     """The predicate a reader can skip by, for a filter on one top-level column and a constant."""
-    if len(getattr(f, "attribute", ())) != 1:
+    attribute: tuple[str, ...] = getattr(f, "attribute", ())
+    if len(attribute) != 1:
         return None
-    column = f.attribute[0]
-    op = _COMPARISONS.get(type(f))
-    if op is not None and f.value is not None:
-        return Predicate(column, op, f.value)
+    column = attribute[0]
+    if isinstance(f, EqualTo | GreaterThan | GreaterThanOrEqual | LessThan | LessThanOrEqual) and f.value is not None:
+        return Predicate(column, _COMPARISONS[type(f)], f.value)
     if isinstance(f, In) and all(v is not None for v in f.value):
         return Predicate(column, "in", tuple(f.value))
     if isinstance(f, IsNotNull):

@@ -32,15 +32,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache, partial
+from typing import IO, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark import accumulators
+from pyspark import Broadcast, SparkContext, TaskContext, accumulators
 from pyspark.accumulators import Accumulator, AccumulatorParam
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from table.errors import InvalidRequestError
 from table.index import consistent_hashing as ring
 from table.schema import PARTITION_PATH, RECORD_KEY
 from table.timeline.commit_metadata import WriteStat
@@ -86,7 +88,7 @@ class PassMetrics:
         return self
 
 
-class _PassMetricsParam(AccumulatorParam):
+class _PassMetricsParam(AccumulatorParam[PassMetrics]):
     def zero(self, value: PassMetrics) -> PassMetrics:
         return PassMetrics()
 
@@ -94,8 +96,11 @@ class _PassMetricsParam(AccumulatorParam):
         return value1.add(value2)
 
 
+_T = TypeVar("_T")
+
+
 @contextmanager
-def released_accumulator(sc, zero, param: AccumulatorParam) -> Iterator[Accumulator]:
+def released_accumulator(sc: SparkContext, zero: _T, param: AccumulatorParam[_T]) -> Iterator[Accumulator[_T]]:
     """An accumulator for the Spark jobs of one write, dropped from PySpark's registry after
     them. The registry keeps every accumulator of the application, and their values, for good:
     one per micro-batch adds up over weeks. An update that comes after (a task cancelled late)
@@ -162,7 +167,7 @@ class _WriteTasks:
     turns: dict[str, int]  # file id -> its task
 
     @classmethod
-    def of(cls, spark, routing: Routing) -> _WriteTasks:
+    def of(cls, spark: SparkSession, routing: Routing) -> _WriteTasks:
         cores = spark.sparkContext.defaultParallelism
         most = max(1, cores * TASKS_PER_CORE)
         groups = sorted(routing.targets)
@@ -211,13 +216,15 @@ def spark_hash_int(value: int) -> int:
 
 
 def _key_route_pack(
-    routing_bc, tasks: _WriteTasks, to_rows: ToRows | None, metrics, batches: Iterator[pa.RecordBatch]
+    routing_bc: Broadcast[Routing],
+    tasks: _WriteTasks,
+    to_rows: ToRows | None,
+    metrics: Accumulator[PassMetrics],
+    batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """The pass: input batches in, one packed row per file group and batch out."""
-    from pyspark import TaskContext
-
-    routing: Routing = routing_bc.value
-    position = TaskContext.get().partitionId() << _TASK_POSITION_SHIFT
+    routing = routing_bc.value
+    position = _task_context().partitionId() << _TASK_POSITION_SHIFT
     done = PassMetrics()
     lap = _Lap()
     for batch in batches:
@@ -238,7 +245,7 @@ def _key_route_pack(
 class _Lap:
     """Seconds since the previous call (since creation, the first time)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._last = time.perf_counter()
 
     def __call__(self) -> float:
@@ -293,7 +300,7 @@ class TaskShare:
     def __enter__(self) -> TaskShare:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         for bucket in self._buckets or ():
             bucket.close()
 
@@ -309,24 +316,11 @@ class TaskShare:
             self._buckets = [_SpillBucket(self._directory) for _ in range(SPILL_BUCKETS)]
             held, self._held = self._held, []
             for table in held:
-                self._spill(table)
+                _spill(self._buckets, table)
         if self._buckets is None:
             self._held.append(rows)
         else:
-            self._spill(rows, groups)
-
-    def _spill(self, rows: pa.Table, groups: pa.DictionaryArray | None = None) -> None:
-        if groups is None:
-            groups = pc.dictionary_encode(rows[FILE_ID].combine_chunks())
-        bucket_of_group = np.array([_spill_bucket(f) for f in groups.dictionary.to_pylist()], dtype=np.int64)
-        bucket_of_row = bucket_of_group[np.asarray(groups.indices)]
-        order = np.argsort(bucket_of_row, kind="stable")
-        ordered = rows.take(pa.array(order))
-        start = 0
-        for bucket, count in enumerate(np.bincount(bucket_of_row, minlength=SPILL_BUCKETS).tolist()):
-            if count:
-                self._buckets[bucket].write(ordered.slice(start, count))
-                start += count
+            _spill(self._buckets, rows, groups)
 
     def pieces(self) -> Iterator[tuple[pa.Table, bool]]:
         """The share in pieces of about `memory_bytes`, each with whether it is the last piece
@@ -360,12 +354,27 @@ def _spill_bucket(file_id: str) -> int:
     return zlib.crc32(file_id.encode()) % SPILL_BUCKETS
 
 
+def _spill(buckets: list[_SpillBucket], rows: pa.Table, groups: pa.DictionaryArray | None = None) -> None:
+    """Append the rows to the spill buckets of their file groups."""
+    if groups is None:
+        groups = pc.dictionary_encode(rows[FILE_ID].combine_chunks())
+    bucket_of_group = np.array([_spill_bucket(f) for f in groups.dictionary.to_pylist()], dtype=np.int64)
+    bucket_of_row = bucket_of_group[np.asarray(groups.indices)]
+    order = np.argsort(bucket_of_row, kind="stable")
+    ordered = rows.take(pa.array(order))
+    start = 0
+    for bucket, count in enumerate(np.bincount(bucket_of_row, minlength=SPILL_BUCKETS).tolist()):
+        if count:
+            buckets[bucket].write(ordered.slice(start, count))
+            start += count
+
+
 class _SpillBucket:
     """One local file of spilled rows, an Arrow IPC stream written as they come, read back once."""
 
     def __init__(self, directory: str | None):
         self._directory = directory
-        self._file = None
+        self._file: IO[bytes] | None = None
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
         self.bytes = 0
 
@@ -401,6 +410,8 @@ class _SpillBucket:
                 piece.close()
 
     def _batches(self) -> Iterator[pa.RecordBatch]:
+        if self._writer is None or self._file is None:
+            return  # nothing was written
         self._writer.close()
         self._file.seek(0)
         yield from pa.ipc.open_stream(pa.PythonFile(self._file, mode="r"))
@@ -410,13 +421,13 @@ class _SpillBucket:
             self._file.close()  # a temporary file: gone once closed
 
 
-def _write_file_groups(ctx: CommitContext, routing_bc, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _write_file_groups(
+    ctx: CommitContext, routing_bc: Broadcast[Routing], batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
     """A write task: the rows of the file groups the shuffle gave it, kept (`TaskShare`), every
     group's file marked, then the groups written, in parts when the share is larger than the
     task holds at once, the latest version of each key of each group kept."""
-    from pyspark import TaskContext
-
-    task = TaskContext.get()
+    task = _task_context()
     with TaskShare(ctx.task_memory_bytes, _local_directory()) as share:
         for batch in batches:
             for value in batch.column(PACKED):
@@ -424,7 +435,7 @@ def _write_file_groups(ctx: CommitContext, routing_bc, batches: Iterator[pa.Reco
         if not share.partitions:
             return
         started = time.perf_counter()  # the shuffle's wait is not the write's
-        routing: Routing = routing_bc.value
+        routing = routing_bc.value
         writer = WriteTask(task.partitionId(), task.stageId(), task.taskAttemptId())
         targets = {f: routing.target(f, p) for f, p in sorted(share.partitions.items())}
         mark_file_groups(ctx, list(targets.values()), writer)
@@ -432,10 +443,18 @@ def _write_file_groups(ctx: CommitContext, routing_bc, batches: Iterator[pa.Reco
         for rows, finished in share.pieces():
             files.write(dedupe_latest(rows, ctx.ordering_field, group_column=FILE_ID), finished)
         stats = files.close()
-        ctx.storage.sync_files([stat.path for stat in stats])
-    reported = [json.dumps(s.to_dict()) for s in stats] or [None]
+        ctx.storage.sync_files([stat.path for stat in stats if stat.path is not None])
+    reported: list[str | None] = [json.dumps(s.to_dict()) for s in stats] or [None]
     seconds = [time.perf_counter() - started] + [0.0] * (len(reported) - 1)
     yield pa.RecordBatch.from_pydict({"stat": reported, "seconds": seconds}, schema=_STAT_ARROW)
+
+
+def _task_context() -> TaskContext:
+    """The Spark task this code runs in (the pass and the write run only in one)."""
+    task = TaskContext.get()
+    if task is None:
+        raise InvalidRequestError("this part of a DataFrame write runs only inside a Spark task")
+    return task
 
 
 def _local_directory() -> str | None:

@@ -77,6 +77,14 @@ class BaseFileName:
         m = _BASE_FILE_RE.fullmatch(name)
         return cls(m["file_id"], m["write_token"], m["instant"]) if m else None
 
+    @classmethod
+    def of(cls, name: str) -> BaseFileName:
+        """The parts of a name that must be a base file's (a plan or commit names it as one)."""
+        parsed = cls.parse(name)
+        if parsed is None:
+            raise FormatError(f"not a base file name: {name!r}")
+        return parsed
+
 
 @dataclass(frozen=True)
 class LogFileName:
@@ -104,6 +112,14 @@ class LogFileName:
         if not m or int(m["version"]) < 1:
             return None
         return cls(m["file_id"], m["base_instant"], int(m["version"]), m["write_token"])
+
+    @classmethod
+    def of(cls, name: str) -> LogFileName:
+        """The parts of a name that must be a log file's (a plan or commit names it as one)."""
+        parsed = cls.parse(name)
+        if parsed is None:
+            raise FormatError(f"not a log file name: {name!r}")
+        return parsed
 
 
 def write_token(partition_id: int, stage_id: int, attempt_id: int) -> str:

@@ -53,11 +53,12 @@ def _changes_after(timeline: Timeline, synced: str | None) -> PartitionChanges:
             continue
         content = timeline.read_content(instant)
         if instant.action == Action.REPLACE_COMMIT:
-            metadata = ReplaceCommitMetadata.from_json(content)
-            if metadata.operation_type == DELETE_PARTITION:
-                deleted.update(dict.fromkeys(metadata.partition_to_replace_file_ids, instant.timestamp))
+            replace = ReplaceCommitMetadata.from_json(content)
+            if replace.operation_type == DELETE_PARTITION:
+                deleted.update(dict.fromkeys(replace.partition_to_replace_file_ids, instant.timestamp))
                 continue
-            written.update(dict.fromkeys(metadata.partition_to_replace_file_ids, instant.timestamp))
+            written.update(dict.fromkeys(replace.partition_to_replace_file_ids, instant.timestamp))
+            metadata: CommitMetadata = replace
         else:
             metadata = CommitMetadata.from_json(content)
         written.update(dict.fromkeys(metadata.partition_to_write_stats, instant.timestamp))

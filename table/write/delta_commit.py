@@ -62,7 +62,9 @@ class DeltaCommit:
         partitions side by side: an initial load creates hundreds, each a few durable files
         (requests to an object store) whose waits then overlap."""
         storage = self.writer.table.storage
-        partitions = sorted({s.partition_path for s in stats if self.routing.is_new(s.partition_path)})
+        partitions = sorted(
+            {s.partition_path for s in stats if s.partition_path is not None and self.routing.is_new(s.partition_path)}
+        )
 
         def record(partition: str) -> ring.HashingMetadata:
             write_partition_metadata(storage, partition, self.instant)

@@ -104,7 +104,7 @@ def write_file_groups(ctx: CommitContext, task: WriteTask, routing: Routing, row
     files = TaskFiles(ctx, task, targets)
     files.write(groups.rows)
     stats = files.close()
-    ctx.storage.sync_files([stat.path for stat in stats])
+    ctx.storage.sync_files([stat.path for stat in stats if stat.path is not None])
     return stats
 
 
@@ -156,7 +156,9 @@ class TaskFiles:
                 if upserts:  # deleting keys from a group that does not exist yet: nothing to do
                     self._write_base(file_id, records.slice(start, upserts), row_bytes, finished)
                 continue
-            pending = self._logs.setdefault(file_id, _PendingLog())
+            pending = self._logs.get(file_id)
+            if pending is None:
+                pending = self._logs[file_id] = _PendingLog(target.base_instant)
             if upserts:
                 blocks.append(
                     (
@@ -250,7 +252,7 @@ class TaskFiles:
                     file_id=target.file_id,
                     path=file.path,
                     partition_path=target.partition_path,
-                    prev_commit=target.base_instant,
+                    prev_commit=pending.base_instant,
                     num_writes=pending.upserts,
                     num_inserts=0,
                     num_update_writes=pending.upserts,
@@ -279,6 +281,7 @@ class _BaseStream:
 class _PendingLog:
     """A log file's blocks, encoded, until the group's last piece is in."""
 
+    base_instant: str  # of the slice the log file extends
     blocks: list[bytes] = field(default_factory=list)
     upserts: int = 0
     deletes: int = 0

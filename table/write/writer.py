@@ -102,7 +102,7 @@ class TableWriter:
         return BatchSpec(
             record_key_fields=tuple(c.record_key_fields),
             partition_fields=tuple(c.partition_fields),
-            ordering_field=c.precombine_field,
+            ordering_field=c.ordering_field,
             hive_style_partitioning=c.hive_style_partitioning,
             url_encode_partitions=c.url_encode_partitioning,
             delete_field=self.options.delete_field,
@@ -155,15 +155,16 @@ class TableWriter:
             instant=instant,
             table_name=self.table.name,
             data_schema=data_schema,
-            ordering_field=self.table.config.precombine_field,
+            ordering_field=self.table.config.ordering_field,
             log_block_format=self.options.log_block_format,
             task_memory_bytes=self.options.task_memory_bytes,
         )
 
     def begin_delta_commit(self, data_schema: pa.Schema) -> DeltaCommit:
         """Start a deltacommit and work out where each of its records goes."""
+        spec = self.batch_spec  # refuses a table this engine cannot write before an instant exists
         instant, timeline = self.begin()
-        routing, layout = self._routing(timeline)
+        routing, layout = self._routing(timeline, spec)
         return DeltaCommit(self, instant, timeline, data_schema, routing, layout)
 
     def file_system_view(self, timeline: Timeline, include_replaced: bool = False) -> FileSystemView:
@@ -185,7 +186,7 @@ class TableWriter:
         self._rings.follow(timeline, self._files.sync(timeline))
         return self._rings.current()
 
-    def _routing(self, timeline: Timeline) -> tuple[Routing, LayoutStats]:
+    def _routing(self, timeline: Timeline, spec: BatchSpec) -> tuple[Routing, LayoutStats]:
         """Each partition's ring and each bucket's file group target, as of `timeline`.
 
         A group in a pending compaction plan gets its logs in a new slice at the compaction's
@@ -240,7 +241,7 @@ class TableWriter:
                 )
         buckets = {p: [ring.file_id_for(node) for node in m.nodes] for p, m in rings.items()}
         return (
-            Routing(self.batch_spec, self.key_generator, routers, targets, self.options.initial_buckets),
+            Routing(spec, self.key_generator, routers, targets, self.options.initial_buckets),
             LayoutStats.of_view(view, buckets),
         )
 
@@ -311,19 +312,20 @@ class _Rings:
     def follow(self, timeline: Timeline, synced: SyncResult) -> None:
         if self._rings is None or synced.relisted:
             self._rings = {}
-            self._load(timeline, ring.partitions(self._storage))
+            self._load(timeline, ring.partitions(self._storage), self._rings)
         elif synced.replaced_partitions:
-            self._load(timeline, sorted(synced.replaced_partitions))
+            self._load(timeline, sorted(synced.replaced_partitions), self._rings)
 
-    def _load(self, timeline: Timeline, partitions: list[str]) -> None:
+    def _load(self, timeline: Timeline, partitions: list[str], rings: dict[str, ring.HashingMetadata]) -> None:
+        """Load the latest committed ring of each of `partitions` into `rings` again."""
         instants = timeline.completed_timestamps()
         pending = set(instants.pending)
         for partition in partitions:
             metadata = ring.load_latest(self._storage, partition, instants.active, pending_instants=pending)
             if metadata is not None:
-                self._rings[partition] = metadata
+                rings[partition] = metadata
             else:
-                self._rings.pop(partition, None)
+                rings.pop(partition, None)
 
     def current(self) -> dict[str, ring.HashingMetadata]:
         return dict(self._rings or {})

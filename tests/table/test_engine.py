@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import subprocess
@@ -13,7 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from table.errors import InvalidBatchError, WriterConflictError
+from table.config.properties import TableConfig
+from table.errors import FormatError, InvalidBatchError, WriterConflictError
+from table.mor_table import MorTable
 from table.storage.file_io import _temp_name
 from table.storage.markers import IOType, MarkedFile, write_markers
 from table.timeline.instant_avro import deserialize_plan
@@ -122,6 +125,24 @@ def test_bad_input_names_the_field_and_writes_nothing(tmp_path):
                 writer.upsert(batch)
     assert sorted(os.listdir(path / ".hoodie")) == before
     assert by_key(table.snapshot())["a"]["updated_at"] == 10
+
+
+def test_a_table_without_an_ordering_field_is_refused_by_name_before_any_instant(tmp_path):
+    """Hudi allows a table without a precombine field; this engine merges by one, so it says so
+    before it begins a deltacommit, and the table is left as it was."""
+    path = tmp_path / "orders"
+    table = make_table(path)
+    config = TableConfig.load(table.storage)
+    dataclasses.replace(config, precombine_field=None).save(table.storage, overwrite=True)
+    before = sorted(os.listdir(path / ".hoodie"))
+    rng = random.Random(6)
+    with (
+        pytest.raises(FormatError, match=r"no ordering field \(hoodie\.table\.precombine\.field\)"),
+        MorTable.load(str(path)).writer(write_options()) as writer,
+    ):
+        writer.upsert(pa.Table.from_pylist([row("a", 10, False, rng)], schema=SCHEMA))
+    assert sorted(set(os.listdir(path / ".hoodie")) - {".aux"}) == before  # .aux holds the writer's lease
+    assert [p.name for p in path.iterdir()] == [".hoodie"]  # no partition, no data file
 
 
 def test_second_writer_is_refused_and_a_crashed_writers_claim_expires(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +35,7 @@ from table.file_group.log_file.block import (
     ORDERING_WRAPPERS,
     BlockType,
     CommandBlock,
+    CorruptBlock,
     DataBlock,
     DeleteBlock,
     Header,
@@ -66,8 +67,9 @@ def encode_blocks(blocks: Sequence[LogBlock]) -> list[bytes]:
     delete blocks of many file groups, its Avro data blocks) are encoded together, a column at a
     time over all their records, so that a block costs what its records cost, not a round of
     encoding calls of its own; a Parquet block is a whole file in itself, encoded alone."""
-    contents = _encode_contents(blocks)
-    return [b"".join(_block_parts(block, contents[id(block)])) for block in blocks]
+    writable = [_writable(block) for block in blocks]
+    contents = _encode_contents(writable)
+    return [b"".join(_block_parts(block, contents[id(block)])) for block in writable]
 
 
 def encode_block(block: LogBlock) -> bytes:
@@ -76,31 +78,39 @@ def encode_block(block: LogBlock) -> bytes:
 
 
 _Bytes: TypeAlias = "bytes | pa.Buffer"
+_WritableBlock: TypeAlias = DataBlock | DeleteBlock | CommandBlock
 
 
-def _encode_contents(blocks: Sequence[LogBlock]) -> dict[int, list[_Bytes]]:
+def _writable(block: LogBlock) -> _WritableBlock:
+    """The block, if it is one a log file holds (a corrupt block is only ever read)."""
+    if isinstance(block, CorruptBlock):
+        raise UnsupportedTypeError(f"cannot write a {type(block).__name__}")
+    return block
+
+
+def _encode_contents(blocks: Sequence[_WritableBlock]) -> dict[int, list[_Bytes]]:
     """Each block's content (by the block's id), the records of like blocks encoded together."""
     contents: dict[int, list[_Bytes]] = {}
-    alike: dict[tuple[Any, ...], list[LogBlock]] = {}
+    alike_deletes: dict[pa.DataType | None, list[DeleteBlock]] = {}  # by the ordering values' type
+    alike_avro: dict[str, list[DataBlock]] = {}  # by the data schema
     for block in blocks:
         if isinstance(block, DeleteBlock):
             ordering = block.ordering_values.type if block.ordering_values is not None else None
-            alike.setdefault(("delete", ordering), []).append(block)
+            alike_deletes.setdefault(ordering, []).append(block)
         elif isinstance(block, DataBlock) and block.block_type == BlockType.AVRO_DATA:
-            alike.setdefault(("avro", _data_schema(block)), []).append(block)
+            alike_avro.setdefault(_data_schema(block), []).append(block)
         elif isinstance(block, DataBlock):
             contents[id(block)] = _encode_parquet_content(block)
-        elif isinstance(block, CommandBlock):
-            contents[id(block)] = []
         else:
-            raise UnsupportedTypeError(f"cannot write a {type(block).__name__}")
-    for (kind, _), group in alike.items():
-        encoded = _encode_delete_contents(group) if kind == "delete" else _encode_avro_contents(group)
-        contents.update((id(block), content) for block, content in zip(group, encoded))
+            contents[id(block)] = []  # a command block has no content
+    for deletes in alike_deletes.values():
+        contents.update((id(block), content) for block, content in zip(deletes, _encode_delete_contents(deletes)))
+    for data in alike_avro.values():
+        contents.update((id(block), content) for block, content in zip(data, _encode_avro_contents(data)))
     return contents
 
 
-def _block_parts(block: LogBlock, content: list[_Bytes]) -> list[_Bytes]:
+def _block_parts(block: _WritableBlock, content: list[_Bytes]) -> list[_Bytes]:
     """The block's bytes in pieces, so large contents are copied once, into the file."""
     header = _encode_metadata(block.header)
     footer = _encode_metadata(block.footer)

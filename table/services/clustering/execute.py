@@ -147,7 +147,7 @@ class ClusteringExecution(PlanExecution):
             current = ring.load_latest(storage, partition, self.completed.active)
             groups = [g for g in plan.groups if g.partition_path == partition]
             stale = [g for g in groups if current is None or g.seq_no != current.seq_no]
-            if stale:
+            if current is None or stale:  # each partition has groups: no ring leaves them all stale
                 raise TimelineStateError(
                     f"clustering {instant} was planned on hashing metadata seqNo {stale[0].seq_no} of "
                     f"partition '{partition}', which is now at "
@@ -187,9 +187,9 @@ class ClusteringExecution(PlanExecution):
 def _planned_slice(storage: Storage, planned: PlannedSlice) -> FileSlice:
     """The slice as planned: exactly these files, whatever was written to the group since."""
     base_instant = (
-        BaseFileName.parse(planned.base_file).instant
+        BaseFileName.of(planned.base_file).instant
         if planned.base_file
-        else LogFileName.parse(planned.log_files[0]).base_instant
+        else LogFileName.of(planned.log_files[0]).base_instant
         if planned.log_files
         else ""
     )
@@ -285,10 +285,9 @@ def rollback_clustering(writer: TableWriter, instant: str) -> str:
 
 
 def _file_id_of(name: str) -> str | None:
+    parsed: BaseFileName | LogFileName | None = None
     if name.endswith(".parquet"):
         parsed = BaseFileName.parse(name)
     elif ".log." in name:
         parsed = LogFileName.parse(name)
-    else:
-        return None
     return parsed.file_id if parsed else None

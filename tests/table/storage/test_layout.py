@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from table.errors import FormatError
 from table.storage.file_io import Storage
 from table.storage.layout import (
     PARTITION_METADATA_FILE,
@@ -68,6 +69,10 @@ def test_log_file_name_parts_are_file_id_base_instant_version_and_write_token():
 def test_other_names_are_rejected(name):
     assert BaseFileName.parse(name) is None
     assert LogFileName.parse(name) is None
+    with pytest.raises(FormatError, match="not a base file name"):
+        BaseFileName.of(name)  # a plan that names one where a base file must be
+    with pytest.raises(FormatError, match="not a log file name"):
+        LogFileName.of(name)
 
 
 def test_invalid_parts_are_refused_when_building_a_name():
