@@ -41,7 +41,7 @@ import psutil
 
 from streamer.checkpoint import table_checkpoint
 from streamer.sandbox.change_events import as_kafka_records
-from table import HASH_VALUE_MASK, MIB, MorTable, State, hash_values, read_archived_instants
+from table import HASH_VALUE_MASK, MIB, MorTable, State, hash_value, read_archived_instants
 from tests.support import kafka_broker
 from tests.support.ingestion import (
     DATA_COLUMNS,
@@ -109,7 +109,7 @@ class SoakOrders:
         while True:
             key = f"ord-{self.next_id:08d}"
             self.next_id += 1
-            if (hash_values([key])[0] < HOT_END) == hot:
+            if (hash_value(key) < HOT_END) == hot:
                 return key
 
     def events(self, count: int) -> list[dict]:

@@ -43,7 +43,14 @@ from table.failpoints import PAUSE_ENV_VAR as FAILPOINT_PAUSE_ENV_VAR
 from table.failpoints import reach as reach_failpoint
 from table.file_group.fs_view import FileGroup, FileSlice, list_partitions
 from table.file_group.layout_stats import LayoutStats
-from table.index.consistent_hashing import HASH_VALUE_MASK, HashingMetadata, HashingNode, hash_values, ring_nodes
+from table.index.consistent_hashing import (
+    HASH_VALUE_MASK,
+    HashingMetadata,
+    HashingNode,
+    hash_value,
+    hash_values,
+    ring_nodes,
+)
 from table.keys import is_key_type
 from table.mor_table import MorTable, TableSpec
 from table.plans.clustering import ClusteringGroup, ClusteringPlan, PlannedSlice, read_clustering_plan
@@ -151,6 +158,7 @@ __all__ = [
     "HashingMetadata",
     "HashingNode",
     "ring_nodes",
+    "hash_value",
     "hash_values",
     "HASH_VALUE_MASK",
     # storage
