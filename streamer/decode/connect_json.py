@@ -4,10 +4,12 @@ mapped to the struct's fields by name.
 
 `JsonConverter` writes the schema first, then `,"payload":`, then the payload and the closing
 brace, without spaces. So a record that starts with `{"schema"` is cut there, a whole batch at a
-time with Arrow's string kernels: the payload is parsed as a record without schema, and the
-schema is kept as text, never parsed but for one record of each distinct text. That keeps a
-record with its schema (several times the payload's bytes) about as cheap as one without. A
-record that does not cut so (a `,"payload":` inside the schema, spaces) is parsed whole.
+time with Arrow's string kernels: the first record of each distinct schema text is searched for
+`,"payload":`, and every other record is matched against that text as a prefix at once. The
+payload is parsed as a record without schema; the schema is never copied or parsed but for one
+record of each distinct text. That keeps a record with its schema (several times the payload's
+bytes) about as cheap as one without. A record that does not cut so (a `,"payload":` inside the
+schema, spaces) is parsed whole.
 
 With the schema, each record also says what its row looks like: Connect's schema of one struct
 field of the payload (Debezium's `after`). `ConnectJsonDecoder.decode_deferring_evolving`
@@ -36,8 +38,8 @@ PAYLOAD = "payload"
 SCHEMA = "schema"
 _WRAPPED_START = b'{"schema":'
 _PAYLOAD_MARK = b',"payload":'
-#: Lengths of schema looked for in one batch before its other records are parsed whole.
-_MAX_SCHEMA_LENGTHS = 8
+#: Distinct schema texts looked for in one batch before its other records are parsed whole.
+_MAX_SCHEMAS = 16
 #: Connect's primitive types as Avro types.
 _CONNECT_AVRO = {
     "int8": "int",
@@ -52,6 +54,8 @@ _CONNECT_AVRO = {
 }
 
 Evolving = dict[int, int]
+#: The records of each distinct schema text: (the text, their rows).
+SchemaRows = list[tuple[bytes, np.ndarray]]
 
 
 class ConnectJsonDecoder:
@@ -86,13 +90,12 @@ class ConnectJsonDecoder:
     def decode_deferring_evolving(self, raw: pa.Array) -> tuple[Decoded, Evolving]:
         value, schemas, errors = self._parse(raw)
         row_field, reader = self._row_field, self._reader
-        if row_field is None or reader is None or schemas is None:
+        if row_field is None or reader is None:
             return (value, errors), {}
         evolving: Evolving = {}
-        for text in pc.unique(schemas.drop_null()).to_pylist():
+        for text, rows in schemas:
             schema_id = self._change(text, row_field, reader)
             if schema_id is not None:
-                rows = np.flatnonzero(np.asarray(pc.fill_null(pc.equal(schemas, text), False)))
                 evolving.update(dict.fromkeys(rows.tolist(), schema_id))
         if evolving:
             deferred = np.zeros(len(raw), dtype=bool)
@@ -100,9 +103,8 @@ class ConnectJsonDecoder:
             value = pc.if_else(pa.array(deferred), pa.scalar(None, value.type), value)
         return (value, errors), evolving
 
-    def _parse(self, raw: pa.Array) -> tuple[pa.Array, pa.Array | None, dict[int, str]]:
-        """The payloads, each record's schema text (None when no record has one) and the
-        reasons of the bad records."""
+    def _parse(self, raw: pa.Array) -> tuple[pa.Array, SchemaRows, dict[int, str]]:
+        """The payloads, the records of each schema text and the reasons of the bad records."""
         value, schemas, errors = self._shapes.parse(raw)
         if self._sparse is None or self._sparse_shapes is None:
             return value, schemas, errors
@@ -144,32 +146,29 @@ class _Shapes:
         self._bare = JsonDecoder(struct)
         self._whole = JsonDecoder(pa.struct([pa.field(PAYLOAD, struct)]))
 
-    def parse(self, raw: pa.Array) -> tuple[pa.Array, pa.Array | None, dict[int, str]]:
+    def parse(self, raw: pa.Array) -> tuple[pa.Array, SchemaRows, dict[int, str]]:
         length = len(raw)
         starts = pc.binary_slice(raw, 0, len(_WRAPPED_START))
         wrapped = np.asarray(pc.fill_null(pc.equal(starts, _WRAPPED_START), False), dtype=bool)
         if not wrapped.any():
             value, errors = self._bare.decode(raw)
-            return value, None, errors
-        offsets = _payload_offsets(raw, wrapped)
-        cut = offsets > 0
-        payload_rows, payloads, schema_texts = [], [], []
-        for offset in np.unique(offsets[cut]).tolist():  # one slice per length of schema: one or a few
-            rows = np.flatnonzero(offsets == offset)
-            records = raw.take(pa.array(rows)) if len(rows) < length else raw
-            payload_rows.append(rows)
-            payloads.append(pc.binary_slice(records, offset + len(_PAYLOAD_MARK), -1))
-            schema_texts.append(pc.binary_slice(records, len(_WRAPPED_START), offset))
-        rest = np.flatnonzero(~cut)
+            return value, [], errors
+        schemas = _cut_schemas(raw, wrapped)
         errors = {}
         parts: list[tuple[np.ndarray, pa.Array]] = []
-        schemas: list[tuple[np.ndarray, pa.Array]] = []
-        if payload_rows:
-            rows = np.concatenate(payload_rows)
+        if schemas:
+            payloads = []
+            for text, rows in schemas:
+                records = raw.take(pa.array(rows)) if len(rows) < length else raw
+                payloads.append(pc.binary_slice(records, len(_WRAPPED_START) + len(text) + len(_PAYLOAD_MARK), -1))
+            rows = np.concatenate([rows for _, rows in schemas])
             value, part_errors = self._bare.decode(pa.concat_arrays(payloads))
             parts.append((rows, value))
-            schemas.append((rows, pa.concat_arrays(schema_texts)))
             errors.update({int(rows[row]): reason for row, reason in part_errors.items()})
+        cut = np.zeros(length, dtype=bool)
+        for _, rows in schemas:
+            cut[rows] = True
+        rest = np.flatnonzero(~cut)
         if len(rest):
             bare = rest[~wrapped[rest]]
             whole = rest[wrapped[rest]]
@@ -181,32 +180,32 @@ class _Shapes:
                 records = raw.take(pa.array(whole))
                 value, part_errors = self._whole.decode(records)
                 parts.append((whole, pc.struct_field(value, PAYLOAD)))
-                schemas.append((whole, _schema_texts(records)))
+                schemas = schemas + _whole_schemas(records, whole)
                 errors.update({int(whole[row]): reason for row, reason in part_errors.items()})
-        value = _gather(parts, length)
-        return value, _gather(schemas, length), errors
+        return _gather(parts, length), schemas, errors
 
 
-def _payload_offsets(raw: pa.Array, wrapped: np.ndarray) -> np.ndarray:
-    """Where each wrapped record's `,"payload":` starts (-1 for records that do not cut): found
-    in the first record of each length of schema, and checked at the same place in all the others
-    at once, since a schema is the same text in most records."""
+def _cut_schemas(raw: pa.Array, wrapped: np.ndarray) -> SchemaRows:
+    """The wrapped records that cut where their `,"payload":` starts, by schema text: each text
+    is found in the first record left, and matched against all the others at once as the prefix
+    it makes, since a schema is the same text in most records."""
     ends = np.asarray(pc.fill_null(pc.equal(pc.binary_slice(raw, -1), b"}"), False), dtype=bool)
-    offsets = np.full(len(raw), -1, dtype=np.int64)
     remaining = wrapped & ends
-    for _ in range(_MAX_SCHEMA_LENGTHS):
+    schemas: SchemaRows = []
+    for _ in range(_MAX_SCHEMAS):
         candidates = np.flatnonzero(remaining)
         if not len(candidates):
             break
-        offset = raw[int(candidates[0])].as_py().find(_PAYLOAD_MARK)
+        first = raw[int(candidates[0])].as_py()
+        offset = first.find(_PAYLOAD_MARK)
         if offset < 0:
             remaining[candidates[0]] = False
             continue
-        marks = pc.binary_slice(raw, offset, offset + len(_PAYLOAD_MARK))
-        found = remaining & np.asarray(pc.fill_null(pc.equal(marks, _PAYLOAD_MARK), False), dtype=bool)
-        offsets[found] = offset
+        prefix = first[: offset + len(_PAYLOAD_MARK)]
+        found = remaining & np.asarray(pc.fill_null(pc.starts_with(raw, pattern=prefix), False), dtype=bool)
+        schemas.append((first[len(_WRAPPED_START) : offset], np.flatnonzero(found)))
         remaining &= ~found
-    return offsets
+    return schemas
 
 
 def _gather(parts: list[tuple[np.ndarray, pa.Array]], length: int) -> pa.Array:
@@ -217,15 +216,16 @@ def _gather(parts: list[tuple[np.ndarray, pa.Array]], length: int) -> pa.Array:
     return scatter(pa.concat_arrays([values for _, values in parts]), rows, length)
 
 
-def _schema_texts(records: pa.Array) -> pa.Array:
-    """The schema of records that did not cut, as JSON text: one by one, as they are rare."""
-    texts: list[bytes | None] = []
-    for record in records.to_pylist():
+def _whole_schemas(records: pa.Array, rows: np.ndarray) -> SchemaRows:
+    """The schema texts of records that did not cut, one by one, as they are rare."""
+    by_text: dict[bytes, list[int]] = {}
+    for row, record in zip(rows.tolist(), records.to_pylist(), strict=True):
         try:
-            texts.append(json.dumps(json.loads(record)[SCHEMA], separators=(",", ":")).encode())
+            text = json.dumps(json.loads(record)[SCHEMA], separators=(",", ":")).encode()
         except (ValueError, KeyError, TypeError):
-            texts.append(None)
-    return pa.array(texts, pa.binary())
+            continue
+        by_text.setdefault(text, []).append(row)
+    return [(text, np.array(found, dtype=np.int64)) for text, found in by_text.items()]
 
 
 def row_writer_schema(connect_schema: dict, row_field: str) -> dict:

@@ -348,6 +348,35 @@ def test_a_nullable_column_added_in_the_database_defers_its_records_and_evolves_
     ]
 
 
+def test_connect_json_as_the_converter_writes_it_tells_interleaved_schemas_apart():
+    """Compact JSON, as JsonConverter writes it, is cut at its payload by schema text: schemas of
+    the same length (`tier`, `tear`) interleaved in one batch evolve apart, the unchanged ones
+    decode, and a record with spaces (which does not cut) reads alike."""
+    decoder = debezium_decoder()
+    base = connect_struct(ROW, "pg.public.accounts.Value")
+    tier = connect_struct(ROW, "pg.public.accounts.Value", optional_after={"tier"}, tier="string")
+    tear = connect_struct(ROW, "pg.public.accounts.Value", optional_after={"tear"}, tear="string")
+    compact = lambda m: json.dumps(m, separators=(",", ":")).encode()  # noqa: E731
+    values = [
+        compact(with_schema(event("u", after=row(row_id=1), lsn=1), base)),
+        compact(with_schema(event("u", after=row(row_id=2, tier="gold"), lsn=2), tier)),
+        compact(with_schema(event("u", after=row(row_id=3, tear="drop"), lsn=3), tear)),
+        compact(with_schema(event("u", after=row(row_id=4), lsn=4), base)),
+        compact(with_schema(event("u", after=row(row_id=5, tier="lead"), lsn=5), tier)),
+        json.dumps(with_schema(event("u", after=row(row_id=6, name="spaced"), lsn=6), base)).encode(),
+    ]
+    keys = [{"region": "emea", "id": i} for i in range(1, 7)]
+    out = decoder.decode(kafka_batch(values, keys)).to_pylist()
+    assert [(r["id"], r["name"], r["_error"]) for r in out if r["_evolving_schema"] is None] == [
+        (1, "a", None),
+        (4, "a", None),
+        (6, "spaced", None),
+    ]
+    ids = [r["_evolving_schema"] for r in out]
+    assert ids[1] is not None and ids[1] == ids[4] and ids[2] is not None and ids[2] != ids[1]
+    assert {json.loads(decoder.writer_schemas[i])["fields"][-1]["name"] for i in (ids[1], ids[2])} == {"tier", "tear"}
+
+
 def test_a_not_null_column_added_stops_the_table_naming_the_column_and_the_record():
     decoder = debezium_decoder()
     added = with_schema(
