@@ -156,18 +156,21 @@ class _Shapes:
         schemas = _cut_schemas(raw, wrapped)
         errors = {}
         parts: list[tuple[np.ndarray, pa.Array]] = []
+        cut = np.zeros(length, dtype=bool)
         if schemas:
-            payloads = []
-            for text, rows in schemas:
-                records = raw.take(pa.array(rows)) if len(rows) < length else raw
-                payloads.append(pc.binary_slice(records, len(_WRAPPED_START) + len(text) + len(_PAYLOAD_MARK), -1))
+            payloads = [
+                pc.binary_slice(
+                    raw.take(pa.array(rows)) if len(rows) < length else raw,
+                    len(_WRAPPED_START) + len(text) + len(_PAYLOAD_MARK),
+                    -1,
+                )
+                for text, rows in schemas
+            ]
             rows = np.concatenate([rows for _, rows in schemas])
+            cut[rows] = True
             value, part_errors = self._bare.decode(pa.concat_arrays(payloads))
             parts.append((rows, value))
             errors.update({int(rows[row]): reason for row, reason in part_errors.items()})
-        cut = np.zeros(length, dtype=bool)
-        for _, rows in schemas:
-            cut[rows] = True
         rest = np.flatnonzero(~cut)
         if len(rest):
             bare = rest[~wrapped[rest]]
