@@ -96,6 +96,10 @@ class KafkaMetadata:
                     pause,
                     cause,
                 )
+                # The next attempt asks a new client: librdkafka answers from the leaders it has
+                # cached, which a broker's return may have outdated (a fenced broker's partitions
+                # have none for a moment), and refreshes them only every few minutes.
+                self.close()
                 time.sleep(pause)
                 if outage_s is not None:
                     pause = min(2 * pause, _MAX_RETRY_PAUSE_S)
