@@ -128,7 +128,7 @@ class BatchReport:
         return (
             f"{self.table} {self.what}: {self.records:,} records, {self.upserted:,} upserted, "
             f"{self.deleted:,} deleted{bad}{ignored}, {self.files_written} files -> deltacommit "
-            f"{self.instant} in {self.seconds:.1f}s{lag}"
+            f"{self.instant} in {self.seconds:.2f}s{lag}"
         )
 
 

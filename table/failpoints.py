@@ -13,7 +13,7 @@ tests/e2e/test_crash_matrix.py, kills the job at each one):
 
 - `deltacommit.requested`: `TableWriter.begin`, the requested file written, not the inflight one.
 - `deltacommit.inflight`: `TableWriter.begin`, the instant inflight, no data file written yet.
-- `deltacommit.markers_written`: `file_group_writer.mark_file_groups`, a task's marker file written,
+- `deltacommit.markers_written`: `file_group_writer.TaskFiles.mark`, a task's marker file written,
   none of its data files (on executors).
 - `deltacommit.base_file_written`: `file_group_writer._write_base_file`, after each base file of a new file
   group (on executors): the first commit of a partition, an initial load.

@@ -15,14 +15,14 @@ nothing is paid per file group that could be paid per batch:
    key of each file group in one pass, and writes its groups: one marker file naming them all,
    a base or log file per group (`table.write.file_group_writer`), then all of them synced at once.
 
-Only the write stats come back to the driver, which completes the commit. Spark runs it as two
+Only the write stats come back to the driver, laid out as the commit file holds them, which
+completes the commit. Spark runs it as two
 stages (the shuffle's map stage and the write), whatever the batch holds: one job, or two with
 adaptive query execution on.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import tempfile
@@ -47,7 +47,7 @@ from table.index import consistent_hashing as ring
 from table.schema import PARTITION_PATH, RECORD_KEY
 from table.timeline.commit_metadata import WriteStat
 from table.write.delta_commit import DeltaCommit
-from table.write.file_group_writer import CommitContext, TaskFiles, WriteTask, mark_file_groups
+from table.write.file_group_writer import CommitContext, TaskFiles, WriteTask
 from table.write.prepare import POSITION, dedupe_latest
 from table.write.routing import FILE_ID, Routing
 from table.write.writer import TableWriter
@@ -145,12 +145,12 @@ def write_dataframe(commit: DeltaCommit, df: DataFrame, to_rows: ToRows | None =
             tasks = _WriteTasks.of(df.sparkSession, commit.routing)
             packed = df.mapInArrow(partial(_key_route_pack, routing, tasks, to_rows, metrics), PACKED_SCHEMA)
             write = partial(_write_file_groups, commit.context, routing)
-            rows = packed.repartition(tasks.count, WRITE_TASK).mapInArrow(write, STAT_SCHEMA).collect()
+            reported = packed.repartition(tasks.count, WRITE_TASK).mapInArrow(write, STAT_SCHEMA).toArrow()
     finally:
         routing.destroy()  # its blocks in the JVM and its file on the driver's disk, one a batch otherwise
-    stats = [WriteStat.from_dict(json.loads(r.stat)) for r in rows if r.stat is not None]
+    stats = WriteStat.from_laid_out([text for text in reported.column("stat").to_pylist() if text is not None])
     return DataFrameWriteResult(
-        stats, metrics.value, sum(r.seconds for r in rows), time.monotonic() - started, tasks.count
+        stats, metrics.value, pc.sum(reported.column("seconds")).as_py() or 0.0, time.monotonic() - started, tasks.count
     )
 
 
@@ -438,13 +438,13 @@ def _write_file_groups(
         routing = routing_bc.value
         writer = WriteTask(task.partitionId(), task.stageId(), task.taskAttemptId())
         targets = {f: routing.target(f, p) for f, p in sorted(share.partitions.items())}
-        mark_file_groups(ctx, list(targets.values()), writer)
         files = TaskFiles(ctx, writer, targets)
+        files.mark()
         for rows, finished in share.pieces():
             files.write(dedupe_latest(rows, ctx.ordering_field, group_column=FILE_ID), finished)
         stats = files.close()
         ctx.storage.sync_files([stat.path for stat in stats if stat.path is not None])
-    reported: list[str | None] = [json.dumps(s.to_dict()) for s in stats] or [None]
+    reported: list[str | None] = [s.laid_out() for s in stats] or [None]
     seconds = [time.perf_counter() - started] + [0.0] * (len(reported) - 1)
     yield pa.RecordBatch.from_pydict({"stat": reported, "seconds": seconds}, schema=_STAT_ARROW)
 

@@ -50,8 +50,11 @@ _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 
+_PART_RES = {pattern: re.compile(pattern) for pattern in (_FILE_ID, _INSTANT, _WRITE_TOKEN)}
+
+
 def _check(pattern: str, value: str, what: str) -> None:
-    if not re.fullmatch(pattern, value):
+    if not _PART_RES[pattern].fullmatch(value):
         raise FormatError(f"invalid {what}: {value!r}")
 
 

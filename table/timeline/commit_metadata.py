@@ -81,6 +81,7 @@ _DELTA_FIELDS = (
     ("log_files", "logFiles"),
     ("records_stats", "recordsStats"),
 )
+_ATTRIBUTE_OF_KEY = {key: attr for attr, key in _STAT_FIELDS + _DELTA_FIELDS}
 _NO_RECORDS_STATS = {"val": None}  # how Jackson writes an empty Hudi Option
 _RUNTIME_STATS_AT = [key for _, key in _STAT_FIELDS].index("runtimeStats")
 #: The level a write stat is laid out at: in partitionToWriteStats' lists.
@@ -125,14 +126,33 @@ class WriteStat:
     log_files: list[str] | None = None
     records_stats: Any = None  # Hudi's Option of column ranges; None is Option.empty()
     extra: dict[str, Any] = field(default_factory=dict)  # keys this class does not know
+    #: The stat as its writer laid it out for the commit file (`laid_out`), when it came that way.
+    _laid: Laid | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def is_delta(self) -> bool:
         return self.log_version is not None
 
+    def laid_out(self) -> Laid:
+        """This stat as it stands in a commit file: what a write task renders and sends the
+        driver (`from_laid_out`), so that a commit of thousands of stats is not rendered by the
+        driver alone."""
+        return self.to_jackson(_STAT_LEVEL)
+
+    @classmethod
+    def from_laid_out(cls, texts: list[str]) -> list[WriteStat]:
+        """Stats from their `laid_out` texts, parsed in one go, each keeping its text for the
+        commit file. A stat is the report of the file its writer wrote, not changed after."""
+        stats = [cls.from_dict(d) for d in json.loads("[" + ",".join(texts) + "]")]
+        for stat, text in zip(stats, texts):
+            stat._laid = Laid(text)
+        return stats
+
     def to_jackson(self, level: int) -> Laid:
         """This stat laid out as Jackson writes it at `level`, equal to `jackson_dumps` of `to_dict`
         there, without the dict."""
+        if self._laid is not None and level == _STAT_LEVEL:
+            return self._laid
         if self.extra:
             return jackson_object(list(self.to_dict().items()), level)
         entries = [(key, getattr(self, attr)) for attr, key in _STAT_FIELDS]
@@ -159,13 +179,18 @@ class WriteStat:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> WriteStat:
-        known = dict(_STAT_FIELDS + _DELTA_FIELDS)
-        values = {attr: d[key] for attr, key in known.items() if key in d}
+        values: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in d.items():
+            attribute = _ATTRIBUTE_OF_KEY.get(key)
+            if attribute is None:
+                extra[key] = value
+            else:
+                values[attribute] = value
         if values.get("runtime_stats") is not None:
             values["runtime_stats"] = RuntimeStats.from_dict(values["runtime_stats"])
         if values.get("records_stats") == _NO_RECORDS_STATS:
             values["records_stats"] = None
-        extra = {k: v for k, v in d.items() if k not in known.values()}
         return cls(**values, extra=extra)
 
 

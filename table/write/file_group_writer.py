@@ -2,7 +2,7 @@
 (so every Hudi reader sees it), an existing one gets one new log file holding a data block and/or
 a delete block. The same functions run in-process and on Spark executors.
 
-A task first marks every file its groups may write, in one marker file (`mark_file_groups`),
+A task first marks every file its groups may write, in one marker file (`TaskFiles.mark`),
 then writes them (`write_file_groups`): a group writes at most one file, whose name the target
 and the task's identity fix before any row is looked at."""
 
@@ -87,21 +87,14 @@ def planned_file(ctx: CommitContext, target: FileGroupTarget, task: WriteTask) -
     return MarkedFile(target.partition_path, name, IOType.APPEND)
 
 
-def mark_file_groups(ctx: CommitContext, targets: list[FileGroupTarget], task: WriteTask) -> None:
-    """Before the task writes any of `targets`: one marker file naming the file each may write,
-    so that a rollback of the commit finds whatever the task wrote, whenever it was killed."""
-    write_markers(ctx.storage, ctx.instant, task.attempt_id, [planned_file(ctx, t, task) for t in targets])
-    failpoints.reach("deltacommit.markers_written")
-
-
 def write_file_groups(ctx: CommitContext, task: WriteTask, routing: Routing, rows: pa.Table) -> list[WriteStat]:
     """A task's share of a commit: `rows`, routed (`FILE_ID`) and one per key of each group, into
     their file groups: one marker file names every file the task may write, then the groups are
     written (`TaskFiles`) and their files synced together. Returns the stats of the files written."""
     groups = _TaskGroups.of(rows)
     targets = {f: routing.target(f, p) for f, p in zip(groups.file_ids, groups.partitions)}
-    mark_file_groups(ctx, list(targets.values()), task)
     files = TaskFiles(ctx, task, targets)
+    files.mark()
     files.write(groups.rows)
     stats = files.close()
     ctx.storage.sync_files([stat.path for stat in stats if stat.path is not None])
@@ -109,7 +102,7 @@ def write_file_groups(ctx: CommitContext, task: WriteTask, routing: Routing, row
 
 
 class TaskFiles:
-    """The files of the file groups a task marked (`mark_file_groups`), written from its rows in
+    """The files of a task's file groups, marked (`mark`) and then written from its rows in
     pieces: a piece holds some groups' rows, one per key. A group whose rows come in several
     pieces (a group larger than the task holds at once, its keys split among them) gets a row
     group of its base file, or a block of its log file, from each: its base file is written as a
@@ -127,6 +120,13 @@ class TaskFiles:
         self._bases: dict[str, _BaseStream] = {}
         self._logs: dict[str, _PendingLog] = {}
         self._stats: list[WriteStat] = []
+
+    def mark(self) -> None:
+        """Before the task writes any file: one marker file naming the file each group may
+        write, so that a rollback of the commit finds whatever the task wrote, whenever it was
+        killed."""
+        write_markers(self.ctx.storage, self.ctx.instant, self.task.attempt_id, list(self.files.values()))
+        failpoints.reach("deltacommit.markers_written")
 
     def write(self, rows: pa.Table, finished: bool = True) -> None:
         """One piece: rows routed (`FILE_ID`), one per key of each group; with `finished` it is

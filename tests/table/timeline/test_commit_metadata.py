@@ -33,6 +33,19 @@ def test_sample_commit_metadata_parses_and_serialises_back_byte_for_byte(path):
     assert CommitMetadata.from_json(metadata.to_json()) == metadata
 
 
+@pytest.mark.parametrize("path", SAMPLE_COMMIT_FILES, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_stats_sent_laid_out_by_their_writers_make_the_same_commit_file(path):
+    """Write tasks send their stats laid out; the driver's commit file is byte for byte the one
+    it would render itself, and the stats parsed back equal the writers'."""
+    metadata = CommitMetadata.from_json(path.read_bytes())
+    written = metadata.write_stats()
+    received = WriteStat.from_laid_out([stat.laid_out() for stat in written])
+    assert received == written
+    again = CommitMetadata.for_write(received, metadata.extra_metadata, metadata.operation_type, metadata.compacted)
+    rendered = CommitMetadata.for_write(written, metadata.extra_metadata, metadata.operation_type, metadata.compacted)
+    assert again.to_json() == rendered.to_json()
+
+
 def test_sample_log_write_is_a_delta_stat_with_its_slice():
     path = SAMPLES / "v6_trips_8i1u" / ".hoodie" / "20250331030645735.deltacommit"
     metadata = CommitMetadata.from_json(path.read_bytes())
