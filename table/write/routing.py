@@ -3,6 +3,7 @@ the record keys, and the file group target each bucket writes to in this commit.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +41,10 @@ class Routing:
     A partition the table does not have yet gets Hudi's initial ring, which is a function of
     the partition path and the bucket count (see `ring.initial_metadata`), so executors route
     its records without asking the driver; the commit records that ring when it completes.
-    Picklable: Spark broadcasts it to the tasks that key and route a batch.
+    Picklable: Spark broadcasts it to the tasks that key and route a batch. What they get is
+    compact whatever the table's size: the rings as one search (`ring.PartitionRouters`), the
+    targets as columns, each made a `FileGroupTarget` when a task asks for it. The driver keeps
+    the partitions' `ring.Router`s and the targets whole (`routers`, `targets`).
     """
 
     def __init__(
@@ -56,21 +60,42 @@ class Routing:
         self.routers = routers
         self.targets = targets
         self.initial_buckets = initial_buckets
+        self._rings: ring.PartitionRouters | None = None  # the routers', then new partitions' too
         self._new_partitions: dict[str, ring.Router] = {}
+        self._target_columns: _TargetColumns | None = None  # on executors, instead of `targets`
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_new_partitions"}
+        return {
+            "spec": self.spec,
+            "key_generator": self.key_generator,
+            "initial_buckets": self.initial_buckets,
+            "rings": self._known_rings(),
+            "known": frozenset(self.routers),
+            "targets": _TargetColumns.of(self.targets.values()),
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _new_partitions={})
+        self.spec = state["spec"]
+        self.key_generator = state["key_generator"]
+        self.initial_buckets = state["initial_buckets"]
+        self._rings = state["rings"]
+        self.routers = dict.fromkeys(state["known"])  # names only: executors route with `_rings`
+        self.targets = {}
+        self._target_columns = state["targets"]
+        self._new_partitions = {}
 
     def prepare(self, records: pa.Table | pa.RecordBatch, dedupe: bool = True) -> pa.Table:
         table = records if isinstance(records, pa.Table) else pa.Table.from_batches([records])
         return prepare_batch(table, self.spec, self.key_generator, dedupe=dedupe)
 
     def router(self, partition_path: str) -> ring.Router:
+        """The ring of a partition: the table's (on the driver), or the initial ring of a new one."""
         found = self.routers.get(partition_path) or self._new_partitions.get(partition_path)
         if found is None:
+            if not self.is_new(partition_path):
+                raise HashingMetadataError(
+                    f"the ring of partition '{partition_path}' is not here (an executor's routing)"
+                )
             found = self._new_partitions[partition_path] = ring.Router(
                 ring.initial_metadata(partition_path, self.initial_buckets),
                 index_key_fields=self.spec.record_key_fields,
@@ -83,6 +108,8 @@ class Routing:
     def target(self, file_id: str, partition_path: str) -> FileGroupTarget:
         """The target of a file group; a group of a new partition is new and gets a base file."""
         found = self.targets.get(file_id)
+        if found is None and self._target_columns is not None:
+            found = self.targets[file_id] = self._target_columns.get(file_id)  # type: ignore[assignment]
         if found is not None:
             return found
         if not self.is_new(partition_path):
@@ -90,6 +117,19 @@ class Routing:
         return FileGroupTarget(
             partition_path=partition_path, file_id=file_id, base_instant=None, base_file_name=None, log_version=1
         )
+
+    def _known_rings(self) -> ring.PartitionRouters:
+        if self._rings is None:
+            self._rings = ring.PartitionRouters(list(self.routers.values()))
+        return self._rings
+
+    def _rings_for(self, partitions: list[str]) -> tuple[ring.PartitionRouters, np.ndarray]:
+        """The rings with those of `partitions` among them, and each partition's code in them."""
+        rings = self._known_rings()
+        new = [p for p in partitions if p not in rings.codes]
+        if new:
+            rings = self._rings = rings.extended([self.router(p) for p in new])
+        return rings, np.array([rings.codes[p] for p in partitions], dtype=np.int64)
 
     def route(self, rows: pa.Table | pa.RecordBatch) -> pa.Table:
         """The rows with the FILE_ID of their partition's bucket (its consistent-hashing ring
@@ -100,14 +140,42 @@ class Routing:
         if table.num_rows == 0:
             return table.append_column(FILE_ID, pa.array([], pa.string()))
         partitions = pc.dictionary_encode(table[PARTITION_PATH].combine_chunks())
-        routers = [self.router(p) for p in partitions.dictionary.to_pylist()]
+        rings, codes = self._rings_for(partitions.dictionary.to_pylist())
         hashes = ring.hash_values(table[RECORD_KEY], self.spec.record_key_fields)
-        file_ids, child_ids = ring.PartitionRouters(routers).file_ids_with_children(
-            np.asarray(partitions.indices), hashes
-        )
+        file_ids, child_ids = rings.file_ids_with_children(codes[np.asarray(partitions.indices)], hashes)
         primary = table.append_column(FILE_ID, file_ids)
         if child_ids is None or child_ids.null_count == len(child_ids):
             return primary
         dual = pc.is_valid(child_ids)
         duplicates = table.filter(dual).append_column(FILE_ID, pc.filter(child_ids, dual))
         return pa.concat_tables([primary, duplicates])
+
+
+@dataclass(frozen=True)
+class _TargetColumns:
+    """A commit's file group targets as columns: how executors receive thousands of them."""
+
+    index: dict[str, int]  # file id -> its row
+    partition_paths: list[str]
+    base_instants: list[str | None]
+    base_file_names: list[str | None]
+    log_versions: list[int]
+
+    @classmethod
+    def of(cls, targets: Iterable[FileGroupTarget]) -> _TargetColumns:
+        listed = list(targets)
+        return cls(
+            {t.file_id: i for i, t in enumerate(listed)},
+            [t.partition_path for t in listed],
+            [t.base_instant for t in listed],
+            [t.base_file_name for t in listed],
+            [t.log_version for t in listed],
+        )
+
+    def get(self, file_id: str) -> FileGroupTarget | None:
+        i = self.index.get(file_id)
+        if i is None:
+            return None
+        return FileGroupTarget(
+            self.partition_paths[i], file_id, self.base_instants[i], self.base_file_names[i], self.log_versions[i]
+        )

@@ -4,6 +4,7 @@ children of a pending resize for dual writes."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -124,43 +125,81 @@ class Router:
 class PartitionRouters:
     """The rings of many partitions applied at once: a batch that touches hundreds of partitions
     is routed by one search over all their nodes (keyed by partition, then value), not by a
-    search per partition. Routes as each partition's `Router` does, dual writes included."""
+    search per partition. Routes as each partition's `Router` does, dual writes included.
+
+    Built once per commit and sent to every task: it holds a few arrays, not an object per
+    partition, so it pickles small; partitions met later (new ones) are added with `extended`."""
 
     def __init__(self, routers: Sequence[Router]):
-        self._primary = _NodeSearch([r.nodes for r in routers], [r.node_file_ids for r in routers])
+        self.names = [r.metadata.partition_path for r in routers]
+        self.codes = {name: code for code, name in enumerate(self.names)}
+        self._primary = _NodeSearch.of([r.nodes for r in routers], [r.node_file_ids for r in routers])
         resizing = [r.child_ring for r in routers]
         self._children = None
         if any(c is not None for c in resizing):
-            self._children = _NodeSearch(
+            self._children = _NodeSearch.of(
                 [c.nodes if c else () for c in resizing], [c.node_file_ids if c else [] for c in resizing]
             )
-        self._names = [r.metadata.partition_path for r in routers]
+
+    def extended(self, routers: Sequence[Router]) -> PartitionRouters:
+        """These rings and those of `routers` (partitions not among them), which get the next codes."""
+        more = PartitionRouters(routers)
+        both = PartitionRouters([])
+        both.names = self.names + more.names
+        both.codes = {name: code for code, name in enumerate(both.names)}
+        both._primary = self._primary.followed_by(more._primary)
+        if self._children is not None or more._children is not None:
+            both._children = (self._children or self._primary.empty()).followed_by(
+                more._children or more._primary.empty()
+            )
+        return both
 
     def file_ids_with_children(
         self, partition_codes: np.ndarray, hashes: np.ndarray
     ) -> tuple[pa.Array, pa.Array | None]:
-        """For rows of partition `routers[code]` with these masked hashes: each row's file group
+        """For rows of partition `names[code]` with these masked hashes: each row's file group
         and, where a pending resize replaces its bucket, the child's (null elsewhere); None
         without a pending resize in any of the partitions."""
-        file_ids = self._primary.file_ids(partition_codes, hashes, self._names)
+        file_ids = self._primary.file_ids(partition_codes, hashes, self.names)
         if self._children is None:
             return file_ids, None
-        child_ids = self._children.file_ids(partition_codes, hashes, self._names)
+        child_ids = self._children.file_ids(partition_codes, hashes, self.names)
         return file_ids, pc.if_else(pc.equal(file_ids, child_ids), pa.scalar(None, pa.string()), child_ids)
 
 
+@dataclass(frozen=True)
 class _NodeSearch:
     """The nodes of several rings as one sorted array of `partition index << 32 | value`."""
 
-    def __init__(self, nodes: Sequence[Sequence[HashingNode]], file_ids: Sequence[Sequence[str | None]]):
+    keys: np.ndarray
+    starts: np.ndarray  # where each partition's nodes start in `keys`, and where the last ends
+    sizes: np.ndarray
+    node_file_ids: pa.Array
+
+    @classmethod
+    def of(cls, nodes: Sequence[Sequence[HashingNode]], file_ids: Sequence[Sequence[str | None]]) -> _NodeSearch:
         sizes = np.array([len(n) for n in nodes], dtype=np.int64)
-        self.starts = np.concatenate([[0], np.cumsum(sizes)])
-        self.keys = np.concatenate(
+        keys = np.concatenate(
             [(i << 32) + np.array([n.value for n in ring], dtype=np.int64) for i, ring in enumerate(nodes)]
             or [np.zeros(0, np.int64)]
         )
-        self.node_file_ids = pa.array([f for ids in file_ids for f in ids], pa.string())
-        self.sizes = sizes
+        return cls(keys, _starts(sizes), sizes, pa.array([f for ids in file_ids for f in ids], pa.string()))
+
+    def empty(self) -> _NodeSearch:
+        """As many partitions, none of them with nodes (those without a pending resize)."""
+        sizes = np.zeros(len(self.sizes), np.int64)
+        return _NodeSearch(np.zeros(0, np.int64), _starts(sizes), sizes, pa.array([], pa.string()))
+
+    def followed_by(self, other: _NodeSearch) -> _NodeSearch:
+        """These partitions, then `other`'s, numbered after them."""
+        sizes = np.concatenate([self.sizes, other.sizes])
+        shifted = other.keys + (np.int64(len(self.sizes)) << 32)
+        return _NodeSearch(
+            np.concatenate([self.keys, shifted]),
+            _starts(sizes),
+            sizes,
+            pa.concat_arrays([self.node_file_ids, other.node_file_ids]),
+        )
 
     def file_ids(self, codes: np.ndarray, hashes: np.ndarray, names: list[str]) -> pa.Array:
         """Each row's node: the first of its partition's nodes whose value is >= the hash,
@@ -180,6 +219,10 @@ class _NodeSearch:
             code = int(np.searchsorted(self.starts, node, side="right") - 1)
             raise HashingMetadataError(f"a hashing node of partition '{names[code]}' has no file group")
         return ids
+
+
+def _starts(sizes: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
 
 def ring_nodes(metadata: HashingMetadata, include_children: bool = False) -> list[HashingNode]:
