@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
+from streamer.collector import collect_in_large_steps
 from streamer.config.choices import QueryFailurePolicy
 from streamer.config.model import JobConfig
 from streamer.errors import StartupError, StopRequestedError
@@ -213,6 +214,7 @@ def run(configs: list[JobConfig], spark: SparkSession, once: bool = False) -> Ru
     try:
         for config in configs:
             jobs.append(TableJob.prepare(config, spark, executor, metrics))
+        collect_in_large_steps()
         server = _metrics_server(configs, metrics)
         result = _Runner(spark, jobs, once).run()
         if once:

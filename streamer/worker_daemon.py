@@ -8,7 +8,6 @@ the daemon instead of holding a copy each. The daemons Spark starts for other wo
 (the planners of the Kafka data source) fork one short-lived worker each and preload nothing.
 """
 
-import gc
 import os
 import sys
 from importlib.machinery import PathFinder
@@ -38,15 +37,17 @@ TASK_WORKER = "pyspark.worker"
 
 
 def preload() -> None:
-    """Import what the job's tasks use, and keep the garbage collector off those objects: a
-    collection that touched them would copy their pages into every worker."""
+    """Import what the job's tasks use, and keep the garbage collector off those objects (a
+    collection that touched them would copy their pages into every worker) and out of the way
+    of a task's many short-lived ones (`streamer.collector`)."""
     import confluent_kafka  # noqa: F401  the Kafka source's reads
     import pyspark.worker  # noqa: F401
 
     import streamer.decode_step  # noqa: F401  decoding, and the Kafka source through it
     import table.spark  # noqa: F401  routing and writing file groups
+    from streamer.collector import collect_in_large_steps
 
-    gc.freeze()
+    collect_in_large_steps()
 
 
 def quiet_when_cancelled(worker):

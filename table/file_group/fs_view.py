@@ -106,23 +106,37 @@ class FileGroup:
         return file_slice.base_file is not None or file_slice.base_instant in self.log_only_starts
 
     def latest_slice(self) -> FileSlice | None:
-        """The newest committed slice: the one reads and writes go to."""
-        committed = [s for s in self.slices.values() if self.is_committed(s)]
-        return max(committed, key=lambda s: s.base_instant) if committed else None
+        """The newest committed slice: the one reads and writes go to. (Loops written out: a
+        writer asks this of every bucket at every commit.)"""
+        return self._latest_committed(None)
 
     def next_log_version(self, base_instant: str) -> int:
         """Versions count per base instant, whichever slice the logs are read with."""
-        versions = (
-            f.name.version for s in self.slices.values() for f in s.log_files if f.name.base_instant == base_instant
-        )
-        return 1 + max(versions, default=0)
+        last = 0
+        for file_slice in self.slices.values():
+            for f in file_slice.log_files:
+                if f.name.base_instant == base_instant and f.name.version > last:
+                    last = f.name.version
+        return last + 1
 
     def add_log_file(self, log: LogFile) -> None:
         """Attach a log to the newest committed slice at or before its base instant (a log of a
         pending compaction's or resize's instant joins the slice before it); a log older than every
         committed slice keeps a slice of its own (no reader reads it)."""
-        starts = [t for t, s in self.slices.items() if self.is_committed(s) and t <= log.name.base_instant]
-        self.slice(max(starts, default=log.name.base_instant)).log_files.append(log)
+        found = self._latest_committed(log.name.base_instant)
+        (found or self.slice(log.name.base_instant)).log_files.append(log)
+
+    def _latest_committed(self, at_most: str | None) -> FileSlice | None:
+        """The committed slice with the greatest base instant (at or before `at_most`, if given)."""
+        found = None
+        for start, file_slice in self.slices.items():
+            if (
+                (at_most is None or start <= at_most)
+                and (found is None or start > found.base_instant)
+                and (file_slice.base_file is not None or start in self.log_only_starts)
+            ):
+                found = file_slice
+        return found
 
 
 @dataclass

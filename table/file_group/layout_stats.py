@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from table.file_group.fs_view import FileSystemView
+from table.file_group.fs_view import FileSlice
 from table.timeline.commit_metadata import CommitMetadata, WriteStat
 
 if TYPE_CHECKING:
@@ -42,15 +42,13 @@ class LayoutStats:
     partitions: dict[str, dict[str, SliceSize]]
 
     @classmethod
-    def of_view(cls, view: FileSystemView, buckets: Mapping[str, Iterable[str]]) -> LayoutStats:
-        """The slices of `buckets` (partition path -> the ring's file ids) in `view`."""
+    def of_slices(cls, buckets: Mapping[str, Mapping[str, FileSlice | None]]) -> LayoutStats:
+        """Of the latest slice of each bucket (partition path -> the ring's file ids -> their
+        latest slices, None for a group with none yet), as a writer finds them when it routes."""
         partitions: dict[str, dict[str, SliceSize]] = {}
-        for partition, file_ids in buckets.items():
-            groups = view.file_groups(partition)
+        for partition, slices in buckets.items():
             sizes = partitions[partition] = {}
-            for file_id in file_ids:
-                group = groups.get(file_id)
-                latest = group.latest_slice() if group is not None else None
+            for file_id, latest in slices.items():
                 if latest is not None:
                     log_bytes = sum(f.size for f in latest.log_files)
                     sizes[file_id] = SliceSize(len(latest.log_files), log_bytes, latest.total_size)

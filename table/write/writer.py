@@ -13,7 +13,7 @@ import pyarrow as pa
 from table import failpoints
 from table.config.choices import LogBlockFormat
 from table.errors import InvalidBatchError, SchemaEvolutionError, WriterNotOpenError
-from table.file_group.fs_view import FileSystemView
+from table.file_group.fs_view import FileSlice, FileSystemView
 from table.file_group.layout_stats import LayoutStats
 from table.file_group.view_cache import FileSystemViewCache, SyncResult
 from table.index import consistent_hashing as ring
@@ -198,6 +198,7 @@ class TableWriter:
         rings = self._rings.current()
         routers: dict[str, ring.Router] = {}
         targets: dict[str, FileGroupTarget] = {}
+        buckets: dict[str, dict[str, FileSlice | None]] = {}  # the rings' groups' latest slices
         compacting = pending_compaction_file_groups(timeline)
         resizing = {
             p: (plan.instant, children)
@@ -221,10 +222,11 @@ class TableWriter:
                             log_version=group.next_log_version(resize_instant) if group else 1,
                         )
             routers[partition] = ring.Router(metadata, index_key_fields=tuple(self.table.config.record_key_fields))
+            latest_slices = buckets[partition] = {}
             for node in metadata.nodes:
                 file_id = ring.file_id_for(node)
                 group = groups.get(file_id)
-                latest = group.latest_slice() if group else None
+                latest = latest_slices[file_id] = group.latest_slice() if group else None
                 if (partition, file_id) in compacting:
                     base, base_file_name = compacting[(partition, file_id)], ""
                 elif latest:  # a slice of log files only (as Hudi starts a bucket's group) has no base file name
@@ -239,10 +241,9 @@ class TableWriter:
                     base_file_name=base_file_name,
                     log_version=group.next_log_version(base) if (group and base) else 1,
                 )
-        buckets = {p: [ring.file_id_for(node) for node in m.nodes] for p, m in rings.items()}
         return (
             Routing(spec, self.key_generator, routers, targets, self.options.initial_buckets),
-            LayoutStats.of_view(view, buckets),
+            LayoutStats.of_slices(buckets),
         )
 
     def complete(
