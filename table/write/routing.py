@@ -60,6 +60,7 @@ class Routing:
         self.routers = routers
         self.targets = targets
         self.initial_buckets = initial_buckets
+        self._known = frozenset(routers)  # the table's partitions
         self._rings: ring.PartitionRouters | None = None  # the routers', then new partitions' too
         self._new_partitions: dict[str, ring.Router] = {}
         self._target_columns: _TargetColumns | None = None  # on executors, instead of `targets`
@@ -70,7 +71,7 @@ class Routing:
             "key_generator": self.key_generator,
             "initial_buckets": self.initial_buckets,
             "rings": self._known_rings(),
-            "known": frozenset(self.routers),
+            "known": self._known,
             "targets": _TargetColumns.of(self.targets.values()),
         }
 
@@ -79,7 +80,8 @@ class Routing:
         self.key_generator = state["key_generator"]
         self.initial_buckets = state["initial_buckets"]
         self._rings = state["rings"]
-        self.routers = dict.fromkeys(state["known"])  # names only: executors route with `_rings`
+        self._known = state["known"]
+        self.routers = {}  # executors route with `_rings`
         self.targets = {}
         self._target_columns = state["targets"]
         self._new_partitions = {}
@@ -103,7 +105,7 @@ class Routing:
         return found
 
     def is_new(self, partition_path: str) -> bool:
-        return partition_path not in self.routers
+        return partition_path not in self._known
 
     def target(self, file_id: str, partition_path: str) -> FileGroupTarget:
         """The target of a file group; a group of a new partition is new and gets a base file."""
