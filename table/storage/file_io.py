@@ -16,7 +16,7 @@ import contextlib
 import os
 import uuid
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import Any, BinaryIO
 
@@ -263,15 +263,14 @@ class Storage:
         disk their fsyncs run side by side, so that the disk's flushes serve many files at once
         (one after another, each file waits for a flush of its own). An object store's PUT is
         durable when it returns: nothing to do there."""
-        if not rels or not self.is_local:
-            return
-        paths = [self.full_path(rel) for rel in rels]
-        threads = min(len(paths), SYNC_THREADS)
-        if threads == 1:
-            _fsync_all(paths)
-            return
-        with ThreadPoolExecutor(threads, thread_name_prefix="fsync") as pool:
-            list(pool.map(_fsync_all, [paths[i::threads] for i in range(threads)]))
+        with self.syncs() as syncs:
+            for rel in rels:
+                syncs.add(rel)
+
+    def syncs(self) -> FileSyncs:
+        """Files made durable in the background as a writer hands them over, all of them when
+        it leaves the context: the syncs of a task's first files overlap the writing of its next."""
+        return FileSyncs(self)
 
     def _put_new(self, target: str, data: bytes | bytearray | memoryview) -> None:
         """One PUT after one HEAD: atomic for readers, but not exclusive. pyarrow cannot send
@@ -364,6 +363,59 @@ def _temp_prefix(name: str) -> str:
     """Hidden, and without the underscores Hudi readers split data file names on: a temporary
     file left by a process killed mid-write is never taken for a log file of a file group."""
     return f".{name.replace('_', '~')}."
+
+
+class FileSyncs:
+    """Files written with `durable=False`, synced in batches by threads while more are written
+    (`Storage.syncs`). Leaving the context waits for every sync and raises the first failure."""
+
+    BATCH = 32  # files a thread syncs in one go
+
+    def __init__(self, storage: Storage):
+        self._storage = storage
+        self._paths: list[str] = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._futures: list[Future[None]] = []
+
+    def __enter__(self) -> FileSyncs:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        try:
+            if kind is None:
+                self.wait()
+        finally:
+            self.close()
+
+    def wait(self) -> None:
+        """Return once every file handed over is durable; raise the first failure."""
+        self._submit(SYNC_THREADS)  # the last files: each thread a share of them
+        futures, self._futures = self._futures, []
+        for future in futures:
+            future.result()
+
+    def close(self) -> None:
+        """Stop the threads, once the syncs under way end (a writer that failed waits for no result)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def add(self, rel: str) -> None:
+        if not self._storage.is_local:
+            return  # an object store's PUT is durable when it returns
+        self._paths.append(self._storage.full_path(rel))
+        if len(self._paths) >= self.BATCH:
+            self._submit(1)
+
+    def _submit(self, threads: int) -> None:
+        """The files handed over since the last submit, synced by up to `threads` threads."""
+        paths, self._paths = self._paths, []
+        stripes = min(len(paths), threads)
+        if stripes == 0:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="fsync")
+        self._futures += [self._pool.submit(_fsync_all, paths[i::stripes]) for i in range(stripes)]
 
 
 def _fsync_all(paths: list[str]) -> None:

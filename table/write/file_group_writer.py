@@ -90,15 +90,13 @@ def planned_file(ctx: CommitContext, target: FileGroupTarget, task: WriteTask) -
 def write_file_groups(ctx: CommitContext, task: WriteTask, routing: Routing, rows: pa.Table) -> list[WriteStat]:
     """A task's share of a commit: `rows`, routed (`FILE_ID`) and one per key of each group, into
     their file groups: one marker file names every file the task may write, then the groups are
-    written (`TaskFiles`) and their files synced together. Returns the stats of the files written."""
+    written and synced (`TaskFiles`). Returns the stats of the files written."""
     groups = _TaskGroups.of(rows)
     targets = {f: routing.target(f, p) for f, p in zip(groups.file_ids, groups.partitions)}
-    files = TaskFiles(ctx, task, targets)
-    files.mark()
-    files.write(groups.rows)
-    stats = files.close()
-    ctx.storage.sync_files([stat.path for stat in stats if stat.path is not None])
-    return stats
+    with TaskFiles(ctx, task, targets) as files:
+        files.mark()
+        files.write(groups.rows)
+        return files.close()
 
 
 class TaskFiles:
@@ -108,8 +106,8 @@ class TaskFiles:
     group of its base file, or a block of its log file, from each: its base file is written as a
     stream, its log file once its last piece is in. The meta columns, the types and the blocks'
     records are made for all of a piece's rows at once, so that a group costs its file and little
-    more. Files are not synced: the task syncs all of them (`Storage.sync_files`) before it
-    reports their stats."""
+    more. Each file is synced in the background once written (`Storage.syncs`); `close` returns
+    when all of them are durable."""
 
     def __init__(self, ctx: CommitContext, task: WriteTask, targets: Mapping[str, FileGroupTarget]):
         self.ctx = ctx
@@ -120,6 +118,13 @@ class TaskFiles:
         self._bases: dict[str, _BaseStream] = {}
         self._logs: dict[str, _PendingLog] = {}
         self._stats: list[WriteStat] = []
+        self._syncs = ctx.storage.syncs()
+
+    def __enter__(self) -> TaskFiles:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._syncs.close()
 
     def mark(self) -> None:
         """Before the task writes any file: one marker file naming the file each group may
@@ -189,10 +194,12 @@ class TaskFiles:
             self._finish_logs([f for f in groups.file_ids if f in self._logs])
 
     def close(self) -> list[WriteStat]:
-        """Finish the files still open; the stats of every file the task wrote."""
+        """Finish the files still open and wait until all are durable; the stats of every file
+        the task wrote."""
         for file_id in list(self._bases):
             self._finish_base(file_id)
         self._finish_logs(list(self._logs))
+        self._syncs.wait()
         return self._stats
 
     def _write_base(self, file_id: str, records: pa.Table, row_bytes: float, finished: bool) -> None:
@@ -224,6 +231,7 @@ class TaskFiles:
     def _base_written(self, file_id: str, rows: int, size: int) -> None:
         failpoints.reach("deltacommit.base_file_written")
         target, file = self.targets[file_id], self.files[file_id]
+        self._syncs.add(file.path)
         self._stats.append(
             WriteStat(
                 file_id=target.file_id,
@@ -246,6 +254,7 @@ class TaskFiles:
                 continue
             target, file = self.targets[file_id], self.files[file_id]
             size = write_log_bytes(self.ctx.storage, file.path, b"".join(pending.blocks), durable=False)
+            self._syncs.add(file.path)
             failpoints.reach("deltacommit.log_file_written")
             self._stats.append(
                 WriteStat(
