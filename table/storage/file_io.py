@@ -122,8 +122,6 @@ class Storage:
         self.options = dict(options or {})
         self._fs: pafs.FileSystem | None = None
         self._root: str | None = None
-        self._made: set[str] = set()  # parent directories `open_new` made (or found): a write of many
-        # files into few partitions makes each once
 
     def __getstate__(self) -> dict[str, Any]:
         return {"base_uri": self.base_uri, "options": self.options}
@@ -248,14 +246,10 @@ class Storage:
         target = self.full_path(rel)
         if not self.is_local:
             return self.filesystem.open_output_stream(target)
-        parent = _parent(rel)
-        if parent not in self._made:
-            self.makedirs(parent)
-            self._made.add(parent)
         try:
             return _open_exclusive(target)
-        except FileNotFoundError:  # the directory was deleted since (a partition dropped)
-            self.makedirs(parent)
+        except FileNotFoundError:  # a new partition's directory, or one deleted since (a partition dropped)
+            self.makedirs(_parent(rel))
             return _open_exclusive(target)
 
     def sync_files(self, rels: list[str]) -> None:

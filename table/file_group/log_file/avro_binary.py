@@ -133,6 +133,17 @@ def varint_pieces(values: np.ndarray) -> pa.Array:
     return _masked_pieces(groups, lengths)
 
 
+def varint(value: int) -> bytes:
+    """One int64 as Avro's zig-zag varint: what a block's header or count costs, without arrays."""
+    zigzag = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while zigzag >= 0x80:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)
+
+
 def valid_mask(arr: pa.Array) -> np.ndarray:
     if arr.null_count == 0:
         return np.ones(len(arr), bool)

@@ -25,6 +25,7 @@ from table.file_group.log_file.avro_binary import (
     piece_offsets,
     pieces_bytes,
     valid_mask,
+    varint,
     varint_pieces,
 )
 from table.file_group.log_file.block import (
@@ -267,6 +268,6 @@ def _encode_delete_contents(blocks: Sequence[DeleteBlock]) -> list[list[_Bytes]]
     contents = []
     for count, run in zip(counts, _split(items, counts)):
         # One array block: the item count, the items, then the 0 count that ends the array.
-        payload = b"".join([pieces_bytes(varint_pieces(np.array([count]))), run, b"\0"]) if count else b"\0"
+        payload = b"".join([varint(count), run, b"\0"]) if count else b"\0"
         contents.append([struct.pack(">ii", BLOCK_CONTENT_VERSION, len(payload)) + payload])
     return contents
