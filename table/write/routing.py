@@ -96,7 +96,7 @@ class Routing:
         if found is None:
             if not self.is_new(partition_path):
                 raise HashingMetadataError(
-                    f"the ring of partition '{partition_path}' is not here (an executor's routing)"
+                    f"the ring of partition '{partition_path}' is known to the driver's routing only"
                 )
             found = self._new_partitions[partition_path] = ring.Router(
                 ring.initial_metadata(partition_path, self.initial_buckets),
@@ -111,7 +111,9 @@ class Routing:
         """The target of a file group; a group of a new partition is new and gets a base file."""
         found = self.targets.get(file_id)
         if found is None and self._target_columns is not None:
-            found = self.targets[file_id] = self._target_columns.get(file_id)  # type: ignore[assignment]
+            found = self._target_columns.get(file_id)
+            if found is not None:
+                self.targets[file_id] = found
         if found is not None:
             return found
         if not self.is_new(partition_path):
