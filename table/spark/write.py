@@ -348,6 +348,9 @@ class TaskShare:
 
 #: The files a write task's spilled rows are spread over, by file group.
 SPILL_BUCKETS = 64
+#: The rows a spill file holds back before writing them as one record batch: all of a task's
+#: buckets together hold at most SPILL_BUCKETS times this in memory.
+SPILL_WRITE_BYTES = 1024 * 1024
 
 
 def _spill_bucket(file_id: str) -> int:
@@ -376,14 +379,29 @@ class _SpillBucket:
         self._directory = directory
         self._file: IO[bytes] | None = None
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
+        self._pending: list[pa.Table] = []  # rows not written yet, up to SPILL_WRITE_BYTES
+        self._pending_bytes = 0
         self.bytes = 0
 
     def write(self, rows: pa.Table) -> None:
+        """Keep the rows, written with others once they add up: a value of the shuffle spreads
+        over all the buckets, a few rows each, and a record batch per few rows would cost the
+        write, the read and a split by key more than the rows themselves."""
+        self._pending.append(rows)
+        self._pending_bytes += rows.nbytes
+        self.bytes += rows.nbytes
+        if self._pending_bytes >= SPILL_WRITE_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        rows = pa.concat_tables(self._pending).combine_chunks()
+        self._pending, self._pending_bytes = [], 0
         if self._writer is None:
             self._file = tempfile.TemporaryFile(dir=self._directory, prefix="mor-write-")  # noqa: SIM115 - closed by close()
             self._writer = pa.ipc.new_stream(pa.PythonFile(self._file, mode="w"), rows.schema)
         self._writer.write_table(rows)
-        self.bytes += rows.nbytes
 
     def read(self) -> pa.Table:
         return pa.Table.from_batches(list(self._batches()))
@@ -410,6 +428,7 @@ class _SpillBucket:
                 piece.close()
 
     def _batches(self) -> Iterator[pa.RecordBatch]:
+        self._flush()
         if self._writer is None or self._file is None:
             return  # nothing was written
         self._writer.close()
