@@ -15,7 +15,17 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from table.mor_table import MorTable
 from table.read.predicate import Predicate
 from table.spark import datasource as spark_source
-from table.spark.write import PACKED, TaskShare, _WriteTasks, pack, spark_hash_int, upsert_dataframe, write_task_keys
+from table.spark.write import (
+    PACKED,
+    SPILL_WRITE_BYTES,
+    TaskShare,
+    _SpillBucket,
+    _WriteTasks,
+    pack,
+    spark_hash_int,
+    upsert_dataframe,
+    write_task_keys,
+)
 from table.storage.layout import LogFileName
 from table.write.routing import FILE_ID
 from tests.support.oracle import Oracle
@@ -115,6 +125,22 @@ def test_a_task_share_past_its_memory_goes_to_disk_and_is_read_back_in_parts_of_
     assert sum(map(len, groups)) == len(set().union(*groups)) == 40  # each group whole in one piece
     assert all(table.nbytes < 2 * 200_000 for table, _ in pieces)
     assert sorted(r for t, _ in pieces for r in t["payload"].to_pylist()) == sorted(rows["payload"].to_pylist())
+
+
+@pytest.mark.unit
+def test_spilled_rows_given_a_few_at_a_time_are_read_back_whole_in_a_few_record_batches(tmp_path):
+    """The shuffle's values spread over every spill bucket a few rows each; a bucket gathers
+    them into large record batches, so reading and splitting it costs what its rows cost."""
+    rows = pa.table({"_hoodie_record_key": [f"k{i:06d}" for i in range(10_000)], "payload": ["x" * 90] * 10_000})
+    bucket = _SpillBucket(str(tmp_path))
+    try:
+        for start in range(0, 10_000, 10):
+            bucket.write(rows.slice(start, 10))
+        batches = list(bucket._batches())
+    finally:
+        bucket.close()
+    assert pa.Table.from_batches(batches).equals(rows)
+    assert len(batches) <= 2 + rows.nbytes // SPILL_WRITE_BYTES
 
 
 @pytest.mark.unit
