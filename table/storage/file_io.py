@@ -45,7 +45,7 @@ _S3_SETTINGS = {
     "allow_http": ("aws_allow_http", "AWS_ALLOW_HTTP"),
 }
 STORAGE_OPTION_NAMES = tuple(names[0] for names in _S3_SETTINGS.values())
-#: fsyncs `Storage.sync_files` runs side by side: enough for the disk to flush many files at once.
+#: fsyncs `Storage.syncs` runs side by side: enough for the disk to flush many files at once.
 SYNC_THREADS = 16
 
 
@@ -231,7 +231,7 @@ class Storage:
         is needed; the write token in the name makes it its writer's own, so an object store is
         not asked first whether it exists (a HEAD a file). On a local disk the file is created
         exclusively (FileExistsError when it exists) and, unless `durable` is False, synced:
-        a writer of many files passes False and syncs them together with `sync_files`."""
+        a writer of many files passes False and syncs them together with `syncs`."""
         with self.open_new(rel) as out:
             out.write(data)
             if durable and self.is_local:
@@ -241,7 +241,7 @@ class Storage:
     def open_new(self, rel: str) -> Any:  # a pyarrow output stream or a local file
         """A data file of a pending instant written as a stream (a large base file written a row
         group at a time), as `write_new` writes it whole: created exclusively on a local disk
-        and not synced (see `sync_files`); on an object store a PUT, or a multipart upload
+        and not synced (see `syncs`); on an object store a PUT, or a multipart upload
         when it grows."""
         target = self.full_path(rel)
         if not self.is_local:
@@ -252,18 +252,12 @@ class Storage:
             self.makedirs(_parent(rel))
             return _open_exclusive(target)
 
-    def sync_files(self, rels: list[str]) -> None:
-        """Make files written with `durable=False` durable, all before this returns: on a local
-        disk their fsyncs run side by side, so that the disk's flushes serve many files at once
-        (one after another, each file waits for a flush of its own). An object store's PUT is
-        durable when it returns: nothing to do there."""
-        with self.syncs() as syncs:
-            for rel in rels:
-                syncs.add(rel)
-
     def syncs(self) -> FileSyncs:
-        """Files made durable in the background as a writer hands them over, all of them when
-        it leaves the context: the syncs of a task's first files overlap the writing of its next."""
+        """Files written with `durable=False` made durable in the background as a writer hands
+        them over, all of them when it leaves the context: on a local disk their fsyncs run side
+        by side, so that the disk's flushes serve many files at once, and the syncs of a task's
+        first files overlap the writing of its next. An object store's PUT is durable when it
+        returns: nothing to do there."""
         return FileSyncs(self)
 
     def _put_new(self, target: str, data: bytes | bytearray | memoryview) -> None:

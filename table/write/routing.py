@@ -124,7 +124,7 @@ class Routing:
 
     def _known_rings(self) -> ring.PartitionRouters:
         if self._rings is None:
-            self._rings = ring.PartitionRouters(list(self.routers.values()))
+            self._rings = ring.PartitionRouters.of(list(self.routers.values()))
         return self._rings
 
     def _rings_for(self, partitions: list[str]) -> tuple[ring.PartitionRouters, np.ndarray]:

@@ -52,7 +52,7 @@ _CONSTANT_META_COLUMNS = ("_hoodie_commit_time", "_hoodie_partition_path", "_hoo
 
 def write_log_file(storage: Storage, rel_path: str, blocks: Sequence[LogBlock], durable: bool = True) -> int:
     """Create a new log file holding `blocks`; never appends. Returns the bytes written. With
-    `durable` False the caller syncs it (`Storage.sync_files`), with the other files it writes."""
+    `durable` False the caller syncs it (`Storage.syncs`), with the other files it writes."""
     return write_log_bytes(storage, rel_path, b"".join(encode_blocks(blocks)), durable)
 
 

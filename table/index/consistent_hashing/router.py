@@ -130,29 +130,30 @@ class PartitionRouters:
     Built once per commit and sent to every task: it holds a few arrays, not an object per
     partition, so it pickles small; partitions met later (new ones) are added with `extended`."""
 
-    def __init__(self, routers: Sequence[Router]):
-        self.names = [r.metadata.partition_path for r in routers]
-        self.codes = {name: code for code, name in enumerate(self.names)}
-        self._primary = _NodeSearch.of([r.nodes for r in routers], [r.node_file_ids for r in routers])
+    def __init__(self, names: list[str], primary: _NodeSearch, children: _NodeSearch | None):
+        self.names = names
+        self.codes = {name: code for code, name in enumerate(names)}
+        self._primary = primary
+        self._children = children  # None: no partition has a pending resize
+
+    @classmethod
+    def of(cls, routers: Sequence[Router]) -> PartitionRouters:
         resizing = [r.child_ring for r in routers]
-        self._children = None
+        children = None
         if any(c is not None for c in resizing):
-            self._children = _NodeSearch.of(
+            children = _NodeSearch.of(
                 [c.nodes if c else () for c in resizing], [c.node_file_ids if c else [] for c in resizing]
             )
+        primary = _NodeSearch.of([r.nodes for r in routers], [r.node_file_ids for r in routers])
+        return cls([r.metadata.partition_path for r in routers], primary, children)
 
     def extended(self, routers: Sequence[Router]) -> PartitionRouters:
         """These rings and those of `routers` (partitions not among them), which get the next codes."""
-        more = PartitionRouters(routers)
-        both = PartitionRouters([])
-        both.names = self.names + more.names
-        both.codes = {name: code for code, name in enumerate(both.names)}
-        both._primary = self._primary.followed_by(more._primary)
+        more = PartitionRouters.of(routers)
+        children = None
         if self._children is not None or more._children is not None:
-            both._children = (self._children or self._primary.empty()).followed_by(
-                more._children or more._primary.empty()
-            )
-        return both
+            children = (self._children or self._primary.empty()).followed_by(more._children or more._primary.empty())
+        return PartitionRouters(self.names + more.names, self._primary.followed_by(more._primary), children)
 
     def file_ids_with_children(
         self, partition_codes: np.ndarray, hashes: np.ndarray
