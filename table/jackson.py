@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from json.encoder import encode_basestring
 from typing import Any
@@ -28,18 +28,25 @@ class Laid(str):
     """A value already laid out by `jackson_object` at its level: written as it is."""
 
 
-def jackson_object(entries: list[tuple[str, Any]], level: int) -> Laid:
-    """An object of these entries, laid out as `jackson_dumps` lays it out at `level`: what a
-    writer of thousands of like objects (a commit's write stats) renders without building a
-    dict of each."""
-    if not entries:
+def jackson_object(keys: tuple[str, ...], values: Sequence[Any], level: int) -> Laid:
+    """An object of these keys and values, laid out as `jackson_dumps` lays it out at `level`:
+    what a writer of thousands of like objects (a commit's write stats) renders without building
+    a dict of each. Objects of the same keys share one skeleton, filled with their values."""
+    if not keys:
         return Laid("{ }")
-    indent = "  " * (level + 1)
-    lines = []
-    for key, value in entries:
+    laid = []
+    for value in values:
         scalar = _SCALARS.get(type(value))
-        lines.append(f"{indent}{_quote_key(key)} : {scalar(value) if scalar else _pretty(value, level + 1)}")
-    return Laid("{\n" + ",\n".join(lines) + "\n" + "  " * level + "}")
+        laid.append(scalar(value) if scalar else _pretty(value, level + 1))
+    return Laid(_skeleton(keys, level) % tuple(laid))
+
+
+@lru_cache(maxsize=64)
+def _skeleton(keys: tuple[str, ...], level: int) -> str:
+    """An object of `keys` at `level` with a `%s` where each value goes."""
+    indent = "  " * (level + 1)
+    lines = [f"{indent}{_quote(key).replace('%', '%%')} : %s" for key in keys]
+    return "{\n" + ",\n".join(lines) + "\n" + "  " * level + "}"
 
 
 @lru_cache(maxsize=1024)

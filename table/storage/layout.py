@@ -16,6 +16,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 from table.errors import FormatError, InvalidRequestError
 from table.storage.file_io import Storage
@@ -58,6 +59,9 @@ def _check(pattern: str, value: str, what: str) -> None:
         raise FormatError(f"invalid {what}: {value!r}")
 
 
+_Name = TypeVar("_Name", "BaseFileName", "LogFileName")
+
+
 @dataclass(frozen=True)
 class BaseFileName:
     """A base (parquet) file name; `instant` is the commit that wrote the file."""
@@ -78,7 +82,7 @@ class BaseFileName:
     def parse(cls, name: str) -> BaseFileName | None:
         """The parts of a base file name; None for any other name."""
         m = _BASE_FILE_RE.fullmatch(name)
-        return cls(m["file_id"], m["write_token"], m["instant"]) if m else None
+        return _matched(cls, m.groupdict()) if m else None
 
     @classmethod
     def of(cls, name: str) -> BaseFileName:
@@ -112,9 +116,11 @@ class LogFileName:
     def parse(cls, name: str) -> LogFileName | None:
         """The parts of a log file name; None for any other name (CDC logs included)."""
         m = _LOG_FILE_RE.fullmatch(name)
-        if not m or int(m["version"]) < 1:
+        if not m:
             return None
-        return cls(m["file_id"], m["base_instant"], int(m["version"]), m["write_token"])
+        parts: dict[str, Any] = m.groupdict()
+        parts["version"] = int(parts["version"])
+        return _matched(cls, parts) if parts["version"] >= 1 else None
 
     @classmethod
     def of(cls, name: str) -> LogFileName:
@@ -123,6 +129,14 @@ class LogFileName:
         if parsed is None:
             raise FormatError(f"not a log file name: {name!r}")
         return parsed
+
+
+def _matched(cls: type[_Name], parts: dict[str, Any]) -> _Name:
+    """A name made of the parts its pattern matched, so not checked again: a view parses the
+    name of every file it lists or is told of."""
+    name = object.__new__(cls)
+    name.__dict__.update(parts)
+    return name
 
 
 def write_token(partition_id: int, stage_id: int, attempt_id: int) -> str:

@@ -82,8 +82,12 @@ _DELTA_FIELDS = (
     ("records_stats", "recordsStats"),
 )
 _ATTRIBUTE_OF_KEY = {key: attr for attr, key in _STAT_FIELDS + _DELTA_FIELDS}
+_STAT_ATTRIBUTES = tuple(attr for attr, _ in _STAT_FIELDS)
+_STAT_KEYS = tuple(key for _, key in _STAT_FIELDS)
+#: A delta stat's keys in order, the order of WriteStat's fields too.
+_DELTA_STAT_KEYS = _STAT_KEYS + tuple(key for _, key in _DELTA_FIELDS)
 _NO_RECORDS_STATS = {"val": None}  # how Jackson writes an empty Hudi Option
-_RUNTIME_STATS_AT = [key for _, key in _STAT_FIELDS].index("runtimeStats")
+_RUNTIME_STATS_AT = _STAT_KEYS.index("runtimeStats")
 #: The level a write stat is laid out at: in partitionToWriteStats' lists.
 _STAT_LEVEL = 2
 
@@ -154,17 +158,16 @@ class WriteStat:
         if self._laid is not None and level == _STAT_LEVEL:
             return self._laid
         if self.extra:
-            return jackson_object(list(self.to_dict().items()), level)
-        entries = [(key, getattr(self, attr)) for attr, key in _STAT_FIELDS]
+            d = self.to_dict()
+            return jackson_object(tuple(d), list(d.values()), level)
+        values = [getattr(self, attr) for attr in _STAT_ATTRIBUTES]
         if self.runtime_stats is not None:
-            entries[_RUNTIME_STATS_AT] = ("runtimeStats", self.runtime_stats.to_dict())
-        if self.is_delta:
-            entries += [(key, getattr(self, attr)) for attr, key in _DELTA_FIELDS[:-2]]
-            entries.append(("logFiles", list(self.log_files or [])))
-            entries.append(
-                ("recordsStats", self.records_stats if self.records_stats is not None else dict(_NO_RECORDS_STATS))
-            )
-        return jackson_object(entries, level)
+            values[_RUNTIME_STATS_AT] = self.runtime_stats.to_dict()
+        if not self.is_delta:
+            return jackson_object(_STAT_KEYS, values, level)
+        values += [self.log_version, self.log_offset, self.base_file, list(self.log_files or [])]
+        values.append(self.records_stats if self.records_stats is not None else dict(_NO_RECORDS_STATS))
+        return jackson_object(_DELTA_STAT_KEYS, values, level)
 
     def to_dict(self) -> dict[str, Any]:
         fields = _STAT_FIELDS + (_DELTA_FIELDS if self.is_delta else ())
@@ -179,6 +182,14 @@ class WriteStat:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> WriteStat:
+        keys = tuple(d)
+        if keys in (_DELTA_STAT_KEYS, _STAT_KEYS):  # as Hudi and we lay stats out: by position
+            stat = cls(*d.values())
+            if stat.runtime_stats is not None:
+                stat.runtime_stats = RuntimeStats.from_dict(d["runtimeStats"])
+            if stat.records_stats == _NO_RECORDS_STATS:
+                stat.records_stats = None
+            return stat
         values: dict[str, Any] = {}
         extra: dict[str, Any] = {}
         for key, value in d.items():

@@ -161,6 +161,12 @@ def test_unknown_keys_are_kept_in_place():
     assert again["version"] == 1 and again["partitionToWriteStats"][""][0]["futureStat"] == 7
 
 
+def test_a_stat_with_unknown_keys_lays_out_as_its_dict_does():
+    stat = WriteStat.from_dict({"fileId": "a-0", "path": "p/a%s.parquet", "odd %d key": "50%", "numWrites": 3})
+    assert stat.extra == {"odd %d key": "50%"}
+    assert stat.laid_out() == jackson_dumps({"x": {"y": [stat.to_dict()]}}).split("[ ", 1)[1].rsplit(" ]", 1)[0]
+
+
 def test_strings_are_escaped_as_jackson_does():
     assert jackson_dumps({"k": 'a"b\\c\n\x01é/'}) == '{\n  "k" : "a\\"b\\\\c\\n\\u0001é/"\n}'
     assert jackson_dumps({"a": [], "b": {}, "c": [1, None, True]}) == (
