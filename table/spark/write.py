@@ -13,7 +13,7 @@ nothing is paid per file group that could be paid per batch:
    the file groups are dealt out evenly (`_WriteTasks`).
 3. Each write task unpacks what it received into one table, keeps the latest version of each
    key of each file group in one pass, and writes its groups: one marker file naming them all,
-   a base or log file per group (`table.write.file_group_writer`), each synced in the background.
+   a base or log file per group (`table.write.file_group_writer`), made durable together.
 
 Only the write stats come back to the driver, laid out as the commit file holds them, which
 completes the commit. Spark runs it as two
@@ -457,11 +457,11 @@ def _write_file_groups(
         routing = routing_bc.value
         writer = WriteTask(task.partitionId(), task.stageId(), task.taskAttemptId())
         targets = {f: routing.target(f, p) for f, p in sorted(share.partitions.items())}
-        with TaskFiles(ctx, writer, targets) as files:
-            files.mark()
-            for rows, finished in share.pieces():
-                files.write(dedupe_latest(rows, ctx.ordering_field, group_column=FILE_ID), finished)
-            stats = files.close()
+        files = TaskFiles(ctx, writer, targets)
+        files.mark()
+        for rows, finished in share.pieces():
+            files.write(dedupe_latest(rows, ctx.ordering_field, group_column=FILE_ID), finished)
+        stats = files.close()
     reported: list[str | None] = [s.laid_out() for s in stats] or [None]
     seconds = [time.perf_counter() - started] + [0.0] * (len(reported) - 1)
     yield pa.RecordBatch.from_pydict({"stat": reported, "seconds": seconds}, schema=_STAT_ARROW)

@@ -93,10 +93,10 @@ def write_file_groups(ctx: CommitContext, task: WriteTask, routing: Routing, row
     written and synced (`TaskFiles`). Returns the stats of the files written."""
     groups = _TaskGroups.of(rows)
     targets = {f: routing.target(f, p) for f, p in zip(groups.file_ids, groups.partitions)}
-    with TaskFiles(ctx, task, targets) as files:
-        files.mark()
-        files.write(groups.rows)
-        return files.close()
+    files = TaskFiles(ctx, task, targets)
+    files.mark()
+    files.write(groups.rows)
+    return files.close()
 
 
 class TaskFiles:
@@ -106,8 +106,8 @@ class TaskFiles:
     group of its base file, or a block of its log file, from each: its base file is written as a
     stream, its log file once its last piece is in. The meta columns, the types and the blocks'
     records are made for all of a piece's rows at once, so that a group costs its file and little
-    more. Each file is synced in the background once written (`Storage.syncs`); `close` returns
-    when all of them are durable."""
+    more. The files are made durable together (`Storage.syncs`): `close` returns when all of
+    them are."""
 
     def __init__(self, ctx: CommitContext, task: WriteTask, targets: Mapping[str, FileGroupTarget]):
         self.ctx = ctx
@@ -119,12 +119,6 @@ class TaskFiles:
         self._logs: dict[str, _PendingLog] = {}
         self._stats: list[WriteStat] = []
         self._syncs = ctx.storage.syncs()
-
-    def __enter__(self) -> TaskFiles:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._syncs.close()
 
     def mark(self) -> None:
         """Before the task writes any file: one marker file naming the file each group may
