@@ -94,6 +94,8 @@ class FileGroup:
     #: the consistent-hashing (or simple bucket) index on a merge-on-read table with log files, whose
     #: base instant is the deltacommit that wrote them
     log_only_starts: set[str] = field(default_factory=set)
+    #: the highest log version per base instant, kept as logs are added (`add_log_file`)
+    _log_versions: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def slice(self, base_instant: str) -> FileSlice:
         if base_instant not in self.slices:
@@ -112,19 +114,17 @@ class FileGroup:
 
     def next_log_version(self, base_instant: str) -> int:
         """Versions count per base instant, whichever slice the logs are read with."""
-        last = 0
-        for file_slice in self.slices.values():
-            for f in file_slice.log_files:
-                if f.name.base_instant == base_instant and f.name.version > last:
-                    last = f.name.version
-        return last + 1
+        return self._log_versions.get(base_instant, 0) + 1
 
     def add_log_file(self, log: LogFile) -> None:
         """Attach a log to the newest committed slice at or before its base instant (a log of a
         pending compaction's or resize's instant joins the slice before it); a log older than every
         committed slice keeps a slice of its own (no reader reads it)."""
-        found = self._latest_committed(log.name.base_instant)
-        (found or self.slice(log.name.base_instant)).log_files.append(log)
+        name = log.name
+        found = self._latest_committed(name.base_instant)
+        (found or self.slice(name.base_instant)).log_files.append(log)
+        if name.version > self._log_versions.get(name.base_instant, 0):
+            self._log_versions[name.base_instant] = name.version
 
     def _latest_committed(self, at_most: str | None) -> FileSlice | None:
         """The committed slice with the greatest base instant (at or before `at_most`, if given)."""

@@ -51,7 +51,8 @@ class LayoutStats:
             for file_id, latest in slices.items():
                 if latest is not None:
                     log_bytes = sum(f.size for f in latest.log_files)
-                    sizes[file_id] = SliceSize(len(latest.log_files), log_bytes, latest.total_size)
+                    base_bytes = latest.base_file.size if latest.base_file else 0
+                    sizes[file_id] = SliceSize(len(latest.log_files), log_bytes, base_bytes + log_bytes)
         return cls(partitions)
 
     def with_writes(self, stats: list[WriteStat]) -> LayoutStats:

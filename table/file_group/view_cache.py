@@ -134,7 +134,9 @@ class FileSystemViewCache:
             if not stat.path:
                 continue
             partition = stat.partition_path or ""
-            files = self._files.setdefault(partition, PartitionFiles(partition))
+            files = self._files.get(partition)
+            if files is None:
+                files = self._files[partition] = PartitionFiles(partition)
             files.add(stat.path.rsplit("/", 1)[-1], stat.file_size_in_bytes)
             if not self._extend(files, stat.file_id, stat.path):
                 self._mark(partition, stat.file_id)
