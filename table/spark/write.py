@@ -335,7 +335,7 @@ class TaskShare:
         size = 0
         for bucket in (b for b in self._buckets if b.bytes):
             if run and size + bucket.bytes > self.memory_bytes:
-                yield pa.concat_tables([b.read() for b in run]), True
+                yield _read_and_close(run), True
                 run, size = [], 0
             if bucket.bytes > self.memory_bytes:
                 yield from bucket.split_by_key(math.ceil(bucket.bytes / self.memory_bytes), self._directory)
@@ -343,7 +343,16 @@ class TaskShare:
             run.append(bucket)
             size += bucket.bytes
         if run:
-            yield pa.concat_tables([b.read() for b in run]), True
+            yield _read_and_close(run), True
+
+
+def _read_and_close(buckets: list[_SpillBucket]) -> pa.Table:
+    """The buckets' rows, their files gone: a sync of the task's files (`Storage.syncs`) does
+    not write back rows already read."""
+    rows = pa.concat_tables([b.read() for b in buckets])
+    for bucket in buckets:
+        bucket.close()
+    return rows
 
 
 #: The files a write task's spilled rows are spread over, by file group.
@@ -419,6 +428,7 @@ class _SpillBucket:
                     if rows:
                         shards[i].write(pa.Table.from_batches([ordered.slice(start, rows)]))
                         start += rows
+            self.close()
             for i, piece in enumerate(shards):
                 if piece.bytes:
                     yield piece.read(), i == count - 1
@@ -438,6 +448,7 @@ class _SpillBucket:
     def close(self) -> None:
         if self._file is not None:
             self._file.close()  # a temporary file: gone once closed
+            self._file = self._writer = None
 
 
 def _write_file_groups(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from collections import Counter
 from pathlib import Path
@@ -103,8 +104,21 @@ def test_write_tasks_given_more_than_they_hold_write_their_file_groups_in_parts(
     assert strip(by_key(hudi_rs_read(path)), DATA_COLUMNS) == expected
 
 
+def _open_files_in(directory) -> list[str]:
+    """The files this process holds open under `directory` (deleted ones included)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except FileNotFoundError:  # the listing's own descriptor, closed by now
+            continue
+        if link.startswith(str(directory)):
+            found.append(link)
+    return found
+
+
 @pytest.mark.unit
-def test_a_task_share_past_its_memory_goes_to_disk_and_is_read_back_in_parts_of_whole_groups():
+def test_a_task_share_past_its_memory_goes_to_disk_and_is_read_back_in_parts_of_whole_groups(tmp_path):
     rows = pa.table(
         {
             FILE_ID: [f"g{i % 40:02d}" for i in range(20_000)],
@@ -114,7 +128,7 @@ def test_a_task_share_past_its_memory_goes_to_disk_and_is_read_back_in_parts_of_
     )
     tasks = _WriteTasks(1, (0,), {})
     values = [pack(rows.slice(i, 1000), tasks).column(PACKED)[0].as_buffer() for i in range(0, 20_000, 1000)]
-    with TaskShare(memory_bytes=200_000) as share:
+    with TaskShare(memory_bytes=200_000, directory=str(tmp_path)) as share:
         for value in values:
             share.add(value)
         assert share.bytes == sum(v.size for v in values) > 200_000
@@ -144,7 +158,7 @@ def test_spilled_rows_given_a_few_at_a_time_are_read_back_whole_in_a_few_record_
 
 
 @pytest.mark.unit
-def test_a_file_group_larger_than_a_task_holds_comes_in_pieces_of_its_keys_the_last_one_finishing_it():
+def test_a_file_group_larger_than_a_task_holds_comes_in_pieces_of_its_keys_the_last_one_finishing_it(tmp_path):
     rows = pa.table(
         {
             FILE_ID: ["big"] * 12_000 + ["small"] * 100,
@@ -155,10 +169,11 @@ def test_a_file_group_larger_than_a_task_holds_comes_in_pieces_of_its_keys_the_l
     )
     tasks = _WriteTasks(1, (0,), {})
     values = [pack(rows.slice(i, 1000), tasks).column(PACKED)[0].as_buffer() for i in range(0, 12_100, 1000)]
-    with TaskShare(memory_bytes=100_000) as share:
+    with TaskShare(memory_bytes=100_000, directory=str(tmp_path)) as share:
         for value in values:
             share.add(value)
         pieces = list(share.pieces())
+        assert _open_files_in(tmp_path) == []  # each spill file gone once read: a sync writes none of it back
     big = [(table, finished) for table, finished in pieces if "big" in table[FILE_ID].to_pylist()]
     assert len(big) > 3 and [finished for _, finished in big] == [False] * (len(big) - 1) + [True]
     keys = [k for table, _ in big for k in table["_hoodie_record_key"].to_pylist()]
