@@ -354,19 +354,12 @@ class FileSyncs:
     (`Storage.syncs`). On Linux that is one `syncfs(2)` per file system holding them: the kernel
     writes them all back in one pass and flushes the disk once, where an fsync of each file
     flushes it once a file, which costs more than writing a small file. Elsewhere each file is
-    fsynced. Leaving the context waits for them and raises the first failure."""
+    fsynced. `wait` returns once they are durable, or raises the first failure."""
 
     def __init__(self, storage: Storage):
         self._storage = storage
         self._directories: set[str] = set()  # where the files are, for syncfs
         self._paths: list[str] = []  # the files, for fsync
-
-    def __enter__(self) -> FileSyncs:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
-        if kind is None:
-            self.wait()
 
     def add(self, rel: str) -> None:
         if not self._storage.is_local:

@@ -43,15 +43,16 @@ def _recorded_syncs(monkeypatch) -> list[str]:
     return synced
 
 
-def test_files_handed_over_are_all_synced_when_the_context_ends(tmp_path, sync_kind, monkeypatch):
+def test_files_handed_over_are_all_synced_when_the_writer_is_done(tmp_path, sync_kind, monkeypatch):
     storage = Storage(str(tmp_path))
     names = [f"p{i % 3}/f{i}" for i in range(20)]
     synced = _recorded_syncs(monkeypatch)
-    with storage.syncs() as syncs:
-        for name in names:
-            storage.write_new(name, name.encode(), durable=False)
-            syncs.add(name)
-        assert synced == []  # nothing until the writer is done
+    syncs = storage.syncs()
+    for name in names:
+        storage.write_new(name, name.encode(), durable=False)
+        syncs.add(name)
+    assert synced == []  # nothing until the writer is done
+    syncs.wait()
     assert all((tmp_path / name).read_bytes() == name.encode() for name in names)
     if sync_kind == "syncfs":
         assert len(synced) == 1 and synced[0] in {str(tmp_path / f"p{i}") for i in range(3)}  # one file system
@@ -73,6 +74,7 @@ def test_a_file_whose_directory_is_gone_fails_the_write(tmp_path, sync_kind):
 def test_an_object_store_write_needs_no_sync(tmp_path, monkeypatch):
     storage = Storage("s3://bucket/table", {"aws_region": "us-east-1"})
     synced = _recorded_syncs(monkeypatch)
-    with storage.syncs() as syncs:
-        syncs.add("p/f")  # its PUT returned: durable
+    syncs = storage.syncs()
+    syncs.add("p/f")  # its PUT returned: durable
+    syncs.wait()
     assert synced == []
