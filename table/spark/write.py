@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 from pyspark import Broadcast, SparkContext, TaskContext, accumulators
 from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from table.errors import InvalidRequestError
 from table.index import consistent_hashing as ring
@@ -57,9 +57,12 @@ PACKED = "rows"
 #: dealt out evenly (`_WriteTasks`) instead of hashed, which leaves some tasks twice the groups of
 #: others.
 WRITE_TASK = "_mor_write_task"
-PACKED_SCHEMA = f"{WRITE_TASK} int, {PACKED} binary"
-STAT_SCHEMA = "stat string, seconds double"
+_PACKED_ARROW = pa.schema([(WRITE_TASK, pa.int32()), (PACKED, pa.binary())])
 _STAT_ARROW = pa.schema([("stat", pa.string()), ("seconds", pa.float64())])
+#: The passes' output types, given to Spark as types: a DDL string is parsed in the JVM, a round
+#: trip each micro-batch pays twice.
+PACKED_SCHEMA = from_arrow_schema(_PACKED_ARROW)
+STAT_SCHEMA = from_arrow_schema(_STAT_ARROW)
 #: Position of a row in its task's input: task id in the high bits, as monotonically_increasing_id.
 _TASK_POSITION_SHIFT = 33
 #: Write tasks per core: one wave of tasks, each writing several file groups one after another.
@@ -258,7 +261,7 @@ def pack(routed: pa.Table, tasks: _WriteTasks) -> pa.RecordBatch:
     """Rows of packed values for each write task the rows go to: its shuffle key and its rows,
     those of all its file groups, as Arrow IPC streams of at most about `PACKED_VALUE_BYTES`."""
     if routed.num_rows == 0:
-        return pa.RecordBatch.from_pydict({WRITE_TASK: pa.array([], pa.int32()), PACKED: pa.array([], pa.binary())})
+        return pa.RecordBatch.from_pylist([], schema=_PACKED_ARROW)
     groups = pc.dictionary_encode(routed[FILE_ID].combine_chunks())
     task_of_group = np.array([tasks.task_of(f) for f in groups.dictionary.to_pylist()], dtype=np.int64)
     task_of_row = task_of_group[np.asarray(groups.indices)]
@@ -279,7 +282,7 @@ def pack(routed: pa.Table, tasks: _WriteTasks) -> pa.RecordBatch:
                 start += rows
     offsets = pa.py_buffer(np.array(ends, dtype=np.int32).tobytes())
     streams = pa.Array.from_buffers(pa.binary(), len(keys), [None, offsets, sink.getvalue()])
-    return pa.RecordBatch.from_arrays([pa.array(keys, pa.int32()), streams], names=[WRITE_TASK, PACKED])
+    return pa.RecordBatch.from_arrays([pa.array(keys, pa.int32()), streams], schema=_PACKED_ARROW)
 
 
 class TaskShare:
