@@ -68,6 +68,7 @@ class TableWriter:
         self._open = False
         self._files = FileSystemViewCache(table.storage)
         self._rings = _Rings(table.storage)
+        self._routers: dict[str, ring.Router] = {}  # the last commit's, each reused while its ring stays
         self._schema: tuple[str | None, pa.Schema] | None = None  # (the latest write, the table's schema then)
         self.last_commit: CommitMetadata | None = None  # what the latest `complete` committed
         self.last_layout: LayoutStats | None = None  # the buckets' latest slices after it
@@ -221,7 +222,7 @@ class TableWriter:
                             base_file_name="",
                             log_version=group.next_log_version(resize_instant) if group else 1,
                         )
-            routers[partition] = ring.Router(metadata, index_key_fields=tuple(self.table.config.record_key_fields))
+            routers[partition] = self._router(metadata)
             latest_slices = buckets[partition] = {}
             for node in metadata.nodes:
                 file_id = ring.file_id_for(node)
@@ -241,10 +242,20 @@ class TableWriter:
                     base_file_name=base_file_name,
                     log_version=group.next_log_version(base) if (group and base) else 1,
                 )
+        self._routers = dict(routers)
         return (
             Routing(spec, self.key_generator, routers, targets, self.options.initial_buckets),
             LayoutStats.of_slices(buckets),
         )
+
+    def _router(self, metadata: ring.HashingMetadata) -> ring.Router:
+        """The partition's router, built again only when its ring changed: a ring changes with a
+        resize, and sorting every ring's nodes again each commit costs a batch over many
+        partitions more than its routing does."""
+        router = self._routers.get(metadata.partition_path)
+        if router is None or router.metadata is not metadata:
+            router = ring.Router(metadata, index_key_fields=tuple(self.table.config.record_key_fields))
+        return router
 
     def complete(
         self,
