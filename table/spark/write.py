@@ -432,10 +432,10 @@ class _SpillBucket:
                         shards[i].write(pa.Table.from_batches([ordered.slice(start, rows)]))
                         start += rows
             self.close()
-            for i, piece in enumerate(shards):
-                if piece.bytes:
-                    yield piece.read(), i == count - 1
-                    piece.close()
+            filled = [piece for piece in shards if piece.bytes]  # one key's versions fill one shard only
+            for i, piece in enumerate(filled):
+                yield piece.read(), i == len(filled) - 1
+                piece.close()
         finally:
             for piece in shards:
                 piece.close()

@@ -181,6 +181,27 @@ def test_a_file_group_larger_than_a_task_holds_comes_in_pieces_of_its_keys_the_l
     assert all(table.nbytes < 2 * 100_000 for table, _ in pieces)
 
 
+@pytest.mark.unit
+def test_a_group_of_one_key_larger_than_a_task_holds_comes_back_whole_and_finished(tmp_path):
+    """Versions of one key cannot be split by key: the group is one piece, which finishes it, so
+    that its file is written then rather than held until the task ends."""
+    rows = pa.table(
+        {
+            FILE_ID: ["hot"] * 4_000,
+            "_hoodie_partition_path": ["p"] * 4_000,
+            "_hoodie_record_key": ["k"] * 4_000,
+            "payload": [f"x{i:08d}" * 4 for i in range(4_000)],
+        }
+    )
+    tasks = _WriteTasks(1, (0,), {})
+    values = [pack(rows.slice(i, 500), tasks).column(PACKED)[0].as_buffer() for i in range(0, 4_000, 500)]
+    with TaskShare(memory_bytes=20_000, directory=str(tmp_path)) as share:
+        for value in values:
+            share.add(value)
+        pieces = list(share.pieces())
+    assert [(table.num_rows, finished) for table, finished in pieces] == [(4_000, True)]
+
+
 def test_writes_leave_no_accumulator_or_broadcast_behind(spark, tmp_path):
     """A streaming job writes a micro-batch every few seconds for weeks: what a write hands its
     tasks goes when it is done, or the driver holds every batch's."""
