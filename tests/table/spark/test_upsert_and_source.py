@@ -157,21 +157,31 @@ def test_spilled_rows_given_a_few_at_a_time_are_read_back_whole_in_a_few_record_
     assert len(batches) <= 2 + rows.nbytes // SPILL_WRITE_BYTES
 
 
-@pytest.mark.unit
-def test_a_file_group_larger_than_a_task_holds_comes_in_pieces_of_its_keys_the_last_one_finishing_it(tmp_path):
-    rows = pa.table(
+def _group_rows(file_ids: list[str], keys: list[str]) -> pa.Table:
+    """Routed rows of one partition: a file group and a record key each."""
+    return pa.table(
         {
-            FILE_ID: ["big"] * 12_000 + ["small"] * 100,
-            "_hoodie_partition_path": ["p"] * 12_100,
-            "_hoodie_record_key": [f"k{i:06d}" for i in range(12_100)],
-            "payload": [f"x{i:08d}" * 4 for i in range(12_100)],
+            FILE_ID: file_ids,
+            "_hoodie_partition_path": ["p"] * len(keys),
+            "_hoodie_record_key": keys,
+            "payload": [f"x{i:08d}" * 4 for i in range(len(keys))],
         }
     )
+
+
+def _task_share(rows: pa.Table, value_rows: int, memory_bytes: int, directory) -> TaskShare:
+    """A write task's share of `rows`, received from the shuffle in values of `value_rows` rows."""
     tasks = _WriteTasks(1, (0,), {})
-    values = [pack(rows.slice(i, 1000), tasks).column(PACKED)[0].as_buffer() for i in range(0, 12_100, 1000)]
-    with TaskShare(memory_bytes=100_000, directory=str(tmp_path)) as share:
-        for value in values:
-            share.add(value)
+    share = TaskShare(memory_bytes=memory_bytes, directory=str(directory))
+    for start in range(0, rows.num_rows, value_rows):
+        share.add(pack(rows.slice(start, value_rows), tasks).column(PACKED)[0].as_buffer())
+    return share
+
+
+@pytest.mark.unit
+def test_a_file_group_larger_than_a_task_holds_comes_in_pieces_of_its_keys_the_last_one_finishing_it(tmp_path):
+    rows = _group_rows(["big"] * 12_000 + ["small"] * 100, [f"k{i:06d}" for i in range(12_100)])
+    with _task_share(rows, 1000, memory_bytes=100_000, directory=tmp_path) as share:
         pieces = list(share.pieces())
         assert _open_files_in(tmp_path) == []  # each spill file gone once read: a sync writes none of it back
     big = [(table, finished) for table, finished in pieces if "big" in table[FILE_ID].to_pylist()]
@@ -185,19 +195,8 @@ def test_a_file_group_larger_than_a_task_holds_comes_in_pieces_of_its_keys_the_l
 def test_a_group_of_one_key_larger_than_a_task_holds_comes_back_whole_and_finished(tmp_path):
     """Versions of one key cannot be split by key: the group is one piece, which finishes it, so
     that its file is written then rather than held until the task ends."""
-    rows = pa.table(
-        {
-            FILE_ID: ["hot"] * 4_000,
-            "_hoodie_partition_path": ["p"] * 4_000,
-            "_hoodie_record_key": ["k"] * 4_000,
-            "payload": [f"x{i:08d}" * 4 for i in range(4_000)],
-        }
-    )
-    tasks = _WriteTasks(1, (0,), {})
-    values = [pack(rows.slice(i, 500), tasks).column(PACKED)[0].as_buffer() for i in range(0, 4_000, 500)]
-    with TaskShare(memory_bytes=20_000, directory=str(tmp_path)) as share:
-        for value in values:
-            share.add(value)
+    rows = _group_rows(["hot"] * 4_000, ["k"] * 4_000)
+    with _task_share(rows, 500, memory_bytes=20_000, directory=tmp_path) as share:
         pieces = list(share.pieces())
     assert [(table.num_rows, finished) for table, finished in pieces] == [(4_000, True)]
 
