@@ -434,8 +434,7 @@ class _SpillBucket:
             self.close()
             filled = [piece for piece in shards if piece.bytes]  # one key's versions fill one shard only
             for i, piece in enumerate(filled):
-                yield piece.read(), i == len(filled) - 1
-                piece.close()
+                yield _read_and_close([piece]), i == len(filled) - 1
         finally:
             for piece in shards:
                 piece.close()
