@@ -29,9 +29,10 @@ from streamer.kafka.schema import (
 
 
 class _BatchBuilder:
-    """Accumulates confluent-kafka messages and emits Arrow record batches. Each chunk of
-    messages becomes Arrow arrays at once, through the messages' C accessors (no Python frame
-    per message): a record costs about a microsecond here."""
+    """Accumulates confluent-kafka messages and emits Arrow record batches. A chunk's keys and
+    values are taken through the messages' C accessors (no Python frame per message) and become
+    Arrow arrays once per batch, so their bytes are copied once, from Python's to Arrow's: a
+    record costs about a microsecond here."""
 
     def __init__(self, topic: str, partition: int, include_headers: bool):
         self.topic = topic
@@ -44,7 +45,7 @@ class _BatchBuilder:
         self._reset()
 
     def _reset(self):
-        self.chunks: list = []  # (keys, values, offsets, timestamp pairs) per chunk of messages
+        self.chunks: list = []  # (keys, values, offsets, timestamp pairs) per chunk of messages, as lists
         self.headers: list = []
         self.rows = 0
         self.bytes = 0
@@ -53,14 +54,12 @@ class _BatchBuilder:
         from confluent_kafka import Message
 
         n = len(msgs)
-        values = pa.array(list(map(Message.value, msgs)), pa.binary())
-        keys = pa.array(list(map(Message.key, msgs)), pa.binary())
+        values = list(map(Message.value, msgs))
         stamps = np.fromiter(itertools.chain.from_iterable(map(Message.timestamp, msgs)), np.int64, 2 * n)
-        self.chunks.append((keys, values, offsets, stamps.reshape(n, 2)))
+        self.chunks.append((list(map(Message.key, msgs)), values, offsets, stamps.reshape(n, 2)))
         if self.include_headers:
             self.headers += map(Message.headers, msgs)
-        data = values.buffers()[2]
-        added = data.size if data is not None else 0
+        added = sum(map(len, filter(None, values)))  # tombstones' values are None
         self.rows += n
         self.bytes += added
         self._seen_rows += n
@@ -74,8 +73,8 @@ class _BatchBuilder:
         # confluent-kafka: 0 not available, 1 create time, 2 log-append time;
         # Spark / Java client: -1, 0, 1.
         cols = [
-            pa.concat_arrays(keys),
-            pa.concat_arrays(values),
+            pa.array(list(itertools.chain.from_iterable(keys)), pa.binary()),
+            pa.array(list(itertools.chain.from_iterable(values)), pa.binary()),
             pa.repeat(pa.scalar(self.topic, pa.string()), n),
             pa.repeat(pa.scalar(self.partition, pa.int32()), n),
             pa.array(list(itertools.chain.from_iterable(offsets)), pa.int64()),
