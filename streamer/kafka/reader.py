@@ -136,6 +136,11 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
     (compaction, transaction markers, aborted records) never make it wait. Fails with
     :class:`KafkaSourceTimeoutError` after ``maxBrokerOutageMs`` (else ``kafkaConsumer.pollTimeoutMs``)
     without progress.
+
+    The partition's earliest offset is asked for only when the read does not begin where it
+    was asked to (the consumer reports the offset out of range, or its first record or its end
+    lies beyond it), as Spark's Kafka consumer does: a range costs no round trip of its own
+    before its first fetch, and data loss is told apart from a gap when there is one.
     """
     if end <= start:
         return
@@ -147,57 +152,26 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
     consumer = _CONSUMERS.acquire(opts)
     reusable = False
     try:
-        # 1. Where does the partition start now? (data-loss check)
-        deadline = time.monotonic() + timeout_s
-        last_err: BaseException | None = None
-        while True:
-            try:
-                low, _high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition),
-                    timeout=max(0.1, min(10.0, deadline - time.monotonic())),
-                    cached=False,
-                )
-                break
-            except ck.KafkaException as e:
-                last_err = e
-                err = e.args[0] if e.args else None
-                if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    data_loss(opts.fail_on_data_loss, f"Cannot read {where}: the partition does not exist any more.")
-                    return
-                if isinstance(err, KafkaError) and err.code() == KafkaError._UNKNOWN_PARTITION:
-                    # A pooled consumer's metadata predates partitions added to the topic since:
-                    # a metadata request teaches it the new ones.
-                    try:
-                        md = consumer.list_topics(topic, timeout=max(0.1, min(10.0, deadline - time.monotonic())))
-                        known = md.topics.get(topic)
-                        if known is not None and known.error is None and partition not in known.partitions:
-                            data_loss(
-                                opts.fail_on_data_loss, f"Cannot read {where}: the partition does not exist any more."
-                            )
-                            return
-                    except ck.KafkaException:
-                        pass
-                if time.monotonic() >= deadline:
-                    raise KafkaSourceTimeoutError(
-                        f"Timed out after {opts.task_timeout_ms} ms querying the offsets of {where} "
-                        f"from {opts.bootstrap_servers}: {opts.redact(str(last_err))} "
-                        f"(option {opts.task_timeout_option})"
-                    ) from None
-                time.sleep(0.2)
-        start = _start_after_retention(opts, topic, partition, start, end, low)
-        if start >= end:
-            return
-
-        # 2. Consume.
         consumer.assign([TopicPartition(topic, partition, start)])
         builder = _BatchBuilder(topic, partition, opts.include_headers)
         batch_size = opts.arrow_batch_size
         max_bytes = opts.arrow_max_batch_bytes
         next_offset = start
+        begun = False  # whether the read is known to begin at `next_offset` (or after data loss)
         eof_at = -1
         deadline = time.monotonic() + timeout_s
         last_problem = ""
         done = False
+
+        def resume_after_retention() -> int | None:
+            """Where to go on when the read did not begin at `next_offset`: the partition's
+            earliest offset when the records before it are gone (data loss), else `next_offset`;
+            None when the partition is gone."""
+            low = _earliest_offset(consumer, opts, topic, partition, where)
+            if low is None:
+                return None
+            return _start_after_retention(opts, topic, partition, next_offset, end, low)
+
         while not done:
             want = min(batch_size - builder.rows, end - next_offset, 100_000)
             if builder.avg_bytes:  # large records: keep the batch near arrowMaxBatchBytes
@@ -216,24 +190,29 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
                         code = err.code()
                         if code == KafkaError._PARTITION_EOF:
                             eof_at = m.offset()
+                            if not begun and eof_at > next_offset and not msgs:
+                                begun = True
+                                if resume_after_retention() is None:
+                                    done = True  # the partition is gone
                             if eof_at >= end:
                                 done = True
                             deadline = now + timeout_s
                         elif code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                            data_loss(
-                                opts.fail_on_data_loss,
-                                f"Cannot read {where} from offset {next_offset}: offset out of range ({err.str()}).",
-                            )
-                            done = True  # failOnDataLoss=false resets to earliest: stop here
-                        elif code in (
-                            KafkaError.UNKNOWN_TOPIC_OR_PART,
-                            KafkaError._UNKNOWN_PARTITION,
-                            KafkaError._UNKNOWN_TOPIC,
+                            begun = True
+                            resumed = resume_after_retention()  # failOnDataLoss=true: raises here
+                            if resumed is None or resumed >= end:
+                                msgs, done = [], True
+                            else:
+                                msgs, next_offset = [], resumed
+                                consumer.assign([TopicPartition(topic, partition, resumed)])
+                            deadline = now + timeout_s
+                        elif code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC) or (
+                            code == KafkaError._UNKNOWN_PARTITION and _partition_is_gone(consumer, topic, partition)
                         ):
                             data_loss(
                                 opts.fail_on_data_loss, f"Cannot read {where}: the partition does not exist any more."
                             )
-                            done = True
+                            msgs, done = [], True
                         elif err.fatal():
                             raise KafkaSourceError(f"fatal Kafka error reading {where}: {opts.redact(err.str())}")
                         else:
@@ -244,6 +223,10 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
                     if offsets[0] < next_offset:  # never hand out a record twice / from before start
                         k = bisect.bisect_left(offsets, next_offset)
                         msgs, offsets = msgs[k:], offsets[k:]
+                    if msgs and not begun:
+                        begun = True
+                        if offsets[0] > next_offset and resume_after_retention() is None:
+                            msgs, done = [], True
                 if msgs:
                     if offsets[-1] >= end:
                         k = bisect.bisect_left(offsets, end)
@@ -259,6 +242,10 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
                 # Gaps: the position may have passed `end` without a record at end - 1.
                 try:
                     pos = consumer.position([TopicPartition(topic, partition)])[0].offset
+                    if not begun and pos > next_offset:
+                        begun = True
+                        if resume_after_retention() is None:
+                            pos = end  # the partition is gone
                     if pos >= end:
                         done = True
                 except ck.KafkaException:
@@ -276,6 +263,50 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
         reusable = True
     finally:
         _CONSUMERS.release(opts, consumer, reusable)
+
+
+def _earliest_offset(consumer, opts: SourceOptions, topic: str, partition: int, where: str) -> int | None:
+    """The partition's earliest offset now, asked of the broker; None (after reporting the data
+    loss) when the partition does not exist any more."""
+    import confluent_kafka as ck
+    from confluent_kafka import KafkaError, TopicPartition
+
+    deadline = time.monotonic() + opts.task_timeout_ms / 1000.0
+    while True:
+        try:
+            low, _high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition),
+                timeout=max(0.1, min(10.0, deadline - time.monotonic())),
+                cached=False,
+            )
+            return low
+        except ck.KafkaException as e:
+            err = e.args[0] if e.args else None
+            code = err.code() if isinstance(err, KafkaError) else None
+            if code == KafkaError.UNKNOWN_TOPIC_OR_PART or (
+                code == KafkaError._UNKNOWN_PARTITION and _partition_is_gone(consumer, topic, partition)
+            ):
+                data_loss(opts.fail_on_data_loss, f"Cannot read {where}: the partition does not exist any more.")
+                return None
+            if time.monotonic() >= deadline:
+                raise KafkaSourceTimeoutError(
+                    f"Timed out after {opts.task_timeout_ms} ms querying the offsets of {where} "
+                    f"from {opts.bootstrap_servers}: {opts.redact(str(e))} "
+                    f"(option {opts.task_timeout_option})"
+                ) from None
+            time.sleep(0.2)
+
+
+def _partition_is_gone(consumer, topic: str, partition: int) -> bool:
+    """Whether the topic no longer has the partition, by a metadata request: a pooled consumer's
+    metadata may predate partitions added to the topic since, which the request teaches it."""
+    import confluent_kafka as ck
+
+    try:
+        known = consumer.list_topics(topic, timeout=10.0).topics.get(topic)
+    except ck.KafkaException:
+        return False
+    return known is not None and known.error is None and partition not in known.partitions
 
 
 def read_ranges(opts: SourceOptions, ranges: pa.RecordBatch) -> Iterator[pa.RecordBatch]:

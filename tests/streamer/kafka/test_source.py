@@ -488,6 +488,33 @@ def test_earliest_check_below_retention_is_data_loss():
     assert kafka_reader._start_after_retention(strict, "t", 3, 45, 50, 40) == 45
 
 
+@pytest.mark.e2e
+def test_a_range_that_begins_below_the_earliest_offset_is_data_loss_and_the_rest_is_read(kafka_bootstrap, kafka_topic):
+    """The reader asks for the partition's earliest offset only when a read does not begin
+    where it was asked to: records deleted below it still fail the read naming them, or are
+    skipped with the rest read, and a range wholly deleted reads nothing."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = kafka_topic(partitions=1, prefix="deleted")
+    kafka_broker.produce(kafka_bootstrap, topic, [(b"k", f"v{i}".encode(), 0) for i in range(20)])
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.delete_records([TopicPartition(topic, 0, 12)])[TopicPartition(topic, 0, 12)].result(30)
+
+    def read(start, end, **options):
+        opts = SourceOptions.parse({"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic, **options})
+        return [o for b in read_partition(opts, topic, 0, start, end) for o in b.column("offset").to_pylist()]
+
+    with pytest.raises(KafkaDataLossError) as e:
+        read(5, 16)
+    assert f"Cannot read offsets [5, 12) of topic '{topic}' partition 0: the earliest available offset is 12" in str(
+        e.value
+    )
+    assert read(5, 16, failOnDataLoss="false") == [12, 13, 14, 15]
+    assert read(2, 8, failOnDataLoss="false") == []
+    assert read(12, 16) == [12, 13, 14, 15]  # from the earliest offset: nothing to ask
+
+
 def _produce_transactions(bootstrap, topic):
     """committed c0..c4, aborted a0..a4, committed d0..d2: offsets have gaps (markers)."""
     from confluent_kafka import Producer
