@@ -73,26 +73,46 @@ def prepare_batch(records: pa.Table, spec: BatchSpec, key_generator: KeyGenerato
 
 def dedupe_latest(prepared: pa.Table, ordering_field: str, group_column: str | None = None) -> pa.Table:
     """One row per record key (per key of each group, with `group_column`): the greatest ordering
-    value, the later row on ties."""
-    if prepared.num_rows <= 1 or pc.count_distinct(prepared[RECORD_KEY]).as_py() == prepared.num_rows:
-        return prepared
-    if POSITION in prepared.column_names:
-        position = prepared[POSITION]
-    else:
-        position = pa.array(range(prepared.num_rows), pa.int64())
-    identity = [group_column, RECORD_KEY] if group_column else [RECORD_KEY]
-    columns = {f"k{i}": prepared[c] for i, c in enumerate(identity)}
-    order = pc.sort_indices(
-        pa.table({**columns, "o": prepared[ordering_field], "p": position}),
-        sort_keys=[(k, "ascending") for k in columns] + [("o", "descending"), ("p", "descending")],
-    )
+    value, the later row on ties. The rows kept stay in their order. Keys are hashed once, and
+    only the rows of keys that repeat are sorted: a batch pays for its duplicates, not a sort of
+    every row."""
     n = prepared.num_rows
-    first = np.zeros(n, dtype=bool)
-    first[0] = True
-    for column in identity:
-        ordered = pc.take(prepared[column], order).combine_chunks()
-        first[1:] |= np.asarray(pc.not_equal(ordered.slice(1), ordered.slice(0, n - 1)))
-    return prepared.take(pc.filter(order, pa.array(first)))
+    if n <= 1:
+        return prepared
+    ids, distinct = _codes(prepared[RECORD_KEY])
+    if distinct == n:
+        return prepared
+    if group_column is not None:
+        groups, group_count = _codes(prepared[group_column])
+        group_of_key = np.empty(distinct, dtype=np.int64)
+        group_of_key[ids] = groups
+        if not np.array_equal(group_of_key[ids], groups):  # a key in two groups: a resize's dual write
+            _, ids = np.unique(ids * group_count + groups, return_inverse=True)
+            distinct = int(ids.max()) + 1
+    counts = np.bincount(ids, minlength=distinct)
+    repeated = np.flatnonzero(counts[ids] > 1)
+    if not len(repeated):
+        return prepared
+    rows = pa.array(repeated)
+    position = prepared[POSITION].take(rows) if POSITION in prepared.column_names else rows
+    versions = pa.table({"k": ids[repeated], "o": prepared[ordering_field].take(rows), "p": position})
+    order = np.asarray(
+        pc.sort_indices(versions, sort_keys=[("k", "ascending"), ("o", "descending"), ("p", "descending")])
+    )
+    ordered_ids = ids[repeated][order]
+    latest = np.ones(len(order), dtype=bool)
+    latest[1:] = ordered_ids[1:] != ordered_ids[:-1]
+    keep = counts[ids] == 1
+    keep[repeated[order[latest]]] = True
+    return prepared.filter(pa.array(keep))
+
+
+def _codes(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, int]:
+    """Each value's index among the column's distinct values, and how many there are."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    encoded = pc.dictionary_encode(column)
+    return np.asarray(encoded.indices, dtype=np.int64), len(encoded.dictionary)
 
 
 def is_orderable_type(t: pa.DataType) -> bool:
