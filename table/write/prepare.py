@@ -89,20 +89,21 @@ def dedupe_latest(prepared: pa.Table, ordering_field: str, group_column: str | N
         if not np.array_equal(group_of_key[ids], groups):  # a key in two groups: a resize's dual write
             _, ids = np.unique(ids * group_count + groups, return_inverse=True)
             distinct = int(ids.max()) + 1
-    counts = np.bincount(ids, minlength=distinct)
-    repeated = np.flatnonzero(counts[ids] > 1)
+    repeats = np.bincount(ids, minlength=distinct)[ids] > 1
+    repeated = np.flatnonzero(repeats)
     if not len(repeated):
         return prepared
     rows = pa.array(repeated)
+    repeated_ids = ids[repeated]
     position = prepared[POSITION].take(rows) if POSITION in prepared.column_names else rows
-    versions = pa.table({"k": ids[repeated], "o": prepared[ordering_field].take(rows), "p": position})
+    versions = pa.table({"k": repeated_ids, "o": prepared[ordering_field].take(rows), "p": position})
     order = np.asarray(
         pc.sort_indices(versions, sort_keys=[("k", "ascending"), ("o", "descending"), ("p", "descending")])
     )
-    ordered_ids = ids[repeated][order]
+    ordered_ids = repeated_ids[order]
     latest = np.ones(len(order), dtype=bool)
     latest[1:] = ordered_ids[1:] != ordered_ids[:-1]
-    keep = counts[ids] == 1
+    keep = ~repeats
     keep[repeated[order[latest]]] = True
     return prepared.filter(pa.array(keep))
 
