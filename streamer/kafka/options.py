@@ -147,6 +147,10 @@ _CONSUMER_ONLY_PARAMS = {
 }
 
 
+#: What a range reader's consumer fetches ahead of it at most, by default.
+PREFETCH_KBYTES = 16 * 1024
+
+
 def _parse_bool(name: str, value: str) -> bool:
     v = str(value).strip().lower()
     if v in ("true", "1", "yes"):
@@ -373,7 +377,9 @@ class SourceOptions:
 
     # -- client configuration ----------------------------------------------------------------
 
-    def consumer_config(self) -> dict[str, object]:
+    def consumer_config(self, prefetch_kbytes: int = PREFETCH_KBYTES) -> dict[str, object]:
+        """A range reader's consumer, prefetching at most `prefetch_kbytes` (unless the options
+        set `kafka.queued.max.messages.kbytes`)."""
         conf: dict[str, object] = dict(self.kafka_params)
         conf["bootstrap.servers"] = self.bootstrap_servers
         conf.setdefault("group.id", f"{self.group_id_prefix}-{uuid.uuid4()}")
@@ -384,9 +390,9 @@ class SourceOptions:
         conf.setdefault("allow.auto.create.topics", False)
         # A task reads one range and stops: what librdkafka fetches past the range's end is
         # parsed, then thrown away when the range is done. So prefetch less than librdkafka's default
-        # 64 MiB (16 MiB, and at most its default 100,000 records), and fetch again 10 ms after the
-        # queue drains below that, not after librdkafka's default second.
-        conf.setdefault("queued.max.messages.kbytes", 16 * 1024)
+        # 64 MiB (at most its default 100,000 records), and fetch again 10 ms after the queue
+        # drains below that, not after librdkafka's default second.
+        conf.setdefault("queued.max.messages.kbytes", prefetch_kbytes)
         conf.setdefault("fetch.queue.backoff.ms", 10)
         # End-of-partition is only reported by a fetch at the end, which the broker holds up to
         # this long: keeps ranges that end with control records (transactions) quick.
@@ -402,9 +408,14 @@ class SourceOptions:
 @overload
 def new_client(kind: Literal["admin"], opts: SourceOptions) -> tuple[AdminClient, ClientLog]: ...
 @overload
-def new_client(kind: Literal["consumer"], opts: SourceOptions) -> tuple[Consumer, ClientLog]: ...
-def new_client(kind: Literal["admin", "consumer"], opts: SourceOptions) -> tuple[AdminClient | Consumer, ClientLog]:
-    """A Kafka admin client or consumer whose librdkafka logs and errors go to its `ClientLog`."""
+def new_client(
+    kind: Literal["consumer"], opts: SourceOptions, prefetch_kbytes: int = ...
+) -> tuple[Consumer, ClientLog]: ...
+def new_client(
+    kind: Literal["admin", "consumer"], opts: SourceOptions, prefetch_kbytes: int = PREFETCH_KBYTES
+) -> tuple[AdminClient | Consumer, ClientLog]:
+    """A Kafka admin client or consumer whose librdkafka logs and errors go to its `ClientLog`;
+    a consumer prefetches at most `prefetch_kbytes` (`SourceOptions.consumer_config`)."""
     import confluent_kafka
     from confluent_kafka.admin import AdminClient
 
@@ -412,7 +423,7 @@ def new_client(kind: Literal["admin", "consumer"], opts: SourceOptions) -> tuple
         if kind == "admin":
             conf, client_log = client_config(opts.admin_config(), f"admin client of {opts.bootstrap_servers}")
             return AdminClient(conf), client_log
-        conf, client_log = client_config(opts.consumer_config(), f"consumer of {opts.bootstrap_servers}")
+        conf, client_log = client_config(opts.consumer_config(prefetch_kbytes), f"consumer of {opts.bootstrap_servers}")
         return confluent_kafka.Consumer(conf), client_log
     except (confluent_kafka.KafkaException, ValueError, TypeError) as e:
         raise KafkaSourceError(

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from streamer.errors import KafkaSourceError, KafkaSourceTimeoutError
 from streamer.kafka.data_loss import data_loss
-from streamer.kafka.options import SourceOptions, describe_partition, new_client
+from streamer.kafka.options import PREFETCH_KBYTES, SourceOptions, describe_partition, new_client
 from streamer.kafka.schema import (
     ARROW_HEADER,
     ARROW_HEADERS,
@@ -149,11 +149,12 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
 
     timeout_s = opts.task_timeout_ms / 1000.0
     where = f"{describe_partition((topic, partition))} (offsets [{start}, {end}))"
-    consumer = _CONSUMERS.acquire(opts)
+    prefetch = _CONSUMERS.prefetch_kbytes(opts, topic, end - start)
+    consumer = _CONSUMERS.acquire(opts, prefetch)
     reusable = False
+    builder = _BatchBuilder(topic, partition, opts.include_headers)
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
-        builder = _BatchBuilder(topic, partition, opts.include_headers)
         batch_size = opts.arrow_batch_size
         max_bytes = opts.arrow_max_batch_bytes
         next_offset = start
@@ -262,7 +263,8 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
                 yield builder.flush()
         reusable = True
     finally:
-        _CONSUMERS.release(opts, consumer, reusable)
+        _CONSUMERS.release(opts, consumer, reusable, prefetch)
+        _CONSUMERS.saw_records(topic, builder.avg_bytes)
 
 
 def _earliest_offset(consumer, opts: SourceOptions, topic: str, partition: int, where: str) -> int | None:
@@ -322,27 +324,49 @@ class _ConsumerPool:
     options takes it and assigns its own range. Connecting, authenticating and fetching
     metadata again for every micro-batch would cost more than reading a small batch. A
     consumer that saw an error is closed instead; idle ones are closed after `IDLE_SECONDS`.
+
+    A range expected to be smaller than the default prefetch (by the mean size of the topic's
+    records this worker has read) gets a consumer that prefetches `SHORT_RANGE_PREFETCH_KBYTES`:
+    librdkafka fetches ahead of the reader until its queue holds the prefetch, so with the
+    default most of what a short range's consumer fetched lay past the range's end, and was
+    sent by the broker, parsed and thrown away. Longer ranges keep the deeper queue, which
+    keeps a reader of large records from waiting on the broker.
     """
 
     IDLE_SECONDS = 120.0
     MAX_IDLE = 4
+    SHORT_RANGE_PREFETCH_KBYTES = 2 * 1024
 
     def __init__(self):
         self._idle: dict[tuple, list[tuple[float, object]]] = {}
+        self._record_bytes: dict[str, float] = {}  # topic -> mean bytes of a record last read
 
     @staticmethod
-    def _key(opts: SourceOptions) -> tuple:
-        return tuple(sorted((k, str(v)) for k, v in opts.consumer_config().items() if k != "group.id"))
+    def _key(opts: SourceOptions, prefetch_kbytes: int) -> tuple:
+        config = opts.consumer_config(prefetch_kbytes)
+        return tuple(sorted((k, str(v)) for k, v in config.items() if k != "group.id"))
 
-    def acquire(self, opts: SourceOptions):
+    def prefetch_kbytes(self, opts: SourceOptions, topic: str, records: int) -> int:
+        """What a consumer reading `records` of `topic` should fetch ahead of the reader."""
+        record_bytes = self._record_bytes.get(topic)
+        if record_bytes is None or records * record_bytes > PREFETCH_KBYTES * 1024:
+            return PREFETCH_KBYTES
+        return self.SHORT_RANGE_PREFETCH_KBYTES
+
+    def saw_records(self, topic: str, mean_bytes: float) -> None:
+        """Records of `topic` were read, of `mean_bytes` each (0: none were)."""
+        if mean_bytes:
+            self._record_bytes[topic] = mean_bytes
+
+    def acquire(self, opts: SourceOptions, prefetch_kbytes: int):
         self._close_stale()
-        idle = self._idle.get(self._key(opts))
+        idle = self._idle.get(self._key(opts, prefetch_kbytes))
         if idle:
             return idle.pop()[1]
-        return new_client("consumer", opts)[0]
+        return new_client("consumer", opts, prefetch_kbytes)[0]
 
-    def release(self, opts: SourceOptions, consumer, reusable: bool) -> None:
-        idle = self._idle.setdefault(self._key(opts), [])
+    def release(self, opts: SourceOptions, consumer, reusable: bool, prefetch_kbytes: int) -> None:
+        idle = self._idle.setdefault(self._key(opts, prefetch_kbytes), [])
         if reusable and len(idle) < self.MAX_IDLE:
             with contextlib.suppress(Exception):  # a consumer that cannot unassign is closed instead
                 consumer.unassign()  # stop prefetching what nobody will read

@@ -20,7 +20,7 @@ from streamer.config.secrets import redact_text
 from streamer.errors import KafkaDataLossError, KafkaSourceError, KafkaSourceTimeoutError
 from streamer.kafka import reader as kafka_reader
 from streamer.kafka.datasource import KafkaArrowDataSource, KafkaStreamReader, ReadAllAvailable, register_kafka_source
-from streamer.kafka.options import SourceOptions, new_client
+from streamer.kafka.options import PREFETCH_KBYTES, SourceOptions, new_client
 from streamer.kafka.planning import offsets_from_json, offsets_to_json, rate_limit, split_ranges
 from streamer.kafka.reader import read_partition, read_ranges
 from streamer.kafka.schema import ARROW_SCHEMA, KAFKA_SCHEMA, OFFSET_RANGES_SCHEMA
@@ -111,6 +111,26 @@ def test_options_validation():
     assert not p.topic_is_wanted("orders")
     a = SourceOptions.parse({"kafka.bootstrap.servers": "h:1", "assign": '{"x": [1, 0]}'})
     assert a.assign == [("x", 0), ("x", 1)]
+
+
+@pytest.mark.unit
+def test_a_range_smaller_than_the_default_prefetch_prefetches_less():
+    """Once a worker knows a topic's record size, a range it expects to be smaller than the
+    default prefetch gets a consumer that fetches little past its end; an explicit option wins."""
+    pool = kafka_reader._ConsumerPool()
+    opts = SourceOptions.parse({"kafka.bootstrap.servers": "localhost:9092", "subscribe": "t"})
+    short = pool.SHORT_RANGE_PREFETCH_KBYTES
+    assert pool.prefetch_kbytes(opts, "t", 1_000) == PREFETCH_KBYTES  # the record size is not known yet
+    pool.saw_records("t", 220.0)
+    pool.saw_records("t", 0.0)  # a read of nothing teaches nothing
+    assert pool.prefetch_kbytes(opts, "t", 50_000) == short  # 11 MB
+    assert pool.prefetch_kbytes(opts, "t", 100_000) == PREFETCH_KBYTES  # 22 MB
+    assert pool.prefetch_kbytes(opts, "other", 10) == PREFETCH_KBYTES
+    assert opts.consumer_config(short)["queued.max.messages.kbytes"] == short
+    explicit = SourceOptions.parse(
+        {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "t", "kafka.queued.max.messages.kbytes": "4096"}
+    )
+    assert explicit.consumer_config(short)["queued.max.messages.kbytes"] == "4096"
 
 
 @pytest.mark.unit
@@ -513,6 +533,23 @@ def test_a_range_that_begins_below_the_earliest_offset_is_data_loss_and_the_rest
     assert read(5, 16, failOnDataLoss="false") == [12, 13, 14, 15]
     assert read(2, 8, failOnDataLoss="false") == []
     assert read(12, 16) == [12, 13, 14, 15]  # from the earliest offset: nothing to ask
+
+
+@pytest.mark.e2e
+def test_ranges_read_through_consumers_of_either_prefetch_hold_exactly_their_records(kafka_bootstrap, kafka_topic):
+    """A worker's first read of a topic uses the default prefetch; once the record size is
+    known, short ranges use consumers of the small one. Either way, and with consumers reused
+    from one range to the next, a range reads exactly its records."""
+    topic = kafka_topic(partitions=1, prefix="prefetch")
+    kafka_broker.produce(kafka_bootstrap, topic, [(None, f"v{i:05d}".encode() * 40, 0) for i in range(3_000)])
+    opts = SourceOptions.parse({"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic})
+    pool = kafka_reader._CONSUMERS
+    expected = [f"v{i:05d}".encode() * 40 for i in range(3_000)]
+    assert pool.prefetch_kbytes(opts, topic, 3_000) == PREFETCH_KBYTES  # nothing of the topic read yet
+    for start, end in [(0, 3_000), (100, 400), (400, 2_900), (2_900, 3_000), (0, 3_000), (5, 6)]:
+        values = [v for b in read_partition(opts, topic, 0, start, end) for v in b.column("value").to_pylist()]
+        assert values == expected[start:end]
+        assert pool.prefetch_kbytes(opts, topic, 3_000) == pool.SHORT_RANGE_PREFETCH_KBYTES
 
 
 def _produce_transactions(bootstrap, topic):
