@@ -149,7 +149,7 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
 
     timeout_s = opts.task_timeout_ms / 1000.0
     where = f"{describe_partition((topic, partition))} (offsets [{start}, {end}))"
-    prefetch = _CONSUMERS.prefetch_kbytes(opts, topic, end - start)
+    prefetch = _CONSUMERS.prefetch_kbytes(topic, end - start)
     consumer = _CONSUMERS.acquire(opts, prefetch)
     reusable = False
     builder = _BatchBuilder(topic, partition, opts.include_headers)
@@ -346,7 +346,7 @@ class _ConsumerPool:
         config = opts.consumer_config(prefetch_kbytes)
         return tuple(sorted((k, str(v)) for k, v in config.items() if k != "group.id"))
 
-    def prefetch_kbytes(self, opts: SourceOptions, topic: str, records: int) -> int:
+    def prefetch_kbytes(self, topic: str, records: int) -> int:
         """What a consumer reading `records` of `topic` should fetch ahead of the reader."""
         record_bytes = self._record_bytes.get(topic)
         if record_bytes is None or records * record_bytes > PREFETCH_KBYTES * 1024:

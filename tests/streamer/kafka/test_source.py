@@ -120,12 +120,12 @@ def test_a_range_smaller_than_the_default_prefetch_prefetches_less():
     pool = kafka_reader._ConsumerPool()
     opts = SourceOptions.parse({"kafka.bootstrap.servers": "localhost:9092", "subscribe": "t"})
     short = pool.SHORT_RANGE_PREFETCH_KBYTES
-    assert pool.prefetch_kbytes(opts, "t", 1_000) == PREFETCH_KBYTES  # the record size is not known yet
+    assert pool.prefetch_kbytes("t", 1_000) == PREFETCH_KBYTES  # the record size is not known yet
     pool.saw_records("t", 220.0)
     pool.saw_records("t", 0.0)  # a read of nothing teaches nothing
-    assert pool.prefetch_kbytes(opts, "t", 50_000) == short  # 11 MB
-    assert pool.prefetch_kbytes(opts, "t", 100_000) == PREFETCH_KBYTES  # 22 MB
-    assert pool.prefetch_kbytes(opts, "other", 10) == PREFETCH_KBYTES
+    assert pool.prefetch_kbytes("t", 50_000) == short  # 11 MB
+    assert pool.prefetch_kbytes("t", 100_000) == PREFETCH_KBYTES  # 22 MB
+    assert pool.prefetch_kbytes("other", 10) == PREFETCH_KBYTES
     assert opts.consumer_config(short)["queued.max.messages.kbytes"] == short
     explicit = SourceOptions.parse(
         {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "t", "kafka.queued.max.messages.kbytes": "4096"}
@@ -545,11 +545,11 @@ def test_ranges_read_through_consumers_of_either_prefetch_hold_exactly_their_rec
     opts = SourceOptions.parse({"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic})
     pool = kafka_reader._CONSUMERS
     expected = [f"v{i:05d}".encode() * 40 for i in range(3_000)]
-    assert pool.prefetch_kbytes(opts, topic, 3_000) == PREFETCH_KBYTES  # nothing of the topic read yet
+    assert pool.prefetch_kbytes(topic, 3_000) == PREFETCH_KBYTES  # nothing of the topic read yet
     for start, end in [(0, 3_000), (100, 400), (400, 2_900), (2_900, 3_000), (0, 3_000), (5, 6)]:
         values = [v for b in read_partition(opts, topic, 0, start, end) for v in b.column("value").to_pylist()]
         assert values == expected[start:end]
-        assert pool.prefetch_kbytes(opts, topic, 3_000) == pool.SHORT_RANGE_PREFETCH_KBYTES
+        assert pool.prefetch_kbytes(topic, 3_000) == pool.SHORT_RANGE_PREFETCH_KBYTES
 
 
 def _produce_transactions(bootstrap, topic):
