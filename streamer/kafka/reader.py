@@ -149,10 +149,10 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
 
     timeout_s = opts.task_timeout_ms / 1000.0
     where = f"{describe_partition((topic, partition))} (offsets [{start}, {end}))"
+    builder = _BatchBuilder(topic, partition, opts.include_headers)
     prefetch = _CONSUMERS.prefetch_kbytes(topic, end - start)
     consumer = _CONSUMERS.acquire(opts, prefetch)
     reusable = False
-    builder = _BatchBuilder(topic, partition, opts.include_headers)
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
         batch_size = opts.arrow_batch_size
