@@ -113,7 +113,9 @@ class ConnectJsonDecoder:
             np.asarray(pc.fill_null(pc.equal(pc.struct_field(value, when_field), when_value), False), dtype=bool)
         )
         if len(needed):
-            sparse, _, _ = self._sparse_shapes.parse(raw.take(pa.array(needed)))
+            sparse, _, sparse_errors = self._sparse_shapes.parse(raw.take(pa.array(needed)))
+            for row, reason in sparse_errors.items():
+                errors.setdefault(int(needed[row]), reason)
             column = scatter(pc.struct_field(sparse, name), needed, len(raw))
         else:
             column = pa.nulls(len(raw), self._type.field(name).type)

@@ -251,6 +251,19 @@ def test_an_unknown_op_a_change_without_after_or_a_record_that_is_no_change_even
     ]
 
 
+def test_a_delete_whose_before_has_a_field_of_the_wrong_type_is_a_bad_record_naming_it():
+    key = {"region": "emea", "id": 1}
+    values = [
+        event("d", before={**key, "name": None, "visits": "many"}, lsn=9),
+        event("c", after=row(name="b"), lsn=10),
+    ]
+    rows = decode(debezium_decoder(), values, [key] * 2)
+    assert written(rows) == [
+        ("bad", "field 'before.visits': expected int64, got \"many\""),
+        ("upsert", ("emea", 1), "b", 10),
+    ]
+
+
 def test_the_log_position_is_the_lsn_for_postgresql_binlog_file_and_position_for_mysql_else_ts_ms():
     mysql = event("c", after=row(), connector="mysql", lsn=None, file="mysql-bin.000003", pos=154)
     later_file = event("u", after=row(), connector="mysql", lsn=None, file="mysql-bin.000004", pos=4)
