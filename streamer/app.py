@@ -99,8 +99,10 @@ JOB_SPARK_SETTINGS = {
     "spark.sql.adaptive.enabled": "false",
     # The shuffle's map output is the same rows whenever a task runs again (the same offsets, the
     # same routing), so the order-independent checksum that detects output that differs between
-    # attempts only costs a hash of every byte shuffled.
+    # attempts only costs a hash of every byte shuffled. Spark computes it while either setting
+    # is on (both are by default).
     "spark.sql.shuffle.orderIndependentChecksum.enabled": "false",
+    "spark.sql.shuffle.orderIndependentChecksum.enableFullRetryOnMismatch": "false",
     # The JVM only plans, shuffles and hands over packed batches: its optimising compiler would
     # spend more CPU compiling Spark's planner than it saves, on the cores Python needs. Code run
     # once a batch is compiled after 40 batches rather than 200, and a heap larger than the one
