@@ -20,7 +20,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from bench import broker, spark, streaming
+from bench import broker, machine, spark, streaming
 from bench.ingest import peer
 from bench.measure import PathResult
 from bench.report import Check, Section
@@ -39,6 +39,10 @@ NOTES = [
     f"of their {BUCKETS} buckets. Ours: streamer run --once, {spark.MASTER}, services off, one micro-batch "
     "per W1 batch; records/s is wall time between commits, 'load s' the initial load of the rows as the "
     "job's first micro-batch. delta-rs merge gets the same events as Arrow tables, partitioned by region.",
+    "create µs: the time to create one file, 1,600 of them in 400 directories, on the tables' file system "
+    "just before ours ran. The job creates a log file per bucket touched each batch, and what the kernel "
+    "charges for a file varies by orders of magnitude on some file systems (on ext4 without a journal it "
+    "grows with the files deleted in the minutes before), which moves the numbers at many partitions.",
     "S3: the same job on an s3:// table on S3Proxy (filesystem backend, loopback); requests per micro-batch "
     "are counted from S3Proxy's request log (GET of a bucket = LIST, of an object = GET; a bulk delete = "
     "DELETE), each request given to the micro-batch whose commit is logged first after it. 'data files' is "
@@ -65,10 +69,12 @@ def scenario(
             files.write(wn.tables())
             topic = f"orders-p{count}"
             details["produced"][count] = broker.produce_json(bootstrap, topic, _in_order(files), TOPIC_PARTITIONS)
-            print(f"  ours: {count:,} partitions", flush=True)
+            create_us = machine.file_create_micros(here / "file-create-probe")
+            print(f"  ours: {count:,} partitions (a file created in {create_us:,.0f} µs)", flush=True)
             ours, _ = streaming.run(here / "ours", wn, bootstrap, topic, TOPIC_PARTITIONS, name=f"ours-p{count}")
             ours.label = f"ours: {count:,} partitions"
             ours.details["partitions"] = count
+            ours.details["file_create_us"] = create_us
             results.append(ours)
             print(f"  delta-merge: {count:,} partitions", flush=True)
             delta = peer("delta-merge", here / "delta-merge", wn, bootstrap)
@@ -106,6 +112,7 @@ def _shape_table(section: Section, partitions: tuple[int, ...]) -> str:
     header = (
         f"{'partitions':>10}  {'groups':>6}  {'ours rec/s':>10}  {'p50 s':>6}  {'p95 s':>6}  {'load s':>6}  "
         f"{'load rec/s':>10}  {'delta rec/s':>11}  {'ours/delta':>10}  {'peak RSS MB':>11}  {'peak PSS MB':>11}"
+        f"  {'create µs':>9}"
     )
     lines = [
         "by partition count (ours: the job's upsert batches; delta: delta-rs merge of the same events)",
@@ -121,7 +128,7 @@ def _shape_table(section: Section, partitions: tuple[int, ...]) -> str:
             f"{count:>10,}  {count * BUCKETS:>6,}  {rate:>10,.0f}  {ours.batch_percentile(50):>6.2f}  "
             f"{ours.batch_percentile(95):>6.2f}  {ours.load_seconds:>6.1f}  {load_rate:>10,.0f}  "
             f"{delta_rate:>11}  {ratio:>10}  {ours.peak_rss.get('total', 0) / 2**20:>11,.0f}  "
-            f"{ours.peak_rss.get('pss', 0) / 2**20:>11,.0f}"
+            f"{ours.peak_rss.get('pss', 0) / 2**20:>11,.0f}  {ours.details.get('file_create_us', 0):>9,.0f}"
         )
     names = list(next(iter(section.results)).details.get("load_phases", {}))
     if names:
