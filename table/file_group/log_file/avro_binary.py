@@ -205,13 +205,14 @@ def _encode_union(arr: pa.Array, branches: list[Any], names: dict[str, Any]) -> 
     values = [i for i, b in enumerate(branches) if b != "null"]
     if len(values) != 1:
         raise FormatError(f"only unions of null and one type are supported, not {branches}")
-    value = join_pieces(encode_value(arr, branches[values[0]], names), len(arr))
+    value = encode_value(arr, branches[values[0]], names)
     if arr.null_count == 0:
-        return [varint_pieces(np.full(len(arr), values[0])), value]
+        return [varint_pieces(np.full(len(arr), values[0])), *value]
     if "null" not in branches:
         raise InvalidRequestError(f"null values for non-nullable {branches}")
     index = np.where(valid_mask(arr), values[0], branches.index("null"))
-    return [varint_pieces(index), pc.if_else(arr.is_valid(), value, EMPTY_PIECE)]
+    valid = arr.is_valid()
+    return [varint_pieces(index), *(pc.if_else(valid, piece, EMPTY_PIECE) for piece in value)]
 
 
 def _encode_blocks(arr: pa.Array, item_pieces: list[pa.Array]) -> list[pa.Array]:
