@@ -46,8 +46,8 @@ def file_create_micros(directory: Path, files: int = 1_600, directories: int = 4
     """Microseconds to create one small file, `files` of them spread over `directories` new
     directories under `directory`, as a micro-batch at 400 partitions creates its log files.
     What the kernel pays varies by orders of magnitude on some file systems (on ext4 without a
-    journal, inodes freed in the last minutes are skipped one by one), so a run of many small
-    files says what it was. The files stay: deleting them would slow what comes next."""
+    journal, inodes freed in the last minutes are skipped one by one), so it is measured beside
+    each run. The files stay: deleting them would slow what comes next."""
     paths = [directory / f"d{i % directories}" / f".f{i}.log" for i in range(files)]
     for path in {p.parent for p in paths}:
         path.mkdir(parents=True)
