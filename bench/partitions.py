@@ -128,7 +128,7 @@ def _shape_table(section: Section, partitions: tuple[int, ...]) -> str:
             f"{count:>10,}  {count * BUCKETS:>6,}  {rate:>10,.0f}  {ours.batch_percentile(50):>6.2f}  "
             f"{ours.batch_percentile(95):>6.2f}  {ours.load_seconds:>6.1f}  {load_rate:>10,.0f}  "
             f"{delta_rate:>11}  {ratio:>10}  {ours.peak_rss.get('total', 0) / 2**20:>11,.0f}  "
-            f"{ours.peak_rss.get('pss', 0) / 2**20:>11,.0f}  {ours.details.get('file_create_us', 0):>9,.0f}"
+            f"{ours.peak_rss.get('pss', 0) / 2**20:>11,.0f}  {ours.details['file_create_us']:>9,.0f}"
         )
     names = list(next(iter(section.results)).details.get("load_phases", {}))
     if names:
