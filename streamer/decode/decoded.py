@@ -33,7 +33,10 @@ Decoded = tuple[pa.Array, dict[int, str]]
 
 
 def scatter(values: pa.Array, rows: np.ndarray, length: int) -> pa.Array:
-    """`values[k]` at row `rows[k]`, null in the other rows of a column of `length`."""
+    """`values[k]` at row `rows[k]`, null in the other rows of a column of `length`; `values`
+    itself when they are every row in order, as when a whole batch decodes."""
+    if len(rows) == length == len(values) and (length == 0 or (rows[0] == 0 and (np.diff(rows) == 1).all())):
+        return values
     index = np.full(length, -1, dtype=np.int64)
     index[rows] = np.arange(len(rows))
     return values.take(pa.array(index, mask=index < 0))

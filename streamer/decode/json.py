@@ -57,8 +57,10 @@ class _JsonBatch:
         self._parse(0, len(self.rows))
         if not self.pieces:
             return pa.nulls(len(self.raw), self.type), self.errors
-        rows = np.concatenate([rows for rows, _ in self.pieces])
-        records = pa.concat_arrays([records for _, records in self.pieces])
+        rows, records = self.pieces[0]
+        if len(self.pieces) > 1:
+            rows = np.concatenate([rows for rows, _ in self.pieces])
+            records = pa.concat_arrays([records for _, records in self.pieces])
         return scatter(records, rows, len(self.raw)), self.errors
 
     def _object_texts(self, rows: np.ndarray) -> tuple[np.ndarray, pa.Array]:
@@ -122,7 +124,7 @@ class _JsonBatch:
             return None, (bad if bad is not None and bad < end else None)
         if table.num_rows != end - first:
             return None, None
-        return table.to_struct_array().combine_chunks(), None
+        return _one_array(table.to_struct_array()), None
 
     def _decode_alone(self, row: int) -> None:
         """One record, parsed through read_json too, so it gets the types of the block path."""
@@ -134,7 +136,7 @@ class _JsonBatch:
                 raise UndecodableRecordError(
                     _json_field_problem(str(e), record, self.type) or why_not(record, self.type, _converts_from_json)
                 ) from None
-            self.pieces.append((np.array([row]), parsed.to_struct_array().combine_chunks()))
+            self.pieces.append((np.array([row]), _one_array(parsed.to_struct_array())))
         except UndecodableRecordError as bad:
             self.errors[row] = bad.reason
 
@@ -144,6 +146,11 @@ def _take_rows(raw: pa.Array, rows: np.ndarray) -> pa.Array:
     if rows[-1] - rows[0] + 1 == len(rows):
         return raw.slice(int(rows[0]), len(rows))
     return raw.take(rows)
+
+
+def _one_array(chunked: pa.ChunkedArray) -> pa.Array:
+    """The chunks as one array, copied only when there are several (one block makes one)."""
+    return chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()
 
 
 def _braced(text: pa.Array) -> pa.BooleanArray:
