@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streamer.decode.decoded import Decoded, scatter
+from streamer.decode.decoded import Decoded, gather, scatter
 from streamer.decode.json import JsonDecoder
 from streamer.decode.value_schema import WriterSchemaChange, compare
 
@@ -187,7 +187,7 @@ class _Shapes:
                 parts.append((whole, pc.struct_field(value, PAYLOAD)))
                 schemas = schemas + _whole_schemas(records, whole)
                 errors.update({int(whole[row]): reason for row, reason in part_errors.items()})
-        return _gather(parts, length), schemas, errors
+        return gather(parts, length), schemas, errors
 
 
 def _cut_schemas(raw: pa.Array, wrapped: np.ndarray) -> SchemaRows:
@@ -211,14 +211,6 @@ def _cut_schemas(raw: pa.Array, wrapped: np.ndarray) -> SchemaRows:
         schemas.append((first[len(_WRAPPED_START) : offset], np.flatnonzero(found)))
         remaining &= ~found
     return schemas
-
-
-def _gather(parts: list[tuple[np.ndarray, pa.Array]], length: int) -> pa.Array:
-    """The parts' values at their rows, in one array of `length`."""
-    if len(parts) == 1 and len(parts[0][0]) == length and (parts[0][0] == np.arange(length)).all():
-        return parts[0][1]
-    rows = np.concatenate([rows for rows, _ in parts])
-    return scatter(pa.concat_arrays([values for _, values in parts]), rows, length)
 
 
 def _whole_schemas(records: pa.Array, rows: np.ndarray) -> SchemaRows:

@@ -42,6 +42,16 @@ def scatter(values: pa.Array, rows: np.ndarray, length: int) -> pa.Array:
     return values.take(pa.array(index, mask=index < 0))
 
 
+def gather(parts: list[tuple[np.ndarray, pa.Array]], length: int) -> pa.Array:
+    """The parts' values (rows, values) at their rows, in one column of `length`; a single part
+    is not copied first."""
+    rows, values = parts[0]
+    if len(parts) > 1:
+        rows = np.concatenate([rows for rows, _ in parts])
+        values = pa.concat_arrays([values for _, values in parts])
+    return scatter(values, rows, length)
+
+
 def decode_each(raw: pa.Array, read: Callable[[bytes], Any], arrow_type: pa.DataType) -> Decoded:
     """Reads each non-null record to a Python value with `read`, then converts them all to Arrow
     at once; one by one only when that fails, to find the records at fault."""

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from streamer.decode.decoded import Decoded, UndecodableRecordError, decode_utf8, preview, scatter, why_not
+from streamer.decode.decoded import Decoded, UndecodableRecordError, decode_utf8, gather, preview, why_not
 
 _JSON_WHITESPACE = " \t\r\n"
 _ARROW_JSON_ROW = re.compile(r" in row (\d+)$")
@@ -57,11 +57,7 @@ class _JsonBatch:
         self._parse(0, len(self.rows))
         if not self.pieces:
             return pa.nulls(len(self.raw), self.type), self.errors
-        rows, records = self.pieces[0]
-        if len(self.pieces) > 1:
-            rows = np.concatenate([rows for rows, _ in self.pieces])
-            records = pa.concat_arrays([records for _, records in self.pieces])
-        return scatter(records, rows, len(self.raw)), self.errors
+        return gather(self.pieces, len(self.raw)), self.errors
 
     def _object_texts(self, rows: np.ndarray) -> tuple[np.ndarray, pa.Array]:
         """The rows that may hold JSON objects and their texts, without surrounding whitespace;
