@@ -22,7 +22,7 @@ from table import failpoints
 from table.config.choices import LogBlockFormat
 from table.file_group.log_file.avro_binary import conform, log_schema
 from table.file_group.log_file.block import DataBlock, DeleteBlock, LogBlock
-from table.file_group.log_file.writer import encode_blocks, write_log_bytes
+from table.file_group.log_file.writer import encode_avro_runs, encode_blocks, write_log_bytes
 from table.file_group.parquet_options import parquet_options
 from table.schema import (
     COMMIT_SEQNO,
@@ -148,7 +148,9 @@ class TaskFiles:
             conform(records, log_schema(ctx.log_schema_json).arrow) if _logs_with_upserts(targets, groups) else records
         )
         row_bytes = records.nbytes / max(1, records.num_rows)
-        blocks: list[tuple[str, LogBlock]] = []
+        deleted = _DeletedKeys.of(groups.rows, ctx.ordering_field)
+        avro_runs: list[tuple[str, int, int]] = []  # the groups' Avro data blocks: rows of log_records
+        blocks: list[tuple[str, LogBlock]] = []  # their other blocks
         for g, (file_id, target) in enumerate(zip(groups.file_ids, targets)):
             start, upserts, deletes = groups.runs(g)
             if target.base_instant is None:
@@ -159,29 +161,22 @@ class TaskFiles:
             if pending is None:
                 pending = self._logs[file_id] = _PendingLog(target.base_instant)
             if upserts:
-                blocks.append(
-                    (
-                        file_id,
-                        DataBlock.create(
-                            log_records.slice(start, upserts), ctx.instant, ctx.log_schema_json, ctx.log_block_format
-                        ),
-                    )
-                )
+                fmt = LogBlockFormat(ctx.log_block_format).for_block(upserts)
+                if fmt is LogBlockFormat.AVRO:
+                    avro_runs.append((file_id, start, upserts))
+                else:
+                    data = DataBlock.create(log_records.slice(start, upserts), ctx.instant, ctx.log_schema_json, fmt)
+                    blocks.append((file_id, data))
                 pending.upserts += upserts
             if deletes:
-                removed = groups.rows.slice(start + upserts, deletes)
-                blocks.append(
-                    (
-                        file_id,
-                        DeleteBlock.create(
-                            record_keys=removed[RECORD_KEY],
-                            partition_paths=removed[PARTITION_PATH],
-                            ordering_values=removed[ctx.ordering_field],
-                            instant=ctx.instant,
-                        ),
-                    )
-                )
+                blocks.append((file_id, deleted.block(start + upserts, deletes, ctx.instant)))
                 pending.deletes += deletes
+        if avro_runs:  # a group's data block goes before its delete block, as Hudi's writer lays them out
+            runs = [(start, count) for _, start, count in avro_runs]
+            for (file_id, _, _), encoded in zip(
+                avro_runs, encode_avro_runs(log_records, runs, ctx.instant, ctx.log_schema_json)
+            ):
+                self._logs[file_id].blocks.append(encoded)
         for (file_id, _), encoded in zip(blocks, encode_blocks([block for _, block in blocks])):
             self._logs[file_id].blocks.append(encoded)
         if finished:
@@ -293,6 +288,28 @@ class _PendingLog:
 def _logs_with_upserts(targets: list[FileGroupTarget], groups: _TaskGroups) -> bool:
     """Whether any group gets a data block: only then are the records laid out as the log schema."""
     return any(t.base_instant is not None and groups.counts[g, 0] for g, t in enumerate(targets))
+
+
+@dataclass(frozen=True)
+class _DeletedKeys:
+    """The columns a delete block takes, each one array for the whole piece: a group's delete
+    block is slices of them, not a copy of its own."""
+
+    record_keys: pa.Array
+    partition_paths: pa.Array
+    ordering_values: pa.Array
+
+    @classmethod
+    def of(cls, rows: pa.Table, ordering_field: str) -> _DeletedKeys:
+        return cls(*(rows[c].combine_chunks() for c in (RECORD_KEY, PARTITION_PATH, ordering_field)))
+
+    def block(self, start: int, count: int, instant: str) -> DeleteBlock:
+        return DeleteBlock.create(
+            record_keys=self.record_keys.slice(start, count),
+            partition_paths=self.partition_paths.slice(start, count),
+            ordering_values=self.ordering_values.slice(start, count),
+            instant=instant,
+        )
 
 
 @dataclass(frozen=True)

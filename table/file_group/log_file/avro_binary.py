@@ -108,11 +108,51 @@ def _masked_pieces(matrix: np.ndarray, lengths: np.ndarray) -> pa.Array:
 
 
 def join_pieces(pieces: list[pa.Array], n: int) -> pa.Array:
+    """Each row's pieces back to back. A join row by row costs per piece and row, so runs of
+    pieces of one width in every row (union branches, short lengths, values of one size) are
+    first laid side by side in one matrix, and the join takes few pieces."""
     if not pieces:
         return _pieces(np.empty(0, np.uint8), np.zeros(n + 1, np.int64))
-    if len(pieces) == 1:
-        return pieces[0]
-    return pc.binary_join_element_wise(*pieces, EMPTY_PIECE)
+    joined: list[pa.Array] = []
+    run: list[tuple[pa.Array, np.ndarray]] = []
+    for piece in pieces:
+        matrix = _fixed_width(piece)
+        if matrix is None:
+            joined += [_side_by_side(run)] if run else []
+            joined.append(piece)
+            run = []
+        else:
+            run.append((piece, matrix))
+    joined += [_side_by_side(run)] if run else []
+    if len(joined) == 1:
+        return joined[0]
+    return pc.binary_join_element_wise(*joined, EMPTY_PIECE)
+
+
+def _fixed_width(pieces: pa.Array) -> np.ndarray | None:
+    """The pieces as a rows x width matrix of bytes (no copy), when every row's is `width` bytes."""
+    offsets = piece_offsets(pieces)
+    lengths = np.diff(offsets)
+    if pieces.null_count or (len(lengths) and lengths.min() != lengths.max()):
+        return None
+    width = int(lengths[0]) if len(lengths) else 0
+    data = pieces.buffers()[2]
+    if width == 0 or data is None:
+        return np.empty((len(lengths), 0), np.uint8)
+    return np.frombuffer(data, np.uint8, count=len(lengths) * width, offset=int(offsets[0])).reshape(-1, width)
+
+
+def _side_by_side(run: list[tuple[pa.Array, np.ndarray]]) -> pa.Array:
+    """Fixed-width pieces joined, as one piece: each one's bytes are a column range of a matrix."""
+    if len(run) == 1:
+        return run[0][0]
+    matrices = [matrix for _, matrix in run]
+    out = np.empty((len(matrices[0]), sum(m.shape[1] for m in matrices)), np.uint8)
+    column = 0
+    for matrix in matrices:
+        out[:, column : column + matrix.shape[1]] = matrix
+        column += matrix.shape[1]
+    return fixed_pieces(out)
 
 
 _SEVEN_BITS = np.arange(10, dtype=np.uint64) * np.uint64(7)

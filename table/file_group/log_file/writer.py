@@ -16,6 +16,7 @@ from table import failpoints
 from table.errors import InvalidRequestError, UnsupportedTypeError
 from table.file_group.log_file.avro_binary import (
     EMPTY_PIECE,
+    LogSchema,
     conform,
     decimal_to_bytes,
     encode_value,
@@ -70,7 +71,42 @@ def encode_blocks(blocks: Sequence[LogBlock]) -> list[bytes]:
     encoding calls of its own; a Parquet block is a whole file in itself, encoded alone."""
     writable = [_writable(block) for block in blocks]
     contents = _encode_contents(writable)
-    return [b"".join(_block_parts(block, contents[id(block)])) for block in writable]
+    return [
+        b"".join(
+            _block_parts(
+                block.block_type, _encode_metadata(block.header), _encode_metadata(block.footer), contents[id(block)]
+            )
+        )
+        for block in writable
+    ]
+
+
+def encode_avro_runs(records: pa.Table, runs: Sequence[tuple[int, int]], instant: str, schema_json: str) -> list[bytes]:
+    """Avro data blocks of one write (header INSTANT_TIME and SCHEMA, as `DataBlock.create`
+    makes them), one for each (start, count) run of `records`, in order. The runs are taken
+    from `records` at once and encoded in one pass: a write to many small file groups hands
+    over its rows whole, where a block of each group's slice would be copied back together
+    with the others a column at a time (`encode_blocks`)."""
+    schema = log_schema(schema_json)
+    rows = _runs_of(conform(records, schema.arrow), runs)
+    header = _encode_metadata({HeaderKey.INSTANT_TIME: instant, HeaderKey.SCHEMA: schema_json})
+    footer = _encode_metadata({})
+    counts = [count for _, count in runs]
+    return [
+        b"".join(_block_parts(BlockType.AVRO_DATA, header, footer, content))
+        for content in _avro_contents(rows, counts, schema)
+    ]
+
+
+def _runs_of(records: pa.Table, runs: Sequence[tuple[int, int]]) -> pa.Table:
+    """The rows of the runs, back to back: the table itself when the runs are all of it."""
+    starts = np.array([start for start, _ in runs], np.int64)
+    counts = np.array([count for _, count in runs], np.int64)
+    ends = starts + counts
+    if len(runs) and starts[0] == 0 and ends[-1] == records.num_rows and np.array_equal(starts[1:], ends[:-1]):
+        return records
+    firsts = np.cumsum(counts) - counts  # where each run starts among the rows taken
+    return records.take(pa.array(np.repeat(starts - firsts, counts) + np.arange(int(counts.sum()))))
 
 
 def encode_block(block: LogBlock) -> bytes:
@@ -111,15 +147,14 @@ def _encode_contents(blocks: Sequence[_WritableBlock]) -> dict[int, list[_Bytes]
     return contents
 
 
-def _block_parts(block: _WritableBlock, content: list[_Bytes]) -> list[_Bytes]:
-    """The block's bytes in pieces, so large contents are copied once, into the file."""
-    header = _encode_metadata(block.header)
-    footer = _encode_metadata(block.footer)
+def _block_parts(block_type: BlockType, header: bytes, footer: bytes, content: list[_Bytes]) -> list[_Bytes]:
+    """A block's bytes in pieces (its header and footer encoded), so large contents are copied
+    once, into the file."""
     content_length = sum(len(part) for part in content)
     size = 4 + 4 + len(header) + 8 + content_length + len(footer) + 8
     return [
         MAGIC,
-        struct.pack(">qii", size, LOG_FORMAT_VERSION, int(block.block_type)),
+        struct.pack(">qii", size, LOG_FORMAT_VERSION, int(block_type)),
         header,
         struct.pack(">q", content_length),
         *content,
@@ -185,6 +220,11 @@ def _encode_avro_contents(blocks: Sequence[DataBlock]) -> list[list[_Bytes]]:
     schema = log_schema(_data_schema(blocks[0]))
     tables = [conform(block.records, schema.arrow) for block in blocks]
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    return _avro_contents(table, [t.num_rows for t in tables], schema)
+
+
+def _avro_contents(table: pa.Table, counts: list[int], schema: LogSchema) -> list[list[_Bytes]]:
+    """The contents of the Avro data blocks of consecutive runs of `counts` of the table's rows."""
     n = table.num_rows
     pieces: list[pa.Array] = []
     for column, avro_field in zip(table.columns, schema.avro["fields"]):
@@ -193,8 +233,8 @@ def _encode_avro_contents(blocks: Sequence[DataBlock]) -> list[list[_Bytes]]:
     length_prefix = fixed_pieces(lengths.astype(">i4").view(np.uint8).reshape(n, 4))
     records = join_pieces([length_prefix, *pieces], n)
     return [
-        [struct.pack(">ii", BLOCK_CONTENT_VERSION, t.num_rows), records_bytes]
-        for t, records_bytes in zip(tables, _split(records, [t.num_rows for t in tables]))
+        [struct.pack(">ii", BLOCK_CONTENT_VERSION, count), records_bytes]
+        for count, records_bytes in zip(counts, _split(records, counts))
     ]
 
 

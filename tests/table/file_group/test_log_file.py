@@ -26,7 +26,7 @@ from table.file_group.log_file.block import (
     HeaderKey,
 )
 from table.file_group.log_file.reader import parse_log_bytes, read_log_file
-from table.file_group.log_file.writer import encode_block, write_log_file
+from table.file_group.log_file.writer import encode_avro_runs, encode_block, write_log_file
 from table.schema import META_FIELDS, avro_schema_json
 from table.storage.file_io import Storage
 from tests.support.hudi_samples import SAMPLES
@@ -214,6 +214,47 @@ def test_avro_records_are_byte_identical_to_a_reference_avro_encoder():
         fastavro.schemaless_writer(out, avro, row)
         expected.append(out.getvalue())
     assert avro_records_in(encode_block(DataBlock(table, hdr))) == expected
+
+
+@pytest.mark.parametrize("rows", [1, 200])
+def test_avro_fields_of_one_width_in_every_row_are_joined_as_a_reference_avro_encoder_writes_them(rows):
+    """Fields that encode to as many bytes in every row (union branches, short lengths, keys of
+    one length) are laid side by side before the others are joined: each record is still its
+    fields' bytes in order. One row makes every field one width."""
+    schema = pa.schema(
+        [
+            ("uuid", pa.string()),
+            ("ts", pa.int64()),
+            ("fare", pa.float64()),
+            ("city", pa.string()),
+            ("note", pa.string()),
+        ]
+    )
+    records = [
+        {"uuid": f"id-{i:04d}", "ts": i % 50, "fare": i / 2, "city": "sf", "note": None if i % 3 else "x" * (i % 5)}
+        for i in range(rows)
+    ]
+    table = with_meta(pa.Table.from_pylist(records, schema=schema), UPDATE_INSTANT, PARTITION, "f-0")
+    hdr = header("t", schema)
+    avro = fastavro.parse_schema(json.loads(hdr[HeaderKey.SCHEMA]))
+    expected = []
+    for row in table.to_pylist():
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, avro, row)
+        expected.append(out.getvalue())
+    assert avro_records_in(encode_block(DataBlock(table, hdr))) == expected
+
+
+@pytest.mark.parametrize("runs", [[(0, 120), (120, 5), (125, 175)], [(3, 40), (50, 1), (200, 90)]])
+def test_avro_blocks_of_runs_of_one_table_are_the_blocks_of_their_slices(runs):
+    """A write hands its rows over whole with the run of each file group (all of them, or some
+    with rows between them left out): each block is the one its slice alone makes."""
+    table = rich_table()
+    schema_json = avro_schema_json(RICH_SCHEMA, "t", with_meta_fields=True)
+    expected = [
+        encode_block(DataBlock.create(table.slice(start, count), UPDATE_INSTANT, schema_json)) for start, count in runs
+    ]
+    assert encode_avro_runs(table, runs, UPDATE_INSTANT, schema_json) == expected
 
 
 @pytest.mark.parametrize("fmt", ["avro", "parquet"])
