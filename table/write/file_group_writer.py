@@ -149,6 +149,7 @@ class TaskFiles:
         )
         row_bytes = records.nbytes / max(1, records.num_rows)
         deleted = _DeletedKeys.of(groups.rows, ctx.ordering_field)
+        block_format = LogBlockFormat(ctx.log_block_format)
         avro_runs: list[tuple[str, int, int]] = []  # the groups' Avro data blocks: rows of log_records
         blocks: list[tuple[str, LogBlock]] = []  # their other blocks
         for g, (file_id, target) in enumerate(zip(groups.file_ids, targets)):
@@ -161,7 +162,7 @@ class TaskFiles:
             if pending is None:
                 pending = self._logs[file_id] = _PendingLog(target.base_instant)
             if upserts:
-                fmt = LogBlockFormat(ctx.log_block_format).for_block(upserts)
+                fmt = block_format.for_block(upserts)
                 if fmt is LogBlockFormat.AVRO:
                     avro_runs.append((file_id, start, upserts))
                 else:

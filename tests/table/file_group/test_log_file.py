@@ -204,15 +204,21 @@ def rich_table(n: int = 300) -> pa.Table:
     return with_meta(pa.Table.from_pylist(rich_rows(n), schema=RICH_SCHEMA), UPDATE_INSTANT, PARTITION, "f-0")
 
 
+def reference_avro_records(schema_json: str, rows: list[dict]) -> list[bytes]:
+    """Each row as fastavro encodes it under the schema: the reference our records must equal."""
+    avro = fastavro.parse_schema(json.loads(schema_json))
+    encoded = []
+    for row in rows:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, avro, row)
+        encoded.append(out.getvalue())
+    return encoded
+
+
 def test_avro_records_are_byte_identical_to_a_reference_avro_encoder():
     table = rich_table()
     hdr = header("t", RICH_SCHEMA)
-    avro = fastavro.parse_schema(json.loads(hdr[HeaderKey.SCHEMA]))
-    expected = []
-    for row in table.to_pylist(maps_as_pydicts="strict"):
-        out = io.BytesIO()
-        fastavro.schemaless_writer(out, avro, row)
-        expected.append(out.getvalue())
+    expected = reference_avro_records(hdr[HeaderKey.SCHEMA], table.to_pylist(maps_as_pydicts="strict"))
     assert avro_records_in(encode_block(DataBlock(table, hdr))) == expected
 
 
@@ -236,12 +242,7 @@ def test_avro_fields_of_one_width_in_every_row_are_joined_as_a_reference_avro_en
     ]
     table = with_meta(pa.Table.from_pylist(records, schema=schema), UPDATE_INSTANT, PARTITION, "f-0")
     hdr = header("t", schema)
-    avro = fastavro.parse_schema(json.loads(hdr[HeaderKey.SCHEMA]))
-    expected = []
-    for row in table.to_pylist():
-        out = io.BytesIO()
-        fastavro.schemaless_writer(out, avro, row)
-        expected.append(out.getvalue())
+    expected = reference_avro_records(hdr[HeaderKey.SCHEMA], table.to_pylist())
     assert avro_records_in(encode_block(DataBlock(table, hdr))) == expected
 
 
@@ -294,13 +295,7 @@ def test_avro_block_with_schema_shapes_of_other_writers():
         pa.Table.from_pylist(rows), {HeaderKey.INSTANT_TIME: UPDATE_INSTANT, HeaderKey.SCHEMA: schema_json}
     )
     encoded = encode_block(block)
-    avro = fastavro.parse_schema(json.loads(schema_json))
-    expected = []
-    for row in rows:
-        out = io.BytesIO()
-        fastavro.schemaless_writer(out, avro, row)
-        expected.append(out.getvalue())
-    assert avro_records_in(encoded) == expected
+    assert avro_records_in(encoded) == reference_avro_records(schema_json, rows)
     (back,) = parse_log_bytes(encoded)
     assert back.records.to_pylist() == rows
 
