@@ -43,13 +43,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from table.errors import InvalidRequestError
-from table.index import consistent_hashing as ring
-from table.schema import PARTITION_PATH, RECORD_KEY
+from table.schema import PARTITION_PATH
 from table.timeline.commit_metadata import WriteStat
 from table.write.delta_commit import DeltaCommit
 from table.write.file_group_writer import CommitContext, TaskFiles, WriteTask
 from table.write.prepare import POSITION, dedupe_latest
-from table.write.routing import FILE_ID, Routing
+from table.write.routing import FILE_ID, KEY_HASH, Routing
 from table.write.writer import TableWriter
 
 PACKED = "rows"
@@ -286,19 +285,22 @@ def pack(routed: pa.Table, tasks: _WriteTasks) -> pa.RecordBatch:
 
 
 class TaskShare:
-    """What the shuffle gives one write task: packed values, held in memory up to the commit's
-    `task_memory_bytes` and on the task's local disk beyond, with each file group's partition
-    noted as it arrives. Spilled rows go to one of `SPILL_BUCKETS` files by a hash of their
-    file group, so that a share too large to hold is written in parts, each a run of buckets
-    of about `task_memory_bytes` read back alone: every row is written once and read once."""
+    """What the shuffle gives one write task: packed values, taken in a few MiB at a time, held
+    in memory up to the commit's `task_memory_bytes` and on the task's local disk beyond, with
+    each file group's partition noted as it arrives. Spilled rows go to one of `SPILL_BUCKETS`
+    files by a hash of their file group, so that a share too large to hold is written in parts,
+    each a run of buckets of about `task_memory_bytes` read back alone: every row is written
+    once and read once, but for a group larger than the task holds, which is split by key."""
 
     def __init__(self, memory_bytes: int, directory: str | None = None):
         self.memory_bytes = memory_bytes
         self._directory = directory
+        self._received: list[pa.Table] = []  # values not taken in yet, up to RECEIVED_CHUNK_BYTES
+        self._received_bytes = 0
         self._held: list[pa.Table] = []
         self._buckets: list[_SpillBucket] | None = None  # once the share passes memory_bytes
+        self._partitions: dict[str, str] = {}
         self.bytes = 0
-        self.partitions: dict[str, str] = {}  # file id -> partition path, for every group received
 
     def __enter__(self) -> TaskShare:
         return self
@@ -308,13 +310,31 @@ class TaskShare:
             bucket.close()
 
     def add(self, value: pa.Buffer) -> None:
-        rows = pa.ipc.open_stream(value).read_all()
-        groups = pc.dictionary_encode(rows[FILE_ID].combine_chunks())
-        new = [f for f in groups.dictionary.to_pylist() if f not in self.partitions]
-        if new:
-            first = pc.index_in(pa.array(new, pa.string()), value_set=rows[FILE_ID].combine_chunks())
-            self.partitions.update(zip(new, rows[PARTITION_PATH].take(first).to_pylist()))
+        self._received.append(pa.ipc.open_stream(value).read_all())
+        self._received_bytes += value.size
         self.bytes += value.size
+        if self._received_bytes >= RECEIVED_CHUNK_BYTES:
+            self._take_in()
+
+    @property
+    def partitions(self) -> dict[str, str]:
+        """The partition path of every file group received, by file id."""
+        self._take_in()
+        return self._partitions
+
+    def _take_in(self) -> None:
+        """The values received since the last call, as one chunk: their groups noted, then held,
+        or spilled once the share passes `memory_bytes`."""
+        if not self._received:
+            return
+        rows = pa.concat_tables(self._received) if len(self._received) > 1 else self._received[0]
+        self._received, self._received_bytes = [], 0
+        file_ids = rows[FILE_ID].combine_chunks()
+        groups = pc.dictionary_encode(file_ids)
+        new = [f for f in groups.dictionary.to_pylist() if f not in self._partitions]
+        if new:
+            first = pc.index_in(pa.array(new, pa.string()), value_set=file_ids)
+            self._partitions.update(zip(new, rows[PARTITION_PATH].take(first).to_pylist()))
         if self._buckets is None and self.bytes > self.memory_bytes:
             self._buckets = [_SpillBucket(self._directory) for _ in range(SPILL_BUCKETS)]
             held, self._held = self._held, []
@@ -330,6 +350,7 @@ class TaskShare:
         of every group it holds: runs of buckets; a bucket larger than that (a group larger
         than the task holds) split by record key into pieces of it, the last one finishing its
         groups, so that each key is still in one piece only."""
+        self._take_in()
         if self._buckets is None:
             if self._held:
                 yield (pa.concat_tables(self._held) if len(self._held) > 1 else self._held[0]), True
@@ -358,6 +379,9 @@ def _read_and_close(buckets: list[_SpillBucket]) -> pa.Table:
     return rows
 
 
+#: The packed values (of about PACKED_VALUE_BYTES each) a write task takes in together: one
+#: sort and a few runs per spill file for all of them, instead of for each.
+RECEIVED_CHUNK_BYTES = 4 * 1024 * 1024
 #: The files a write task's spilled rows are spread over, by file group.
 SPILL_BUCKETS = 64
 #: The rows a spill file holds back before writing them as one record batch: all of a task's
@@ -376,11 +400,17 @@ def _spill(buckets: list[_SpillBucket], rows: pa.Table, groups: pa.DictionaryArr
     bucket_of_group = np.array([_spill_bucket(f) for f in groups.dictionary.to_pylist()], dtype=np.int64)
     bucket_of_row = bucket_of_group[np.asarray(groups.indices)]
     order = np.argsort(bucket_of_row, kind="stable")
-    ordered = rows.take(pa.array(order))
+    _write_runs(buckets, rows.take(pa.array(order)), np.bincount(bucket_of_row, minlength=len(buckets)))
+
+
+def _write_runs(buckets: list[_SpillBucket], ordered: pa.Table, counts: np.ndarray) -> None:
+    """Each bucket's run of the ordered rows, `counts[i]` rows for bucket i; the runs' sizes
+    taken from the rows' average, as measuring a slice's bytes costs more than the slice."""
+    row_bytes = ordered.nbytes / max(1, ordered.num_rows)
     start = 0
-    for bucket, count in enumerate(np.bincount(bucket_of_row, minlength=SPILL_BUCKETS).tolist()):
+    for bucket, count in zip(buckets, counts.tolist()):
         if count:
-            buckets[bucket].write(ordered.slice(start, count))
+            bucket.write(ordered.slice(start, count), int(count * row_bytes))
             start += count
 
 
@@ -395,13 +425,13 @@ class _SpillBucket:
         self._pending_bytes = 0
         self.bytes = 0
 
-    def write(self, rows: pa.Table) -> None:
-        """Keep the rows, written with others once they add up: a value of the shuffle spreads
-        over all the buckets, a few rows each, and a record batch per few rows would cost the
-        write, the read and a split by key more than the rows themselves."""
+    def write(self, rows: pa.Table, nbytes: int) -> None:
+        """Keep the rows (`nbytes` of them), written with others once they add up: a chunk of
+        the share spreads over all the buckets, a few rows each, and a record batch per few
+        rows would cost the write, the read and a split by key more than the rows themselves."""
         self._pending.append(rows)
-        self._pending_bytes += rows.nbytes
-        self.bytes += rows.nbytes
+        self._pending_bytes += nbytes
+        self.bytes += nbytes
         if self._pending_bytes >= SPILL_WRITE_BYTES:
             self._flush()
 
@@ -419,18 +449,15 @@ class _SpillBucket:
         return pa.Table.from_batches(list(self._batches()))
 
     def split_by_key(self, count: int, directory: str | None) -> Iterator[tuple[pa.Table, bool]]:
-        """The rows in `count` pieces by a hash of their record key, read a batch at a time."""
+        """The rows in `count` pieces by their key's hash (`KEY_HASH`, as routing computed it),
+        read a batch at a time; the last piece finishes its groups."""
         shards = [_SpillBucket(directory) for _ in range(count)]
         try:
             for batch in self._batches():
-                shard = ring.hash_values(batch.column(RECORD_KEY)) % count
+                shard = np.asarray(batch.column(KEY_HASH)) % count
                 order = np.argsort(shard, kind="stable")
-                ordered = batch.take(pa.array(order))
-                start = 0
-                for i, rows in enumerate(np.bincount(shard, minlength=count).tolist()):
-                    if rows:
-                        shards[i].write(pa.Table.from_batches([ordered.slice(start, rows)]))
-                        start += rows
+                ordered = pa.Table.from_batches([batch.take(pa.array(order))])
+                _write_runs(shards, ordered, np.bincount(shard, minlength=count))
             self.close()
             filled = [piece for piece in shards if piece.bytes]  # one key's versions fill one shard only
             for i, piece in enumerate(filled):

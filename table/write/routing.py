@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 #: Column of a prepared batch holding its file group's id, for the shuffle.
 FILE_ID = "_mor_file_id"
+#: Column of a routed batch holding the low 16 bits of each record key's hash: a write task
+#: spreads a file group's keys over its spill files by them, without hashing the keys again.
+KEY_HASH = "_mor_key_hash"
 
 
 @dataclass(frozen=True)
@@ -137,16 +140,19 @@ class Routing:
 
     def route(self, rows: pa.Table | pa.RecordBatch) -> pa.Table:
         """The rows with the FILE_ID of their partition's bucket (its consistent-hashing ring
-        applied to the record key), all partitions in one vectorized pass. A row whose bucket a
+        applied to the record key) and their KEY_HASH, all partitions in one vectorized pass. A row whose bucket a
         pending resize replaces comes twice: once for the old file group, once for the child's
         (the dual write that keeps both sides current)."""
         table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
         if table.num_rows == 0:
-            return table.append_column(FILE_ID, pa.array([], pa.string()))
+            return table.append_column(FILE_ID, pa.array([], pa.string())).append_column(
+                KEY_HASH, pa.array([], pa.uint16())
+            )
         partitions = pc.dictionary_encode(table[PARTITION_PATH].combine_chunks())
         rings, codes = self._rings_for(partitions.dictionary.to_pylist())
         hashes = ring.hash_values(table[RECORD_KEY], self.spec.record_key_fields)
         file_ids, child_ids = rings.file_ids_with_children(codes[np.asarray(partitions.indices)], hashes)
+        table = table.append_column(KEY_HASH, pa.array((hashes & 0xFFFF).astype(np.uint16)))
         primary = table.append_column(FILE_ID, file_ids)
         if child_ids is None or child_ids.null_count == len(child_ids):
             return primary

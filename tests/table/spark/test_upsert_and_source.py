@@ -13,6 +13,7 @@ import pytest
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, IsNotNull, LessThan, StringStartsWith
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from table.index.consistent_hashing import hash_values
 from table.mor_table import MorTable
 from table.read.predicate import Predicate
 from table.spark import datasource as spark_source
@@ -28,7 +29,7 @@ from table.spark.write import (
     write_task_keys,
 )
 from table.storage.layout import LogFileName
-from table.write.routing import FILE_ID
+from table.write.routing import FILE_ID, KEY_HASH
 from tests.support.oracle import Oracle
 from tests.support.orders import (
     DATA_COLUMNS,
@@ -119,12 +120,10 @@ def _open_files_in(directory) -> list[str]:
 
 @pytest.mark.unit
 def test_a_task_share_past_its_memory_goes_to_disk_and_is_read_back_in_parts_of_whole_groups(tmp_path):
-    rows = pa.table(
-        {
-            FILE_ID: [f"g{i % 40:02d}" for i in range(20_000)],
-            "_hoodie_partition_path": [f"p{i % 40 // 10}" for i in range(20_000)],
-            "payload": [f"x{i:08d}" * 4 for i in range(20_000)],
-        }
+    rows = _routed(
+        [f"g{i % 40:02d}" for i in range(20_000)],
+        [f"p{i % 40 // 10}" for i in range(20_000)],
+        [f"k{i:06d}" for i in range(20_000)],
     )
     tasks = _WriteTasks(1, (0,), {})
     values = [pack(rows.slice(i, 1000), tasks).column(PACKED)[0].as_buffer() for i in range(0, 20_000, 1000)]
@@ -149,7 +148,7 @@ def test_spilled_rows_given_a_few_at_a_time_are_read_back_whole_in_a_few_record_
     bucket = _SpillBucket(str(tmp_path))
     try:
         for start in range(0, 10_000, 10):
-            bucket.write(rows.slice(start, 10))
+            bucket.write(rows.slice(start, 10), rows.slice(start, 10).nbytes)
         batches = list(bucket._batches())
     finally:
         bucket.close()
@@ -157,16 +156,22 @@ def test_spilled_rows_given_a_few_at_a_time_are_read_back_whole_in_a_few_record_
     assert len(batches) <= 2 + rows.nbytes // SPILL_WRITE_BYTES
 
 
-def _group_rows(file_ids: list[str], keys: list[str]) -> pa.Table:
-    """Routed rows of one partition: a file group and a record key each."""
+def _routed(file_ids: list[str], partitions: list[str], keys: list[str]) -> pa.Table:
+    """Rows as routing leaves them: a file group, a partition, a record key and its hash each."""
     return pa.table(
         {
             FILE_ID: file_ids,
-            "_hoodie_partition_path": ["p"] * len(keys),
+            "_hoodie_partition_path": partitions,
             "_hoodie_record_key": keys,
+            KEY_HASH: pa.array((hash_values(keys) & 0xFFFF).astype("uint16")),
             "payload": [f"x{i:08d}" * 4 for i in range(len(keys))],
         }
     )
+
+
+def _group_rows(file_ids: list[str], keys: list[str]) -> pa.Table:
+    """Routed rows of one partition."""
+    return _routed(file_ids, ["p"] * len(keys), keys)
 
 
 def _task_share(rows: pa.Table, value_rows: int, memory_bytes: int, directory) -> TaskShare:
