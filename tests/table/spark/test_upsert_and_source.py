@@ -19,6 +19,7 @@ from table.read.predicate import Predicate
 from table.spark import datasource as spark_source
 from table.spark.write import (
     PACKED,
+    RECEIVED_CHUNK_BYTES,
     SPILL_WRITE_BYTES,
     TaskShare,
     _SpillBucket,
@@ -181,6 +182,29 @@ def _task_share(rows: pa.Table, value_rows: int, memory_bytes: int, directory) -
     for start in range(0, rows.num_rows, value_rows):
         share.add(pack(rows.slice(start, value_rows), tasks).column(PACKED)[0].as_buffer())
     return share
+
+
+@pytest.mark.unit
+def test_a_share_taken_in_over_several_chunks_spills_what_it_held_and_reads_every_row_back_once(tmp_path):
+    """The first chunks are held; the one that takes the share past its memory spills them with
+    itself, and what comes after goes to disk as it is taken in."""
+    count = 150_000
+    rows = _routed(
+        [f"g{i % 40:02d}" for i in range(count)],
+        [f"p{i % 40 // 10}" for i in range(count)],
+        [f"k{i:07d}" for i in range(count)],
+    )
+    memory = RECEIVED_CHUNK_BYTES + RECEIVED_CHUNK_BYTES // 2
+    with _task_share(rows, 1_000, memory_bytes=memory, directory=tmp_path) as share:
+        assert share.bytes > 2 * RECEIVED_CHUNK_BYTES  # three chunks at least: one held, then spilled
+        assert share.partitions == {f"g{i:02d}": f"p{i // 10}" for i in range(40)}
+        pieces = list(share.pieces())
+    assert len(pieces) > 1 and all(finished for _, finished in pieces)
+    groups = [set(table[FILE_ID].to_pylist()) for table, _ in pieces]
+    assert sum(map(len, groups)) == len(set().union(*groups)) == 40  # each group whole in one piece
+    assert all(table.nbytes < 2 * memory for table, _ in pieces)
+    keys = [k for table, _ in pieces for k in table["_hoodie_record_key"].to_pylist()]
+    assert len(keys) == len(set(keys)) == count
 
 
 @pytest.mark.unit
