@@ -32,9 +32,9 @@ PSS_TARGET = 3 * 2**30
 
 NOTES = [
     "each backlog is W1's load events (new orders, 8 regions, about 200 bytes of JSON each) in a topic "
-    f"of {TOPIC_PARTITIONS} partitions, written back to disk (sync) before the job starts; the job is streamer run --once ({spark.MASTER}) "
-    "with the source's defaults (max_offsets_per_trigger unset, initial_load_max_records as shipped), 4 buckets, "
-    "services off.",
+    f"of {TOPIC_PARTITIONS} partitions, written back to disk (sync) before the job starts; the job is "
+    f"streamer run --once ({spark.MASTER}) with the source's defaults (max_offsets_per_trigger unset, "
+    "initial_load_max_records as shipped), 4 buckets, services off.",
     "seconds: from the first micro-batch's start to the last commit (JVM start and query planning before it "
     "are not in it); p50/p95 are the micro-batches' own seconds; peak PSS is the summed PSS of the job's whole "
     "process tree, sampled every 0.5 s.",

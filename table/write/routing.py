@@ -140,9 +140,9 @@ class Routing:
 
     def route(self, rows: pa.Table | pa.RecordBatch) -> pa.Table:
         """The rows with the FILE_ID of their partition's bucket (its consistent-hashing ring
-        applied to the record key) and their KEY_HASH, all partitions in one vectorized pass. A row whose bucket a
-        pending resize replaces comes twice: once for the old file group, once for the child's
-        (the dual write that keeps both sides current)."""
+        applied to the record key) and their KEY_HASH, all partitions in one vectorized pass. A
+        row whose bucket a pending resize replaces comes twice: once for the old file group,
+        once for the child's (the dual write that keeps both sides current)."""
         table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
         if table.num_rows == 0:
             return table.append_column(FILE_ID, pa.array([], pa.string())).append_column(

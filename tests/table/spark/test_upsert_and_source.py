@@ -149,7 +149,8 @@ def test_spilled_rows_given_a_few_at_a_time_are_read_back_whole_in_a_few_record_
     bucket = _SpillBucket(str(tmp_path))
     try:
         for start in range(0, 10_000, 10):
-            bucket.write(rows.slice(start, 10), rows.slice(start, 10).nbytes)
+            few = rows.slice(start, 10)
+            bucket.write(few, few.nbytes)
         batches = list(bucket._batches())
     finally:
         bucket.close()
