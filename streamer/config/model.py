@@ -214,8 +214,8 @@ class TableSettings(_Section):
         description=(
             "The records a Spark write task holds in memory at once. A micro-batch that gives a task more "
             "(a long backlog read at once) keeps them on the task's local disk and writes its file groups "
-            "in parts of about this much: a batch's memory stays bounded whatever the backlog, but for "
-            "one file group's share of a batch, which a part always holds whole."
+            "in parts of about this much, a file group larger than that split among parts by record key: "
+            "a batch's memory stays bounded whatever the backlog."
         ),
     )
     quarantine_path: Text | None = Field(
