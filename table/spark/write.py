@@ -290,7 +290,8 @@ class TaskShare:
     each file group's partition noted as it arrives. Spilled rows go to one of `SPILL_BUCKETS`
     files by a hash of their file group, so that a share too large to hold is written in parts,
     each a run of buckets of about `task_memory_bytes` read back alone: every row is written
-    once and read once, but for a group larger than the task holds, which is split by key."""
+    once and read once, but for a group larger than the task holds, which is split by key
+    (`_SpillBucket.split_by_key`)."""
 
     def __init__(self, memory_bytes: int, directory: str | None = None):
         self.memory_bytes = memory_bytes
@@ -382,6 +383,9 @@ def _read_and_close(buckets: list[_SpillBucket]) -> pa.Table:
 #: The packed values (of about PACKED_VALUE_BYTES each) a write task takes in together: one
 #: sort and a few runs per spill file for all of them, instead of for each.
 RECEIVED_CHUNK_BYTES = 4 * 1024 * 1024
+#: The most pieces a spill file too large for the task is split into by reading it once for each:
+#: past that, the reads cost more than writing the rows once more.
+REREAD_PIECES = 4
 #: The files a write task's spilled rows are spread over, by file group.
 SPILL_BUCKETS = 64
 #: The rows a spill file holds back before writing them as one record batch: all of a task's
@@ -450,7 +454,35 @@ class _SpillBucket:
 
     def split_by_key(self, count: int, directory: str | None) -> Iterator[tuple[pa.Table, bool]]:
         """The rows in `count` pieces by their key's hash (`KEY_HASH`, as routing computed it),
-        read a batch at a time; the last piece finishes its groups."""
+        the last piece finishing its groups. Up to `REREAD_PIECES` pieces, each is taken from a
+        read of the whole file: reading it again costs less than writing its rows a second time,
+        which the kernel would also write back to disk. Beyond that, one read spreads the rows
+        over a file per piece."""
+        if count <= REREAD_PIECES:
+            yield from self._reread_by_key(count)
+        else:
+            yield from self._spread_by_key(count, directory)
+
+    def _reread_by_key(self, count: int) -> Iterator[tuple[pa.Table, bool]]:
+        last = count - 1  # the last piece that has rows, known after the first read
+        for shard in range(count):
+            kept, rows_per_shard = [], np.zeros(count, np.int64)
+            for batch in self._batches():
+                shard_of_row = np.asarray(batch.column(KEY_HASH)) % count
+                if shard == 0:
+                    rows_per_shard += np.bincount(shard_of_row, minlength=count)
+                kept.append(batch.filter(pa.array(shard_of_row == shard)))
+            if shard == 0:
+                last = int(np.flatnonzero(rows_per_shard)[-1])
+            if shard == last:
+                self.close()
+            piece = pa.Table.from_batches(kept)
+            if piece.num_rows:
+                yield piece, shard == last
+            if shard == last:
+                return
+
+    def _spread_by_key(self, count: int, directory: str | None) -> Iterator[tuple[pa.Table, bool]]:
         shards = [_SpillBucket(directory) for _ in range(count)]
         try:
             for batch in self._batches():
@@ -467,10 +499,13 @@ class _SpillBucket:
                 piece.close()
 
     def _batches(self) -> Iterator[pa.RecordBatch]:
+        """The file's rows, from its start, as often as asked."""
         self._flush()
-        if self._writer is None or self._file is None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self._file is None:
             return  # nothing was written
-        self._writer.close()
         self._file.seek(0)
         yield from pa.ipc.open_stream(pa.PythonFile(self._file, mode="r"))
 

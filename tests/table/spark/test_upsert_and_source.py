@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from table.spark import datasource as spark_source
 from table.spark.write import (
     PACKED,
     RECEIVED_CHUNK_BYTES,
+    REREAD_PIECES,
     SPILL_WRITE_BYTES,
     TaskShare,
     _SpillBucket,
@@ -219,6 +221,28 @@ def test_a_file_group_larger_than_a_task_holds_comes_in_pieces_of_its_keys_the_l
     keys = [k for table, _ in big for k in table["_hoodie_record_key"].to_pylist()]
     assert len(keys) == len(set(keys)) == 12_000  # each key in one piece only
     assert all(table.nbytes < 2 * 100_000 for table, _ in pieces)
+
+
+@pytest.mark.unit
+def test_a_group_a_few_times_larger_than_a_task_holds_is_read_once_a_piece_and_not_written_again(tmp_path, monkeypatch):
+    created, create = [], tempfile.TemporaryFile
+
+    def temporary_file(*args, **kwargs):
+        created.append(create(*args, **kwargs))
+        return created[-1]
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", temporary_file)
+    rows = _group_rows(["big"] * 30_000, [f"k{i:06d}" for i in range(30_000)])
+    memory = rows.nbytes // 3
+    with _task_share(rows, 1_000, memory_bytes=memory, directory=tmp_path) as share:
+        pieces = list(share.pieces())
+        assert _open_files_in(tmp_path) == []
+    assert len(created) == 1  # the group's spill file, and no file of its pieces
+    assert 1 < len(pieces) <= REREAD_PIECES
+    assert [finished for _, finished in pieces] == [False] * (len(pieces) - 1) + [True]
+    keys = [k for table, _ in pieces for k in table["_hoodie_record_key"].to_pylist()]
+    assert len(keys) == len(set(keys)) == 30_000  # each key in one piece only
+    assert all(table.nbytes < 2 * memory for table, _ in pieces)
 
 
 @pytest.mark.unit
