@@ -145,8 +145,8 @@ class Routing:
         once for the child's (the dual write that keeps both sides current)."""
         table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
         if table.num_rows == 0:
-            return table.append_column(FILE_ID, pa.array([], pa.string())).append_column(
-                KEY_HASH, pa.array([], pa.uint16())
+            return table.append_column(KEY_HASH, pa.array([], pa.uint16())).append_column(
+                FILE_ID, pa.array([], pa.string())
             )
         partitions = pc.dictionary_encode(table[PARTITION_PATH].combine_chunks())
         rings, codes = self._rings_for(partitions.dictionary.to_pylist())
