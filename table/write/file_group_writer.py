@@ -313,6 +313,25 @@ class _DeletedKeys:
         )
 
 
+def in_group_order(rows: pa.Table) -> pa.Table:
+    """The rows as a task writes them: ordered by file group, each group's upserts then its
+    deletes. A task that orders its rows before it writes them no longer holds them unordered
+    while the write makes their meta columns and files."""
+    _, _, order = _group_order(rows)
+    return rows if order is None else rows.take(pa.array(order))
+
+
+def _group_order(rows: pa.Table) -> tuple[pa.DictionaryArray, np.ndarray, np.ndarray | None]:
+    """The rows' groups, each row's sort key (its group's code, then whether it deletes) and
+    the order that sorts them, or None when they are already in it."""
+    groups = pc.dictionary_encode(rows[FILE_ID].combine_chunks())
+    key = np.asarray(groups.indices).astype(np.int64) * 2 + np.asarray(rows[IS_DELETE].combine_chunks()).astype(
+        np.int64
+    )
+    order = np.argsort(key, kind="stable")
+    return groups, key, None if bool(np.all(order[1:] > order[:-1])) else order
+
+
 @dataclass(frozen=True)
 class _TaskGroups:
     """A task's rows ordered by file group, each group's upserts then its deletes."""
@@ -326,17 +345,16 @@ class _TaskGroups:
 
     @classmethod
     def of(cls, rows: pa.Table) -> _TaskGroups:
-        groups = pc.dictionary_encode(rows[FILE_ID].combine_chunks())
+        groups, key, order = _group_order(rows)
+        ordered = rows if order is None else rows.take(pa.array(order))
         codes = np.asarray(groups.indices).astype(np.int64)
-        key = codes * 2 + np.asarray(rows[IS_DELETE].combine_chunks()).astype(np.int64)
-        order = np.argsort(key, kind="stable")
-        in_order = bool(np.all(order[1:] > order[:-1]))  # a piece read back ordered: no copy
-        ordered = rows if in_order else rows.take(pa.array(order))
+        if order is not None:
+            codes = codes[order]
         counts = np.bincount(key, minlength=2 * len(groups.dictionary)).reshape(-1, 2)
         sizes = counts.sum(axis=1)
         starts = np.cumsum(sizes) - sizes  # none for a task without rows
         partitions = ordered[PARTITION_PATH].take(pa.array(starts)).to_pylist() if len(starts) else []
-        return cls(ordered, pa.array(codes[order]), groups.dictionary.to_pylist(), partitions, starts, counts)
+        return cls(ordered, pa.array(codes), groups.dictionary.to_pylist(), partitions, starts, counts)
 
     def runs(self, g: int) -> tuple[int, int, int]:
         """Where group `g` starts, its upserts and its deletes."""

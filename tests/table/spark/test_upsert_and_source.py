@@ -32,6 +32,7 @@ from table.spark.write import (
     write_task_keys,
 )
 from table.storage.layout import LogFileName
+from table.write.prepare import IS_DELETE
 from table.write.routing import FILE_ID, KEY_HASH
 from tests.support.oracle import Oracle
 from tests.support.orders import (
@@ -144,6 +145,30 @@ def test_a_task_share_past_its_memory_goes_to_disk_and_is_read_back_in_parts_of_
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("memory_bytes", [10_000_000, 200_000], ids=["held", "spilled"])
+def test_a_task_shares_pieces_come_ordered_by_file_group_upserts_before_deletes(tmp_path, memory_bytes):
+    """The write slices each group's upserts and deletes out of a piece: the share hands it
+    over in that order, so that the write holds no unordered copy of its rows."""
+    count = 20_000
+    rows = _routed(
+        [f"g{i % 40:02d}" for i in range(count)],
+        [f"p{i % 40 // 10}" for i in range(count)],
+        [f"k{i:06d}" for i in range(count)],
+        [i % 7 == 0 for i in range(count)],
+    )
+    with _task_share(rows, 1_000, memory_bytes=memory_bytes, directory=tmp_path) as share:
+        pieces = [table for table, _ in share.pieces()]
+    for piece in pieces:
+        runs = list(zip(piece[FILE_ID].to_pylist(), piece[IS_DELETE].to_pylist()))
+        first: dict[str, int] = {}
+        for i, (group, _) in enumerate(runs):
+            first.setdefault(group, i)
+        assert runs == sorted(runs, key=lambda run: (first[run[0]], run[1]))
+    payloads = sorted(p for piece in pieces for p in piece["payload"].to_pylist())
+    assert payloads == sorted(rows["payload"].to_pylist())
+
+
+@pytest.mark.unit
 def test_spilled_rows_given_a_few_at_a_time_are_read_back_whole_in_a_few_record_batches(tmp_path):
     """The shuffle's values spread over every spill bucket a few rows each; a bucket gathers
     them into large record batches, so reading and splitting it costs what its rows cost."""
@@ -160,14 +185,16 @@ def test_spilled_rows_given_a_few_at_a_time_are_read_back_whole_in_a_few_record_
     assert len(batches) <= 2 + rows.nbytes // SPILL_WRITE_BYTES
 
 
-def _routed(file_ids: list[str], partitions: list[str], keys: list[str]) -> pa.Table:
-    """Rows as routing leaves them: a file group, a partition, a record key and its hash each."""
+def _routed(file_ids: list[str], partitions: list[str], keys: list[str], deletes: list[bool] | None = None) -> pa.Table:
+    """Rows as routing leaves them: a file group, a partition, a record key and its hash, and
+    whether it deletes, each."""
     return pa.table(
         {
             FILE_ID: file_ids,
             "_hoodie_partition_path": partitions,
             "_hoodie_record_key": keys,
             KEY_HASH: pa.array((hash_values(keys) & 0xFFFF).astype("uint16")),
+            IS_DELETE: deletes or [False] * len(keys),
             "payload": [f"x{i:08d}" * 4 for i in range(len(keys))],
         }
     )
