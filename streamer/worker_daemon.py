@@ -41,6 +41,7 @@ def preload() -> None:
     collection that touched them would copy their pages into every worker) and out of the way
     of a task's many short-lived ones (`streamer.collector`)."""
     import confluent_kafka  # noqa: F401  the Kafka source's reads
+    import pandas  # noqa: F401  pyarrow loads it to make Arrow values of Python ones, which every task does
     import pyspark.worker  # noqa: F401
 
     import streamer.decode_step  # noqa: F401  decoding, and the Kafka source through it

@@ -49,3 +49,18 @@ def test_importing_the_engine_without_table_spark_loads_no_pyspark():
         check=True,
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_the_read_sources_import_without_pandas():
+    """Spark plans a Python data source's reads in processes of their own, which import the
+    source's module and nothing more: pandas (about 37 MiB a process) is left to the workers."""
+    code = "import sys\nimport streamer.kafka.datasource, table.spark.datasource\nprint('pandas' in sys.modules)\n"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+    )
+    assert result.stdout.strip() == "False"

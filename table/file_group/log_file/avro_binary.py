@@ -64,7 +64,14 @@ def _resolve(avro: Any, names: dict[str, Any]) -> Any:
 
 
 _AVRO_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
-EMPTY_PIECE = pa.scalar(b"", pa.binary())
+
+
+@lru_cache(maxsize=1)
+def empty_piece() -> pa.Scalar:
+    """The empty binary value, made on first use: making an Arrow value from a Python one loads
+    pandas (pyarrow's check for its objects), which the processes that only plan a Spark read of
+    the source or the table, and import this package to do it, need not hold."""
+    return pa.scalar(b"", pa.binary())
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -126,7 +133,7 @@ def join_pieces(pieces: list[pa.Array], n: int) -> pa.Array:
     joined += [_side_by_side(run)] if run else []
     if len(joined) == 1:
         return joined[0]
-    return pc.binary_join_element_wise(*joined, EMPTY_PIECE)
+    return pc.binary_join_element_wise(*joined, empty_piece())
 
 
 def _fixed_width(pieces: pa.Array) -> np.ndarray | None:
@@ -252,7 +259,7 @@ def _encode_union(arr: pa.Array, branches: list[Any], names: dict[str, Any]) -> 
         raise InvalidRequestError(f"null values for non-nullable {branches}")
     index = np.where(valid_mask(arr), values[0], branches.index("null"))
     valid = arr.is_valid()
-    return [varint_pieces(index), *(pc.if_else(valid, piece, EMPTY_PIECE) for piece in value)]
+    return [varint_pieces(index), *(pc.if_else(valid, piece, empty_piece()) for piece in value)]
 
 
 def _encode_blocks(arr: pa.Array, item_pieces: list[pa.Array]) -> list[pa.Array]:

@@ -15,10 +15,10 @@ import pyarrow.parquet as pq
 from table import failpoints
 from table.errors import InvalidRequestError, UnsupportedTypeError
 from table.file_group.log_file.avro_binary import (
-    EMPTY_PIECE,
     LogSchema,
     conform,
     decimal_to_bytes,
+    empty_piece,
     encode_value,
     fixed_pieces,
     join_pieces,
@@ -289,7 +289,7 @@ def _encode_ordering_values(values: pa.Array | None, n: int) -> list[pa.Array]:
     value = join_pieces(encode_value(wire, avro, {}), n)
     index = varint_pieces(np.where(valid_mask(values), _WRAPPER_INDEX[name], 0))
     if values.null_count:
-        value = pc.if_else(values.is_valid(), value, EMPTY_PIECE)
+        value = pc.if_else(values.is_valid(), value, empty_piece())
     return [index, value]
 
 
