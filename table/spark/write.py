@@ -243,6 +243,7 @@ def _key_route_pack(
             done.route_seconds += lap()
         done.to_rows_seconds += lap()  # the input batch's last, empty turn of `to_rows`
     metrics.add(done)
+    _return_freed_heap()  # what the task's fetched and decoded values left, which an idle worker would keep
 
 
 class _Lap:
@@ -561,9 +562,9 @@ def _write_file_groups(
 def _return_freed_heap() -> None:
     """Give the C heap's free pages back to the system (glibc's `malloc_trim`, where the C
     library has it). The rows a write task receives from the JVM, and reads back from its spill
-    files, arrive as Python bytes on the C heap; once a piece is ordered into Arrow's own memory
-    they are freed, but the heap keeps their pages, and the worker that runs the next task
-    holds them too. Returning them costs about 15 ms per 100 MB."""
+    files, arrive as Python bytes on the C heap, as do the values a pass task fetches; once
+    they are freed the heap keeps their pages, and Spark keeps the worker, idle or not, for
+    later tasks. Returning them costs about 15 ms per 100 MB (a pass task's median: 1 ms)."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
