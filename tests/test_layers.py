@@ -40,21 +40,18 @@ def test_importing_the_engine_without_table_spark_loads_no_pyspark():
         "    importlib.import_module(name)\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=True,
-    )
-    assert result.stdout.strip() == "[]"
+    assert _printed_by(code) == "[]"
 
 
 def test_the_read_sources_import_without_pandas():
     """Spark plans a Python data source's reads in processes of their own, which import the
     source's module and nothing more: pandas (about 37 MiB a process) is left to the workers."""
     code = "import sys\nimport streamer.kafka.datasource, table.spark.datasource\nprint('pandas' in sys.modules)\n"
+    assert _printed_by(code) == "False"
+
+
+def _printed_by(code: str) -> str:
+    """What `code` prints, run in a fresh interpreter: what it imports is all it has loaded."""
     result = subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
@@ -63,4 +60,4 @@ def test_the_read_sources_import_without_pandas():
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         check=True,
     )
-    assert result.stdout.strip() == "False"
+    return result.stdout.strip()

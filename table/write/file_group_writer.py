@@ -325,9 +325,9 @@ def _group_order(rows: pa.Table) -> tuple[pa.DictionaryArray, np.ndarray, np.nda
     """The rows' groups, each row's sort key (its group's code, then whether it deletes) and
     the order that sorts them, or None when they are already in it."""
     groups = pc.dictionary_encode(rows[FILE_ID].combine_chunks())
-    key = np.asarray(groups.indices).astype(np.int64) * 2 + np.asarray(rows[IS_DELETE].combine_chunks()).astype(
-        np.int64
-    )
+    codes = np.asarray(groups.indices).astype(np.int64)
+    deletes = np.asarray(rows[IS_DELETE].combine_chunks()).astype(np.int64)
+    key = codes * 2 + deletes
     order = np.argsort(key, kind="stable")
     return groups, key, None if bool(np.all(order[1:] > order[:-1])) else order
 
