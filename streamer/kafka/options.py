@@ -85,7 +85,6 @@ from typing import TYPE_CHECKING, Literal, overload
 from streamer.config.secrets import JAAS_ITEM, redact_options, redact_text
 from streamer.errors import KafkaSourceError
 from streamer.logs.clients import ClientLog, client_config
-from table import MIB
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer
@@ -262,7 +261,7 @@ class SourceOptions:
     include_headers: bool = True
     offset_ranges: bool = False
     arrow_batch_size: int = 10_000
-    arrow_max_batch_bytes: int = 64 * MIB
+    arrow_max_batch_bytes: int = 64 * 1024 * 1024
 
     def __repr__(self) -> str:
         return f"SourceOptions({redact_options(self.raw_options)})"

@@ -16,6 +16,7 @@ import uuid
 import pyarrow as pa
 import pytest
 
+from streamer.config.choices import SourceFormat
 from streamer.config.secrets import redact_text
 from streamer.errors import KafkaDataLossError, KafkaSourceError, KafkaSourceTimeoutError
 from streamer.kafka import reader as kafka_reader
@@ -29,6 +30,11 @@ from tests.support import kafka_broker
 # ----------------------------------------------------------------------------------------------
 # unit
 # ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_the_source_registers_under_the_name_the_config_offers():
+    assert KafkaArrowDataSource.name() == SourceFormat.KAFKA_ARROW.value
 
 
 @pytest.mark.unit
