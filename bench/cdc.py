@@ -3,9 +3,11 @@
 W1 is written twice to Apache Kafka before anything is timed: as the plain JSON rows every other
 scenario reads (`plain`), and as Debezium's change events of the same rows, as its PostgreSQL
 connector writes them with Kafka Connect's JSON converter, schemas off (`debezium`) and on
-(`debezium-schemas`): the initial load as snapshot reads (`op: r`), then creates, updates and
-deletes (`d` with the whole row in `before`, as under REPLICA IDENTITY FULL), each with an LSN
-that grows in stream order, keyed by `{"order_id": ...}` (in Connect's JSON too).
+(`debezium-schemas`), and with Confluent's Avro converter through a schema registry (the tests'
+registry server, `debezium-avro`): the initial load as snapshot reads (`op: r`), then creates,
+updates and deletes (`d` with the whole row in `before`, as under REPLICA IDENTITY FULL), each
+with an LSN that grows in stream order, keyed by `{"order_id": ...}` (in Connect's JSON too, and
+as JSON on the Avro topic, so that only the values differ).
 
 Two measurements, each side by side in one run:
 
@@ -19,10 +21,16 @@ The issue's target: the envelope costs at most 15% of either.
 
 from __future__ import annotations
 
+import io
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
+from typing import Any
 
+import fastavro
 import pyarrow as pa
 import yaml
 
@@ -34,9 +42,11 @@ from streamer.config.choices import EnvelopeField, TombstonePolicy
 from streamer.decode.debezium import EnvelopeColumns
 from streamer.decode.formats import FormatSpec
 from streamer.decode.record_decoder import Deletes, RecordDecoder
+from streamer.decode.registry import SchemaRegistryClient, confluent_frame
 from streamer.kafka.schema import ARROW_SCHEMA_WITHOUT_HEADERS
 from streamer.sandbox.topics import create_topic, produce
 from table import to_avro_schema
+from tests.support.schema_registry_server import RegistryProcess
 
 PARTITIONS = 2
 DECODE_REPEATS = 5
@@ -44,6 +54,9 @@ MAX_COST = 0.15
 ROW_DDL = VALUE_DDL.replace(", is_deleted BOOLEAN", "")
 ROW = SCHEMA.remove(SCHEMA.get_field_index("is_deleted"))
 FIRST_LSN = 22_000_000
+#: The row as an Avro record (the reader schema of the Avro topic's table, and its writer's `Value`).
+ROW_AVRO = {"type": "record", "name": "Value", "fields": to_avro_schema(ROW, "Value")["fields"]}
+DEBEZIUM_TOPICS = ("debezium", "debezium-schemas", "debezium-avro")
 #: W1's Arrow types as Kafka Connect names them.
 CONNECT_TYPES = {pa.string(): "string", pa.float64(): "double", pa.int64(): "int64"}
 
@@ -61,23 +74,26 @@ NOTES = [
 def scenario(w: W1, work: Path) -> Section:
     work.mkdir(parents=True)
     tables = list(w.tables())
-    topics = {
-        "plain": plain_messages(tables),
-        "debezium": debezium_messages(tables, schemas=False),
-        "debezium-schemas": debezium_messages(tables, schemas=True),
-    }
-    results, details = [], {"message_bytes": {name: sum(len(v) for _, v, _ in m) for name, m in topics.items()}}
-    first_batch = slice(len(tables[0]), len(tables[0]) + len(tables[1]))
-    seconds = decode_seconds({name: messages[first_batch] for name, messages in topics.items()})
-    for name, spent in seconds.items():
-        results.append(PathResult(f"decode-{name}", f"decode pass: {name}", len(tables[1]), spent))
-    with broker.kafka(work) as bootstrap:
-        for name, messages in topics.items():
-            create_topic(bootstrap, name, partitions=PARTITIONS)
-            produce(bootstrap, name, messages)
-        for name in topics:
-            print(f"  streamer run --once: {name}", flush=True)
-            results.append(job(work / name, w, bootstrap, name))
+    with schema_registry(work) as registry_url:
+        schema_id = SchemaRegistryClient(registry_url).register("debezium-avro-value", json.dumps(_envelope_avro()))
+        topics = {
+            "plain": plain_messages(tables),
+            "debezium": debezium_messages(tables, schemas=False),
+            "debezium-schemas": debezium_messages(tables, schemas=True),
+            "debezium-avro": debezium_messages(tables, schemas=False, avro_schema_id=schema_id),
+        }
+        results, details = [], {"message_bytes": {name: sum(len(v) for _, v, _ in m) for name, m in topics.items()}}
+        first_batch = slice(len(tables[0]), len(tables[0]) + len(tables[1]))
+        seconds = decode_seconds({name: messages[first_batch] for name, messages in topics.items()}, registry_url)
+        for name, spent in seconds.items():
+            results.append(PathResult(f"decode-{name}", f"decode pass: {name}", len(tables[1]), spent))
+        with broker.kafka(work) as bootstrap:
+            for name, messages in topics.items():
+                create_topic(bootstrap, name, partitions=PARTITIONS)
+                produce(bootstrap, name, messages)
+            for name in topics:
+                print(f"  streamer run --once: {name}", flush=True)
+                results.append(job(work / name, w, bootstrap, name, registry_url))
     section = Section(
         f"Debezium's envelope against plain JSON: W1, {w.initial_rows:,} rows loaded, {w.batches} "
         f"batches of {w.batch_rows:,}",
@@ -94,7 +110,7 @@ def checks(section: Section) -> list[Check]:
     out = []
     for kind in ("decode", "job"):
         plain = section.result(f"{kind}-plain").records_per_second
-        for name in ("debezium", "debezium-schemas"):
+        for name in DEBEZIUM_TOPICS:
             cost = 1 - section.result(f"{kind}-{name}").records_per_second / plain if plain else 1.0
             out.append(
                 Check(
@@ -114,7 +130,21 @@ def plain_messages(tables: list[pa.Table]) -> list[tuple[bytes, bytes, None]]:
     return [m for t in tables for m in kafka_records(t)]
 
 
-def debezium_messages(tables: list[pa.Table], schemas: bool) -> list[tuple[bytes, bytes, None]]:
+@contextmanager
+def schema_registry(work: Path) -> Iterator[str]:
+    """The tests' schema registry server in a child process for the scenario; its URL."""
+    registry = RegistryProcess(str(work / "schema-registry.log"))
+    try:
+        yield registry.url
+    finally:
+        registry.stop()
+
+
+def debezium_messages(
+    tables: list[pa.Table], schemas: bool, avro_schema_id: int | None = None
+) -> list[tuple[bytes, bytes, None]]:
+    """The change events of W1's rows: Connect's JSON (with or without its schemas), or Avro in
+    Confluent's wire format with the registry's `avro_schema_id` for `_envelope_avro()`."""
     key_schema = {
         "type": "struct",
         "name": "pg.public.orders.Key",
@@ -151,6 +181,11 @@ def debezium_messages(tables: list[pa.Table], schemas: bool) -> list[tuple[bytes
                 "ts_ms": row["updated_at"] + 5,
             }
             key = {"order_id": row["order_id"]}
+            if avro_schema_id is not None:
+                messages.append(
+                    (json.dumps(key, separators=(",", ":")).encode(), _avro_value(avro_schema_id, payload), None)
+                )
+                continue
             if schemas:
                 payload, key = {"schema": value_schema, "payload": payload}, {"schema": key_schema, "payload": key}
             messages.append(
@@ -161,6 +196,54 @@ def debezium_messages(tables: list[pa.Table], schemas: bool) -> list[tuple[bytes
                 )
             )
     return messages
+
+
+def _avro_value(schema_id: int, payload: dict) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, _parsed_envelope_avro(), payload)
+    return confluent_frame(schema_id, out.getvalue())
+
+
+@cache
+def _parsed_envelope_avro() -> Any:
+    return fastavro.parse_schema(_envelope_avro())
+
+
+def _envelope_avro() -> dict:
+    """The Envelope schema Debezium's PostgreSQL connector registers with the Avro converter."""
+    optional = [("snapshot", "string"), ("sequence", "string"), ("txId", "long"), ("lsn", "long"), ("xmin", "long")]
+    required = [("version", "string"), ("connector", "string"), ("name", "string"), ("ts_ms", "long")]
+    required += [("db", "string"), ("schema", "string"), ("table", "string")]
+    source = {
+        "type": "record",
+        "name": "Source",
+        "namespace": "io.debezium.connector.postgresql",
+        "fields": [{"name": n, "type": t} for n, t in required]
+        + [{"name": n, "type": ["null", t], "default": None} for n, t in optional],
+    }
+    block = {
+        "type": "record",
+        "name": "block",
+        "namespace": "event",
+        "fields": [
+            {"name": "id", "type": "string"},
+            {"name": "total_order", "type": "long"},
+            {"name": "data_collection_order", "type": "long"},
+        ],
+    }
+    return {
+        "type": "record",
+        "name": "Envelope",
+        "namespace": "pg.public.orders",
+        "fields": [
+            {"name": "before", "type": ["null", ROW_AVRO], "default": None},
+            {"name": "after", "type": ["null", "Value"], "default": None},
+            {"name": "source", "type": source},
+            {"name": "transaction", "type": ["null", block], "default": None},
+            {"name": "op", "type": "string"},
+            {"name": "ts_ms", "type": ["null", "long"], "default": None},
+        ],
+    }
 
 
 def _envelope_schema() -> dict:
@@ -199,7 +282,7 @@ def _envelope_schema() -> dict:
 # -- decode ---------------------------------------------------------------------------------------
 
 
-def decoder(topic: str) -> RecordDecoder:
+def decoder(topic: str, registry_url: str) -> RecordDecoder:
     if topic == "plain":
         return RecordDecoder(
             FormatSpec("json", SCHEMA),
@@ -208,19 +291,23 @@ def decoder(topic: str) -> RecordDecoder:
             deletes=Deletes(column="is_deleted", key_fields=("order_id", "region"), ordering_field="updated_at"),
         )
     columns = EnvelopeColumns(((EnvelopeField.POSITION, "source_position"),))
-    value = FormatSpec("json", ROW, json.dumps(to_avro_schema(ROW, "orders")))
+    if topic == "debezium-avro":
+        value = FormatSpec("confluent-avro", ROW, json.dumps(ROW_AVRO))
+    else:
+        value = FormatSpec("json", ROW, json.dumps(to_avro_schema(ROW, "orders")))
     return RecordDecoder(
         value,
         FormatSpec("json", pa.schema([("order_id", pa.string())])),
+        registry_url=registry_url if topic == "debezium-avro" else None,
         required_fields=("order_id", "source_position"),
         deletes=Deletes(TombstonePolicy.DELETE, columns, ("order_id", "region"), "source_position"),
     )
 
 
-def decode_seconds(messages: dict[str, list[tuple[bytes, bytes, None]]]) -> dict[str, float]:
+def decode_seconds(messages: dict[str, list[tuple[bytes, bytes, None]]], registry_url: str) -> dict[str, float]:
     """The fastest of `DECODE_REPEATS` decodes of each topic's batch, the topics taking turns, so
     that other work on the machine weighs on each alike."""
-    batches = {name: (decoder(name), kafka_batch(batch)) for name, batch in messages.items()}
+    batches = {name: (decoder(name, registry_url), kafka_batch(batch)) for name, batch in messages.items()}
     best = dict.fromkeys(batches, float("inf"))
     for _ in range(DECODE_REPEATS + 1):  # the first round warms up
         for name, (decoder_, batch) in batches.items():
@@ -250,7 +337,7 @@ def kafka_batch(messages: list[tuple[bytes, bytes, None]]) -> pa.RecordBatch:
 # -- the job --------------------------------------------------------------------------------------
 
 
-def job(work: Path, w: W1, bootstrap: str, topic: str) -> PathResult:
+def job(work: Path, w: W1, bootstrap: str, topic: str, registry_url: str) -> PathResult:
     work.mkdir(parents=True)
     settings = streaming.config(work, w, bootstrap, topic, PARTITIONS)
     if topic != "plain":
@@ -261,6 +348,14 @@ def job(work: Path, w: W1, bootstrap: str, topic: str) -> PathResult:
             "value": {"format": "json", "envelope": "debezium", "schema": ROW_DDL},
             "envelope_columns": {"position": "source_position"},
         }
+    if topic == "debezium-avro":
+        (work / "row.avsc").write_text(json.dumps(ROW_AVRO))
+        settings["decode"]["value"] = {
+            "format": "confluent-avro",
+            "envelope": "debezium",
+            "schema_file": str(work / "row.avsc"),
+        }
+        settings["decode"]["schema_registry"] = {"url": registry_url}
     config_path = work / "orders.yaml"
     config_path.write_text(yaml.safe_dump(settings, sort_keys=False))
     log_path = work / "streamer.log"

@@ -43,6 +43,7 @@ from table.failpoints import PAUSE_ENV_VAR as FAILPOINT_PAUSE_ENV_VAR
 from table.failpoints import reach as reach_failpoint
 from table.file_group.fs_view import FileGroup, FileSlice, list_partitions
 from table.file_group.layout_stats import LayoutStats
+from table.file_group.log_file.avro_binary import log_schema, read_avro_records
 from table.index.consistent_hashing import (
     HASH_VALUE_MASK,
     HashingMetadata,
@@ -185,6 +186,8 @@ __all__ = [
     # schemas and keys
     "AvroSchema",
     "arrow_schema_from_avro",
+    "log_schema",
+    "read_avro_records",
     "to_avro_schema",
     "evolve",
     "widens",

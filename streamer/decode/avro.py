@@ -1,7 +1,9 @@
-"""The `avro` format: Avro binary without framing, and the reading of one Avro record that
+"""The `avro` format: Avro binary without framing, and the reading of Avro records that
 `streamer.decode.confluent` shares.
 
-Avro is read record by record with fastavro and converted to Arrow in one go.
+Records of one writer schema are read a column at a time (`read_columns`) when their fields
+are the Arrow types the table wants; otherwise, and to find the bad ones among them, record by
+record with fastavro, converted to Arrow in one go.
 """
 
 from __future__ import annotations
@@ -11,10 +13,16 @@ import json
 from typing import Any
 
 import fastavro
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from fastavro.types import Schema as ParsedSchema
 
-from streamer.decode.decoded import Decoded, UndecodableRecordError, decode_each
+from streamer.decode.decoded import Decoded, UndecodableRecordError, decode_each, scatter
+from table import FormatError, log_schema, read_avro_records
+
+#: Arrow types a field may be read as and still give the table the type it wants, exactly.
+_WIDENINGS = {(pa.int32(), pa.int64()), (pa.float32(), pa.float64())}
 
 
 def parse_avro(schema_json: str) -> ParsedSchema:
@@ -43,12 +51,63 @@ def read_avro(data: bytes, start: int, writer: ParsedSchema, reader: ParsedSchem
     return record
 
 
+def read_columns(
+    raw: pa.Array, rows: np.ndarray, start: int, writer_schema: str, struct: pa.StructType
+) -> pa.Array | None:
+    """The records of `rows` (values that are not null), each from byte `start` of its value to
+    its end, written with the record schema `writer_schema`, read a column at a time as `struct`:
+    None when they cannot be, for the caller to read them one by one. Fields are matched by name,
+    as when the records read by fastavro convert to Arrow: a field the writer lacks is null, one
+    `struct` lacks is left out. A field is read only as the type the table wants, or one that
+    widens to it exactly: any other type (or a value the type rejects) and the records are read
+    one by one, where each conversion has its own rules and reasons."""
+    if raw.type != pa.binary():  # Kafka's values; the offsets below are 32-bit
+        return None
+    try:
+        schema = log_schema(writer_schema)
+        offsets = np.frombuffer(raw.buffers()[1], np.int32)[raw.offset : raw.offset + len(raw) + 1]
+        content = raw.buffers()[2] or pa.py_buffer(b"")
+        records, ends = read_avro_records(content, offsets[rows].astype(np.int64) + start, schema)
+    except (FormatError, ValueError, pa.ArrowException):  # not records of that schema, or one we cannot read
+        return None
+    if not np.array_equal(ends, offsets[rows + 1]):
+        return None
+    read = pa.StructArray.from_arrays([column.chunk(0) for column in records.columns], fields=list(records.schema))
+    return _conformed(read, struct)
+
+
+def _conformed(values: pa.Array, arrow_type: pa.DataType) -> pa.Array | None:
+    """`values` as `arrow_type`, when that changes no value: structs field by field, by name."""
+    if values.type == arrow_type:
+        return values
+    if (values.type, arrow_type) in _WIDENINGS:
+        return values.cast(arrow_type)
+    if pa.types.is_struct(values.type) and pa.types.is_struct(arrow_type):
+        names = [f.name for f in values.type]
+        children = []
+        for field in arrow_type:
+            if field.name not in names:
+                children.append(pa.nulls(len(values), field.type))
+                continue
+            child = _conformed(pc.struct_field(values, names.index(field.name)), field.type)
+            if child is None:
+                return None
+            children.append(child)
+        return pa.StructArray.from_arrays(children, fields=list(arrow_type), mask=values.is_null())
+    return None
+
+
 class AvroDecoder:
     """Avro binary without framing, all records written with one writer schema."""
 
     def __init__(self, writer_schema: str, struct: pa.StructType):
+        self._writer_text = writer_schema
         self._writer = parse_avro(writer_schema)
         self._type = struct
 
     def decode(self, raw: pa.Array) -> Decoded:
+        rows = np.flatnonzero(np.asarray(raw.is_valid()))
+        columns = read_columns(raw, rows, 0, self._writer_text, self._type)
+        if columns is not None:
+            return scatter(columns, rows, len(raw)), {}
         return decode_each(raw, lambda data: read_avro(data, 0, self._writer, None), self._type)

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import fastavro
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streamer.decode.avro import ParsedSchema, parse_avro, read_avro
+from streamer.decode.avro import ParsedSchema, parse_avro, read_avro, read_columns
 from streamer.decode.debezium import envelope_row
-from streamer.decode.decoded import Decoded, UndecodableRecordError, decode_each
+from streamer.decode.decoded import Decoded, UndecodableRecordError, decode_each, gather
 from streamer.decode.registry import CONFLUENT_HEADER_SIZE, SchemaRegistryClient, confluent_schema_id
 from streamer.decode.value_schema import WriterSchemaChange, compare
 from streamer.errors import UnsupportedSchemaTypeError
@@ -33,6 +34,7 @@ Evolving = dict[int, int]
 class _WriterSchema:
     parsed: ParsedSchema  # as fastavro reads with it
     avro: dict  # as registered, to compare with the reader schema
+    text: str  # as registered, to read its records a column at a time
 
 
 _WRITER_SCHEMAS: dict[tuple[str, int], _WriterSchema | str] = {}
@@ -91,6 +93,43 @@ class ConfluentAvroDecoder:
             return False
 
     def _decode(self, raw: pa.Array, unknown_ids: set[int]) -> Decoded:
+        """The records of each writer schema a column at a time where they read so, the others
+        (and the records of a batch that reads so only in part) one by one."""
+        headers = pc.binary_slice(raw, 0, CONFLUENT_HEADER_SIZE)
+        parts = []
+        left = np.ones(len(raw), dtype=bool)
+        for header in pc.unique(headers).to_pylist():
+            rows = np.flatnonzero(np.asarray(pc.fill_null(pc.equal(headers, header), False)))
+            columns = self._read_columns(raw, rows, header, unknown_ids) if header is not None else None
+            if columns is not None:
+                parts.append((rows, columns))
+                left[rows] = False
+        if not parts:
+            return self._decode_each(raw, unknown_ids)
+        errors: dict[int, str] = {}
+        if left.any():
+            rest, errors = self._decode_each(pc.if_else(pa.array(left), raw, pa.scalar(None, raw.type)), unknown_ids)
+            rows = np.flatnonzero(left)
+            parts.append((rows, rest.take(pa.array(rows))))
+        return gather(parts, len(raw)), errors
+
+    def _read_columns(self, raw: pa.Array, rows: np.ndarray, header: bytes, unknown_ids: set[int]) -> pa.Array | None:
+        """The records of `rows`, which start with `header`, read a column at a time; None when
+        they are to be read one by one: their writer schema unknown, not fitting the reader
+        schema or, without an envelope, not the reader schema itself (records are then resolved
+        to it, with its defaults)."""
+        try:
+            schema_id = confluent_schema_id(header)
+            writer = self._writer_schema(schema_id, unknown_ids)
+        except ValueError:  # an UndecodableRecordError: each record tells it
+            return None
+        if self._change(schema_id, writer).problem is not None:
+            return None
+        if not self._envelope and writer.avro != self._reader_avro:
+            return None
+        return read_columns(raw, rows, CONFLUENT_HEADER_SIZE, writer.text, self._type)
+
+    def _decode_each(self, raw: pa.Array, unknown_ids: set[int]) -> Decoded:
         def read(data: bytes) -> Any:
             schema_id = confluent_schema_id(data)
             writer = self._writer_schema(schema_id, unknown_ids)
@@ -141,6 +180,6 @@ class ConfluentAvroDecoder:
         if text is None:
             return None
         try:
-            return _WriterSchema(parse_avro(text), json.loads(text))
+            return _WriterSchema(parse_avro(text), json.loads(text), text)
         except (ValueError, fastavro.schema.SchemaParseException) as e:
             return f"schema id {schema_id} in the schema registry is not a valid Avro schema: {e}"

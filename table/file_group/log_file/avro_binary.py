@@ -272,6 +272,22 @@ def _encode_blocks(arr: pa.Array, item_pieces: list[pa.Array]) -> list[pa.Array]
     return [varint_pieces(counts), rows, end_marker]
 
 
+def read_avro_records(
+    content: memoryview | pa.Buffer, positions: np.ndarray, schema: LogSchema
+) -> tuple[pa.Table, np.ndarray]:
+    """The records of `schema` that start at `positions` in `content`, read a column at a time,
+    and the position after each; FormatError when the bytes are not such records."""
+    reader = AvroColumnReader(memoryview(content), schema.names)
+    columns = []
+    try:
+        for avro_field, arrow_field in zip(schema.avro["fields"], schema.arrow):
+            column, positions = reader.value(positions, avro_field["type"], arrow_field.type)
+            columns.append(column)
+    except IndexError:  # a position past the content's end
+        raise FormatError("a record runs past the end of its content") from None
+    return pa.Table.from_arrays(columns, schema=schema.arrow), positions
+
+
 class AvroColumnReader:
     """Reads Avro values for many rows at once from one block's content, one position per row."""
 

@@ -20,11 +20,11 @@ import pyarrow as pa
 
 from table.errors import FormatError
 from table.file_group.log_file.avro_binary import (
-    AvroColumnReader,
     LogSchema,
     bytes_to_decimal,
     conform,
     log_schema,
+    read_avro_records,
 )
 from table.file_group.log_file.block import (
     BLOCK_CONTENT_VERSION,
@@ -177,14 +177,10 @@ def _decode_avro_records(content: memoryview, schema: LogSchema) -> pa.Table:
     sizes = np.array(lengths, dtype=np.int64) + 4
     ends = cur.pos + np.cumsum(sizes)
     positions = ends - sizes + 4
-    reader = AvroColumnReader(content, schema.names)
-    columns = []
-    for avro_field, arrow_field in zip(schema.avro["fields"], schema.arrow):
-        column, positions = reader.value(positions, avro_field["type"], arrow_field.type)
-        columns.append(column)
+    records, positions = read_avro_records(content, positions, schema)
     if not np.array_equal(positions, ends):
         raise FormatError("records do not decode to their stated lengths")
-    return pa.Table.from_arrays(columns, schema=schema.arrow)
+    return records
 
 
 def _decode_delete_content(content: memoryview) -> tuple[pa.Array, pa.Array, pa.Array]:

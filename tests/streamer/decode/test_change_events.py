@@ -11,15 +11,18 @@ import json
 import uuid
 
 import fastavro
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from streamer.config.choices import EnvelopeField, TombstonePolicy
-from streamer.decode.debezium import BINLOG_FILE_FACTOR, EnvelopeColumns
+from streamer.decode.avro import parse_avro, read_avro, read_columns
+from streamer.decode.debezium import BINLOG_FILE_FACTOR, EnvelopeColumns, envelope_type
+from streamer.decode.decoded import decode_each
 from streamer.decode.evolution import SchemaEvolution
 from streamer.decode.formats import FormatSpec
 from streamer.decode.record_decoder import Deletes, RecordDecoder
-from streamer.decode.registry import SchemaRegistryClient, confluent_frame
+from streamer.decode.registry import CONFLUENT_HEADER_SIZE, SchemaRegistryClient, confluent_frame
 from streamer.errors import SchemaEvolutionError
 from streamer.kafka.schema import ARROW_SCHEMA_WITHOUT_HEADERS
 from table.schema import arrow_schema_from_avro, to_avro_schema
@@ -481,6 +484,30 @@ def avro_event(schema: dict, schema_id: int, op: str, before=None, after=None, l
         },
     )
     return confluent_frame(schema_id, out.getvalue())
+
+
+def test_avro_change_events_of_one_schema_read_a_column_at_a_time_as_they_read_one_by_one():
+    envelope = avro_envelope("pg", VALUE_FIELDS)
+    key = {"region": "emea", "id": 1, "name": None, "visits": None}
+    raw = pa.array(
+        [
+            avro_event(envelope, 7, "r", after=row(), lsn=10),
+            avro_event(envelope, 7, "u", after=row(name=None, visits=None), lsn=20),
+            avro_event(envelope, 7, "d", before=key, lsn=30),
+        ],
+        pa.binary(),
+    )
+    text = json.dumps(envelope)
+    struct = envelope_type(
+        pa.struct(list(arrow_schema_from_avro(fastavro.schema.expand_schema(envelope)["fields"][0]["type"][1])))
+    )
+    one_by_one, errors = decode_each(
+        raw, lambda data: read_avro(data, CONFLUENT_HEADER_SIZE, parse_avro(text), None), struct
+    )
+    columns = read_columns(raw, np.arange(len(raw)), CONFLUENT_HEADER_SIZE, text, struct)
+    assert not errors and columns is not None
+    assert columns.to_pylist() == one_by_one.to_pylist()
+    assert [e["op"] for e in columns.to_pylist()] == ["r", "u", "d"]
 
 
 def test_avro_change_events_through_the_registry_decode_and_a_new_nullable_column_evolves_the_row(schema_registry_url):

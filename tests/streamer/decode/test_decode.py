@@ -14,14 +14,18 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import fastavro
+import numpy as np
 import pyarrow as pa
 import pytest
 
+from streamer.decode.avro import parse_avro, read_avro, read_columns
+from streamer.decode.decoded import decode_each
 from streamer.decode.formats import FormatSpec
 from streamer.decode.record_decoder import RecordDecoder
 from streamer.decode.registry import SchemaRegistryClient, confluent_frame
 from streamer.errors import SchemaRegistryError
 from streamer.kafka.schema import ARROW_SCHEMA_WITHOUT_HEADERS
+from table import arrow_schema_from_avro
 from tests.support import schema_registry_server
 
 pytestmark = pytest.mark.unit
@@ -476,6 +480,33 @@ def test_plain_avro_decodes_with_the_arrow_schema_of_the_avro_schema():
     [row] = decode(avro_decoder(AVRO_RICH, required=()), [avro_bytes(AVRO_RICH, record)])
     assert row["_error"] is None
     assert {k: row[k] for k in record} == {**record, "id": str(event_id), "counts": [("a", 1)]}
+
+
+def test_avro_records_of_one_schema_read_a_column_at_a_time_as_they_read_one_by_one():
+    records = [
+        {
+            "id": uuid.uuid4(),
+            "at": T0,
+            "price": Decimal(f"{n}.25"),
+            "kind": "AB"[n % 2],
+            "where": {"city": "Lyon"} if n % 3 else None,
+            "tags": ["x"] * (n % 3),
+            "counts": {"a": n} if n % 2 else {},
+        }
+        for n in range(7)
+    ]
+    raw = pa.array([avro_bytes(AVRO_RICH, r) for r in records], pa.binary())
+    struct = pa.struct(list(arrow_schema_from_avro(AVRO_RICH)))
+    one_by_one, errors = decode_each(raw, lambda data: read_avro(data, 0, parse_avro(AVRO_RICH), None), struct)
+    columns = read_columns(raw, np.arange(len(raw)), 0, AVRO_RICH, struct)
+    assert not errors and columns is not None
+    assert columns.to_pylist() == one_by_one.to_pylist()
+
+
+def test_avro_records_are_read_one_by_one_when_a_field_is_not_the_type_the_table_wants():
+    raw = pa.array([avro_bytes(AVRO_V1, {"order_id": "a", "amount": 1.0})], pa.binary())
+    narrow = pa.struct([pa.field("order_id", pa.string()), pa.field("amount", pa.int8())])
+    assert read_columns(raw, np.arange(1), 0, AVRO_V1, narrow) is None
 
 
 def test_truncated_avro_is_an_error_row_and_its_neighbours_decode():
