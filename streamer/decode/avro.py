@@ -58,7 +58,7 @@ def read_columns(
     its end, written with the record schema `writer_schema`, read a column at a time as `struct`:
     None when they cannot be, for the caller to read them one by one. Fields are matched by name,
     as when the records read by fastavro convert to Arrow: a field the writer lacks is null, one
-    `struct` lacks is left out. A field is read only as the type the table wants, or one that
+    `struct` lacks is left out, stepped over unread. A field is read only as the type the table wants, or one that
     widens to it exactly: any other type (or a value the type rejects) and the records are read
     one by one, where each conversion has its own rules and reasons."""
     if raw.type != pa.binary():  # Kafka's values; the offsets below are 32-bit
@@ -67,7 +67,7 @@ def read_columns(
         schema = log_schema(writer_schema)
         offsets = np.frombuffer(raw.buffers()[1], np.int32)[raw.offset : raw.offset + len(raw) + 1]
         content = raw.buffers()[2] or pa.py_buffer(b"")
-        records, ends = read_avro_records(content, offsets[rows].astype(np.int64) + start, schema)
+        records, ends = read_avro_records(content, offsets[rows].astype(np.int64) + start, schema, struct)
     except (FormatError, ValueError, pa.ArrowException):  # not records of that schema, or one we cannot read
         return None
     if not np.array_equal(ends, offsets[rows + 1]):

@@ -63,6 +63,8 @@ def _resolve(avro: Any, names: dict[str, Any]) -> Any:
     return avro
 
 
+#: Bytes of the Avro types whose values all have one size.
+_WIDTHS = {"boolean": 1, "float": 4, "double": 8}
 _AVRO_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 
 
@@ -273,19 +275,31 @@ def _encode_blocks(arr: pa.Array, item_pieces: list[pa.Array]) -> list[pa.Array]
 
 
 def read_avro_records(
-    content: memoryview | pa.Buffer, positions: np.ndarray, schema: LogSchema
+    content: memoryview | pa.Buffer, positions: np.ndarray, schema: LogSchema, wanted: pa.StructType | None = None
 ) -> tuple[pa.Table, np.ndarray]:
     """The records of `schema` that start at `positions` in `content`, read a column at a time,
-    and the position after each; FormatError when the bytes are not such records."""
+    and the position after each; FormatError when the bytes are not such records. With `wanted`,
+    only the fields it names (by name, in nested records too) are read; the others are stepped
+    over without making their values, so a reader that wants a few fields of a wide record pays
+    little for the rest."""
+    arrow = pa.struct(list(schema.arrow))
+    if wanted is not None:
+        arrow = _projected(arrow, wanted)
     reader = AvroColumnReader(memoryview(content), schema.names)
-    columns = []
     try:
-        for avro_field, arrow_field in zip(schema.avro["fields"], schema.arrow):
-            column, positions = reader.value(positions, avro_field["type"], arrow_field.type)
-            columns.append(column)
+        records, positions = reader.value(positions, schema.avro, arrow)
     except IndexError:  # a position past the content's end
         raise FormatError("a record runs past the end of its content") from None
-    return pa.Table.from_arrays(columns, schema=schema.arrow), positions
+    columns = pa.schema(list(arrow), metadata=schema.arrow.metadata)
+    return pa.Table.from_arrays(records.flatten(), schema=columns), positions
+
+
+def _projected(arrow_type: pa.DataType, wanted: pa.DataType) -> pa.DataType:
+    """`arrow_type` cut to the fields `wanted` names, through nested structs."""
+    if not (pa.types.is_struct(arrow_type) and pa.types.is_struct(wanted)):
+        return arrow_type
+    kept = {f.name: f.type for f in wanted}
+    return pa.struct([f.with_type(_projected(f.type, kept[f.name])) for f in arrow_type if f.name in kept])
 
 
 class AvroColumnReader:
@@ -374,11 +388,17 @@ class AvroColumnReader:
             if ((index < 0) | (index >= len(avro["symbols"]))).any():
                 raise FormatError(f"enum index outside {avro['name']}")
             return pa.array(avro["symbols"]).take(pa.array(index)), pos
-        if kind == "record":
+        if kind == "record":  # the fields `arrow_type` names are read, the others stepped over
             children = []
-            for f, arrow_field in zip(avro["fields"], arrow_type):
-                child, pos = self.value(pos, f["type"], arrow_field.type)
+            for f in avro["fields"]:
+                index = arrow_type.get_field_index(f["name"])
+                if index < 0:
+                    pos = self.skip(pos, f["type"])
+                    continue
+                child, pos = self.value(pos, f["type"], arrow_type.field(index).type)
                 children.append(child)
+            if not children:  # every field stepped over: records of no fields
+                return pa.StructArray.from_buffers(arrow_type, n, [None]), pos
             return pa.StructArray.from_arrays(children, fields=list(arrow_type)), pos
         if kind == "array":
             item_type = arrow_type.value_type
@@ -410,6 +430,65 @@ class AvroColumnReader:
         if len(rows) == len(pos):
             return decoded, pos
         return decoded.take(pa.array(np.cumsum(is_value) - 1, mask=~is_value)), pos
+
+    def skip(self, pos: np.ndarray, avro: Any) -> np.ndarray:
+        """The positions after values of Avro type `avro` at `pos`, found without making them."""
+        avro = _resolve(avro, self.names)
+        if isinstance(avro, list):
+            index, pos = self.varints(pos)
+            if ((index < 0) | (index >= len(avro))).any():
+                raise FormatError(f"union index outside {avro}")
+            for i, branch in enumerate(avro):
+                rows = np.flatnonzero(index == i)
+                if len(rows):
+                    pos[rows] = self.skip(pos[rows], branch)
+            return pos
+        kind = avro if isinstance(avro, str) else avro["type"]
+        if kind == "null":
+            return pos
+        if kind in _WIDTHS:
+            return pos + _WIDTHS[kind]
+        if kind == "fixed":
+            return pos + avro["size"]
+        if kind in ("int", "long", "enum"):
+            return self.varints(pos)[1]
+        if kind in ("string", "bytes"):
+            lengths, pos = self.varints(pos)
+            if (lengths < 0).any() or (pos + lengths > len(self.buf)).any():
+                raise FormatError("byte string runs past the block")
+            return pos + lengths
+        if kind == "record":
+            for f in avro["fields"]:
+                pos = self.skip(pos, f["type"])
+            return pos
+        if kind == "array":
+            return self.skip_blocks(pos, lambda p: self.skip(p, avro["items"]))
+        if kind == "map":
+            return self.skip_blocks(pos, lambda p: self.skip(self.skip(p, "string"), avro["values"]))
+        raise FormatError(f"unsupported Avro type {avro!r}")
+
+    def skip_blocks(self, pos: np.ndarray, skip_item: Any) -> np.ndarray:
+        """The positions after array or map values: a block with its byte size is stepped over
+        whole, the others item by item."""
+        pos = pos.copy()
+        active = np.arange(len(pos))
+        while len(active):
+            counts, pos[active] = self.varints(pos[active])
+            if (np.abs(counts) > len(self.buf)).any():
+                raise FormatError("item count larger than the block")
+            sized = active[counts < 0]
+            if len(sized):
+                sizes, after = self.varints(pos[sized])
+                if (sizes < 0).any():
+                    raise FormatError("negative block size")
+                pos[sized] = after + sizes
+            rows, left = active[counts > 0], counts[counts > 0]
+            while len(rows):
+                pos[rows] = skip_item(pos[rows])
+                left = left - 1
+                rows, left = rows[left > 0], left[left > 0]
+            active = active[counts != 0]
+        return pos
 
     def blocks(self, pos: np.ndarray, read_item: Any, item_type: pa.DataType) -> tuple[pa.Array, pa.Array, np.ndarray]:
         """Array or map items: blocks of (count, items) up to a 0 count; a negative count is

@@ -12,9 +12,11 @@ from decimal import Decimal
 from pathlib import Path
 
 import fastavro
+import numpy as np
 import pyarrow as pa
 import pytest
 
+from table.file_group.log_file.avro_binary import log_schema, read_avro_records, varint
 from table.file_group.log_file.block import (
     DATA_BLOCK_TYPES,
     BlockType,
@@ -298,6 +300,53 @@ def test_avro_block_with_schema_shapes_of_other_writers():
     assert avro_records_in(encoded) == reference_avro_records(schema_json, rows)
     (back,) = parse_log_bytes(encoded)
     assert back.records.to_pylist() == rows
+
+
+def test_avro_records_read_for_some_of_their_fields_step_over_the_others():
+    """A reader that wants a few fields of wide records (a change event's envelope) gets them, and
+    each record's end, as a reading of every field does: fields of every type are stepped over."""
+    table = rich_table()
+    schema = log_schema(header("t", RICH_SCHEMA)[HeaderKey.SCHEMA])
+    records = reference_avro_records(
+        header("t", RICH_SCHEMA)[HeaderKey.SCHEMA], table.to_pylist(maps_as_pydicts="strict")
+    )
+    ends = np.cumsum([len(record) for record in records])
+    starts = ends - [len(record) for record in records]
+    wanted = pa.struct([("uuid", pa.string()), ("addr", pa.struct([("geo", pa.null())])), ("attrs", pa.null())])
+
+    every, every_end = read_avro_records(b"".join(records), starts, schema)
+    some, some_end = read_avro_records(b"".join(records), starts, schema, wanted)
+
+    assert some.column_names == ["uuid", "addr", "attrs"]
+    assert some.to_pylist() == [
+        {"uuid": row["uuid"], "addr": row["addr"] and {"geo": row["addr"]["geo"]}, "attrs": row["attrs"]}
+        for row in every.to_pylist()
+    ]
+    assert some_end.tolist() == every_end.tolist() == ends.tolist()
+
+
+def test_avro_arrays_in_blocks_with_their_byte_size_are_stepped_over_by_it():
+    """Java's buffered encoder writes an array's blocks as a negative count and the block's byte
+    size; a reader that does not want the array steps over each block at once."""
+    schema = log_schema(
+        json.dumps(
+            {
+                "type": "record",
+                "name": "r",
+                "fields": [{"name": "xs", "type": {"type": "array", "items": "long"}}, {"name": "id", "type": "long"}],
+            }
+        )
+    )
+    items = varint(1) + varint(2) + varint(300)
+    record = varint(-3) + varint(len(items)) + items + varint(0) + varint(7)
+    content = record + record
+
+    every, every_end = read_avro_records(content, np.array([0, len(record)]), schema)
+    some, some_end = read_avro_records(content, np.array([0, len(record)]), schema, pa.struct([("id", pa.int64())]))
+
+    assert every.to_pylist() == [{"xs": [1, 2, 300], "id": 7}] * 2
+    assert some.to_pylist() == [{"id": 7}] * 2
+    assert some_end.tolist() == every_end.tolist() == [len(record), len(content)]
 
 
 @pytest.mark.parametrize("fmt", ["avro", "parquet"])
