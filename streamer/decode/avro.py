@@ -58,9 +58,11 @@ def read_columns(
     its end, written with the record schema `writer_schema`, read a column at a time as `struct`:
     None when they cannot be, for the caller to read them one by one. Fields are matched by name,
     as when the records read by fastavro convert to Arrow: a field the writer lacks is null, one
-    `struct` lacks is left out, stepped over unread. A field is read only as the type the table
-    wants, or one that widens to it exactly: any other type (or a value the type rejects) and the
-    records are read one by one, where each conversion has its own rules and reasons."""
+    `struct` lacks is left out, stepped over unread (so bytes there that fastavro would reject,
+    a string that is not UTF-8, do not make its record bad unless a neighbour sends the records
+    one by one). A field is read only as the type the table wants, or one that widens to it
+    exactly: any other type (or a value the type rejects) and the records are read one by one,
+    where each conversion has its own rules and reasons."""
     if raw.type != pa.binary():  # Kafka's values; the offsets below are 32-bit
         return None
     try:

@@ -280,8 +280,8 @@ def read_avro_records(
     """The records of `schema` that start at `positions` in `content`, read a column at a time,
     and the position after each; FormatError when the bytes are not such records. With `wanted`,
     only the fields it names (by name, in nested records too) are read; the others are stepped
-    over without making their values, so a reader that wants a few fields of a wide record pays
-    little for the rest."""
+    over without making or checking their values (a string's UTF-8, an enum's index), so a
+    reader that wants a few fields of a wide record pays little for the rest."""
     arrow = pa.struct(list(schema.arrow))
     if wanted is not None:
         arrow = _projected(arrow, wanted)
