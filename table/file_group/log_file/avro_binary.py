@@ -9,6 +9,7 @@ joined. Decoding walks the schema with one read position per row.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Context, Decimal
 from functools import lru_cache
@@ -369,7 +370,7 @@ class AvroColumnReader:
             values, pos = self.varints(pos)
             return pa.array(values).cast(pa.int32() if kind == "int" else pa.int64()).cast(arrow_type), pos
         if kind in ("float", "double"):
-            width = 4 if kind == "float" else 8
+            width = _WIDTHS[kind]
             values = self.fixed(pos, width).view("<f4" if width == 4 else "<f8")[:, 0]
             return pa.array(values).cast(arrow_type), pos + width
         if kind in ("string", "bytes"):
@@ -471,23 +472,8 @@ class AvroColumnReader:
         """The positions after array or map values: a block with its byte size is stepped over
         whole, the others item by item."""
         pos = pos.copy()
-        active = np.arange(len(pos))
-        while len(active):
-            counts, pos[active] = self.varints(pos[active])
-            if (np.abs(counts) > len(self.buf)).any():
-                raise FormatError("item count larger than the block")
-            sized = active[counts < 0]
-            if len(sized):
-                sizes, after = self.varints(pos[sized])
-                if (sizes < 0).any():
-                    raise FormatError("negative block size")
-                pos[sized] = after + sizes
-            rows, left = active[counts > 0], counts[counts > 0]
-            while len(rows):
-                pos[rows] = skip_item(pos[rows])
-                left = left - 1
-                rows, left = rows[left > 0], left[left > 0]
-            active = active[counts != 0]
+        for rows in self._block_items(pos, step_over_sized=True):
+            pos[rows] = skip_item(pos[rows])
         return pos
 
     def blocks(self, pos: np.ndarray, read_item: Any, item_type: pa.DataType) -> tuple[pa.Array, pa.Array, np.ndarray]:
@@ -496,29 +482,42 @@ class AvroColumnReader:
         pos = pos.copy()
         chunks: list[pa.Array] = []
         owners: list[np.ndarray] = []
-        active = np.arange(len(pos))
-        while len(active):
-            counts, pos[active] = self.varints(pos[active])
-            sized = counts < 0
-            if sized.any():
-                _, pos[active[sized]] = self.varints(pos[active[sized]])
-                counts = np.abs(counts)
-            if (counts > len(self.buf)).any():
-                raise FormatError("item count larger than the block")
-            active, left = active[counts > 0], counts[counts > 0]
-            rows = active
-            while len(rows):
-                item, pos[rows] = read_item(pos[rows])
-                chunks.append(item)
-                owners.append(rows)
-                left = left - 1
-                rows, left = rows[left > 0], left[left > 0]
+        for rows in self._block_items(pos, step_over_sized=False):
+            item, pos[rows] = read_item(pos[rows])
+            chunks.append(item)
+            owners.append(rows)
         if not chunks:
             return pa.array(np.zeros(len(pos) + 1, np.int32)), pa.array([], item_type), pos
         owner = np.concatenate(owners)
         items = pa.concat_arrays(chunks).take(pa.array(np.argsort(owner, kind="stable")))
         offsets = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(pos)))]).astype(np.int32)
         return pa.array(offsets), items, pos
+
+    def _block_items(self, pos: np.ndarray, step_over_sized: bool) -> Iterator[np.ndarray]:
+        """Walks array or map values at `pos`, which it moves along in place: blocks of (count,
+        items) up to a 0 count, a negative count followed by the block's byte size. For item k
+        of every block it yields the rows that have one; the caller reads or steps over it at
+        `pos[rows]` and moves `pos[rows]` past it. With `step_over_sized`, a block with its byte
+        size is stepped over whole instead."""
+        active = np.arange(len(pos))
+        while len(active):
+            counts, pos[active] = self.varints(pos[active])
+            if (np.abs(counts) > len(self.buf)).any():
+                raise FormatError("item count larger than the block")
+            sized = counts < 0
+            if sized.any():
+                sizes, pos[active[sized]] = self.varints(pos[active[sized]])
+                if step_over_sized:
+                    if (sizes < 0).any():
+                        raise FormatError("negative block size")
+                    pos[active[sized]] += sizes
+            items = np.where(sized & step_over_sized, 0, np.abs(counts))
+            rows, left = active[items > 0], items[items > 0]
+            while len(rows):
+                yield rows
+                left = left - 1
+                rows, left = rows[left > 0], left[left > 0]
+            active = active[counts != 0]
 
 
 # Decimals: Avro stores the unscaled value big-endian in two's complement; Arrow little-endian.
