@@ -66,6 +66,22 @@ def _resolve(avro: Any, names: dict[str, Any]) -> Any:
 
 #: Bytes of the Avro types whose values all have one size.
 _WIDTHS = {"boolean": 1, "float": 4, "double": 8}
+#: `_LOW_BYTES[k]` keeps the low k bytes of a little-endian word.
+_LOW_BYTES = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
+#: The top bit of every byte of a word: a varint's byte has it when another byte follows.
+_CONTINUATION_BITS = np.uint64(0x8080808080808080)
+#: The 7 low bits of every byte: a varint's groups.
+_VARINT_GROUPS = np.uint64(0x7F7F7F7F7F7F7F7F)
+#: How three steps pack a word's 7-bit groups: pairs of them into 14 bits, pairs of those into
+#: 28, and those into 56 (the bits kept in place, those moved down, by how many).
+_VARINT_PACKING = tuple(
+    (np.uint64(kept), np.uint64(moved), np.uint64(shift))
+    for kept, moved, shift in (
+        (0x007F007F007F007F, 0x7F007F007F007F00, 1),
+        (0x00003FFF00003FFF, 0x3FFF00003FFF0000, 2),
+        (0x000000000FFFFFFF, 0x0FFFFFFF00000000, 4),
+    )
+)
 _AVRO_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 
 
@@ -310,25 +326,67 @@ class AvroColumnReader:
         self.content = pa.py_buffer(content)
         self.buf = np.frombuffer(content, dtype=np.uint8)
         self.names = names
+        # The content as overlapping little-endian words, one starting at each byte: a value of
+        # up to eight bytes is one gather, not one per byte. Content shorter than a word is
+        # padded (a copy of under eight bytes).
+        wide = self.buf if len(self.buf) >= 8 else np.concatenate([self.buf, np.zeros(8, np.uint8)])
+        self._words = np.ndarray((len(wide) - 7,), "<u8", wide, strides=(1,))
+
+    def words(self, pos: np.ndarray) -> np.ndarray:
+        """The eight bytes at each position as a little-endian word; bytes past the content's
+        end (for positions in its last eight bytes) read as zeros."""
+        last = len(self._words) - 1
+        if not len(pos) or pos.max() <= last:
+            return self._words[pos]
+        clamped = np.minimum(pos, last)
+        return self._words[clamped] >> (np.minimum(pos - clamped, 7) * 8).astype(np.uint64)
 
     def varints(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Zig-zag varints at `pos`: (values, positions after them). Byte k is read only for the
-        rows whose varint goes on that far, so short varints (the usual case) cost one pass."""
-        current = self.buf[pos]
-        zigzag = (current & 0x7F).astype(np.uint64)
+        """Zig-zag varints at `pos`: (values, positions after them). One byte is read for each;
+        only the rows whose varint goes on are read further, so short varints (the usual case)
+        cost one pass."""
+        first = self.buf[pos]
+        zigzag = (first & 0x7F).astype(np.uint64)
         lengths = np.ones(len(pos), np.int64)
-        rows = np.flatnonzero(current & 0x80)
-        for k in range(1, 10):
-            if not len(rows):
-                break
+        rows = np.flatnonzero(first & 0x80)
+        if len(rows):
+            zigzag[rows], lengths[rows] = self._longer_varints(pos[rows])
+        values = (zigzag >> np.uint64(1)).astype(np.int64) ^ -(zigzag & np.uint64(1)).astype(np.int64)
+        return values, pos + lengths
+
+    def _longer_varints(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Varints of more than one byte at `pos`, still zig-zag encoded, and their lengths. One
+        of up to eight bytes (a value under 2**55 in magnitude) comes from the word at its
+        position: its length from the first byte without the continuation bit, its 7-bit groups
+        packed together by three shifts. Longer ones are read a byte at a time."""
+        words = self.words(pos)
+        ends = ~words & _CONTINUATION_BITS  # the top bit of each byte that ends a varint
+        first_end = ends & (~ends + np.uint64(1))  # the lowest of them, or none
+        lengths = (np.log2(np.maximum(first_end, np.uint64(1)).astype(np.float64)).astype(np.int64) + 1) // 8
+        zigzag = words & _LOW_BYTES[lengths] & _VARINT_GROUPS
+        for kept, moved, shift in _VARINT_PACKING:
+            zigzag = (zigzag & kept) | ((zigzag & moved) >> shift)
+        if (pos + lengths > len(self.buf)).any():  # ended by the zeros read past the end
+            raise FormatError("a record runs past the end of its content")
+        long = np.flatnonzero(first_end == 0)  # nine or ten bytes: values of 2**55 and more
+        if len(long):
+            zigzag[long], lengths[long] = self._varint_bytes(pos[long])
+        return zigzag, lengths
+
+    def _varint_bytes(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Varints at `pos`, still zig-zag encoded, and their lengths, read a byte at a time:
+        byte k only for the rows whose varint goes on that far."""
+        zigzag = np.zeros(len(pos), np.uint64)
+        lengths = np.zeros(len(pos), np.int64)
+        rows = np.arange(len(pos))
+        for k in range(10):
             current = self.buf[pos[rows] + k]
             zigzag[rows] |= (current & 0x7F).astype(np.uint64) << np.uint64(7 * k)
             lengths[rows] += 1
             rows = rows[(current & 0x80) != 0]
-        if len(rows):
-            raise FormatError("varint longer than 10 bytes")
-        values = (zigzag >> np.uint64(1)).astype(np.int64) ^ -(zigzag & np.uint64(1)).astype(np.int64)
-        return values, pos + lengths
+            if not len(rows):
+                return zigzag, lengths
+        raise FormatError("varint longer than 10 bytes")
 
     def fixed(self, pos: np.ndarray, width: int) -> np.ndarray:
         """`width` bytes at each position, one row each."""
@@ -336,20 +394,16 @@ class AvroColumnReader:
 
     def byte_strings(self, pos: np.ndarray, lengths: np.ndarray) -> pa.Array:
         """Byte strings at `pos` as a binary view array over the content (no copy): each 16-byte
-        view holds the length and either the bytes (up to 12) or a prefix and an offset."""
+        view is two words, the length and a 4-byte prefix, then the next 8 bytes (strings of up
+        to 12 bytes, inline) or the string's offset in the content (longer ones)."""
         if (lengths < 0).any() or (pos + lengths > len(self.buf)).any():
             raise FormatError("byte string runs past the block")
-        n = len(pos)
-        views = np.zeros((n, 4), np.int32)
-        views[:, 0] = lengths
-        raw = views.view(np.uint8)
-        short = np.flatnonzero(lengths <= 12)
-        inline = np.arange(12) < lengths[short, None]
-        raw[short, 4:] = self.buf[np.where(inline, pos[short, None] + np.arange(12), 0)] * inline
-        long = np.flatnonzero(lengths > 12)
-        raw[long, 4:8] = self.fixed(pos[long], 4)
-        views[long, 3] = pos[long]
-        return pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), self.content])
+        prefix = self.words(pos) & _LOW_BYTES[np.minimum(lengths, 4)]
+        inline = self.words(pos + 4) & _LOW_BYTES[np.clip(lengths - 4, 0, 8)]
+        views = np.empty((len(pos), 2), np.uint64)
+        views[:, 0] = lengths.astype(np.uint64) | (prefix << np.uint64(32))
+        views[:, 1] = np.where(lengths <= 12, inline, pos.astype(np.uint64) << np.uint64(32))  # buffer 0
+        return pa.Array.from_buffers(pa.binary_view(), len(pos), [None, pa.py_buffer(views), self.content])
 
     def value(self, pos: np.ndarray, avro: Any, arrow_type: pa.DataType) -> tuple[pa.Array, np.ndarray]:
         """Values of Avro type `avro` at `pos` as `arrow_type`, and the positions after them."""
@@ -371,7 +425,10 @@ class AvroColumnReader:
             return pa.array(values).cast(pa.int32() if kind == "int" else pa.int64()).cast(arrow_type), pos
         if kind in ("float", "double"):
             width = _WIDTHS[kind]
-            values = self.fixed(pos, width).view("<f4" if width == 4 else "<f8")[:, 0]
+            if len(pos) and pos.max() + width > len(self.buf):
+                raise FormatError("a record runs past the end of its content")
+            words = self.words(pos)
+            values = words.view("<f8") if width == 8 else words.astype(np.uint32).view("<f4")
             return pa.array(values).cast(arrow_type), pos + width
         if kind in ("string", "bytes"):
             lengths, pos = self.varints(pos)

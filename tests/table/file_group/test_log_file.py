@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from table.errors import FormatError
 from table.file_group.log_file.avro_binary import log_schema, read_avro_records, varint
 from table.file_group.log_file.block import (
     DATA_BLOCK_TYPES,
@@ -345,6 +346,41 @@ def test_avro_arrays_in_blocks_with_their_byte_size_are_stepped_over_by_it():
     assert every.to_pylist() == [{"xs": [1, 2, 300], "id": 7}] * 2
     assert some.to_pylist() == [{"id": 7}] * 2
     assert some_end.tolist() == every_end.tolist() == [len(record), len(content)]
+
+
+def record_schema(**fields: str) -> str:
+    return json.dumps({"type": "record", "name": "r", "fields": [{"name": n, "type": t} for n, t in fields.items()]})
+
+
+NUMBERS_SCHEMA = record_schema(n="long", x="double", s="string")
+#: Longs of every varint length, one to ten bytes, and each side of where lengths change.
+EDGE_LONGS = [0, -1, 1, 63, -64, 64, -65, 2**55 - 1, -(2**55), 2**55, -(2**55) - 1, 2**62, 2**63 - 1, -(2**63)]
+
+
+def test_avro_numbers_of_every_length_and_values_at_the_content_end_read_as_written():
+    """Values are read eight bytes at a time where they fit: varints of one to ten bytes, and
+    values in the content's last bytes (or in content shorter than eight bytes), read as written."""
+    rows = [{"n": n, "x": n / 3, "s": "é" * (i % 14)} for i, n in enumerate(EDGE_LONGS)]
+    records = reference_avro_records(NUMBERS_SCHEMA, rows)
+    ends = np.cumsum([len(record) for record in records])
+    (tiny,) = reference_avro_records(record_schema(n="long"), [{"n": -3}])
+
+    read, read_ends = read_avro_records(b"".join(records), ends - [len(r) for r in records], log_schema(NUMBERS_SCHEMA))
+    last, last_end = read_avro_records(records[-1], np.array([0]), log_schema(NUMBERS_SCHEMA))
+    small, small_end = read_avro_records(tiny, np.array([0]), log_schema(record_schema(n="long")))
+
+    assert read.to_pylist() == rows and read_ends.tolist() == ends.tolist()
+    assert last.to_pylist() == rows[-1:] and last_end.tolist() == [len(records[-1])]
+    assert small.to_pylist() == [{"n": -3}] and small_end.tolist() == [len(tiny)]
+
+
+@pytest.mark.parametrize("cut", [1, 3, 9, 15])
+def test_avro_record_cut_short_is_a_format_error(cut):
+    """A record whose string, double or varint runs past the content's end is not read from the
+    bytes after it (zeros, or nothing): it is a FormatError."""
+    record = reference_avro_records(NUMBERS_SCHEMA, [{"n": -(2**62), "x": 0.5, "s": "abcd"}])[0]
+    with pytest.raises(FormatError, match="runs past the"):
+        read_avro_records(record[:-cut], np.array([0]), log_schema(NUMBERS_SCHEMA))
 
 
 @pytest.mark.parametrize("fmt", ["avro", "parquet"])
