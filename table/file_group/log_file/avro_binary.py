@@ -346,13 +346,22 @@ class AvroColumnReader:
         only the rows whose varint goes on are read further, so short varints (the usual case)
         cost one pass."""
         first = self.buf[pos]
+        if not len(first) or first.max() < 0x80:  # one byte each
+            small = first.astype(np.int64)
+            return (small >> 1) ^ -(small & 1), pos + 1
         zigzag = (first & 0x7F).astype(np.uint64)
         lengths = np.ones(len(pos), np.int64)
         rows = np.flatnonzero(first & 0x80)
-        if len(rows):
-            zigzag[rows], lengths[rows] = self._longer_varints(pos[rows])
+        zigzag[rows], lengths[rows] = self._longer_varints(pos[rows])
         values = (zigzag >> np.uint64(1)).astype(np.int64) ^ -(zigzag & np.uint64(1)).astype(np.int64)
         return values, pos + lengths
+
+    def varint_ends(self, pos: np.ndarray) -> np.ndarray:
+        """The positions after varints at `pos`, their values not made."""
+        first = self.buf[pos]
+        if not len(first) or first.max() < 0x80:
+            return pos + 1
+        return self.varints(pos)[1]
 
     def _longer_varints(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Varints of more than one byte at `pos`, still zig-zag encoded, and their lengths. One
@@ -483,10 +492,10 @@ class AvroColumnReader:
         null_index = branches.index("null") if "null" in branches else -1
         if not (is_value | (index == null_index)).all():
             raise FormatError(f"union index outside {branches}")
+        if is_value.all():  # no row to pick out, nor a null to put back
+            return self.value(pos, branches[values[0]], arrow_type)
         rows = np.flatnonzero(is_value)
         decoded, pos[rows] = self.value(pos[rows], branches[values[0]], arrow_type)
-        if len(rows) == len(pos):
-            return decoded, pos
         return decoded.take(pa.array(np.cumsum(is_value) - 1, mask=~is_value)), pos
 
     def skip(self, pos: np.ndarray, avro: Any) -> np.ndarray:
@@ -497,7 +506,12 @@ class AvroColumnReader:
             if ((index < 0) | (index >= len(avro))).any():
                 raise FormatError(f"union index outside {avro}")
             for i, branch in enumerate(avro):
-                rows = np.flatnonzero(index == i)
+                if branch == "null":
+                    continue
+                taken = index == i
+                if taken.all():
+                    return self.skip(pos, branch)
+                rows = np.flatnonzero(taken)
                 if len(rows):
                     pos[rows] = self.skip(pos[rows], branch)
             return pos
@@ -509,7 +523,7 @@ class AvroColumnReader:
         if kind == "fixed":
             return pos + avro["size"]
         if kind in ("int", "long", "enum"):
-            return self.varints(pos)[1]
+            return self.varint_ends(pos)
         if kind in ("string", "bytes"):
             lengths, pos = self.varints(pos)
             if (lengths < 0).any() or (pos + lengths > len(self.buf)).any():
