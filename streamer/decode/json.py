@@ -47,10 +47,10 @@ class _JsonBatch:
         self.pieces: list[tuple[np.ndarray, pa.Array]] = []  # (rows, their records)
         self.errors: dict[int, str] = {}
         self.rows, text = self._object_texts(np.asarray(pc.indices_nonzero(raw.is_valid()), dtype=np.int64))
-        lists = pa.ListArray.from_arrays(pa.array([0, len(text)], pa.int32()), text)
-        self.block = pc.binary_join(lists, "\n")[0].as_buffer()
+        # each text then a newline, as one buffer: joined element-wise, which is faster than a join of a list
+        self.block = pc.binary_join_element_wise(text, "", "\n").buffers()[2] or pa.py_buffer(b"")
         lengths = np.asarray(pc.binary_length(text), dtype=np.int64)
-        self.ends = np.cumsum(lengths + 1) - 1  # a newline follows each text but the last
+        self.ends = np.cumsum(lengths + 1) - 1  # a newline follows each text
         self.starts = self.ends - lengths
 
     def decode(self) -> Decoded:
