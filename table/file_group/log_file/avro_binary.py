@@ -334,12 +334,12 @@ class AvroColumnReader:
 
     def words(self, pos: np.ndarray) -> np.ndarray:
         """The eight bytes at each position as a little-endian word; bytes past the content's
-        end (for positions in its last eight bytes) read as zeros."""
+        end read as zeros (a word shifted by 64 bits or more is zero)."""
         last = len(self._words) - 1
         if not len(pos) or pos.max() <= last:
             return self._words[pos]
         clamped = np.minimum(pos, last)
-        return self._words[clamped] >> (np.minimum(pos - clamped, 7) * 8).astype(np.uint64)
+        return self._words[clamped] >> (np.minimum(pos - clamped, 8) * 8).astype(np.uint64)
 
     def varints(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Zig-zag varints at `pos`: (values, positions after them). One byte is read for each;
