@@ -82,6 +82,8 @@ _VARINT_PACKING = tuple(
         (0x000000000FFFFFFF, 0x0FFFFFFF00000000, 4),
     )
 )
+#: Why records whose last value would need bytes past their content are not read.
+_PAST_THE_END = "a record runs past the end of its content"
 _AVRO_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 
 
@@ -306,7 +308,7 @@ def read_avro_records(
     try:
         records, positions = reader.value(positions, schema.avro, arrow)
     except IndexError:  # a position past the content's end
-        raise FormatError("a record runs past the end of its content") from None
+        raise FormatError(_PAST_THE_END) from None
     columns = pa.schema(list(arrow), metadata=schema.arrow.metadata)
     return pa.Table.from_arrays(records.flatten(), schema=columns), positions
 
@@ -376,7 +378,7 @@ class AvroColumnReader:
         for kept, moved, shift in _VARINT_PACKING:
             zigzag = (zigzag & kept) | ((zigzag & moved) >> shift)
         if (pos + lengths > len(self.buf)).any():  # ended by the zeros read past the end
-            raise FormatError("a record runs past the end of its content")
+            raise FormatError(_PAST_THE_END)
         long = np.flatnonzero(first_end == 0)  # nine or ten bytes: values of 2**55 and more
         if len(long):
             zigzag[long], lengths[long] = self._varint_bytes(pos[long])
@@ -435,7 +437,7 @@ class AvroColumnReader:
         if kind in ("float", "double"):
             width = _WIDTHS[kind]
             if len(pos) and pos.max() + width > len(self.buf):
-                raise FormatError("a record runs past the end of its content")
+                raise FormatError(_PAST_THE_END)
             words = self.words(pos)
             values = words.view("<f8") if width == 8 else words.astype(np.uint32).view("<f4")
             return pa.array(values).cast(arrow_type), pos + width
