@@ -226,7 +226,7 @@ class KafkaProgress:
     def _drop(self, name: str) -> None:
         client = getattr(self, name)
         setattr(self, name, None)
-        if client is not None:
+        if client is not None and hasattr(client, "close"):  # an AdminClient has none: dropping it frees it
             try:
                 client.close()
             except Exception as e:  # noqa: BLE001 - closing a broken client must not hide why it broke
