@@ -32,12 +32,22 @@ def jackson_object(keys: tuple[str, ...], values: Sequence[Any], level: int) -> 
     """An object of these keys and values, laid out as `jackson_dumps` lays it out at `level`:
     what a writer of thousands of like objects (a commit's write stats) renders without building
     a dict of each. Objects of the same keys share one skeleton, filled with their values."""
-    if not keys:
-        return Laid("{ }")
+    return laid_object(keys, jackson_values(values, level), level)
+
+
+def jackson_values(values: Sequence[Any], level: int) -> list[str]:
+    """Each value laid out as `jackson_dumps` lays out a member of an object at `level`."""
     laid = []
     for value in values:
         scalar = _SCALARS.get(type(value))
         laid.append(scalar(value) if scalar else _pretty(value, level + 1))
+    return laid
+
+
+def laid_object(keys: tuple[str, ...], laid: Sequence[str], level: int) -> Laid:
+    """An object of these keys and their values laid out already (`jackson_values`)."""
+    if not keys:
+        return Laid("{ }")
     return Laid(_skeleton(keys, level) % tuple(laid))
 
 

@@ -58,7 +58,7 @@ PACKED = "rows"
 #: others.
 WRITE_TASK = "_mor_write_task"
 _PACKED_ARROW = pa.schema([(WRITE_TASK, pa.int32()), (PACKED, pa.binary())])
-_STAT_ARROW = pa.schema([("stat", pa.string()), ("seconds", pa.float64())])
+_STAT_ARROW = pa.schema([("stat", pa.string()), ("values", pa.string()), ("seconds", pa.float64())])
 #: The passes' output types, given to Spark as types: a DDL string is parsed in the JVM, a round
 #: trip each micro-batch pays twice.
 PACKED_SCHEMA = from_arrow_schema(_PACKED_ARROW)
@@ -151,7 +151,8 @@ def write_dataframe(commit: DeltaCommit, df: DataFrame, to_rows: ToRows | None =
             reported = packed.repartition(tasks.count, WRITE_TASK).mapInArrow(write, STAT_SCHEMA).toArrow()
     finally:
         routing.destroy()  # its blocks in the JVM and its file on the driver's disk, one a batch otherwise
-    stats = WriteStat.from_laid_out([text for text in reported.column("stat").to_pylist() if text is not None])
+    sent = [(text, values) for text, values in zip(*reported.select(["stat", "values"]).to_pydict().values()) if text]
+    stats = WriteStat.from_laid_out([text for text, _ in sent], [values for _, values in sent])
     return DataFrameWriteResult(
         stats, metrics.value, pc.sum(reported.column("seconds")).as_py() or 0.0, time.monotonic() - started, tasks.count
     )
@@ -554,9 +555,11 @@ def _write_file_groups(
             rows = dedupe_latest(rows, ctx.ordering_field, group_column=FILE_ID)  # noqa: PLW2901 - let go of the rows with duplicates before the write
             files.write(rows, finished)
         stats = files.close()
-    reported: list[str | None] = [s.laid_out() for s in stats] or [None]
+    sent = [stat.sent() for stat in stats]
+    reported: list[str | None] = [text for text, _ in sent] or [None]
+    values: list[str | None] = [array for _, array in sent] or [None]
     seconds = [time.perf_counter() - started] + [0.0] * (len(reported) - 1)
-    yield pa.RecordBatch.from_pydict({"stat": reported, "seconds": seconds}, schema=_STAT_ARROW)
+    yield pa.RecordBatch.from_pydict({"stat": reported, "values": values, "seconds": seconds}, schema=_STAT_ARROW)
 
 
 def _return_freed_heap() -> None:

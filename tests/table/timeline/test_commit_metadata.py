@@ -34,16 +34,45 @@ def test_sample_commit_metadata_parses_and_serialises_back_byte_for_byte(path):
 
 
 @pytest.mark.parametrize("path", SAMPLE_COMMIT_FILES, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
-def test_stats_sent_laid_out_by_their_writers_make_the_same_commit_file(path):
-    """Write tasks send their stats laid out; the driver's commit file is byte for byte the one
-    it would render itself, and the stats parsed back equal the writers'."""
+@pytest.mark.parametrize("with_values", [True, False], ids=["values", "texts"])
+def test_stats_sent_laid_out_by_their_writers_make_the_same_commit_file(path, with_values):
+    """Write tasks send their stats laid out, with their values; the driver's commit file is byte
+    for byte the one it would render itself, and the stats parsed back, from their values or
+    their texts, equal the writers'."""
     metadata = CommitMetadata.from_json(path.read_bytes())
     written = metadata.write_stats()
-    received = WriteStat.from_laid_out([stat.laid_out() for stat in written])
+    texts, values = zip(*(stat.sent() for stat in written))
+    received = WriteStat.from_laid_out(list(texts), list(values) if with_values else None)
+    assert list(texts) == [stat.laid_out() for stat in written]
     assert received == written
     again = CommitMetadata.for_write(received, metadata.extra_metadata, metadata.operation_type, metadata.compacted)
     rendered = CommitMetadata.for_write(written, metadata.extra_metadata, metadata.operation_type, metadata.compacted)
     assert again.to_json() == rendered.to_json()
+
+
+def test_stats_sent_with_values_parse_back_whole_beside_one_with_keys_of_its_own():
+    """A delta stat with runtime and record stats, a base file's stat and one with an unknown key
+    (sent without values: its text is parsed) come back equal, in their order."""
+    delta = WriteStat(
+        file_id="f-0",
+        path="p=1/.f-0_001.log.2_0-1-2",
+        partition_path="p=1",
+        num_writes=3,
+        runtime_stats=RuntimeStats(total_upsert_time=12),
+        log_version=2,
+        log_offset=0,
+        base_file="f-0_0-1-1_001.parquet",
+        log_files=[".f-0_001.log.2_0-1-2"],
+        records_stats={"val": {"c": 1}},
+    )
+    base = WriteStat(file_id="f-1", path="p=2/f-1_0-1-1_002.parquet", partition_path="p=2", num_inserts=7)
+    odd = WriteStat(file_id="f-2", path="p=2/f-2.parquet", partition_path="p=2", extra={"newKey": [1, 2]})
+    written = [delta, base, odd]
+    texts, values = zip(*(s.sent() for s in written))
+    assert values[2] is None
+    received = WriteStat.from_laid_out(list(texts), list(values))
+    assert received == written
+    assert [r.laid_out() for r in received] == [s.laid_out() for s in written]
 
 
 def test_sample_log_write_is_a_delta_stat_with_its_slice():
