@@ -151,8 +151,8 @@ def write_dataframe(commit: DeltaCommit, df: DataFrame, to_rows: ToRows | None =
             reported = packed.repartition(tasks.count, WRITE_TASK).mapInArrow(write, STAT_SCHEMA).toArrow()
     finally:
         routing.destroy()  # its blocks in the JVM and its file on the driver's disk, one a batch otherwise
-    sent = [(text, values) for text, values in zip(*reported.select(["stat", "values"]).to_pydict().values()) if text]
-    stats = WriteStat.from_laid_out([text for text, _ in sent], [values for _, values in sent])
+    sent = [(t, v) for t, v in zip(reported.column("stat").to_pylist(), reported.column("values").to_pylist()) if t]
+    stats = WriteStat.from_laid_out([text for text, _ in sent], [array for _, array in sent])
     return DataFrameWriteResult(
         stats, metrics.value, pc.sum(reported.column("seconds")).as_py() or 0.0, time.monotonic() - started, tasks.count
     )
