@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -61,9 +63,9 @@ SchemaRows = list[tuple[bytes, np.ndarray]]
 class ConnectJsonDecoder:
     """Connect's JSON, with or without its schemas, to records of `struct`. With `row_field` and
     the row's Avro `reader_schema`, records whose Connect schema of `row_field` changes the
-    reader schema can be deferred (`decode_deferring_evolving`). A `sparse` field
-    (`(field, when_field, when_value)`) is parsed only for the records whose `when_field` is
-    `when_value`: Debezium's `before`, which only deletes need."""
+    reader schema can be deferred (`decode_deferring_evolving`). With `common`, records are
+    parsed into its narrower struct, and only those it names parsed again into the whole one:
+    Debezium's change events, most of which need little of their envelope."""
 
     def __init__(
         self,
@@ -71,15 +73,15 @@ class ConnectJsonDecoder:
         row_field: str | None = None,
         reader_schema: str | None = None,
         reserved_names: tuple[str, ...] = (),
-        sparse: tuple[str, str, str] | None = None,
+        common: CommonFields | None = None,
     ):
         self._type = struct
         self._row_field = row_field
         self._reader = json.loads(reader_schema) if reader_schema else None
         self._reserved = reserved_names
-        self._sparse = sparse
-        self._shapes = _Shapes(pa.struct([f for f in struct if sparse is None or f.name != sparse[0]]))
-        self._sparse_shapes = None if sparse is None else _Shapes(pa.struct([struct.field(sparse[0])]))
+        self._common = common
+        self._shapes = _Shapes(struct if common is None else common.struct)
+        self._whole_shapes = None if common is None else _Shapes(struct)
         self._changes: dict[bytes, tuple[int, WriterSchemaChange]] = {}  # schema text -> (id, change)
         self.writer_schemas: dict[int, str] = {}  # id -> the row's writer schema, Avro JSON
 
@@ -106,20 +108,24 @@ class ConnectJsonDecoder:
     def _parse(self, raw: pa.Array) -> tuple[pa.Array, SchemaRows, dict[int, str]]:
         """The payloads, the records of each schema text and the reasons of the bad records."""
         value, schemas, errors = self._shapes.parse(raw)
-        if self._sparse is None or self._sparse_shapes is None:
+        if self._common is None or self._whole_shapes is None:
             return value, schemas, errors
-        name, when_field, when_value = self._sparse
-        needed = np.flatnonzero(
-            np.asarray(pc.fill_null(pc.equal(pc.struct_field(value, when_field), when_value), False), dtype=bool)
-        )
+        needed = np.flatnonzero(self._common.needs_whole(value))
+        whole = None
         if len(needed):
-            sparse, _, sparse_errors = self._sparse_shapes.parse(raw.take(pa.array(needed)))
-            for row, reason in sparse_errors.items():
+            whole, _, whole_errors = self._whole_shapes.parse(raw.take(pa.array(needed)))
+            for row, reason in whole_errors.items():
                 errors.setdefault(int(needed[row]), reason)
-            column = scatter(pc.struct_field(sparse, name), needed, len(raw))
-        else:
-            column = pa.nulls(len(raw), self._type.field(name).type)
-        children = [column if f.name == name else pc.struct_field(value, f.name) for f in self._type]
+        children = [
+            _merged(
+                f.type,
+                pc.struct_field(value, f.name) if value.type.get_field_index(f.name) >= 0 else None,
+                None if whole is None else pc.struct_field(whole, f.name),
+                needed,
+                len(raw),
+            )
+            for f in self._type
+        ]
         return pa.StructArray.from_arrays(children, fields=list(self._type), mask=value.is_null()), schemas, errors
 
     def _change(self, schema_text: bytes, row_field: str, reader: dict) -> int | None:
@@ -138,6 +144,46 @@ class ConnectJsonDecoder:
             known = self._changes[schema_text] = (schema_id, change)
         schema_id, change = known
         return schema_id if change.evolves or change.problem is not None else None
+
+
+@dataclass(frozen=True)
+class CommonFields:
+    """What most records need of a struct: `struct` has some of its fields, each whole or a
+    narrower struct of it. `needs_whole` says, from what they read to, which records need the
+    whole struct: they are parsed again."""
+
+    struct: pa.StructType
+    needs_whole: Callable[[pa.StructArray], np.ndarray]
+
+
+def _merged(
+    whole_type: pa.DataType, common: pa.Array | None, whole: pa.Array | None, needed: np.ndarray, length: int
+) -> pa.Array:
+    """A field of the whole struct: as the common parse read it, null in what it did not ask
+    for, and as the whole parse read it in the records that `needed` it."""
+    if common is not None and common.type == whole_type:
+        return common  # both parses read it alike
+    if common is None:
+        return pa.nulls(length, whole_type) if whole is None else scatter(whole, needed, length)
+    widened = _widened(common, whole_type)
+    if whole is None:
+        return widened
+    in_whole = np.zeros(length, dtype=bool)
+    in_whole[needed] = True
+    return pc.if_else(pa.array(in_whole), scatter(whole, needed, length), widened)
+
+
+def _widened(common: pa.Array, whole_type: pa.DataType) -> pa.Array:
+    """A narrower struct as `whole_type`, the fields it lacks null."""
+    if common.type == whole_type:
+        return common
+    children = [
+        _widened(pc.struct_field(common, f.name), f.type)
+        if common.type.get_field_index(f.name) >= 0
+        else pa.nulls(len(common), f.type)
+        for f in whole_type
+    ]
+    return pa.StructArray.from_arrays(children, fields=list(whole_type), mask=common.is_null())
 
 
 class _Shapes:

@@ -3,7 +3,8 @@
 A change event is an envelope around the row: `before`, `after`, `op`, `source` (where the change
 came from, with its position in the database's log) and `ts_ms`. The value decoders read the
 envelope into the Arrow type `envelope_type` (JSON with or without Kafka Connect's schemas, Avro
-through the registry); `ChangeEvents.unpack` turns a batch of envelopes into the table's rows:
+through the registry; JSON reads most events into the narrower `common_envelope_type` and only
+the others whole); `ChangeEvents.unpack` turns a batch of envelopes into the table's rows:
 
 - `c` (create), `r` (a read by the initial snapshot) and `u` (update) upsert `after`;
 - `d` deletes the row's key, taken from `before` (the record decoder fills what `before` lacks
@@ -79,6 +80,37 @@ def envelope_type(row: pa.StructType) -> pa.StructType:
             ("status", pa.string()),
         ]
     )
+
+
+def common_envelope_type(row: pa.StructType, columns: EnvelopeColumns) -> pa.StructType:
+    """What most change events need read of their envelope: a change of a row (`after`, `op`)
+    from PostgreSQL (its LSN) and the envelope fields kept as columns. A parser of text reads
+    fewer fields faster; the events that need more are read again whole (`needs_whole`)."""
+    kept = {field for field, _ in columns.columns}
+    source = []
+    if EnvelopeField.POSITION in kept:
+        source += [SOURCE_TYPE.field("connector"), SOURCE_TYPE.field("lsn")]
+    if EnvelopeField.SOURCE_TS_MS in kept:
+        source.append(SOURCE_TYPE.field("ts_ms"))
+    fields = [pa.field("after", row), pa.field("op", pa.string())]
+    if source:
+        fields.append(pa.field("source", pa.struct(source)))
+    if EnvelopeField.TS_MS in kept:
+        fields.append(pa.field("ts_ms", pa.int64()))
+    return pa.struct(fields)
+
+
+def needs_whole(common: pa.StructArray) -> np.ndarray:
+    """Which events read into `common_envelope_type` need their whole envelope: deletes (their
+    `before`), messages without an op (`ddl` and `status` tell what they are) and changes from
+    another connector than PostgreSQL (their position is elsewhere in `source`)."""
+    op = pc.struct_field(common, "op")
+    needed = pc.or_kleene(pc.is_null(op), pc.equal(op, DELETE_OP))
+    source = common.type.get_field_index("source")
+    if source >= 0 and common.type.field(source).type.get_field_index("connector") >= 0:
+        connector = pc.struct_field(pc.struct_field(common, "source"), "connector")
+        needed = pc.or_kleene(needed, pc.fill_null(pc.not_equal(connector, "postgresql"), False))
+    return np.asarray(pc.and_(common.is_valid(), pc.fill_null(needed, True)), dtype=bool)
 
 
 @dataclass(frozen=True)

@@ -52,8 +52,16 @@ from streamer.decode.columns import (
     SKIPPED_FIELD,
 )
 from streamer.decode.confluent import ConfluentAvroDecoder
-from streamer.decode.connect_json import ConnectJsonDecoder
-from streamer.decode.debezium import TOMBSTONE, ChangeEvents, EnvelopeColumns, envelope_row, envelope_type
+from streamer.decode.connect_json import CommonFields, ConnectJsonDecoder
+from streamer.decode.debezium import (
+    TOMBSTONE,
+    ChangeEvents,
+    EnvelopeColumns,
+    common_envelope_type,
+    envelope_row,
+    envelope_type,
+    needs_whole,
+)
 from streamer.decode.decoded import not_null_reason, scatter
 from streamer.decode.formats import FormatSpec
 from streamer.decode.json import JsonDecoder
@@ -117,7 +125,7 @@ class RecordDecoder:
         envelope = deletes.envelope
         row_type = _row_type(value, envelope is not None)
         self._events = None if envelope is None else ChangeEvents(row_type, envelope)
-        self._value = _decoder_for(value, registry, reserved_names=ADDED_COLUMNS, envelope=envelope is not None)
+        self._value = _decoder_for(value, registry, reserved_names=ADDED_COLUMNS, envelope=envelope)
         self._key = _decoder_for(key, registry, connect=envelope is not None)
         key_type = key.decoded_type()
         value_fields = (
@@ -348,27 +356,30 @@ def _decoder_for(
     spec: FormatSpec,
     registry: SchemaRegistryClient | None,
     reserved_names: tuple[str, ...] = (),
-    envelope: bool = False,
+    envelope: EnvelopeColumns | None = None,
     connect: bool = False,
 ):
     """The object whose `decode(raw: pa.BinaryArray) -> Decoded` reads records of this format;
     `reserved_names` are names its fields may not take. With `envelope`, it reads Debezium's
-    change events around the format's row; `connect` reads JSON as Kafka Connect writes it."""
+    change events around the format's row, for a table that keeps those envelope columns;
+    `connect` reads JSON as Kafka Connect writes it."""
     if spec.format == DecodeFormat.NONE:
         return None
     if spec.format == DecodeFormat.STRING:
         return Utf8Decoder()
     if spec.format == DecodeFormat.BINARY:
         return BinaryDecoder()
-    row = _row_type(spec, envelope)
-    struct = envelope_type(row) if envelope else row
+    row = _row_type(spec, envelope is not None)
+    struct = row if envelope is None else envelope_type(row)
     if spec.format == DecodeFormat.JSON:
-        if envelope:
-            # `before` matters only to deletes: parsing it for every record would cost a third more.
-            return ConnectJsonDecoder(struct, "after", spec.avro_schema, reserved_names, sparse=("before", "op", "d"))
+        if envelope is not None:
+            # Each field asked of JSON costs every event: `before` (deletes), `ddl` and `status`
+            # (messages without an op) and most of `source` are read only where they are needed.
+            common = CommonFields(common_envelope_type(row, envelope), needs_whole)
+            return ConnectJsonDecoder(struct, "after", spec.avro_schema, reserved_names, common=common)
         return ConnectJsonDecoder(struct) if connect else JsonDecoder(struct)
     if spec.format == DecodeFormat.AVRO:
         return AvroDecoder(spec.avro_text(), struct)
     if registry is None:
         raise DecoderSettingsError("format 'confluent-avro' needs a schema registry URL")
-    return ConfluentAvroDecoder(spec.avro_text(), struct, registry, reserved_names, envelope=envelope)
+    return ConfluentAvroDecoder(spec.avro_text(), struct, registry, reserved_names, envelope=envelope is not None)

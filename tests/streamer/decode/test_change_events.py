@@ -285,6 +285,47 @@ def test_the_log_position_is_the_lsn_for_postgresql_binlog_file_and_position_for
     assert rows[1]["position"] < rows[2]["position"]
 
 
+def test_every_envelope_column_reads_alike_from_changes_read_in_part_and_read_whole():
+    """PostgreSQL's upserts are read for the columns kept alone; its deletes, MySQL's changes and
+    messages without an op are read again whole: each column has its value either way."""
+    columns = EnvelopeColumns(
+        (
+            (EnvelopeField.POSITION, "position"),
+            (EnvelopeField.OP, "op"),
+            (EnvelopeField.SOURCE_TS_MS, "changed_at"),
+            (EnvelopeField.TS_MS, "sent_at"),
+        )
+    )
+    decoder = RecordDecoder(
+        FormatSpec("json", ROW, json.dumps(to_avro_schema(ROW, "accounts"))),
+        FormatSpec("json", KEY),
+        required_fields=(*KEY.names, "position"),
+        deletes=Deletes(TombstonePolicy.DELETE, columns, ("region", "id"), "position"),
+    )
+    key = {"region": "emea", "id": 1}
+    values = [
+        dict(event("u", after=row(name="pg"), lsn=10, ts_ms=1), ts_ms=11),
+        dict(event("d", before={**key, "name": None, "visits": None}, lsn=20, ts_ms=2), ts_ms=12),
+        dict(
+            event("c", after=row(name="my"), connector="mysql", lsn=None, file="bin.000002", pos=30, ts_ms=3), ts_ms=13
+        ),
+        {"ts_ms": 14},
+        dict(event("c", after=row(name="pg2"), lsn=40, ts_ms=4), ts_ms=15),
+    ]
+    rows = decode(decoder, values, [key] * len(values))
+    kept = [
+        (r["_delete"], r["_skipped"], r["name"], r["position"], r["op"], r["changed_at"], r["sent_at"]) for r in rows
+    ]
+    assert kept == [
+        (False, None, "pg", 10, "u", 1, 11),
+        (True, None, None, 20, "d", 2, 12),
+        (False, None, "my", 2 * BINLOG_FILE_FACTOR + 30, "c", 3, 13),
+        (False, "heartbeat", None, None, None, None, 14),
+        (False, None, "pg2", 40, "c", 4, 15),
+    ]
+    assert [r["_error"] for r in rows] == [None] * len(values)
+
+
 def test_a_delete_that_lacks_a_partition_field_is_a_bad_record_naming_it():
     decoder = debezium_decoder(partition_by=("name",))  # a column that is not part of the key
     rows = decode(
