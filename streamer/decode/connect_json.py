@@ -116,17 +116,7 @@ class ConnectJsonDecoder:
             whole, _, whole_errors = self._whole_shapes.parse(raw.take(pa.array(needed)))
             for row, reason in whole_errors.items():
                 errors.setdefault(int(needed[row]), reason)
-        children = [
-            _merged(
-                f.type,
-                pc.struct_field(value, f.name) if value.type.get_field_index(f.name) >= 0 else None,
-                None if whole is None else pc.struct_field(whole, f.name),
-                needed,
-                len(raw),
-            )
-            for f in self._type
-        ]
-        return pa.StructArray.from_arrays(children, fields=list(self._type), mask=value.is_null()), schemas, errors
+        return _merged(self._type, value, whole, needed, len(raw)), schemas, errors
 
     def _change(self, schema_text: bytes, row_field: str, reader: dict) -> int | None:
         """The id of a schema's row when it changes the `reader` schema; None when it fits."""
@@ -159,28 +149,21 @@ class CommonFields:
 def _merged(
     whole_type: pa.DataType, common: pa.Array | None, whole: pa.Array | None, needed: np.ndarray, length: int
 ) -> pa.Array:
-    """A field of the whole struct: as the common parse read it, null in what it did not ask
-    for, and as the whole parse read it in the records that `needed` it."""
-    if common is not None and common.type == whole_type:
-        return common  # both parses read it alike
+    """Records of the whole struct's type (or a field's). What the common parse read is kept, as
+    the whole parse read the same texts into the same types; what it did not ask for is the
+    whole parse's in the records that `needed` it, and null in the others."""
     if common is None:
         return pa.nulls(length, whole_type) if whole is None else scatter(whole, needed, length)
-    widened = _widened(common, whole_type)
-    if whole is None:
-        return widened
-    in_whole = np.zeros(length, dtype=bool)
-    in_whole[needed] = True
-    return pc.if_else(pa.array(in_whole), scatter(whole, needed, length), widened)
-
-
-def _widened(common: pa.Array, whole_type: pa.DataType) -> pa.Array:
-    """A narrower struct as `whole_type`, the fields it lacks null."""
     if common.type == whole_type:
         return common
     children = [
-        _widened(pc.struct_field(common, f.name), f.type)
-        if common.type.get_field_index(f.name) >= 0
-        else pa.nulls(len(common), f.type)
+        _merged(
+            f.type,
+            pc.struct_field(common, f.name) if common.type.get_field_index(f.name) >= 0 else None,
+            None if whole is None else pc.struct_field(whole, f.name),
+            needed,
+            length,
+        )
         for f in whole_type
     ]
     return pa.StructArray.from_arrays(children, fields=list(whole_type), mask=common.is_null())
