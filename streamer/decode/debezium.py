@@ -44,6 +44,8 @@ SKIPPED_OPS = {"t": TRUNCATE, "m": MESSAGE}
 #: Every kind of record that writes nothing: what the tally counts and the docs explain.
 SKIP_KINDS = (TOMBSTONE, TRUNCATE, MESSAGE, HEARTBEAT, SCHEMA_CHANGE, TRANSACTION)
 
+#: The connectors (`source.connector`) whose log position has fields of its own.
+POSTGRESQL, MYSQL = "postgresql", "mysql"
 #: MySQL's binlog position as one number: the file's number times this, plus the position in it.
 BINLOG_FILE_FACTOR = 10**12
 _BINLOG_NUMBER = r"\.(?P<number>\d+)$"
@@ -104,13 +106,12 @@ def needs_whole(common: pa.StructArray) -> np.ndarray:
     """Which events read into `common_envelope_type` need their whole envelope: deletes (their
     `before`), messages without an op (`ddl` and `status` tell what they are) and changes from
     another connector than PostgreSQL (their position is elsewhere in `source`)."""
-    op = pc.struct_field(common, "op")
-    needed = pc.or_kleene(pc.is_null(op), pc.equal(op, DELETE_OP))
+    needed = pc.fill_null(pc.equal(pc.struct_field(common, "op"), DELETE_OP), True)
     source = common.type.get_field_index("source")
     if source >= 0 and common.type.field(source).type.get_field_index("connector") >= 0:
         connector = pc.struct_field(pc.struct_field(common, "source"), "connector")
-        needed = pc.or_kleene(needed, pc.fill_null(pc.not_equal(connector, "postgresql"), False))
-    return np.asarray(pc.and_(common.is_valid(), pc.fill_null(needed, True)), dtype=bool)
+        needed = pc.or_(needed, pc.fill_null(pc.not_equal(connector, POSTGRESQL), False))
+    return np.asarray(pc.and_(common.is_valid(), needed), dtype=bool)
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,7 @@ def log_position(source: pa.StructArray) -> pa.Array:
     """Each change's position in its database's log, comparable among the changes of one
     connector (see the module's docstring); null where the source does not give it."""
     connector = pc.struct_field(source, "connector")
-    is_pg = pc.fill_null(pc.equal(connector, "postgresql"), False)
+    is_pg = pc.fill_null(pc.equal(connector, POSTGRESQL), False)
     lsn = pc.struct_field(source, "lsn")
     if pc.all(pc.or_(is_pg, pc.is_null(connector))).as_py():  # PostgreSQL's (and tombstones, without source)
         return lsn
@@ -220,7 +221,7 @@ def log_position(source: pa.StructArray) -> pa.Array:
     binlog = pc.add(
         pc.multiply(pc.cast(number, pa.int64(), safe=False), BINLOG_FILE_FACTOR), pc.struct_field(source, "pos")
     )
-    is_mysql = pc.fill_null(pc.equal(connector, "mysql"), False)
+    is_mysql = pc.fill_null(pc.equal(connector, MYSQL), False)
     return pc.if_else(is_pg, lsn, pc.if_else(is_mysql, binlog, pc.struct_field(source, "ts_ms")))
 
 

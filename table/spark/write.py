@@ -151,8 +151,8 @@ def write_dataframe(commit: DeltaCommit, df: DataFrame, to_rows: ToRows | None =
             reported = packed.repartition(tasks.count, WRITE_TASK).mapInArrow(write, STAT_SCHEMA).toArrow()
     finally:
         routing.destroy()  # its blocks in the JVM and its file on the driver's disk, one a batch otherwise
-    sent = [(t, v) for t, v in zip(reported.column("stat").to_pylist(), reported.column("values").to_pylist()) if t]
-    stats = WriteStat.from_laid_out([text for text, _ in sent], [array for _, array in sent])
+    sent = reported.filter(reported.column("stat").is_valid())  # a task that wrote nothing sends a null stat
+    stats = WriteStat.from_laid_out(sent.column("stat").to_pylist(), sent.column("values").to_pylist())
     return DataFrameWriteResult(
         stats, metrics.value, pc.sum(reported.column("seconds")).as_py() or 0.0, time.monotonic() - started, tasks.count
     )
