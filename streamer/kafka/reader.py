@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import gc
 import itertools
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from typing import cast
 
 import numpy as np
@@ -130,38 +129,6 @@ def _start_after_retention(opts: SourceOptions, topic: str, partition: int, star
 
 
 def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
-    """Read offsets [start, end) of one topic-partition as Arrow record batches
-    (`_read_partition`), with Python's cycle collector paused while the batches are read.
-
-    confluent-kafka's messages are objects the collector tracks, and a read makes one per record.
-    Left running, it would start a collection every few hundred messages, and the messages that
-    are still referenced when it runs push it on to collections of the older generations, which
-    walk every object the worker holds. The messages hold no cycles: each is freed as its chunk
-    is taken in. So the collector runs only while the batch is used, outside the read.
-    """
-    with contextlib.closing(_read_partition(opts, topic, partition, start, end)) as batches:
-        while True:
-            with _cycle_collector_paused():
-                batch = next(batches, None)
-            if batch is None:
-                return
-            yield batch
-
-
-@contextlib.contextmanager
-def _cycle_collector_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _read_partition(
-    opts: SourceOptions, topic: str, partition: int, start: int, end: int
-) -> Generator[pa.RecordBatch, None, None]:
     """Read offsets [start, end) of one topic-partition as Arrow record batches.
 
     Stops when the record at ``end - 1`` (or any later one) was seen, when the consumer reports
@@ -293,7 +260,6 @@ def _read_partition(
                         f"Is the broker reachable? (option {opts.task_timeout_option})"
                     )
             if builder.rows and (builder.rows >= batch_size or builder.bytes >= max_bytes or done):
-                msgs = []  # freed within the read (`read_partition`)
                 yield builder.flush()
         reusable = True
     finally:

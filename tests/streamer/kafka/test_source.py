@@ -8,10 +8,8 @@ session (shared `spark` fixture) and read through Structured Streaming.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import json
-import sys
 import time
 import uuid
 
@@ -192,7 +190,6 @@ def test_unreachable_broker_fails_with_clear_timeout():
     assert time.monotonic() - t0 < 15
     msg = str(e.value)
     assert "nowhere" in msg and "partition 0" in msg and "zz-secret-zz" not in msg
-    assert gc.isenabled()  # the read paused Python's cycle collector, and the failure resumed it
 
 
 # ----------------------------------------------------------------------------------------------
@@ -559,41 +556,6 @@ def test_ranges_read_through_consumers_of_either_prefetch_hold_exactly_their_rec
         values = [v for b in read_partition(opts, topic, 0, start, end) for v in b.column("value").to_pylist()]
         assert values == expected[start:end]
         assert pool.prefetch_kbytes(topic, 3_000) == pool.SHORT_RANGE_PREFETCH_KBYTES
-
-
-@pytest.mark.e2e
-def test_the_cycle_collector_is_paused_only_while_records_are_read(kafka_bootstrap, kafka_topic):
-    """A read makes an object per record, which would set off Python's cycle collector every few
-    hundred records: no collection runs while the read consumes, and the collector is on again
-    whenever a batch is in the caller's hands, when the read ends and when it is given up."""
-    topic = kafka_topic(partitions=1, prefix="collector")
-    kafka_broker.produce(kafka_bootstrap, topic, [(None, f"v{i}".encode(), 0) for i in range(5_000)])
-    opts = SourceOptions.parse(
-        {"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic, "arrowBatchSize": "1000"}
-    )
-    reading = kafka_reader._read_partition.__code__
-    during_read = []
-
-    def note_collections_during_read(phase, info):
-        frame = sys._getframe(1)
-        while frame is not None and phase == "start":
-            if frame.f_code is reading:
-                during_read.append(info["generation"])
-                break
-            frame = frame.f_back
-
-    gc.callbacks.append(note_collections_during_read)
-    try:
-        collecting = [(batch.num_rows, gc.isenabled()) for batch in read_partition(opts, topic, 0, 0, 5_000)]
-    finally:
-        gc.callbacks.remove(note_collections_during_read)
-    assert during_read == []
-    assert collecting == [(1_000, True)] * 5
-    assert gc.isenabled()
-    given_up = read_partition(opts, topic, 0, 0, 5_000)
-    assert next(given_up).column("value").to_pylist() == [f"v{i}".encode() for i in range(1_000)]
-    given_up.close()
-    assert gc.isenabled()
 
 
 def _produce_transactions(bootstrap, topic):
