@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.class_data import java_options
 from tests.support import kafka_broker
 
 _session_broker: kafka_broker.TestBroker | None = None
@@ -70,9 +71,6 @@ def kafka_topic(kafka_bootstrap, unique_topic):
 
 
 # -- Spark --------------------------------------------------------------------------------------
-_TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
-
 @pytest.fixture(scope="module")
 def spark_jars() -> tuple[str, ...]:
     """Jars the module's Spark session needs on its classpath; a module that needs some (Spark's
@@ -121,9 +119,7 @@ def spark(request, tmp_path_factory, spark_jars):
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "2g")
-        # Short test jobs: the C1 compiler alone warms up far sooner (about 40% less wall time for
-        # a small suite on 2 cores). Only read when this process launches the JVM.
-        .config("spark.driver.extraJavaOptions", os.environ.get("SPARK_TEST_JAVA_OPTIONS", _TEST_JAVA_OPTIONS))
+        .config("spark.driver.extraJavaOptions", java_options())  # read when this process launches the JVM
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "4")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
+import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -13,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.class_data import java_options
 from tests.support import kafka_broker
 
 
@@ -158,6 +161,18 @@ def test_spark_session_runs_on_this_interpreter(spark):
     found = {r[0] for r in spark.range(0, 10, numPartitions=2).select(executable("id")).collect()}
     assert found == {sys.executable}
     assert os.environ["PYSPARK_PYTHON"] == sys.executable
+
+
+@pytest.mark.spark
+def test_the_spark_jvm_maps_the_class_data_archive(spark):
+    """The JVMs the tests start map Spark's classes from `harness.class_data`'s archive: a JVM
+    that could not (another Java, other jars) would run, only slower."""
+    archive = Path(java_options().split("-XX:SharedArchiveFile=")[1].split()[0])
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    info = subprocess.run(["jcmd", str(pid), "VM.info"], capture_output=True, text=True, timeout=60).stdout
+    mapped = re.search(r"CDS archive\(s\) mapped at: .*size (\d+)", info)
+    assert mapped is not None, info[:2000]
+    assert int(mapped.group(1)) > archive.stat().st_size  # the JDK's own archive and ours
 
 
 def _fetch_clients(cache: str) -> list[str]:
