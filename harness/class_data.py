@@ -2,11 +2,13 @@
 Spark's classes from one file instead of loading and verifying them from its jars again.
 
 A `streamer run` in a test spends about half its wall time starting the JVM and Spark's SQL
-layer, most of it loading classes; the crash matrix alone starts two dozen of them. With
-`java_options()` a JVM maps the archive that the first call made (Java's dynamic CDS:
-`-XX:ArchiveClassesAtExit` in a warm-up JVM, then `-XX:SharedArchiveFile`). A JVM whose Java or
-jars differ from the archive's checks that itself and runs without it, as it would have anyway;
-a warm-up that fails leaves the options without the archive.
+layer, most of it loading classes; the crash matrix alone starts two dozen of them.
+`share_with_spark_jvms()` makes the archive once (Java's dynamic CDS: `-XX:ArchiveClassesAtExit`
+in a warm-up JVM) and puts `-XX:SharedArchiveFile` in `SPARK_SUBMIT_OPTS`, which Spark's launcher
+gives every driver JVM that this process and its children start: the tests' own session, each
+`streamer` they run, `spark-submit`. A JVM whose Java or jars differ from the archive's (Apache
+Hudi's Spark) checks that itself and runs without it, as it would have anyway; a warm-up that
+fails leaves the JVMs as they were.
 
 The archive is kept in `.cache/class-data/` of the clone, named after the Java, PySpark and jars
 it was made from.
@@ -22,28 +24,29 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from functools import cache
 from pathlib import Path
 
 import pyspark
 
 log = logging.getLogger(__name__)
 
-#: The test JVMs' own options: the C1 compiler alone warms up far sooner for short jobs.
-BASE_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 CACHE = Path(__file__).resolve().parent.parent / ".cache" / "class-data"
-#: A warm-up JVM loads Spark's classes and writes the archive at its exit in about half a minute.
+#: A warm-up JVM loads Spark's classes and writes the archive at its exit in about a minute.
 WARM_UP_SECONDS = 300
+#: The tests' JVM options the warm-up runs with (tests/conftest.py).
+WARM_UP_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
-@cache
-def java_options() -> str:
-    """`BASE_JAVA_OPTIONS` with the archive to map, made on the first call when missing."""
+def share_with_spark_jvms() -> Path | None:
+    """The archive, made when missing, named in `SPARK_SUBMIT_OPTS`; None if it cannot be made."""
     archive = _archive()
-    if archive is None:
-        return BASE_JAVA_OPTIONS
-    # A JVM that cannot map the archive says so on stdout, where the job's own lines go.
-    return f"{BASE_JAVA_OPTIONS} -XX:SharedArchiveFile={archive} -Xlog:cds=off,cds+dynamic=off"
+    if archive is not None:
+        # A JVM that cannot map the archive says so on stdout, where the job's own lines go.
+        mapped = f"-XX:SharedArchiveFile={archive} -Xlog:cds=off,cds+dynamic=off"
+        given = os.environ.get("SPARK_SUBMIT_OPTS", "")
+        if mapped not in given:
+            os.environ["SPARK_SUBMIT_OPTS"] = f"{given} {mapped}".strip()
+    return archive
 
 
 def _archive() -> Path | None:
@@ -135,7 +138,7 @@ def _warm_up(archive: Path, work: Path) -> None:
     spark = (
         SparkSession.builder.master("local[2]")
         .config("spark.ui.enabled", "false")
-        .config("spark.driver.extraJavaOptions", f"{BASE_JAVA_OPTIONS} -XX:ArchiveClassesAtExit={archive}")
+        .config("spark.driver.extraJavaOptions", f"{WARM_UP_JAVA_OPTIONS} -XX:ArchiveClassesAtExit={archive}")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "4")

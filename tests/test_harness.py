@@ -15,7 +15,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.class_data import java_options
 from tests.support import kafka_broker
 
 
@@ -167,7 +166,7 @@ def test_spark_session_runs_on_this_interpreter(spark):
 def test_the_spark_jvm_maps_the_class_data_archive(spark):
     """The JVMs the tests start map Spark's classes from `harness.class_data`'s archive: a JVM
     that could not (another Java, other jars) would run, only slower."""
-    archive = Path(java_options().split("-XX:SharedArchiveFile=")[1].split()[0])
+    archive = Path(re.findall(r"-XX:SharedArchiveFile=(\S+)", os.environ["SPARK_SUBMIT_OPTS"])[0])  # at collection
     pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
     info = subprocess.run(["jcmd", str(pid), "VM.info"], capture_output=True, text=True, timeout=60).stdout
     mapped = re.search(r"CDS archive\(s\) mapped at: .*size (\d+)", info)

@@ -375,8 +375,7 @@ def test_spark_submit_runs_the_application_file_with_the_same_arguments(kafka_bo
     import pyspark
 
     import streamer.spark_app
-    from harness.class_data import java_options
-    from tests.support.ingestion import REPO
+    from tests.support.ingestion import REPO, SUBPROCESS_JAVA_OPTIONS
 
     topic = kafka_topic(partitions=2, prefix="orders")
     events = change_events(3_000, seed=71)
@@ -395,7 +394,7 @@ def test_spark_submit_runs_the_application_file_with_the_same_arguments(kafka_bo
             "--master",
             "local[2]",
             "--conf",
-            f"spark.driver.extraJavaOptions={java_options()}",
+            f"spark.driver.extraJavaOptions={SUBPROCESS_JAVA_OPTIONS}",
             "--conf",
             "spark.ui.enabled=false",
             "--conf",

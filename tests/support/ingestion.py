@@ -14,7 +14,6 @@ import pyarrow as pa
 import yaml
 from confluent_kafka import Consumer, TopicPartition
 
-from harness.class_data import java_options
 from streamer.checkpoint import CHECKPOINT_KEY, StreamCheckpoint, table_checkpoint
 from streamer.sandbox.change_events import as_kafka_records, change_events
 from table.file_group.fs_view import list_partitions
@@ -47,6 +46,7 @@ ORDER_SCHEMA = pa.schema(
         ("deleted", pa.bool_()),
     ]
 )
+SUBPROCESS_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def order_config(tmp: Path, name: str, bootstrap: str, topic: str, **overrides) -> dict:
@@ -226,13 +226,14 @@ def committed_offsets(path: str, topic: str) -> dict[int, int]:
     return dict(checkpoint.offsets[topic]) if checkpoint else {}
 
 
-def streamer_process(args: list[str], env: dict | None = None, **popen) -> subprocess.Popen:
-    """`streamer ...` in its own process, as a user runs it; the driver's JVM with the tests'
-    options (`harness.class_data`)."""
+def streamer_process(
+    args: list[str], env: dict | None = None, java_options: str | None = SUBPROCESS_JAVA_OPTIONS, **popen
+) -> subprocess.Popen:
+    """`streamer ...` in its own process, as a user runs it; the driver's JVM with `java_options`
+    (None: the job's own)."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable, **(env or {})}
-    conf = [
-        "--conf",
-        f"spark.driver.extraJavaOptions={java_options()}",
+    conf = ["--conf", f"spark.driver.extraJavaOptions={java_options}"] if java_options else []
+    conf += [
         "--conf",
         "spark.ui.enabled=false",
         "--conf",
