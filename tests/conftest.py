@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.class_data import share_with_spark_jvms
+from harness.class_data import TEST_JAVA_OPTIONS, share_with_spark_jvms
 from tests.support import kafka_broker
 
 _session_broker: kafka_broker.TestBroker | None = None
@@ -80,9 +80,6 @@ def pytest_collection_modifyitems(config, items):
         share_with_spark_jvms()
 
 
-_TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
-
 @pytest.fixture(scope="module")
 def spark_jars() -> tuple[str, ...]:
     """Jars the module's Spark session needs on its classpath; a module that needs some (Spark's
@@ -131,9 +128,8 @@ def spark(request, tmp_path_factory, spark_jars):
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "2g")
-        # Short test jobs: the C1 compiler alone warms up far sooner (about 40% less wall time for
-        # a small suite on 2 cores). Only read when this process launches the JVM.
-        .config("spark.driver.extraJavaOptions", os.environ.get("SPARK_TEST_JAVA_OPTIONS", _TEST_JAVA_OPTIONS))
+        # Only read when this process launches the JVM.
+        .config("spark.driver.extraJavaOptions", os.environ.get("SPARK_TEST_JAVA_OPTIONS", TEST_JAVA_OPTIONS))
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "4")

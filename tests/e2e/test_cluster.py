@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 import streamer.spark_app
+from harness.class_data import TEST_JAVA_OPTIONS
 from harness.spark_cluster import SPARK_HOME, SparkCluster, node_environment
 from table.mor_table import MorTable
 from table.services.archive import read_archived_instants
 from table.storage.markers import marker_dir
 from tests.support.ingestion import (
-    SUBPROCESS_JAVA_OPTIONS,
     assert_data_files_belong_to_instants,
     assert_table_matches,
     committed_offsets,
@@ -54,7 +54,7 @@ def submit(cluster: SparkCluster, configs: Path, log_path: Path) -> subprocess.P
         "--conf",
         "spark.executor.memory=768m",
         "--driver-java-options",
-        SUBPROCESS_JAVA_OPTIONS,
+        TEST_JAVA_OPTIONS,
         "--conf",
         "spark.driver.host=127.0.0.1",
         "--conf",

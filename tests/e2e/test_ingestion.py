@@ -375,7 +375,8 @@ def test_spark_submit_runs_the_application_file_with_the_same_arguments(kafka_bo
     import pyspark
 
     import streamer.spark_app
-    from tests.support.ingestion import REPO, SUBPROCESS_JAVA_OPTIONS
+    from harness.class_data import TEST_JAVA_OPTIONS
+    from tests.support.ingestion import REPO
 
     topic = kafka_topic(partitions=2, prefix="orders")
     events = change_events(3_000, seed=71)
@@ -394,7 +395,7 @@ def test_spark_submit_runs_the_application_file_with_the_same_arguments(kafka_bo
             "--master",
             "local[2]",
             "--conf",
-            f"spark.driver.extraJavaOptions={SUBPROCESS_JAVA_OPTIONS}",
+            f"spark.driver.extraJavaOptions={TEST_JAVA_OPTIONS}",
             "--conf",
             "spark.ui.enabled=false",
             "--conf",

@@ -14,6 +14,7 @@ import pyarrow as pa
 import yaml
 from confluent_kafka import Consumer, TopicPartition
 
+from harness.class_data import TEST_JAVA_OPTIONS
 from streamer.checkpoint import CHECKPOINT_KEY, StreamCheckpoint, table_checkpoint
 from streamer.sandbox.change_events import as_kafka_records, change_events
 from table.file_group.fs_view import list_partitions
@@ -46,7 +47,6 @@ ORDER_SCHEMA = pa.schema(
         ("deleted", pa.bool_()),
     ]
 )
-SUBPROCESS_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def order_config(tmp: Path, name: str, bootstrap: str, topic: str, **overrides) -> dict:
@@ -227,7 +227,7 @@ def committed_offsets(path: str, topic: str) -> dict[int, int]:
 
 
 def streamer_process(
-    args: list[str], env: dict | None = None, java_options: str | None = SUBPROCESS_JAVA_OPTIONS, **popen
+    args: list[str], env: dict | None = None, java_options: str | None = TEST_JAVA_OPTIONS, **popen
 ) -> subprocess.Popen:
     """`streamer ...` in its own process, as a user runs it; the driver's JVM with `java_options`
     (None: the job's own)."""
