@@ -373,7 +373,7 @@ class UpsertSink:
             step = DecodeStep(decoder, value_columns, keep_bad_rows, tally, self.settings.source)
             schema = pa.schema([decoder.output_schema.field(c) for c in value_columns])
             commit = self.writer.begin_delta_commit(self.writer.check_schema(schema))
-            return commit, write_dataframe(commit, df, step)
+            return commit, write_dataframe(commit, df, step, planned=self.settings.source is not None)
         decoded_schema = pa.schema(
             [f for f in decoder.output_schema if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING, SKIPPED)]
         )

@@ -19,6 +19,11 @@ Only the write stats come back to the driver, laid out as the commit file holds 
 completes the commit. Spark runs it as two
 stages (the shuffle's map stage and the write), whatever the batch holds: one job, or two with
 adaptive query execution on.
+
+A DataFrame whose rows are planned work (the `kafka-arrow` source's offset ranges, a few rows
+that `to_rows` reads) is written the same way through RDD operations (`mapPartitions`,
+`partitionBy`, `mapPartitions`): the JVM has no query plan to analyse for them, and the packed
+values cross the shuffle as they are, without being made into Spark's rows and back.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, partial
 from typing import IO, TypeVar
 
@@ -40,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import Broadcast, SparkContext, TaskContext, accumulators
 from pyspark.accumulators import Accumulator, AccumulatorParam
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from table.errors import InvalidRequestError
@@ -137,18 +142,25 @@ def upsert_dataframe(writer: TableWriter, df: DataFrame, extra_metadata: dict[st
     return commit.complete(result.stats, extra_metadata)
 
 
-def write_dataframe(commit: DeltaCommit, df: DataFrame, to_rows: ToRows | None = None) -> DataFrameWriteResult:
+def write_dataframe(
+    commit: DeltaCommit, df: DataFrame, to_rows: ToRows | None = None, *, planned: bool = False
+) -> DataFrameWriteResult:
     """Write the DataFrame's rows (each input batch through `to_rows` first, when given) into
-    the commit's file groups; the commit is left for the caller to complete or abandon."""
+    the commit's file groups; the commit is left for the caller to complete or abandon.
+    `planned`: each of the DataFrame's rows is work that `to_rows` reads, so they are few and
+    the write runs as RDD operations (above)."""
     started = time.monotonic()
     sc = df.sparkSession.sparkContext
     routing = sc.broadcast(commit.routing)
     try:
         with released_accumulator(sc, PassMetrics(), _PassMetricsParam()) as metrics:
             tasks = _WriteTasks.of(df.sparkSession, commit.routing)
-            packed = df.mapInArrow(partial(_key_route_pack, routing, tasks, to_rows, metrics), PACKED_SCHEMA)
-            write = partial(_write_file_groups, commit.context, routing)
-            reported = packed.repartition(tasks.count, WRITE_TASK).mapInArrow(write, STAT_SCHEMA).toArrow()
+            if planned:
+                reported = _write_planned(commit, df, to_rows, routing, tasks.keyed_by_index(), metrics)
+            else:
+                packed = df.mapInArrow(partial(_key_route_pack, routing, tasks, to_rows, metrics), PACKED_SCHEMA)
+                write = partial(_write_batches, commit.context, routing)
+                reported = packed.repartition(tasks.count, WRITE_TASK).mapInArrow(write, STAT_SCHEMA).toArrow()
     finally:
         routing.destroy()  # its blocks in the JVM and its file on the driver's disk, one a batch otherwise
     sent = reported.filter(reported.column("stat").is_valid())  # a task that wrote nothing sends a null stat
@@ -156,6 +168,25 @@ def write_dataframe(commit: DeltaCommit, df: DataFrame, to_rows: ToRows | None =
     return DataFrameWriteResult(
         stats, metrics.value, pc.sum(reported.column("seconds")).as_py() or 0.0, time.monotonic() - started, tasks.count
     )
+
+
+def _write_planned(
+    commit: DeltaCommit,
+    df: DataFrame,
+    to_rows: ToRows | None,
+    routing: Broadcast[Routing],
+    tasks: _WriteTasks,
+    metrics: Accumulator[PassMetrics],
+) -> pa.Table:
+    """The write of planned work as RDD operations; the write tasks' stats."""
+    work_schema = to_arrow_schema(df.schema, timezone="UTC", prefers_large_types=False)
+    reported = (
+        df.rdd.mapPartitions(partial(_pass_planned, work_schema, routing, tasks, to_rows, metrics))
+        .partitionBy(tasks.count, _task_index)
+        .mapPartitions(partial(_write_pairs, commit.context, routing))
+        .collect()
+    )
+    return pa.Table.from_pylist(reported, schema=_STAT_ARROW)
 
 
 @dataclass(frozen=True)
@@ -169,6 +200,11 @@ class _WriteTasks:
     count: int
     keys: tuple[int, ...]  # the shuffle key of each task
     turns: dict[str, int]  # file id -> its task
+
+    def keyed_by_index(self) -> _WriteTasks:
+        """The same tasks, each keyed by its index, as `partitionBy(count, _task_index)` places
+        them."""
+        return replace(self, keys=tuple(range(self.count)))
 
     @classmethod
     def of(cls, spark: SparkSession, routing: Routing) -> _WriteTasks:
@@ -313,12 +349,11 @@ class TaskShare:
         for bucket in self._buckets or ():
             bucket.close()
 
-    def receive(self, batches: Iterator[pa.RecordBatch]) -> None:
-        """Take in the shuffle's batches of packed values. Nothing of them is referenced once
-        this returns but the rows the share holds, which it gives up as it yields them."""
-        for batch in batches:
-            for value in batch.column(PACKED):
-                self.add(value.as_buffer())
+    def receive(self, values: Iterator[pa.Buffer]) -> None:
+        """Take in the shuffle's packed values. Nothing of them is referenced once this returns
+        but the rows the share holds, which it gives up as they are yielded."""
+        for value in values:
+            self.add(value)
 
     def add(self, value: pa.Buffer) -> None:
         self._received.append(pa.ipc.open_stream(value).read_all())
@@ -532,15 +567,51 @@ class _SpillBucket:
             self._file = self._writer = None
 
 
-def _write_file_groups(
+def _pass_planned(
+    work_schema: pa.Schema,
+    routing_bc: Broadcast[Routing],
+    tasks: _WriteTasks,
+    to_rows: ToRows | None,
+    metrics: Accumulator[PassMetrics],
+    rows: Iterator[Row],
+) -> Iterator[tuple[int, bytes]]:
+    """The pass over planned work: the partition's rows as one input batch, each packed value out
+    as the pair `partitionBy` takes, its task's index and its bytes."""
+    work = pa.RecordBatch.from_pylist([row.asDict() for row in rows], schema=work_schema)
+    for packed in _key_route_pack(routing_bc, tasks, to_rows, metrics, iter([work] if work.num_rows else [])):
+        yield from zip(packed.column(WRITE_TASK).to_pylist(), (value.as_py() for value in packed.column(PACKED)))
+
+
+def _task_index(key: int) -> int:
+    """`partitionBy`'s partition of a packed value: its key is its write task's index."""
+    return key
+
+
+def _write_pairs(
+    ctx: CommitContext, routing_bc: Broadcast[Routing], pairs: Iterator[tuple[int, bytes]]
+) -> Iterator[dict[str, object]]:
+    """A write task of planned work: the pairs `partitionBy` gave it in, its stats out as rows."""
+    for stats in _write_file_groups(ctx, routing_bc, (pa.py_buffer(value) for _, value in pairs)):
+        yield from stats.to_pylist()
+
+
+def _write_batches(
     ctx: CommitContext, routing_bc: Broadcast[Routing], batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """A write task of `mapInArrow`: the shuffle's batches of packed values in, its stats out."""
+    packed = (value.as_buffer() for batch in batches for value in batch.column(PACKED))
+    return _write_file_groups(ctx, routing_bc, packed)
+
+
+def _write_file_groups(
+    ctx: CommitContext, routing_bc: Broadcast[Routing], packed: Iterator[pa.Buffer]
 ) -> Iterator[pa.RecordBatch]:
     """A write task: the rows of the file groups the shuffle gave it, kept (`TaskShare`), every
     group's file marked, then the groups written, in parts when the share is larger than the
     task holds at once, the latest version of each key of each group kept."""
     task = _task_context()
     with TaskShare(ctx.task_memory_bytes, _local_directory()) as share:
-        share.receive(batches)
+        share.receive(packed)
         if not share.partitions:
             return
         _return_freed_heap()  # what the worker's earlier tasks and the share's receipt left

@@ -6,6 +6,8 @@ import os
 import random
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -29,6 +31,7 @@ from table.spark.write import (
     pack,
     spark_hash_int,
     upsert_dataframe,
+    write_dataframe,
     write_task_keys,
 )
 from table.storage.layout import LogFileName
@@ -103,6 +106,36 @@ def test_write_tasks_given_more_than_they_hold_write_their_file_groups_in_parts(
                 assert max(pq.ParquetFile(path / s.path).metadata.num_row_groups for s in stats) > 1
             else:  # and log files of a block per piece
                 assert max(s.total_log_blocks for s in stats) > 2
+
+    expected = strip(oracle.rows(), DATA_COLUMNS)
+    assert strip(by_key(table.snapshot()), DATA_COLUMNS) == expected
+    assert strip(by_key(hudi_rs_read(path)), DATA_COLUMNS) == expected
+
+
+def _rows_of_pieces(pieces: list[pa.Table], work: pa.RecordBatch) -> Iterator[pa.Table]:
+    for piece in work.column("piece").to_pylist():
+        yield pieces[piece]
+
+
+def test_planned_work_writes_the_rows_it_reads_equal_to_the_oracle(spark, tmp_path):
+    """A DataFrame of work, each row read into table rows by `to_rows` (as the streamer's offset
+    ranges are): written through RDD operations, in parts as well, to the same table."""
+    path = tmp_path / "orders"
+    table = make_table(path)
+    oracle = Oracle("order_id", "updated_at", "is_deleted")
+    rng = random.Random(19)
+    known: list[str] = []
+    with table.writer(write_options(task_memory_bytes=32 * 1024)) as writer:
+        for n in range(2):
+            batch = change_batch(rng, known, 4000, n * 4000, 100 + 100 * n)
+            oracle.apply_batch(batch)
+            rows = pa.Table.from_pylist(batch, schema=SCHEMA)
+            pieces = [rows.slice(start, 700) for start in range(0, rows.num_rows, 700)]
+            work = spark.createDataFrame([(i,) for i in range(len(pieces))], "piece int")  # in order, over 2 tasks
+            commit = writer.begin_delta_commit(writer.check_schema(SCHEMA))
+            result = write_dataframe(commit, work, partial(_rows_of_pieces, pieces), planned=True)
+            assert result.metrics.rows == rows.num_rows
+            commit.complete(result.stats)
 
     expected = strip(oracle.rows(), DATA_COLUMNS)
     assert strip(by_key(table.snapshot()), DATA_COLUMNS) == expected
