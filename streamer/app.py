@@ -107,9 +107,12 @@ JOB_SPARK_SETTINGS = {
     # spend more CPU compiling Spark's planner than it saves, on the cores Python needs. Code run
     # once a batch is compiled after 40 batches rather than 200, and a heap larger than the one
     # the job settles at is touched at start: the driver's memory stops growing in minutes, not
-    # after an hour of the collector touching pages and the compiler adding code.
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:CompileThresholdScaling=0.2 -Xms320m -XX:+AlwaysPreTouch",
-    "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    # after an hour of the collector touching pages and the compiler adding code. The shuffle of
+    # a `kafka-arrow` batch carries PySpark's pickled chunks of a few MB each; regions of 8 MB
+    # keep them out of G1's humongous regions, which grew the heap by 0.5 GB over a large backlog.
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:CompileThresholdScaling=0.2 -Xms320m -XX:+AlwaysPreTouch "
+    "-XX:G1HeapRegionSize=8m",
+    "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:G1HeapRegionSize=8m",
     # Writes the checkpoint's offset and commit logs through the FileSystem API: on a local disk
     # the FileContext API spawns a process per file to resolve links.
     "spark.sql.streaming.checkpointFileManagerClass": "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
