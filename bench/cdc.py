@@ -38,6 +38,7 @@ from bench import broker, streaming
 from bench.measure import PathResult, run_measured
 from bench.report import Check, Section
 from bench.workload import SCHEMA, VALUE_DDL, W1, kafka_records
+from harness.schema_registry import ApicurioRegistry
 from streamer.config.choices import EnvelopeField, TombstonePolicy
 from streamer.decode.debezium import EnvelopeColumns
 from streamer.decode.formats import FormatSpec
@@ -46,7 +47,6 @@ from streamer.decode.registry import SchemaRegistryClient, confluent_frame
 from streamer.kafka.schema import ARROW_SCHEMA_WITHOUT_HEADERS
 from streamer.sandbox.topics import create_topic, produce
 from table import to_avro_schema
-from tests.support.schema_registry_server import RegistryProcess
 
 PARTITIONS = 2
 DECODE_REPEATS = 5
@@ -132,12 +132,12 @@ def plain_messages(tables: list[pa.Table]) -> list[tuple[bytes, bytes, None]]:
 
 @contextmanager
 def schema_registry(work: Path) -> Iterator[str]:
-    """The tests' schema registry server in a child process for the scenario; its URL."""
-    registry = RegistryProcess(str(work / "schema-registry.log"))
+    """Apicurio Registry in a child process for the scenario; its Confluent-compatible URL."""
+    registry = ApicurioRegistry(work / "schema-registry").start()
     try:
         yield registry.url
     finally:
-        registry.stop()
+        registry.close()
 
 
 def debezium_messages(

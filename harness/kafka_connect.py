@@ -9,7 +9,8 @@ The worker runs `org.apache.kafka.connect.cli.ConnectStandalone` with no connect
 theirs through its REST API (standalone mode serves it too), each with a replication slot and
 topic prefix of its own. Debezium's jars (`io.debezium:debezium-connector-postgres`, fetched by
 `streamer.sandbox.jars`) sit in a plugin directory, isolated from the worker's classpath as Connect loads
-any plugin. Offsets go to a file and are flushed every second, so that a test knows soon when
+any plugin; Apicurio's converters, for a connector that writes Avro through a schema registry
+(`harness.schema_registry`), sit in another. Offsets go to a file and are flushed every second, so that a test knows soon when
 Debezium has handed a change to Kafka (`PostgresServer` shows it as the slot's confirmed LSN).
 """
 
@@ -24,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.schema_registry import converter_jars
 from streamer.sandbox import jars
 from streamer.sandbox.kafka_broker import KAFKA_VERSION, LOG4J_VERSION
 from streamer.sandbox.ports import free_port
@@ -98,6 +100,7 @@ class KafkaConnect(ServerProcess):
             self.port = free_port(self.host)
             plugins.mkdir(parents=True, exist_ok=True)
             (plugins / "debezium-connector-postgres").symlink_to(debezium_postgres_jars().directory)
+            (plugins / "apicurio-converter").symlink_to(converter_jars().directory)
             self._write_config(plugins)
         self._spawn(
             [

@@ -208,20 +208,24 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 # -- schema registry ----------------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def schema_registry_url(tmp_path_factory) -> str:
-    """URL of a Confluent schema registry: SCHEMA_REGISTRY_URL when set (a real one), else the
-    test server of tests/support/schema_registry_server.py in a child process for the session."""
-    external = os.environ.get("SCHEMA_REGISTRY_URL")
-    if external:
-        yield external
-        return
-    from tests.support import schema_registry_server
+def apicurio_registry(tmp_path_factory):
+    """Apicurio Registry for the session (see harness/schema_registry.py), a real registry server:
+    Kafka Connect's Avro converter registers Debezium's schemas with it, and the decoders read
+    them through its Confluent-compatible API."""
+    from harness.schema_registry import ApicurioRegistry
 
-    registry = schema_registry_server.RegistryProcess(str(tmp_path_factory.mktemp("schema-registry") / "server.log"))
+    registry = ApicurioRegistry(tmp_path_factory.mktemp("apicurio")).start()
     try:
-        yield registry.url
+        yield registry
     finally:
-        registry.stop()
+        registry.close()
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url(request) -> str:
+    """URL of a Confluent-compatible schema registry: SCHEMA_REGISTRY_URL when set, else the
+    session's Apicurio Registry."""
+    return os.environ.get("SCHEMA_REGISTRY_URL") or request.getfixturevalue("apicurio_registry").url
 
 
 # -- disks ----------------------------------------------------------------------------------------

@@ -198,3 +198,17 @@ def test_maven_fetch_names_the_artifact_maven_cannot_resolve(tmp_path):
             "missing", "1", ["org.apache.kafka:kafka-clients:0.0.404", "org.slf4j:slf4j-api:1.7.36"], cache=tmp_path
         )
     assert not (tmp_path / "missing-1").exists()
+
+
+def test_maven_unpacks_an_archive_once_into_the_cache(tmp_path):
+    from streamer.sandbox import jars
+
+    home = jars.unpacked("slf4j", "1.7.36", "org.slf4j:slf4j-api:1.7.36:jar", cache=tmp_path)
+
+    assert home == tmp_path / "slf4j-1.7.36" and (home / "org" / "slf4j" / "Logger.class").is_file()
+    (home / "org" / "slf4j" / "Logger.class").unlink()
+    assert jars.unpacked("slf4j", "1.7.36", "org.slf4j:slf4j-api:1.7.36:jar", cache=tmp_path) == home
+    assert not (home / "org" / "slf4j" / "Logger.class").exists(), "found in the cache, not unpacked again"
+    with pytest.raises(jars.MavenFetchError, match=r"mvn could not fetch org\.slf4j:slf4j-api:0\.0\.404:jar "):
+        jars.unpacked("missing", "1", "org.slf4j:slf4j-api:0.0.404:jar", cache=tmp_path)
+    assert not (tmp_path / "missing-1").exists()

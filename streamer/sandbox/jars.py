@@ -10,6 +10,9 @@ cache is `.cache/jars/` at the top of a clone when the package runs from one (an
 the tests), else `~/.cache/mor-streamer/jars/` (`$XDG_CACHE_HOME` when set). Two processes that
 fetch the same set at once do the work once: a lock file serialises them, and the directory
 appears by an atomic rename, so a fetch killed half-way leaves nothing that looks complete.
+
+`unpacked` does the same for a server published as an archive (a zip or tar.gz of its
+distribution): Maven's `dependency:unpack` lays it out in `<cache>/<name>-<version>/`.
 """
 
 from __future__ import annotations
@@ -20,14 +23,14 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
 
 from streamer.errors import InvalidArgumentError, MavenFetchError
 
-__all__ = ["JarSet", "MavenFetchError", "default_cache", "fetch"]
+__all__ = ["JarSet", "MavenFetchError", "default_cache", "fetch", "unpacked"]
 
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 MANIFEST = "artifacts.txt"  # the coordinates a directory was fetched for
@@ -74,26 +77,64 @@ def fetch(
         if len(excluded.split(":")) != 2:
             raise InvalidArgumentError(f"{excluded!r}: expected group:artifact")
     manifest = "\n".join(sorted(artifacts)) + "\n" + "".join(f"exclude {e}\n" for e in sorted(exclusions))
+    return JarSet(
+        _cached(
+            name,
+            version,
+            manifest,
+            cache,
+            lambda work: _run_maven(
+                work,
+                artifacts,
+                f"jar set {name}-{version}",
+                ["-f", str(work / "pom.xml"), f"{DEPENDENCY_PLUGIN}:copy-dependencies", "-DincludeScope=runtime"],
+                pom=_pom(name, version, artifacts, exclusions),
+            ),
+        )
+    )
+
+
+def unpacked(name: str, version: str, archive: str, cache: Path | None = None) -> Path:
+    """The directory of `archive` ("group:artifact:version[:type[:classifier]]", a jar, zip or
+    tar.gz) unpacked: `cache/<name>-<version>/` (`default_cache()` unless given), fetched with
+    Maven and unpacked unless already there."""
+    cache = default_cache() if cache is None else cache
+    if not 3 <= len(archive.split(":")) <= 5:
+        raise InvalidArgumentError(f"{archive!r}: expected group:artifact:version[:type[:classifier]]")
+    return _cached(
+        name,
+        version,
+        archive + "\n",
+        cache,
+        lambda work: _run_maven(
+            work, [archive], f"archive {name}-{version}", [f"{DEPENDENCY_PLUGIN}:unpack", f"-Dartifact={archive}"]
+        ),
+    )
+
+
+def _cached(name: str, version: str, manifest: str, cache: Path, fill: Callable[[Path], None]) -> Path:
+    """`cache/<name>-<version>/`, filled by `fill(work)` into `work/jars` unless it holds
+    `manifest` already; one process fills it at a time, and it appears whole or not at all."""
     target = cache / f"{name}-{version}"
     if _is_complete(target, manifest):
-        return JarSet(target)
+        return target
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / f"{name}-{version}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
         if _is_complete(target, manifest):  # another process fetched it while we waited
-            return JarSet(target)
+            return target
         for stale in cache.glob(f".{name}-{version}-*"):  # left by a fetch that was killed
             shutil.rmtree(stale, ignore_errors=True)
         work = Path(tempfile.mkdtemp(prefix=f".{name}-{version}-", dir=cache))
         try:
-            _copy_dependencies(name, version, artifacts, work, exclusions)
+            fill(work)
             (work / "jars" / MANIFEST).write_text(manifest)
             if target.exists():  # fetched before for other artifacts
                 shutil.rmtree(target)
             os.rename(work / "jars", target)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    return JarSet(target)
+    return target
 
 
 def _is_complete(directory: Path, manifest: str) -> bool:
@@ -103,26 +144,17 @@ def _is_complete(directory: Path, manifest: str) -> bool:
         return False
 
 
-def _copy_dependencies(
-    name: str, version: str, artifacts: Sequence[str], work: Path, exclusions: Sequence[str] = ()
-) -> None:
+def _run_maven(work: Path, artifacts: Sequence[str], what: str, goal: list[str], pom: str | None = None) -> None:
+    """Run Maven's `goal` in `work`, its output into `work/jars`; a failure names the artifacts."""
     mvn = shutil.which("mvn")
     if mvn is None:
         raise MavenFetchError(
             f"cannot fetch {', '.join(artifacts)} from Maven Central: no `mvn` on the PATH; "
             "install Apache Maven (Debian/Ubuntu: apt-get install maven)"
         )
-    (work / "pom.xml").write_text(_pom(name, version, artifacts, exclusions))
-    command = [
-        mvn,
-        "-B",
-        "-q",
-        "-f",
-        str(work / "pom.xml"),
-        f"{DEPENDENCY_PLUGIN}:copy-dependencies",
-        f"-DoutputDirectory={work / 'jars'}",
-        "-DincludeScope=runtime",
-    ]
+    if pom is not None:
+        (work / "pom.xml").write_text(pom)
+    command = [mvn, "-B", "-q", *goal, f"-DoutputDirectory={work / 'jars'}"]
     try:
         done = subprocess.run(
             command, cwd=work, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=MVN_TIMEOUT_SECONDS
@@ -134,8 +166,7 @@ def _copy_dependencies(
         named = [a for a in artifacts if ":".join(a.split(":")[:2]) in output] or list(artifacts)
         errors = [line for line in output.splitlines() if "ERROR" in line][:8] or output.splitlines()[-8:]
         raise MavenFetchError(
-            f"mvn could not fetch {', '.join(named)} (jar set {name}-{version}, exit "
-            f"{done.returncode}):\n" + "\n".join(errors)
+            f"mvn could not fetch {', '.join(named)} ({what}, exit {done.returncode}):\n" + "\n".join(errors)
         )
 
 

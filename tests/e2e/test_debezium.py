@@ -3,56 +3,41 @@ Connect writes its changes to the session's Apache Kafka, `streamer run` writes 
 and our reader, hudi-rs and Apache Hudi 0.15 read exactly what `SELECT * FROM` the source table
 returns, the column added mid-stream included.
 
-Everything is real: PostgreSQL from Debian's package, Kafka Connect and Debezium from their Maven
-Central jars (all started once per run), the streamer in its own process. One workload feeds two
-connectors, Connect's JSON with schemas and without; a table that already has rows, so the
-initial snapshot counts; inserts, updates, deletes (with tombstones), primary-key updates (one of
-which moves a row to another partition), a rolled-back transaction, multi-row transactions that
-change a key several times, and `ALTER TABLE ADD COLUMN` halfway.
+Everything is real: PostgreSQL from Debian's package, Kafka Connect, Debezium and Apicurio Registry
+from their Maven Central jars (all started once per run), the streamer in its own process. One
+workload feeds three connectors: Connect's JSON with schemas, JSON without them, and Avro through
+the registry. It runs on a table that already has rows, so the initial snapshot counts: inserts,
+updates, deletes (with tombstones), primary-key updates (one of which moves a row to another
+partition), a rolled-back transaction, multi-row transactions that change a key several times,
+and `ALTER TABLE ADD COLUMN` halfway.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import random
 import signal
 import time
+import urllib.request
 from pathlib import Path
 
-import fastavro
 import hudi
 import pytest
 import yaml
-from confluent_kafka import Consumer, TopicPartition
 
 from harness.kafka_connect import debezium_postgres_config
 from streamer.cli import main as cli
-from streamer.decode.registry import SchemaRegistryClient, confluent_frame
 from streamer.sink import BATCH_STATS_KEY
 from table.file_group.fs_view import list_partitions
 from table.mor_table import MorTable
 from table.timeline.commit_metadata import CommitMetadata
-from tests.support import kafka_broker
-from tests.support.ingestion import JobOutput, end_offsets, has_read, run_streamer, streamer_process, write_config
+from tests.support.ingestion import JobOutput, has_read, run_streamer, streamer_process, write_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.hudi]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "examples" / "accounts-postgres-cdc.yaml"
 REGIONS = ("emea", "apac", "amer", "africa")
 COLUMNS = ["region", "id", "name", "balance", "visits", "active", "tier"]
-#: Kafka Connect's primitive types as the Avro converter writes them.
-CONNECT_AVRO = {
-    "int8": "int",
-    "int16": "int",
-    "int32": "int",
-    "int64": "long",
-    "float": "float",
-    "double": "double",
-    "boolean": "boolean",
-    "string": "string",
-    "bytes": "bytes",
-}
 KEY = ("region", "id")
 CAPTURE_TIMEOUT = 120
 
@@ -184,16 +169,22 @@ def wait_captured(pg, slots: list[str], lsn: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def mirrored(postgres_server, kafka_connect, tmp_path_factory):
-    """The workload run against a fresh database, captured by two connectors (JSON with and
-    without Connect's schemas); the source rows before and after ALTER TABLE."""
+def mirrored(postgres_server, kafka_connect, apicurio_registry, tmp_path_factory):
+    """The workload run against a fresh database, captured by three connectors (JSON with and
+    without Connect's schemas, and Avro through Apicurio Registry); the source rows before and
+    after ALTER TABLE."""
     pg = postgres_server
     database = "mirror"
     pg.sql(f"DROP DATABASE IF EXISTS {database}; CREATE DATABASE {database};")
     workload = Workload(pg, database)
     workload.create(300)
-    connectors = {"with-schemas": ("cdc_schemas", True), "without-schemas": ("cdc_plain", False)}
-    for prefix, (slot, schemas) in connectors.items():
+    avro = apicurio_registry.converter_config("key") | apicurio_registry.converter_config("value")
+    connectors = {
+        "with-schemas": ("cdc_schemas", True, {}),
+        "without-schemas": ("cdc_plain", False, {}),
+        "avro": ("cdc_avro", False, avro),
+    }
+    for prefix, (slot, schemas, converters) in connectors.items():
         kafka_connect.add_connector(
             prefix,
             debezium_postgres_config(
@@ -205,7 +196,7 @@ def mirrored(postgres_server, kafka_connect, tmp_path_factory):
                 "public.accounts",
                 partitions=3,
                 schemas=schemas,
-                **{"heartbeat.interval.ms": "500", "topic.heartbeat.prefix": "heartbeats"},
+                **{"heartbeat.interval.ms": "500", "topic.heartbeat.prefix": "heartbeats", **converters},
             ),
         )
     for prefix in connectors:
@@ -216,7 +207,7 @@ def mirrored(postgres_server, kafka_connect, tmp_path_factory):
     workload.sql("ALTER TABLE accounts ADD COLUMN tier text;")
     workload.changes(inserts=200, updates=400, deletes=60, tier=True)
     workload.key_updates(15)
-    wait_captured(pg, [slot for slot, _ in connectors.values()], workload.last_change())
+    wait_captured(pg, [slot for slot, _, _ in connectors.values()], workload.last_change())
     try:
         yield workload.rows(), tmp_path_factory.mktemp("cdc")
     finally:
@@ -331,90 +322,26 @@ def test_doctor_reads_the_newest_change_event_against_the_config(mirrored, kafka
 
 
 # -- Avro through a schema registry -------------------------------------------------------------
-def avro_of_connect(schema: dict, defined: set[str]) -> object:
-    """A Connect schema as Confluent's AvroData makes it: structs are records named by the Connect
-    name (namespace and name), optional types are unions with null first and default null, and a
-    record already defined is referred to by its full name."""
-    if schema["type"] == "struct":
-        full = schema.get("name", "ConnectDefault").replace("-", "_")  # as Debezium's avro name adjustment does
-        avro = full if full in defined else None
-        if avro is None:
-            defined.add(full)
-            namespace, _, name = full.rpartition(".")
-            avro = {
-                "type": "record",
-                "name": name,
-                **({"namespace": namespace} if namespace else {}),
-                "fields": [dict(name=f["field"], **_avro_field(f, defined)) for f in schema["fields"]],
-            }
-        return avro
-    return CONNECT_AVRO[schema["type"]]
-
-
-def _avro_field(field: dict, defined: set[str]) -> dict:
-    avro = avro_of_connect(field, defined)
-    return {"type": ["null", avro], "default": None} if field.get("optional") else {"type": avro}
-
-
-def as_avro(registry: SchemaRegistryClient, subject: str, record: dict | None) -> bytes | None:
-    """A record of Connect's JSON with its schema, in Confluent's wire format with its schema
-    registered under the subject, as the Avro converter writes it."""
-    if record is None:
-        return None
-    schema = fastavro.parse_schema(avro_of_connect(record["schema"], set()))
-    out = io.BytesIO()
-    fastavro.schemaless_writer(out, schema, record["payload"])
-    return confluent_frame(registry.register(subject, json.dumps(schema)), out.getvalue())
-
-
-def avro_copy(bootstrap: str, registry: SchemaRegistryClient, source_topic: str, topic: str) -> dict:
-    """The change events of `source_topic` (Connect's JSON with schemas) written again to `topic`, of
-    the same partitions, as Confluent's Avro converter writes them; the row schema of the first
-    change (before ALTER TABLE), as Avro."""
-    partitions = end_offsets(bootstrap, source_topic)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "avro-copy", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(source_topic, p, 0) for p in partitions])
-    records, deadline = [], time.monotonic() + 60
-    while len(records) < sum(partitions.values()) and time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is not None and not message.error():
-            records.append(message)
-    consumer.close()
-    assert len(records) == sum(partitions.values())
-    records.sort(key=lambda m: (m.partition(), m.offset()))
-    kafka_broker.create_topic(bootstrap, topic, partitions=len(partitions))
-    kafka_broker.produce(
-        bootstrap,
-        topic,
-        [
-            (
-                as_avro(registry, f"{topic}-key", json.loads(m.key())),
-                as_avro(registry, f"{topic}-value", json.loads(m.value()) if m.value() else None),
-                m.partition(),
-            )
-            for m in records
-        ],
-    )
-    first = json.loads(min((m for m in records if m.value()), key=lambda m: m.timestamp()[1]).value())["schema"]
-    return avro_of_connect(next(f for f in first["fields"] if f["field"] == "after"), set())
+def first_row_schema(registry_url: str, subject: str) -> dict:
+    """The row of the first value schema registered under `subject`, as Avro: the
+    table's reader schema from before ALTER TABLE, so that the added column is followed from the
+    registry."""
+    with urllib.request.urlopen(f"{registry_url}/subjects/{subject}/versions/1", timeout=10) as answer:
+        first = json.loads(json.load(answer)["schema"])
+    # `before` defines the row's record; `after` names it
+    [row] = [t for f in first["fields"] if f["name"] == "before" for t in f["type"] if t != "null"]
+    return row
 
 
 @pytest.fixture(scope="module")
-def one_application(mirrored, kafka_bootstrap, schema_registry_url):
+def one_application(mirrored, kafka_bootstrap, apicurio_registry):
     """Two more tables of the same changes in one `streamer run <directory> --once`: the JSON
-    topic without Connect's schemas, every column declared; and the same events in Avro through
-    a schema registry. Confluent's Avro converter is not on Maven Central, so Kafka Connect writes
-    JSON here: the with-schemas topic is written again as that converter writes it (one registered
-    schema before ALTER TABLE and one after), and the Avro table's reader schema is the row before
-    ALTER TABLE, so that the added column is followed from the registry."""
+    topic without Connect's schemas, every column declared; and the Avro topic, which Debezium's
+    connector wrote through Apicurio's Avro converter in Confluent's wire format, its schemas
+    read from the registry's Confluent-compatible API."""
     _, tmp = mirrored
-    row = avro_copy(
-        kafka_bootstrap,
-        SchemaRegistryClient(schema_registry_url),
-        "with-schemas.public.accounts",
-        "avro.public.accounts",
-    )
-    assert "tier" not in [f["name"] for f in row["fields"]], "the first change is from before ALTER TABLE"
+    row = first_row_schema(apicurio_registry.url, "avro.public.accounts-value")
+    assert "tier" not in [f["name"] for f in row["fields"]], "the first schema is from before ALTER TABLE"
     work = tmp / "one-application"
     work.mkdir()
     (work / "row.avsc").write_text(json.dumps(row))
@@ -428,7 +355,7 @@ def one_application(mirrored, kafka_bootstrap, schema_registry_url):
             decode={
                 "key": {"format": "confluent-avro"},
                 "value": {"format": "confluent-avro", "envelope": "debezium", "schema_file": str(work / "row.avsc")},
-                "schema_registry": {"url": schema_registry_url},
+                "schema_registry": {"url": apicurio_registry.url},
             },
         ),
     }
@@ -445,7 +372,7 @@ def test_the_json_stream_without_schemas_mirrors_the_table_with_the_declared_col
     assert len(list_partitions(MorTable.load(table_path).storage)) == len(REGIONS)
 
 
-def test_the_same_changes_in_avro_through_a_schema_registry_mirror_the_table_and_follow_the_added_column(
+def test_the_avro_stream_through_a_schema_registry_mirrors_the_table_and_follows_the_added_column(
     mirrored, one_application, hudi_judge
 ):
     table_path = one_application["avro"]

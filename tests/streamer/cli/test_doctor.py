@@ -20,13 +20,14 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from harness.schema_registry import ApicurioRegistry
 from streamer.cli import main as cli
 from streamer.quarantine import SCHEMA as QUARANTINE_SCHEMA
 from streamer.quarantine import QuarantineTable
 from streamer.sandbox.change_events import change_events
 from table.services.compaction import CompactionStrategy, schedule_compaction
 from table.write.writer import WriteOptions
-from tests.support import kafka_broker, schema_registry_server
+from tests.support import kafka_broker
 from tests.support.ingestion import REPO, committed_table, order_config, produce_orders, run_streamer, write_config
 
 LINE = re.compile(r"^(?P<verdict>ok|warning|problem) +orders +(?P<subject>[a-z ]+?)  +(?P<text>.*)$")
@@ -250,7 +251,7 @@ def test_a_pending_compaction_says_what_the_next_start_does_with_it(tmp_path, ca
 
 @pytest.mark.unit
 def test_a_schema_registry_that_stopped_is_a_problem(tmp_path, capsys):
-    registry = schema_registry_server.RegistryProcess(str(tmp_path / "registry.log"))
+    registry = ApicurioRegistry(tmp_path / "registry").start()
     configs = configs_of(
         tmp_path,
         dead_broker(),

