@@ -8,10 +8,11 @@ Debezium's PostgreSQL connector as a plugin, writing into the broker the tests u
 The worker runs `org.apache.kafka.connect.cli.ConnectStandalone` with no connector; tests add
 theirs through its REST API (standalone mode serves it too), each with a replication slot and
 topic prefix of its own. Debezium's jars (`io.debezium:debezium-connector-postgres`, fetched by
-`streamer.sandbox.jars`) sit in a plugin directory, isolated from the worker's classpath as Connect loads
-any plugin; Apicurio's converters, for a connector that writes Avro through a schema registry
-(`harness.schema_registry`), sit in another. Offsets go to a file and are flushed every second, so that a test knows soon when
-Debezium has handed a change to Kafka (`PostgresServer` shows it as the slot's confirmed LSN).
+`streamer.sandbox.jars`) sit in a plugin directory, isolated from the worker's classpath as Connect
+loads any plugin; Apicurio's converters, for a connector that writes Avro through a schema
+registry (`harness.schema_registry`), sit in another. Offsets go to a file and are flushed every
+second, so that a test knows soon when Debezium has handed a change to Kafka (`PostgresServer`
+shows it as the slot's confirmed LSN).
 """
 
 from __future__ import annotations
