@@ -20,7 +20,6 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from harness.schema_registry import ApicurioRegistry
 from streamer.cli import main as cli
 from streamer.quarantine import SCHEMA as QUARANTINE_SCHEMA
 from streamer.quarantine import QuarantineTable
@@ -250,23 +249,20 @@ def test_a_pending_compaction_says_what_the_next_start_does_with_it(tmp_path, ca
 
 
 @pytest.mark.unit
-def test_a_schema_registry_that_stopped_is_a_problem(tmp_path, capsys):
-    registry = ApicurioRegistry(tmp_path / "registry").start()
-    configs = configs_of(
-        tmp_path,
-        dead_broker(),
-        decode={"value": {"format": "confluent-avro"}, "schema_registry": {"url": registry.url}},
-    )
-    try:
-        _, up = doctor(configs, capsys)
-    finally:
-        registry.stop()
-    code, down = doctor(configs, capsys)
+def test_a_schema_registry_that_does_not_answer_is_a_problem(tmp_path, capsys, schema_registry_url):
+    def avro_through(url: str) -> Path:
+        decode = {"value": {"format": "confluent-avro"}, "schema_registry": {"url": url}}
+        return configs_of(tmp_path, dead_broker(), decode=decode)
 
-    assert up["schema registry"] == ("ok", f"{registry.url} answered (0 subjects)")
+    stopped = f"http://127.0.0.1:{kafka_broker.free_port()}"  # nothing listens there
+    _, up = doctor(avro_through(schema_registry_url), capsys)
+    code, down = doctor(avro_through(stopped), capsys)
+
+    verdict, text = up["schema registry"]
+    assert verdict == "ok" and re.fullmatch(rf"{re.escape(schema_registry_url)} answered \(\d+ subjects\)", text)
     verdict, text = down["schema registry"]
     assert code == 1 and verdict == "problem"
-    assert text.startswith(f"schema registry {registry.url}: GET /subjects failed: ") and "refused" in text
+    assert text.startswith(f"schema registry {stopped}: GET /subjects failed: ") and "refused" in text
     assert text.endswith("fix: start the registry, or correct decode.schema_registry")
 
 
