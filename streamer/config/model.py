@@ -314,18 +314,27 @@ class SourceSettings(_Section):
         ),
     )
     max_offsets_per_trigger: int | None = Field(
-        None, gt=0, description=("The most records one micro-batch reads, over all partitions; unbounded when null.")
+        5_000_000,
+        gt=0,
+        description=(
+            "The most records one micro-batch reads, over all partitions; unbounded when null. The "
+            "default, Apache Hudi's streamer's own (`hoodie.streamer.kafka.source.maxEvents`), takes a "
+            "long backlog as a commit per 5,000,000 records: a crash costs at most one batch's work, "
+            "and a batch's temporary files (Spark's shuffle, the write tasks' spills) are those of one "
+            "batch, not of the whole backlog."
+        ),
     )
     initial_load_max_records: int = Field(
         1_000_000,
         ge=0,
         description=(
-            "With `max_offsets_per_trigger` set, a table without commits, whose query has no Spark "
-            "checkpoint yet, takes its backlog (up to this many records) in one commit written as base "
-            "files, instead of `max_offsets_per_trigger` at a time: its first micro-batch with "
-            "`kafka-arrow`, one batch query before the stream with `kafka`. Without "
-            "`max_offsets_per_trigger` the first micro-batch takes the whole backlog anyway; either way "
-            "the job's memory does not grow with it (`table.write_task_memory_mb`). 0 turns this off."
+            "When this is more than `max_offsets_per_trigger`, a table without commits, whose query "
+            "has no Spark checkpoint yet, takes its backlog (up to this many records) in one commit "
+            "written as base files, instead of `max_offsets_per_trigger` at a time: its first "
+            "micro-batch with `kafka-arrow`, one batch query before the stream with `kafka`. With "
+            "`max_offsets_per_trigger` null the first micro-batch takes the whole backlog anyway; "
+            "either way the job's memory does not grow with it (`table.write_task_memory_mb`). 0 "
+            "turns this off."
         ),
     )
     fail_on_data_loss: bool = Field(

@@ -65,7 +65,11 @@ def test_minimal_config_gets_every_documented_default():
     assert (table.log_block_format, table.quarantine_path) == ("auto", None)
     assert table.quarantine_location == "/data/orders_quarantine"
     assert (source.format, source.topic_pattern, source.starting_offsets) == ("kafka-arrow", None, "earliest")
-    assert (source.resume_from_table, source.max_offsets_per_trigger, source.fail_on_data_loss) == (True, None, True)
+    assert (source.resume_from_table, source.max_offsets_per_trigger, source.fail_on_data_loss) == (
+        True,
+        5_000_000,
+        True,
+    )
     assert source.options == {}
     assert (decode.key.format, decode.key.schema, decode.key.schema_file) == ("string", None, None)
     assert decode.value.schema == "order_id STRING, updated_at BIGINT"
@@ -553,12 +557,22 @@ def test_reader_options_for_a_topic_pattern_and_offsets():
         "kafka.bootstrap.servers": "broker:9092",
         "subscribePattern": "orders-.*",
         "startingOffsets": options["startingOffsets"],
+        "maxOffsetsPerTrigger": "5000000",
         "failOnDataLoss": "true",
         "maxBrokerOutageMs": "300000",
         "includeHeaders": "false",
         "offsetRanges": "true",
     }
+
     assert json.loads(options["startingOffsets"]) == {"orders-eu": {"0": 5, "1": -2}}
+
+
+def test_a_backlog_is_read_in_micro_batches_of_five_million_unless_the_limit_is_null():
+    default = config_from_mapping(minimal()).source
+    unbounded = config_from_mapping(minimal(source={"max_offsets_per_trigger": None})).source
+
+    assert default.reader_options()["maxOffsetsPerTrigger"] == "5000000"
+    assert unbounded.max_offsets_per_trigger is None and "maxOffsetsPerTrigger" not in unbounded.reader_options()
 
 
 def test_reader_options_take_the_given_starting_offsets_over_the_configured_ones():
