@@ -254,7 +254,7 @@ def test_a_schema_registry_that_does_not_answer_is_a_problem(tmp_path, capsys, s
         decode = {"value": {"format": "confluent-avro"}, "schema_registry": {"url": url}}
         return configs_of(tmp_path, dead_broker(), decode=decode)
 
-    stopped = f"http://127.0.0.1:{kafka_broker.free_port()}"  # nothing listens there
+    stopped = f"http://{dead_broker()}"
     _, up = doctor(avro_through(schema_registry_url), capsys)
     code, down = doctor(avro_through(stopped), capsys)
 

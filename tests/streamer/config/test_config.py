@@ -563,7 +563,6 @@ def test_reader_options_for_a_topic_pattern_and_offsets():
         "includeHeaders": "false",
         "offsetRanges": "true",
     }
-
     assert json.loads(options["startingOffsets"]) == {"orders-eu": {"0": 5, "1": -2}}
 
 
