@@ -21,7 +21,7 @@ import pytest
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable
 from table.plans.clustering import ClusteringPlan, read_clustering_plan
-from table.storage.layout import LogFileName
+from table.storage.layout import BaseFileName, LogFileName
 from table.storage.markers import marked_files
 from table.timeline.commit_metadata import CommitMetadata
 from table.timeline.timeline import Instant, Timeline
@@ -340,19 +340,14 @@ def test_async_resize_with_dual_writes_equals_the_oracle_through_both_readers(ka
 BATCH, BATCHES = 600, 7
 
 
-@pytest.mark.parametrize(
-    "kill_at, pause",
-    [
-        # the executor wrote the children's base files, batches dual-wrote meanwhile: killed before completing
-        ("clustering.files_written", "clustering.files_written=8"),
-        # the sixth micro-batch wrote its files, dual writes included, and dies before its deltacommit
-        # completes; the resize, planned after the second or fourth, is held pending till then
-        ("deltacommit.files_written:6", "clustering.files_written=60"),
-    ],
-    ids=["executor-killed", "dual-writing-batch-killed"],
-)
+# The sixth micro-batch wrote its files, dual writes included, and dies before its deltacommit
+# completes. The resize, planned after the second or fourth, is held after its executor wrote the
+# children's base files, so the kill leaves both a batch and a resize half done.
+KILL_AT, HOLD_RESIZE = "deltacommit.files_written:6", "clustering.files_written=60"
+
+
 def test_process_killed_during_a_pending_resize_with_dual_writes_restarts_to_a_correct_table(
-    kafka_bootstrap, kafka_topic, tmp_path, kill_at, pause
+    kafka_bootstrap, kafka_topic, tmp_path
 ):
     topic = kafka_topic(partitions=2, prefix="orders")
     events = SkewedOrders(seed=7).events(BATCHES * BATCH)
@@ -364,7 +359,7 @@ def test_process_killed_during_a_pending_resize_with_dual_writes_restarts_to_a_c
     path = str(tmp_path / "tables" / "orders")
 
     code, out = run_streamer(
-        ["run", str(config), "--once"], env={"MOR_STREAMER_FAILPOINT": kill_at, "MOR_STREAMER_PAUSE": pause}
+        ["run", str(config), "--once"], env={"MOR_STREAMER_FAILPOINT": KILL_AT, "MOR_STREAMER_PAUSE": HOLD_RESIZE}
     )
     assert code == -signal.SIGKILL, out
 
@@ -383,13 +378,12 @@ def test_process_killed_during_a_pending_resize_with_dual_writes_restarts_to_a_c
     ]
     assert dual, "no batch committed while the resize was pending"
     assert child_logs_based_at(path, plan)
-    if kill_at.startswith("deltacommit"):  # the killed batch had written to the children too
-        (inflight,) = timeline.pending("deltacommit")
-        written = {
-            LogFileName.parse(f.rsplit("/", 1)[-1])
-            for f in marked_files(MorTable.load(path).storage, inflight.timestamp)
-        }
-        assert children & {n.file_id for n in written if n is not None}
+    storage = MorTable.load(path).storage
+    resized = {BaseFileName.parse(f.rsplit("/", 1)[-1]) for f in marked_files(storage, pending.timestamp)}
+    assert {n.file_id for n in resized if n is not None} == children, "the executor had not written the children"
+    (inflight,) = timeline.pending("deltacommit")  # the killed batch had written to the children too
+    written = {LogFileName.parse(f.rsplit("/", 1)[-1]) for f in marked_files(storage, inflight.timestamp)}
+    assert children & {n.file_id for n in written if n is not None}
     assert_file_groups_are_the_buckets(path)  # still the old buckets
     # What readers see meanwhile is exactly the committed batches, through the old buckets only.
     ends = committed_offsets(path, topic)
