@@ -22,7 +22,7 @@ from table.index import consistent_hashing as ring
 from table.keys import KeyGenerator
 from table.read.merge import MergeRule
 from table.read.predicate import Predicate
-from table.read.reader import SliceReadSpec, read_base_file, read_file_slice, table_schema_with_meta
+from table.read.reader import SliceReadSpec, read_base_file, read_file_slices, table_schema_with_meta
 from table.schema import COMMIT_TIME, META_FIELDS, arrow_schema_from_avro, avro_schema_json
 from table.storage.file_io import Storage
 from table.storage.layout import METADATA_DIR
@@ -215,7 +215,7 @@ class MorTable:
 
         With predicates, only rows satisfying all of them, read skipping what statistics rule out."""
         slices, spec = self.read_plan(as_of, columns, predicates)
-        return _concat([read_file_slice(self.storage, s, spec) for s in slices], spec)
+        return _concat(list(read_file_slices(self.storage, slices, spec)), spec)
 
     def read_optimized(self, columns: list[str] | None = None, predicates: Sequence[Predicate] = ()) -> pa.Table:
         """Base files only: fast, but without what log files hold since the last compaction."""

@@ -1,6 +1,7 @@
 """Reading file slices: base file plus the log blocks of visible instants, merged by record key.
 
-One function reads one slice, so the pure-Python reader and the Spark data source share it.
+One function reads a run of slices, so the pure-Python reader, the Spark data source and the
+services share it; the log blocks of a run's slices decode together.
 Blocks of instants that are not visible (inflight, rolled back, after the time-travel instant)
 are skipped, so a half-written commit never shows.
 
@@ -12,6 +13,7 @@ log row that passes it; predicates then filter the merged rows.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -19,14 +21,18 @@ import pyarrow.parquet as pq
 
 from table.errors import FormatError
 from table.file_group.fs_view import FileSlice
-from table.file_group.log_file.block import CommandBlock, DataBlock, DeleteBlock
-from table.file_group.log_file.reader import read_log_file
+from table.file_group.log_file.block import CommandBlock, DataBlock, DeleteBlock, LogBlock
+from table.file_group.log_file.reader import read_log_files
 from table.file_group.parquet_options import read_parquet
 from table.read.merge import DELETE_COMMIT_TIME, DELETE_KEY, DELETE_ORDERING, MergeRule, merge_slice
 from table.read.predicate import Predicate, columns_of, filter_rows, row_groups_to_read
 from table.schema import META_FIELDS
 from table.storage.file_io import Storage
 from table.timeline.timeline import CompletedInstants
+
+# Log bytes whose blocks are decoded in one pass: enough for thousands of small blocks, few
+# enough that a reader holds little more than one large file group's worth at a time.
+LOG_BYTES_READ_TOGETHER = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -49,8 +55,37 @@ class SliceReadSpec:
 
 def read_file_slice(storage: Storage, file_slice: FileSlice, spec: SliceReadSpec) -> pa.Table:
     """The merged rows of one file slice, projected to `spec.columns`."""
-    if not file_slice.log_files:
-        return read_base_file(storage, file_slice, spec)
+    (rows,) = read_file_slices(storage, [file_slice], spec)
+    return rows
+
+
+def read_file_slices(storage: Storage, file_slices: Iterable[FileSlice], spec: SliceReadSpec) -> Iterator[pa.Table]:
+    """The merged rows of each file slice, in order. The log files of consecutive slices are read
+    together, up to `LOG_BYTES_READ_TOGETHER` of them, so that their blocks decode in one pass
+    (`read_log_files`) rather than one block at a time."""
+    chunk: list[FileSlice] = []
+    size = 0
+    for file_slice in file_slices:
+        chunk.append(file_slice)
+        size += sum(max(log.size, 0) for log in file_slice.log_files)
+        if size >= LOG_BYTES_READ_TOGETHER:
+            yield from _read_chunk(storage, chunk, spec)
+            chunk, size = [], 0
+    yield from _read_chunk(storage, chunk, spec)
+
+
+def _read_chunk(storage: Storage, file_slices: list[FileSlice], spec: SliceReadSpec) -> Iterator[pa.Table]:
+    logs = [[log.path for log in s.sorted_log_files()] for s in file_slices]
+    blocks = iter(read_log_files(storage, [path for paths in logs for path in paths]))
+    for file_slice, paths in zip(file_slices, logs):
+        if not paths:
+            yield read_base_file(storage, file_slice, spec)
+        else:
+            yield _merged_slice(storage, file_slice, [b for _ in paths for b in next(blocks)], spec)
+
+
+def _merged_slice(storage: Storage, file_slice: FileSlice, blocks: list[LogBlock], spec: SliceReadSpec) -> pa.Table:
+    """A slice's base file merged with its log files' `blocks`."""
     ordering_field = spec.ordering_field
     if ordering_field is None:
         raise FormatError(
@@ -62,7 +97,6 @@ def read_file_slice(storage: Storage, file_slice: FileSlice, spec: SliceReadSpec
         base = _conform(read_parquet(storage.open_input(file_slice.base_file.path)), spec.schema)
     parts: list[pa.Table] = []
     deletes: list[pa.Table] = []
-    blocks = [b for log in file_slice.sorted_log_files() for b in read_log_file(storage, log.path)]
     rolled_back = {b.target_instant for b in blocks if isinstance(b, CommandBlock) and b.target_instant is not None}
     for block in blocks:
         instant = getattr(block, "instant", None)

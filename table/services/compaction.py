@@ -37,7 +37,7 @@ from table.file_group.parquet_options import parquet_options, read_parquet
 from table.plans.compaction import COMPACTION, PLAN_SCHEMA, PLAN_VERSION, CompactionOperation, read_compaction_plan
 from table.plans.pending import pending_clustering_file_groups, pending_compaction_file_groups
 from table.read.merge import MergeRule
-from table.read.reader import SliceReadSpec, read_file_slice, table_schema_with_meta
+from table.read.reader import SliceReadSpec, read_file_slices, table_schema_with_meta
 from table.schema import COMMIT_TIME, FILE_NAME, RECORD_KEY, avro_schema_json
 from table.services.execution import PlanExecution
 from table.storage.file_io import Storage
@@ -234,8 +234,13 @@ class CompactionExecution(PlanExecution):
 
     def write_groups(self) -> Iterator[list[WriteStat]]:
         log.info("compaction %s of %s: %d file groups", self.instant, self.table.name, len(self.operations))
-        for task_id, op in enumerate(self.operations):
-            yield [_compact(self.table.storage, op, self.instant, task_id, self.spec)]
+        storage = self.table.storage
+        slices = [op.file_slice(storage) for op in self.operations]
+        merged = read_file_slices(storage, slices, self.spec)  # neighbouring groups' logs decode together
+        for task_id, (op, file_slice) in enumerate(zip(self.operations, slices)):
+            started = time.monotonic()
+            rows = next(merged)
+            yield [_compact(storage, op, file_slice, rows, time.monotonic() - started, self.instant, task_id)]
 
     def log_progress(self, groups_done: int, stats: list[WriteStat]) -> None:
         log.info(
@@ -260,12 +265,19 @@ class CompactionExecution(PlanExecution):
         failpoints.reach("compaction.completed")
 
 
-def _compact(storage: Storage, op: CompactionOperation, instant: str, task_id: int, spec: SliceReadSpec) -> WriteStat:
-    """Merge one planned slice into its base file at `instant`; the file appears whole or not at all."""
-    started = time.monotonic()
-    file_slice = op.file_slice(storage)
-    merged = read_file_slice(storage, file_slice, spec).sort_by(RECORD_KEY)
+def _compact(
+    storage: Storage,
+    op: CompactionOperation,
+    file_slice: FileSlice,
+    merged: pa.Table,
+    scan_seconds: float,
+    instant: str,
+    task_id: int,
+) -> WriteStat:
+    """One planned slice's `merged` rows into its base file at `instant`; the file appears whole
+    or not at all."""
     scanned = time.monotonic()
+    merged = merged.sort_by(RECORD_KEY)
     name = _base_file_name(op, instant, task_id)
     path = partition_file_path(op.partition_path, name)
     rows = merged.set_column(
@@ -275,7 +287,7 @@ def _compact(storage: Storage, op: CompactionOperation, instant: str, task_id: i
     pq.write_table(rows, buffer, **parquet_options(rows))
     storage.create(path, buffer.getvalue())
     runtime = RuntimeStats(
-        total_scan_time=int((scanned - started) * 1000), total_upsert_time=int((time.monotonic() - scanned) * 1000)
+        total_scan_time=int(scan_seconds * 1000), total_upsert_time=int((time.monotonic() - scanned) * 1000)
     )
     return _write_stat(storage, op, file_slice, rows, path, len(buffer.getvalue()), runtime)
 

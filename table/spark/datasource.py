@@ -46,7 +46,7 @@ from table.errors import InvalidRequestError
 from table.file_group.fs_view import FileSlice
 from table.mor_table import MorTable
 from table.read.predicate import NOT_NULL, Predicate
-from table.read.reader import SliceReadSpec, read_base_file, read_file_slice
+from table.read.reader import SliceReadSpec, read_base_file, read_file_slices
 from table.storage.file_io import Storage
 from table.units import MIB
 
@@ -135,9 +135,13 @@ class MorTableReader(DataSourceReader):
             raise InvalidRequestError(
                 f"the mor source reads the partitions it planned, not a {type(partition).__name__}"
             )
-        read = read_base_file if partition.read_optimized else read_file_slice
-        for file_slice in partition.file_slices:
-            yield from read(partition.storage, file_slice, partition.spec).to_batches()
+        tables: Iterator[pa.Table]
+        if partition.read_optimized:
+            tables = (read_base_file(partition.storage, s, partition.spec) for s in partition.file_slices)
+        else:
+            tables = read_file_slices(partition.storage, partition.file_slices, partition.spec)
+        for rows in tables:
+            yield from rows.to_batches()
 
 
 class PushdownMorTableReader(MorTableReader):

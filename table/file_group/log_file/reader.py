@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import io
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import fastavro
@@ -51,20 +52,55 @@ _MIN_BLOCK_SIZE = 4 + 4 + 4 + 8 + 4 + 8
 
 def read_log_file(storage: Storage, rel_path: str) -> list[LogBlock]:
     """Every block of a log file, damaged stretches as `CorruptBlock`s; never raises for them."""
-    return list(parse_log_bytes(storage.read_bytes(rel_path)))
+    return parse_log_bytes(storage.read_bytes(rel_path))
 
 
-def parse_log_bytes(data: bytes) -> Iterator[LogBlock]:
+def read_log_files(storage: Storage, rel_paths: Sequence[str]) -> list[list[LogBlock]]:
+    """The blocks of each log file, as `read_log_file` gives them. The Avro data blocks of all the
+    files are decoded together, one pass per schema: the decoder costs a fixed amount per block
+    and column, which a table of many small blocks (many partitions, frequent commits) would
+    otherwise pay again for every block."""
+    files = [list(_framed_blocks(storage.read_bytes(p))) for p in rel_paths]
+    decoded = iter(_decoded_avro_blocks([b for blocks in files for b in blocks if isinstance(b, _AvroBlock)]))
+    return [[next(decoded) if isinstance(b, _AvroBlock) else b for b in blocks] for blocks in files]
+
+
+def parse_log_bytes(data: bytes) -> list[LogBlock]:
     """The blocks in the bytes of a log file, resyncing at the next magic after damage."""
+    blocks = list(_framed_blocks(data))
+    decoded = iter(_decoded_avro_blocks([b for b in blocks if isinstance(b, _AvroBlock)]))
+    return [next(decoded) if isinstance(b, _AvroBlock) else b for b in blocks]
+
+
+@dataclass
+class _AvroBlock:
+    """An Avro data block whose framing, header and record lengths have been checked, its
+    records not yet decoded."""
+
+    data: bytes  # the whole file's, for the `CorruptBlock` the block becomes if it does not decode
+    offset: int
+    end: int
+    content: memoryview
+    positions: np.ndarray  # where each record starts in `content`
+    ends: np.ndarray  # and where it ends, by the lengths before it
+    header: Header
+    footer: Header
+
+    def corrupt(self, error: Exception) -> CorruptBlock:
+        return CorruptBlock(self.offset, self.data[self.offset : self.end], _undecodable(error))
+
+
+def _framed_blocks(data: bytes) -> Iterator[LogBlock | _AvroBlock]:
+    """The blocks in the bytes of a log file, Avro data blocks still to decode."""
     pos, size = 0, len(data)
     while pos < size:
         if data.startswith(MAGIC, pos):
             end = _checked_block_end(data, pos)
             if end is not None:
                 try:
-                    block: LogBlock = _decode_block(memoryview(data)[pos + len(MAGIC) + 8 : end])
+                    block: LogBlock | _AvroBlock = _decode_block(data, pos, end)
                 except Exception as e:  # noqa: BLE001 - any undecodable block is a corrupt block
-                    block = CorruptBlock(pos, data[pos:end], f"undecodable block: {type(e).__name__}: {e}")
+                    block = CorruptBlock(pos, data[pos:end], _undecodable(e))
                 yield block
                 pos = end
                 continue
@@ -75,6 +111,58 @@ def parse_log_bytes(data: bytes) -> Iterator[LogBlock]:
         end = size if next_magic < 0 else next_magic
         yield CorruptBlock(pos, data[pos:end], reason)
         pos = end
+
+
+def _undecodable(error: Exception) -> str:
+    return f"undecodable block: {type(error).__name__}: {error}"
+
+
+def _decoded_avro_blocks(blocks: list[_AvroBlock]) -> list[DataBlock | CorruptBlock]:
+    """The blocks decoded, in their order: those of one schema in one pass over all their
+    records. When that pass fails, each block is decoded alone, so that only a block that does
+    not decode becomes a `CorruptBlock`."""
+    by_schema: dict[str, list[int]] = {}
+    for i, block in enumerate(blocks):
+        by_schema.setdefault(block.header[HeaderKey.SCHEMA], []).append(i)
+    decoded: list[DataBlock | CorruptBlock] = [None] * len(blocks)  # type: ignore[list-item]
+    for schema_json, indices in by_schema.items():
+        group = [blocks[i] for i in indices]
+        try:
+            records = _read_avro_blocks(group, log_schema(schema_json))
+        except Exception:  # noqa: BLE001 - told apart below, one block at a time
+            records = [_read_alone(b, log_schema(schema_json)) for b in group]
+        for i, block, rows in zip(indices, group, records):
+            decoded[i] = (
+                rows
+                if isinstance(rows, CorruptBlock)
+                else DataBlock(rows, block.header, BlockType.AVRO_DATA, block.footer)
+            )
+    return decoded
+
+
+def _read_alone(block: _AvroBlock, schema: LogSchema) -> pa.Table | CorruptBlock:
+    try:
+        return _read_avro_blocks([block], schema)[0]
+    except Exception as e:  # noqa: BLE001 - any undecodable block is a corrupt block
+        return block.corrupt(e)
+
+
+def _read_avro_blocks(blocks: list[_AvroBlock], schema: LogSchema) -> list[pa.Table]:
+    """The records of blocks of one schema, read as one run of content."""
+    if len(blocks) == 1:
+        content: memoryview | bytes = blocks[0].content
+        starts = np.zeros(1, np.int64)
+    else:
+        content = b"".join(b.content for b in blocks)
+        starts = np.cumsum([0, *(len(b.content) for b in blocks[:-1])], dtype=np.int64)
+    positions = np.concatenate([b.positions + s for b, s in zip(blocks, starts)])
+    ends = np.concatenate([b.ends + s for b, s in zip(blocks, starts)])
+    records, after = read_avro_records(content, positions, schema)
+    if not np.array_equal(after, ends):
+        raise FormatError("records do not decode to their stated lengths")
+    counts = [len(b.positions) for b in blocks]
+    firsts = np.cumsum([0, *counts[:-1]])
+    return [records.slice(first, count) for first, count in zip(firsts, counts)]
 
 
 def _checked_block_end(data: bytes, pos: int) -> int | None:
@@ -124,9 +212,10 @@ class _Cursor:
         return entries
 
 
-def _decode_block(body: memoryview) -> LogBlock:
-    """A block from its bytes after the size field; raises when they do not decode."""
-    cur = _Cursor(body)
+def _decode_block(data: bytes, pos: int, end: int) -> LogBlock | _AvroBlock:
+    """The block framed at `data[pos:end]`, an Avro data block with its records still to
+    decode; raises when it does not decode."""
+    cur = _Cursor(memoryview(data)[pos + len(MAGIC) + 8 : end])
     version = cur.int32()
     if version != LOG_FORMAT_VERSION:
         raise FormatError(f"log format version {version} is not supported")
@@ -135,10 +224,14 @@ def _decode_block(body: memoryview) -> LogBlock:
     content = cur.take(cur.int64())
     footer = cur.metadata()
     cur.int64()  # reverse pointer, checked with the framing
-    if cur.pos != len(body):
-        raise FormatError(f"{len(body) - cur.pos} stray bytes after the block")
-    if block_type in (BlockType.AVRO_DATA, BlockType.PARQUET_DATA):
-        return DataBlock(_decode_data_content(content, header, block_type), header, block_type, footer)
+    if cur.pos != len(cur.data):
+        raise FormatError(f"{len(cur.data) - cur.pos} stray bytes after the block")
+    if block_type == BlockType.AVRO_DATA:
+        log_schema(header[HeaderKey.SCHEMA])  # a schema that does not parse fails here
+        positions, ends = _record_positions(content)
+        return _AvroBlock(data, pos, end, content, positions, ends, header, footer)
+    if block_type == BlockType.PARQUET_DATA:
+        return DataBlock(_decode_parquet_content(content, header), header, block_type, footer)
     if block_type == BlockType.DELETE:
         keys, paths, ordering = _decode_delete_content(content)
         return DeleteBlock(keys, paths, ordering, header, footer)
@@ -149,17 +242,16 @@ def _decode_block(body: memoryview) -> LogBlock:
     raise FormatError(f"{block_type.name} blocks are not supported")
 
 
-def _decode_data_content(content: memoryview, header: Header, block_type: BlockType) -> pa.Table:
+def _decode_parquet_content(content: memoryview, header: Header) -> pa.Table:
     schema = log_schema(header[HeaderKey.SCHEMA])
-    if block_type == BlockType.PARQUET_DATA:
-        if len(content) == 0:
-            return schema.arrow.empty_table()
-        table = read_parquet(pa.py_buffer(content))
-        return conform(table.replace_schema_metadata(None), schema.arrow)
-    return _decode_avro_records(content, schema)
+    if len(content) == 0:
+        return schema.arrow.empty_table()
+    table = read_parquet(pa.py_buffer(content))
+    return conform(table.replace_schema_metadata(None), schema.arrow)
 
 
-def _decode_avro_records(content: memoryview, schema: LogSchema) -> pa.Table:
+def _record_positions(content: memoryview) -> tuple[np.ndarray, np.ndarray]:
+    """Where each record of an Avro data block's content starts, and where it ends."""
     cur = _Cursor(content)
     version = cur.int32()
     if version not in (2, BLOCK_CONTENT_VERSION):  # versions with a record count
@@ -176,11 +268,7 @@ def _decode_avro_records(content: memoryview, schema: LogSchema) -> pa.Table:
         raise FormatError(f"records end at {pos}, content at {len(content)}")
     sizes = np.array(lengths, dtype=np.int64) + 4
     ends = cur.pos + np.cumsum(sizes)
-    positions = ends - sizes + 4
-    records, positions = read_avro_records(content, positions, schema)
-    if not np.array_equal(positions, ends):
-        raise FormatError("records do not decode to their stated lengths")
-    return records
+    return ends - sizes + 4, ends
 
 
 def _decode_delete_content(content: memoryview) -> tuple[pa.Array, pa.Array, pa.Array]:

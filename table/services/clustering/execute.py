@@ -40,7 +40,7 @@ from table.plans.clustering import (
     read_clustering_plan,
 )
 from table.read.merge import MergeRule
-from table.read.reader import SliceReadSpec, read_file_slice, table_schema_with_meta
+from table.read.reader import SliceReadSpec, read_file_slices, table_schema_with_meta
 from table.schema import FILE_NAME, RECORD_KEY, avro_schema_json
 from table.services.execution import PlanExecution
 from table.storage.file_io import Storage
@@ -209,7 +209,7 @@ def _rewrite(
 ) -> list[WriteStat]:
     """One group's records, as of the plan, into one base file per child (an empty one for a
     child that gets no record, so that every child has the base its dual-written logs attach to)."""
-    parts = [read_file_slice(storage, _planned_slice(storage, s), spec) for s in group.slices]
+    parts = list(read_file_slices(storage, [_planned_slice(storage, s) for s in group.slices], spec))
     rows = pa.concat_tables(parts) if parts else spec.schema.empty_table()
     file_ids = router.file_ids(rows[RECORD_KEY]) if rows.num_rows else pa.array([], pa.string())
     unexpected = set(pc.unique(file_ids).to_pylist()) - set(group.child_file_ids)

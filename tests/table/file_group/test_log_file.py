@@ -28,7 +28,7 @@ from table.file_group.log_file.block import (
     DeleteBlock,
     HeaderKey,
 )
-from table.file_group.log_file.reader import parse_log_bytes, read_log_file
+from table.file_group.log_file.reader import parse_log_bytes, read_log_file, read_log_files
 from table.file_group.log_file.writer import encode_avro_runs, encode_block, write_log_file
 from table.schema import META_FIELDS, avro_schema_json
 from table.storage.file_io import Storage
@@ -657,6 +657,51 @@ def test_damaged_block_in_the_middle_is_skipped_and_later_blocks_are_kept():
     # Garbage before the first magic.
     got = list(parse_log_bytes(b"junk" + b"".join(encoded)))
     assert [type(b) for b in got] == [CorruptBlock, DataBlock, DeleteBlock, DataBlock]
+
+
+def files_of_small_blocks(tmp_path: Path, damaged: int | None = None) -> tuple[Storage, list[str]]:
+    """Four log files of small Avro blocks in two schemas (one with a column more), delete and
+    Parquet blocks between them; with `damaged`, that file's first block holds garbage records."""
+    trips = three_blocks()[0].records
+    wider = trips.append_column("tip", pa.array([0.5, None], pa.float64()))
+    wider_header = header("v6_trips_8i1u", TRIPS.append(pa.field("tip", pa.float64())))
+    storage, names = Storage(str(tmp_path)), []
+    for i in range(4):
+        blocks = [
+            DataBlock(trips.slice(i % 2, 1 + i % 2), header("v6_trips_8i1u", TRIPS)),
+            *three_blocks()[1:],
+            DataBlock(wider, wider_header),
+        ]
+        encoded = [bytearray(encode_block(b)) for b in blocks]
+        if i == damaged:
+            encoded[0][-60:-20] = b"\xff" * 40
+        names.append(f"{i}.log")
+        storage.create(names[-1], b"".join(encoded))
+    return storage, names
+
+
+def test_log_files_read_together_give_each_file_the_blocks_it_gives_alone(tmp_path):
+    storage, names = files_of_small_blocks(tmp_path)
+    together = read_log_files(storage, names)
+    for name, blocks in zip(names, together):
+        alone = read_log_file(storage, name)
+        assert [type(b) for b in blocks] == [DataBlock, DeleteBlock, DataBlock, DataBlock]
+        assert all(same_block(a, b) for a, b in zip(blocks, alone)), name
+        assert all(a.records.equals(b.records) for a, b in zip(blocks, alone) if isinstance(a, DataBlock))
+
+
+def test_a_block_that_does_not_decode_among_files_read_together_is_corrupt_and_the_rest_are_read(tmp_path):
+    storage, names = files_of_small_blocks(tmp_path, damaged=2)
+    together = read_log_files(storage, names)
+    assert [type(b) for b in together[2]] == [CorruptBlock, DeleteBlock, DataBlock, DataBlock]
+    assert "undecodable" in together[2][0].reason
+    assert together[2][0].data == storage.read_bytes(names[2])[: len(together[2][0].data)]
+    intact, _ = files_of_small_blocks(tmp_path / "intact")
+    for name, blocks in zip(names, together):
+        expected = read_log_file(intact, name)
+        kept = [(b, e) for b, e in zip(blocks, expected) if not isinstance(b, CorruptBlock)]
+        assert len(kept) == (3 if name == names[2] else 4)
+        assert all(same_block(b, e) for b, e in kept), name
 
 
 def test_unsupported_or_unknown_blocks_are_corrupt_not_errors():
