@@ -15,8 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from table.errors import FormatError
@@ -26,13 +29,13 @@ from table.file_group.log_file.reader import read_log_files
 from table.file_group.parquet_options import read_parquet
 from table.read.merge import DELETE_COMMIT_TIME, DELETE_KEY, DELETE_ORDERING, MergeRule, merge_slice
 from table.read.predicate import Predicate, columns_of, filter_rows, row_groups_to_read
-from table.schema import META_FIELDS
+from table.schema import META_FIELDS, RECORD_KEY
 from table.storage.file_io import Storage
 from table.timeline.timeline import CompletedInstants
 
-# Log bytes whose blocks are decoded in one pass: enough for thousands of small blocks, few
-# enough that a reader holds little more than one large file group's worth at a time.
-LOG_BYTES_READ_TOGETHER = 32 << 20
+# The files' bytes of a run of slices read and merged together: enough for hundreds of small
+# file groups, few enough that a reader holds little more than one large group at a time.
+RUN_BYTES = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -60,62 +63,99 @@ def read_file_slice(storage: Storage, file_slice: FileSlice, spec: SliceReadSpec
 
 
 def read_file_slices(storage: Storage, file_slices: Iterable[FileSlice], spec: SliceReadSpec) -> Iterator[pa.Table]:
-    """The merged rows of each file slice, in order. The log files of consecutive slices are read
-    together, up to `LOG_BYTES_READ_TOGETHER` of them, so that their blocks decode in one pass
-    (`read_log_files`) rather than one block at a time."""
-    chunk: list[FileSlice] = []
+    """The merged rows of each file slice, in order. Consecutive slices are read in runs of up to
+    `RUN_BYTES` of files: a run's log blocks decode in one pass (`read_log_files`) and its slices
+    merge in one merge, rather than each slice paying the decoder's and the merge's fixed costs."""
+    run: list[FileSlice] = []
     size = 0
     for file_slice in file_slices:
-        chunk.append(file_slice)
-        size += sum(max(log.size, 0) for log in file_slice.log_files)
-        if size >= LOG_BYTES_READ_TOGETHER:
-            yield from _read_chunk(storage, chunk, spec)
-            chunk, size = [], 0
-    yield from _read_chunk(storage, chunk, spec)
+        run.append(file_slice)
+        size += sum(log.size for log in file_slice.log_files) + (
+            file_slice.base_file.size if file_slice.base_file else 0
+        )
+        if size >= RUN_BYTES:
+            yield from _read_run(storage, run, spec)
+            run, size = [], 0
+    yield from _read_run(storage, run, spec)
 
 
-def _read_chunk(storage: Storage, file_slices: list[FileSlice], spec: SliceReadSpec) -> Iterator[pa.Table]:
+def _read_run(storage: Storage, file_slices: list[FileSlice], spec: SliceReadSpec) -> Iterator[pa.Table]:
     logs = [[log.path for log in s.sorted_log_files()] for s in file_slices]
     blocks = iter(read_log_files(storage, [path for paths in logs for path in paths]))
+    with_logs = [(s, [b for _ in paths for b in next(blocks)]) for s, paths in zip(file_slices, logs) if paths]
+    merged = iter(_merged_slices(storage, with_logs, spec))
     for file_slice, paths in zip(file_slices, logs):
-        if not paths:
-            yield read_base_file(storage, file_slice, spec)
-        else:
-            yield _merged_slice(storage, file_slice, [b for _ in paths for b in next(blocks)], spec)
+        yield next(merged) if paths else read_base_file(storage, file_slice, spec)
 
 
-def _merged_slice(storage: Storage, file_slice: FileSlice, blocks: list[LogBlock], spec: SliceReadSpec) -> pa.Table:
-    """A slice's base file merged with its log files' `blocks`."""
+def _merged_slices(
+    storage: Storage, slices: list[tuple[FileSlice, list[LogBlock]]], spec: SliceReadSpec
+) -> list[pa.Table]:
+    """Each slice's base file merged with its log `blocks`, every slice in one merge: a record
+    key is prefixed by its slice's place in the run while they merge, so that the keys of two
+    slices never meet."""
+    if not slices:
+        return []
     ordering_field = spec.ordering_field
     if ordering_field is None:
         raise FormatError(
-            f"file group {file_slice.file_id} has log files to merge, and the table has no ordering "
+            f"file group {slices[0][0].file_id} has log files to merge, and the table has no ordering "
             "(precombine) field: this engine merges the versions of a key by one"
         )
-    base = None
-    if file_slice.base_file is not None:
-        base = _conform(read_parquet(storage.open_input(file_slice.base_file.path)), spec.schema)
+    bases: list[pa.Table] = []
     parts: list[pa.Table] = []
     deletes: list[pa.Table] = []
-    rolled_back = {b.target_instant for b in blocks if isinstance(b, CommandBlock) and b.target_instant is not None}
-    for block in blocks:
-        instant = getattr(block, "instant", None)
-        if instant not in spec.visible_instants or instant in rolled_back:
-            continue
-        if isinstance(block, DataBlock):
-            parts.append(_conform(block.records, spec.schema))
-        elif isinstance(block, DeleteBlock):
-            deletes.append(_delete_rows(block, spec.schema.field(ordering_field).type))
-    if not parts and base is None:
-        return _project(spec.schema.empty_table(), spec.columns)
+    for place, (file_slice, blocks) in enumerate(slices):
+        if file_slice.base_file is not None:
+            base = _conform(read_parquet(storage.open_input(file_slice.base_file.path)), spec.schema)
+            bases.append(_placed(base, place))
+        rolled_back = {b.target_instant for b in blocks if isinstance(b, CommandBlock) and b.target_instant is not None}
+        for block in blocks:
+            instant = getattr(block, "instant", None)
+            if instant not in spec.visible_instants or instant in rolled_back:
+                continue
+            if isinstance(block, DataBlock):
+                parts.append(_placed(_conform(block.records, spec.schema), place))
+            elif isinstance(block, DeleteBlock):
+                deletes.append(_placed(_delete_rows(block, spec.schema.field(ordering_field).type), place))
+    if not parts and not bases:
+        return [_project(spec.schema.empty_table(), spec.columns)] * len(slices)
     merged = merge_slice(
-        base,
-        pa.concat_tables(parts) if parts else None,
-        pa.concat_tables(deletes) if deletes else None,
+        _keyed_by_place(pa.concat_tables(bases), RECORD_KEY) if bases else None,
+        _keyed_by_place(pa.concat_tables(parts), RECORD_KEY) if parts else None,
+        _keyed_by_place(pa.concat_tables(deletes), DELETE_KEY) if deletes else None,
         ordering_field,
         spec.merge_rule,
     )
-    return _project(filter_rows(merged, spec.predicates), spec.columns)
+    keys = pc.utf8_slice_codeunits(merged[RECORD_KEY], _PLACE_WIDTH)
+    merged = filter_rows(
+        merged.set_column(merged.schema.get_field_index(RECORD_KEY), RECORD_KEY, keys), spec.predicates
+    )
+    merged = merged.take(pc.sort_indices(merged[_PLACE]))  # stable: each slice's rows keep their order
+    bounds = np.searchsorted(merged[_PLACE].to_numpy(), np.arange(len(slices) + 1))
+    merged = merged.drop_columns([_PLACE])
+    return [_project(merged.slice(a, b - a), spec.columns) for a, b in pairwise(bounds)]
+
+
+# While the slices of a run merge, each row carries its slice's place in the run, and its record
+# key that place as a prefix of fixed width.
+_PLACE = "_slice_in_run"
+_PLACE_WIDTH = 8
+
+
+def _placed(rows: pa.Table, place: int) -> pa.Table:
+    return rows.append_column(_PLACE, pa.repeat(pa.scalar(place, pa.int32()), rows.num_rows))
+
+
+def _keyed_by_place(rows: pa.Table, key_column: str) -> pa.Table:
+    """`rows` (of `_placed` slices) with each key prefixed by its slice's place."""
+    places = pc.take(_place_prefixes(pc.max(rows[_PLACE]).as_py() + 1), rows[_PLACE])
+    keys = pc.binary_join_element_wise(places, rows[key_column].cast(pa.string()), "")
+    return rows.set_column(rows.schema.get_field_index(key_column), key_column, keys)
+
+
+def _place_prefixes(count: int) -> pa.Array:
+    return pa.array([f"{place:0{_PLACE_WIDTH}d}" for place in range(count)], pa.string())
 
 
 def read_base_file(storage: Storage, file_slice: FileSlice, spec: SliceReadSpec) -> pa.Table:

@@ -25,8 +25,8 @@ def test_slices_read_in_runs_of_any_size_give_the_rows_each_gives_alone(tmp_path
     assert len(slices) == 16 and all(len(s.log_files) == 5 for s in slices)
 
     alone = [reader.read_file_slice(table.storage, s, spec) for s in slices]
-    for run_bytes in (1, 3 * sum(log.size for log in slices[0].log_files), reader.LOG_BYTES_READ_TOGETHER):
-        monkeypatch.setattr(reader, "LOG_BYTES_READ_TOGETHER", run_bytes)
+    for run_bytes in (1, 3 * sum(f.size for f in [slices[0].base_file, *slices[0].log_files]), reader.RUN_BYTES):
+        monkeypatch.setattr(reader, "RUN_BYTES", run_bytes)
         together = list(reader.read_file_slices(table.storage, slices, spec))
         assert [t.num_rows for t in together] == [t.num_rows for t in alone]
         assert all(t.equals(a) for t, a in zip(together, alone)), run_bytes
