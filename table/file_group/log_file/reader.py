@@ -60,16 +60,18 @@ def read_log_files(storage: Storage, rel_paths: Sequence[str]) -> list[list[LogB
     files are decoded together, one pass per schema: the decoder costs a fixed amount per block
     and column, which a table of many small blocks (many partitions, frequent commits) would
     otherwise pay again for every block."""
-    files = [list(_framed_blocks(storage.read_bytes(p))) for p in rel_paths]
-    decoded = iter(_decoded_avro_blocks([b for blocks in files for b in blocks if isinstance(b, _AvroBlock)]))
-    return [[next(decoded) if isinstance(b, _AvroBlock) else b for b in blocks] for blocks in files]
+    return _decoded([list(_framed_blocks(storage.read_bytes(p))) for p in rel_paths])
 
 
 def parse_log_bytes(data: bytes) -> list[LogBlock]:
     """The blocks in the bytes of a log file, resyncing at the next magic after damage."""
-    blocks = list(_framed_blocks(data))
-    decoded = iter(_decoded_avro_blocks([b for b in blocks if isinstance(b, _AvroBlock)]))
-    return [next(decoded) if isinstance(b, _AvroBlock) else b for b in blocks]
+    return _decoded([list(_framed_blocks(data))])[0]
+
+
+def _decoded(files: list[list[LogBlock | _AvroBlock]]) -> list[list[LogBlock]]:
+    """The framed blocks of each file, their Avro data blocks decoded together."""
+    decoded = iter(_decoded_avro_blocks([b for blocks in files for b in blocks if isinstance(b, _AvroBlock)]))
+    return [[next(decoded) if isinstance(b, _AvroBlock) else b for b in blocks] for blocks in files]
 
 
 @dataclass
@@ -124,7 +126,7 @@ def _decoded_avro_blocks(blocks: list[_AvroBlock]) -> list[DataBlock | CorruptBl
     by_schema: dict[str, list[int]] = {}
     for i, block in enumerate(blocks):
         by_schema.setdefault(block.header[HeaderKey.SCHEMA], []).append(i)
-    decoded: list[DataBlock | CorruptBlock] = [None] * len(blocks)  # type: ignore[list-item]
+    decoded: dict[int, DataBlock | CorruptBlock] = {}
     for schema_json, indices in by_schema.items():
         group = [blocks[i] for i in indices]
         try:
@@ -137,7 +139,7 @@ def _decoded_avro_blocks(blocks: list[_AvroBlock]) -> list[DataBlock | CorruptBl
                 if isinstance(rows, CorruptBlock)
                 else DataBlock(rows, block.header, BlockType.AVRO_DATA, block.footer)
             )
-    return decoded
+    return [decoded[i] for i in range(len(blocks))]
 
 
 def _read_alone(block: _AvroBlock, schema: LogSchema) -> pa.Table | CorruptBlock:
