@@ -1,7 +1,7 @@
 """Reading file slices: base file plus the log blocks of visible instants, merged by record key.
 
 One function reads a run of slices, so the pure-Python reader, the Spark data source and the
-services share it; the log blocks of a run's slices decode together.
+services share it; the log blocks of a run's slices decode together, and its slices merge together.
 Blocks of instants that are not visible (inflight, rolled back, after the time-travel instant)
 are skipped, so a half-written commit never shows.
 
