@@ -57,9 +57,9 @@ def read_log_file(storage: Storage, rel_path: str) -> list[LogBlock]:
 
 def read_log_files(storage: Storage, rel_paths: Sequence[str]) -> list[list[LogBlock]]:
     """The blocks of each log file, as `read_log_file` gives them. The Avro data blocks of all the
-    files are decoded together, one pass per schema: the decoder costs a fixed amount per block
-    and column, which a table of many small blocks (many partitions, frequent commits) would
-    otherwise pay again for every block."""
+    files are decoded together, one pass per schema, and the columns of their delete blocks are
+    built together: each costs a fixed amount per block (and column), which a table of many small
+    blocks (many partitions, frequent commits) would otherwise pay again for every block."""
     return _decoded([list(_framed_blocks(storage.read_bytes(p))) for p in rel_paths])
 
 
@@ -68,23 +68,26 @@ def parse_log_bytes(data: bytes) -> list[LogBlock]:
     return _decoded([list(_framed_blocks(data))])[0]
 
 
-def _decoded(files: list[list[LogBlock | _AvroBlock]]) -> list[list[LogBlock]]:
-    """The framed blocks of each file, their Avro data blocks decoded together."""
-    decoded = iter(_decoded_avro_blocks([b for blocks in files for b in blocks if isinstance(b, _AvroBlock)]))
-    return [[next(decoded) if isinstance(b, _AvroBlock) else b for b in blocks] for blocks in files]
+def _decoded(files: list[list[LogBlock | _Framed]]) -> list[list[LogBlock]]:
+    """The framed blocks of each file, their Avro data blocks and delete blocks finished together."""
+    avro = iter(_decoded_avro_blocks([b for blocks in files for b in blocks if isinstance(b, _AvroBlock)]))
+    deletes = iter(_built_delete_blocks([b for blocks in files for b in blocks if isinstance(b, _DeleteRecords)]))
+    return [
+        [
+            next(avro) if isinstance(b, _AvroBlock) else next(deletes) if isinstance(b, _DeleteRecords) else b
+            for b in blocks
+        ]
+        for blocks in files
+    ]
 
 
 @dataclass
-class _AvroBlock:
-    """An Avro data block whose framing, header and record lengths have been checked, its
-    records not yet decoded."""
+class _FramedBlock:
+    """A block whose framing and header have been checked, its contents not yet finished."""
 
-    data: bytes  # the whole file's, for the `CorruptBlock` the block becomes if it does not decode
+    data: bytes  # the whole file's, for the `CorruptBlock` the block becomes if it does not finish
     offset: int
     end: int
-    content: memoryview
-    positions: np.ndarray  # where each record starts in `content`
-    ends: np.ndarray  # and where it ends, by the lengths before it
     header: Header
     footer: Header
 
@@ -92,7 +95,27 @@ class _AvroBlock:
         return CorruptBlock(self.offset, self.data[self.offset : self.end], _undecodable(error))
 
 
-def _framed_blocks(data: bytes) -> Iterator[LogBlock | _AvroBlock]:
+@dataclass
+class _AvroBlock(_FramedBlock):
+    """An Avro data block with its record lengths checked, its records not yet decoded."""
+
+    content: memoryview
+    positions: np.ndarray  # where each record starts in `content`
+    ends: np.ndarray  # and where it ends, by the lengths before it
+
+
+@dataclass
+class _DeleteRecords(_FramedBlock):
+    """A delete block's record list read, its columns not yet built."""
+
+    records: list[dict[str, Any]]
+    ordering_kinds: frozenset[str]  # the names of the wrappers its ordering values come in
+
+
+_Framed = _AvroBlock | _DeleteRecords
+
+
+def _framed_blocks(data: bytes) -> Iterator[LogBlock | _Framed]:
     """The blocks in the bytes of a log file, Avro data blocks still to decode."""
     pos, size = 0, len(data)
     while pos < size:
@@ -100,7 +123,7 @@ def _framed_blocks(data: bytes) -> Iterator[LogBlock | _AvroBlock]:
             end = _checked_block_end(data, pos)
             if end is not None:
                 try:
-                    block: LogBlock | _AvroBlock = _decode_block(data, pos, end)
+                    block: LogBlock | _Framed = _decode_block(data, pos, end)
                 except Exception as e:  # noqa: BLE001 - any undecodable block is a corrupt block
                     block = CorruptBlock(pos, data[pos:end], _undecodable(e))
                 yield block
@@ -214,9 +237,9 @@ class _Cursor:
         return entries
 
 
-def _decode_block(data: bytes, pos: int, end: int) -> LogBlock | _AvroBlock:
-    """The block framed at `data[pos:end]`, an Avro data block with its records still to
-    decode; raises when it does not decode."""
+def _decode_block(data: bytes, pos: int, end: int) -> LogBlock | _Framed:
+    """The block framed at `data[pos:end]`, an Avro data or delete block still to finish;
+    raises when it does not decode."""
     cur = _Cursor(memoryview(data)[pos + len(MAGIC) + 8 : end])
     version = cur.int32()
     if version != LOG_FORMAT_VERSION:
@@ -231,12 +254,13 @@ def _decode_block(data: bytes, pos: int, end: int) -> LogBlock | _AvroBlock:
     if block_type == BlockType.AVRO_DATA:
         log_schema(header[HeaderKey.SCHEMA])  # a schema that does not parse fails here
         positions, ends = _record_positions(content)
-        return _AvroBlock(data, pos, end, content, positions, ends, header, footer)
+        return _AvroBlock(data, pos, end, header, footer, content, positions, ends)
     if block_type == BlockType.PARQUET_DATA:
         return DataBlock(_decode_parquet_content(content, header), header, block_type, footer)
     if block_type == BlockType.DELETE:
-        keys, paths, ordering = _decode_delete_content(content)
-        return DeleteBlock(keys, paths, ordering, header, footer)
+        records = _delete_records(content)
+        kinds = frozenset(r["orderingVal"][0].rsplit(".", 1)[-1] for r in records if r["orderingVal"] is not None)
+        return _DeleteRecords(data, pos, end, header, footer, records, kinds)
     if block_type == BlockType.COMMAND:
         block = CommandBlock(header, footer)
         block.command_type  # noqa: B018 - fails for a command Hudi does not know
@@ -273,15 +297,49 @@ def _record_positions(content: memoryview) -> tuple[np.ndarray, np.ndarray]:
     return ends - sizes + 4, ends
 
 
-def _decode_delete_content(content: memoryview) -> tuple[pa.Array, pa.Array, pa.Array]:
+def _delete_records(content: memoryview) -> list[dict[str, Any]]:
     cur = _Cursor(content)
     version = cur.int32()
     if version != BLOCK_CONTENT_VERSION:
         raise FormatError(f"delete block version {version} is not supported (Java-serialized)")
     body = io.BytesIO(cur.take(cur.int32()))
     record: Any = fastavro.schemaless_reader(body, DELETE_RECORD_LIST, None, return_record_name=True)
-    records = record["deleteRecordList"]
-    kinds = {r["orderingVal"][0].rsplit(".", 1)[-1] for r in records if r["orderingVal"] is not None}
+    return record["deleteRecordList"]
+
+
+_DeleteColumns = tuple[pa.Array, pa.Array, pa.Array]
+
+
+def _built_delete_blocks(blocks: list[_DeleteRecords]) -> list[DeleteBlock | CorruptBlock]:
+    """The blocks with their columns, in their order: those whose ordering values come in the
+    same wrappers built as one set of columns, each block a slice of them. When that fails, each
+    block is built alone, so that only a block that cannot be becomes a `CorruptBlock`."""
+    by_kinds: dict[frozenset[str], list[int]] = {}
+    for i, block in enumerate(blocks):
+        by_kinds.setdefault(block.ordering_kinds, []).append(i)
+    built: dict[int, DeleteBlock | CorruptBlock] = {}
+    for kinds, indices in by_kinds.items():
+        group = [blocks[i] for i in indices]
+        columns: list[_DeleteColumns | CorruptBlock]
+        try:
+            columns = list(_delete_columns(group, kinds))
+        except Exception:  # noqa: BLE001 - told apart below, one block at a time
+            columns = [_delete_columns_alone(b) for b in group]
+        for i, block, cols in zip(indices, group, columns):
+            built[i] = cols if isinstance(cols, CorruptBlock) else DeleteBlock(*cols, block.header, block.footer)
+    return [built[i] for i in range(len(blocks))]
+
+
+def _delete_columns_alone(block: _DeleteRecords) -> _DeleteColumns | CorruptBlock:
+    try:
+        return _delete_columns([block], block.ordering_kinds)[0]
+    except Exception as e:  # noqa: BLE001 - any block that cannot be built is a corrupt block
+        return block.corrupt(e)
+
+
+def _delete_columns(blocks: list[_DeleteRecords], kinds: frozenset[str]) -> list[_DeleteColumns]:
+    """Record keys, partition paths and ordering values of each block, built as one set of columns."""
+    records = [r for block in blocks for r in block.records]
     ordering_type = _common_ordering_type([ORDERING_WRAPPERS[k][1] for k in kinds])
     values = [None if r["orderingVal"] is None else r["orderingVal"][1]["value"] for r in records]
     if pa.types.is_decimal(ordering_type):
@@ -291,11 +349,14 @@ def _decode_delete_content(content: memoryview) -> tuple[pa.Array, pa.Array, pa.
         ordering = pa.array(values, storage).cast(ordering_type)
     else:
         ordering = pa.array(values, ordering_type)
-    return (
-        pa.array([r["recordKey"] for r in records], pa.string()),
-        pa.array([r["partitionPath"] for r in records], pa.string()),
-        ordering,
-    )
+    keys = pa.array([r["recordKey"] for r in records], pa.string())
+    paths = pa.array([r["partitionPath"] for r in records], pa.string())
+    counts = [len(block.records) for block in blocks]
+    firsts = np.cumsum([0, *counts[:-1]])
+    return [
+        (keys.slice(first, count), paths.slice(first, count), ordering.slice(first, count))
+        for first, count in zip(firsts, counts)
+    ]
 
 
 def _common_ordering_type(types: list[pa.DataType]) -> pa.DataType:

@@ -20,6 +20,7 @@ from table.errors import FormatError
 from table.file_group.log_file.avro_binary import log_schema, read_avro_records, varint
 from table.file_group.log_file.block import (
     DATA_BLOCK_TYPES,
+    MAGIC,
     BlockType,
     CommandBlock,
     CommandType,
@@ -659,25 +660,60 @@ def test_damaged_block_in_the_middle_is_skipped_and_later_blocks_are_kept():
     assert [type(b) for b in got] == [CorruptBlock, DataBlock, DeleteBlock, DataBlock]
 
 
-def files_of_small_blocks(tmp_path: Path, damaged: int | None = None) -> tuple[Storage, list[str]]:
-    """Four log files of small Avro blocks in two schemas (one with a column more), delete and
-    Parquet blocks between them; with `damaged`, that file's first block holds garbage records."""
+def files_of_small_blocks(
+    tmp_path: Path, damaged: int | None = None, mixed_delete: int | None = None
+) -> tuple[Storage, list[str]]:
+    """Four log files of small Avro blocks in two schemas (one with a column more), delete blocks
+    of different keys and ordering types and a Parquet block between them; with `damaged`, that
+    file's first block holds garbage records; with `mixed_delete`, that file's delete block mixes
+    ordering value types no column can hold."""
     trips = three_blocks()[0].records
     wider = trips.append_column("tip", pa.array([0.5, None], pa.float64()))
     wider_header = header("v6_trips_8i1u", TRIPS.append(pa.field("tip", pa.float64())))
+    hdr = header("v6_trips_8i1u", TRIPS)
+    deletes = [
+        DeleteBlock(["x"], [PARTITION], pa.array([7], pa.int64()), hdr),
+        DeleteBlock(["y", "z"], [PARTITION, "city=x"], None, hdr),  # Hudi's default ordering value
+        DeleteBlock(
+            ["w"], [PARTITION], pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.UTC)], pa.timestamp("us", "UTC")), hdr
+        ),
+        DeleteBlock(["v", "u"], [PARTITION, PARTITION], pa.array([None, 9], pa.int64()), hdr),
+    ]
     storage, names = Storage(str(tmp_path)), []
     for i in range(4):
         blocks = [
-            DataBlock(trips.slice(i % 2, 1 + i % 2), header("v6_trips_8i1u", TRIPS)),
-            *three_blocks()[1:],
+            DataBlock(trips.slice(i % 2, 1 + i % 2), hdr),
+            deletes[i],
+            three_blocks()[2],
             DataBlock(wider, wider_header),
         ]
         encoded = [bytearray(encode_block(b)) for b in blocks]
         if i == damaged:
             encoded[0][-60:-20] = b"\xff" * 40
+        if i == mixed_delete:
+            encoded[1] = bytearray(delete_block_of_wrappers([("StringWrapper", "a"), ("IntWrapper", 1)], hdr))
         names.append(f"{i}.log")
         storage.create(names[-1], b"".join(encoded))
     return storage, names
+
+
+def delete_block_of_wrappers(values: list[tuple[str, object]], hdr: dict[HeaderKey, str]) -> bytes:
+    """A delete block whose ordering values come in the given Java wrappers, one key each, framed
+    as our writer frames an empty delete block with the same header."""
+    items = [
+        {"recordKey": f"k{i}", "partitionPath": PARTITION, "orderingVal": (f"{JAVA_NS}.{name}", {"value": value})}
+        for i, (name, value) in enumerate(values)
+    ]
+    payload = io.BytesIO()
+    fastavro.schemaless_writer(payload, JAVA_DELETE_RECORD_LIST, {"deleteRecordList": items})
+    content = struct.pack(">ii", 3, len(payload.getvalue())) + payload.getvalue()
+    empty = encode_block(DeleteBlock([], [], None, hdr))
+    empty_content = struct.pack(">ii", 3, 1) + b"\x00"
+    framed = empty.replace(
+        struct.pack(">q", len(empty_content)) + empty_content, struct.pack(">q", len(content)) + content
+    )
+    size = len(framed) - len(MAGIC) - 8
+    return MAGIC + struct.pack(">q", size) + framed[len(MAGIC) + 8 : -8] + struct.pack(">q", len(MAGIC) + size)
 
 
 def test_log_files_read_together_give_each_file_the_blocks_it_gives_alone(tmp_path):
@@ -687,20 +723,34 @@ def test_log_files_read_together_give_each_file_the_blocks_it_gives_alone(tmp_pa
         alone = read_log_file(storage, name)
         assert [type(b) for b in blocks] == [DataBlock, DeleteBlock, DataBlock, DataBlock]
         assert all(same_block(a, b) for a, b in zip(blocks, alone)), name
-        assert all(a.records.equals(b.records) for a, b in zip(blocks, alone) if isinstance(a, DataBlock))
+        assert all(a.records.equals(b.records) for a, b in zip(blocks, alone))
+    assert [b.records.to_pylist() for b in [blocks[1] for blocks in together]] == [
+        [{"record_key": "x", "partition_path": PARTITION, "ordering_value": 7}],
+        [
+            {"record_key": "y", "partition_path": PARTITION, "ordering_value": 0},
+            {"record_key": "z", "partition_path": "city=x", "ordering_value": 0},
+        ],
+        [{"record_key": "w", "partition_path": PARTITION, "ordering_value": dt.datetime(2024, 1, 1, tzinfo=dt.UTC)}],
+        [
+            {"record_key": "v", "partition_path": PARTITION, "ordering_value": None},
+            {"record_key": "u", "partition_path": PARTITION, "ordering_value": 9},
+        ],
+    ]
 
 
 def test_a_block_that_does_not_decode_among_files_read_together_is_corrupt_and_the_rest_are_read(tmp_path):
-    storage, names = files_of_small_blocks(tmp_path, damaged=2)
+    storage, names = files_of_small_blocks(tmp_path, damaged=2, mixed_delete=3)
     together = read_log_files(storage, names)
     assert [type(b) for b in together[2]] == [CorruptBlock, DeleteBlock, DataBlock, DataBlock]
     assert "undecodable" in together[2][0].reason
     assert together[2][0].data == storage.read_bytes(names[2])[: len(together[2][0].data)]
+    assert [type(b) for b in together[3]] == [DataBlock, CorruptBlock, DataBlock, DataBlock]
+    assert "mixes ordering value types" in together[3][1].reason
     intact, _ = files_of_small_blocks(tmp_path / "intact")
     for name, blocks in zip(names, together):
         expected = read_log_file(intact, name)
         kept = [(b, e) for b, e in zip(blocks, expected) if not isinstance(b, CorruptBlock)]
-        assert len(kept) == (3 if name == names[2] else 4)
+        assert len(kept) == (3 if name in names[2:] else 4)
         assert all(same_block(b, e) for b, e in kept), name
 
 
