@@ -13,7 +13,7 @@ log row that passes it; predicates then filter the merged rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -103,27 +103,34 @@ def _merged_slices(
             "(precombine) field: this engine merges the versions of a key by one"
         )
     bases: list[pa.Table] = []
+    base_places: list[int] = []
     parts: list[pa.Table] = []
-    deletes: list[pa.Table] = []
+    part_places: list[int] = []
+    deletes: list[DeleteBlock] = []
+    delete_places: list[int] = []
     for place, (file_slice, blocks) in enumerate(slices):
         if file_slice.base_file is not None:
-            base = _conform(read_parquet(storage.open_input(file_slice.base_file.path)), spec.schema)
-            bases.append(_placed(base, place))
+            bases.append(_conform(read_parquet(storage.open_input(file_slice.base_file.path)), spec.schema))
+            base_places.append(place)
         rolled_back = {b.target_instant for b in blocks if isinstance(b, CommandBlock) and b.target_instant is not None}
         for block in blocks:
             instant = getattr(block, "instant", None)
             if instant not in spec.visible_instants or instant in rolled_back:
                 continue
             if isinstance(block, DataBlock):
-                parts.append(_placed(_conform(block.records, spec.schema), place))
+                parts.append(_conform(block.records, spec.schema))
+                part_places.append(place)
             elif isinstance(block, DeleteBlock):
-                deletes.append(_placed(_delete_rows(block, spec.schema.field(ordering_field).type), place))
+                deletes.append(block)
+                delete_places.append(place)
     if not parts and not bases:
         return [_project(spec.schema.empty_table(), spec.columns)] * len(slices)
     merged = merge_slice(
-        _keyed_by_place(pa.concat_tables(bases), RECORD_KEY) if bases else None,
-        _keyed_by_place(pa.concat_tables(parts), RECORD_KEY) if parts else None,
-        _keyed_by_place(pa.concat_tables(deletes), DELETE_KEY) if deletes else None,
+        _keyed_by_place(_placed(bases, base_places), RECORD_KEY) if bases else None,
+        _keyed_by_place(_placed(parts, part_places), RECORD_KEY) if parts else None,
+        _keyed_by_place(_delete_rows(deletes, delete_places, spec.schema.field(ordering_field).type), DELETE_KEY)
+        if deletes
+        else None,
         ordering_field,
         spec.merge_rule,
     )
@@ -143,8 +150,15 @@ _PLACE = "_slice_in_run"
 _PLACE_WIDTH = 8
 
 
-def _placed(rows: pa.Table, place: int) -> pa.Table:
-    return rows.append_column(_PLACE, pa.repeat(pa.scalar(place, pa.int32()), rows.num_rows))
+def _placed(tables: list[pa.Table], places: list[int]) -> pa.Table:
+    """The tables as one, each row with the place of the slice its table came from."""
+    rows = pa.concat_tables(tables)
+    return rows.append_column(_PLACE, _repeated(places, [t.num_rows for t in tables], pa.int32()))
+
+
+def _repeated(values: Sequence[object], counts: list[int], type_: pa.DataType) -> pa.Array:
+    """Each value `count` times, in order."""
+    return pa.array(values, type_).take(pa.array(np.repeat(np.arange(len(values)), counts)))
 
 
 def _keyed_by_place(rows: pa.Table, key_column: str) -> pa.Table:
@@ -173,14 +187,18 @@ def read_base_file(storage: Storage, file_slice: FileSlice, spec: SliceReadSpec)
     return _project(filter_rows(_conform(rows, schema), spec.predicates), spec.columns)
 
 
-def _delete_rows(block: DeleteBlock, ordering_type: pa.DataType) -> pa.Table:
-    keys = block.records
-    n = keys.num_rows
+def _delete_rows(blocks: list[DeleteBlock], places: list[int], ordering_type: pa.DataType) -> pa.Table:
+    """The deletes of the blocks as one table of key, ordering value and instant, with places."""
+    ordering = [block.ordering for block in blocks]
+    counts = [len(values) for values in ordering]
     return pa.table(
         {
-            DELETE_KEY: keys["record_key"],
-            DELETE_ORDERING: keys["ordering_value"].cast(ordering_type),
-            DELETE_COMMIT_TIME: pa.array([block.instant] * n, pa.string()),
+            DELETE_KEY: pa.concat_arrays([block.record_keys for block in blocks]),
+            DELETE_ORDERING: pa.concat_arrays(
+                [v if v.type == ordering_type else v.cast(ordering_type) for v in ordering]
+            ),
+            DELETE_COMMIT_TIME: _repeated([block.instant for block in blocks], counts, pa.string()),
+            _PLACE: _repeated(places, counts, pa.int32()),
         }
     )
 

@@ -158,13 +158,17 @@ class DeleteBlock(_HasHeader):
         return cls(record_keys, partition_paths, ordering_values, header)
 
     @property
+    def ordering(self) -> pa.Array:
+        """The ordering values, Hudi's default 0 when none was given."""
+        if self.ordering_values is None:
+            return pa.array(np.zeros(len(self.record_keys), dtype=np.int32))
+        return self.ordering_values
+
+    @property
     def records(self) -> pa.Table:
-        """record_key, partition_path, ordering_value (Hudi's default 0 when none was given)."""
-        ordering = self.ordering_values
-        if ordering is None:
-            ordering = pa.array(np.zeros(len(self.record_keys), dtype=np.int32))
+        """record_key, partition_path, ordering_value."""
         return pa.table(
-            {"record_key": self.record_keys, "partition_path": self.partition_paths, "ordering_value": ordering}
+            {"record_key": self.record_keys, "partition_path": self.partition_paths, "ordering_value": self.ordering}
         )
 
 
