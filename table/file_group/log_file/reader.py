@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import io
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import fastavro
 import numpy as np
@@ -70,15 +70,16 @@ def parse_log_bytes(data: bytes) -> list[LogBlock]:
 
 def _decoded(files: list[list[LogBlock | _Framed]]) -> list[list[LogBlock]]:
     """The framed blocks of each file, their Avro data blocks and delete blocks finished together."""
-    avro = iter(_decoded_avro_blocks([b for blocks in files for b in blocks if isinstance(b, _AvroBlock)]))
-    deletes = iter(_built_delete_blocks([b for blocks in files for b in blocks if isinstance(b, _DeleteRecords)]))
-    return [
-        [
-            next(avro) if isinstance(b, _AvroBlock) else next(deletes) if isinstance(b, _DeleteRecords) else b
-            for b in blocks
-        ]
-        for blocks in files
-    ]
+    framed = [b for blocks in files for b in blocks]
+    avro = iter(_finished_in_groups([b for b in framed if isinstance(b, _AvroBlock)], _schema_of, _avro_data_blocks))
+    deletes = iter(_finished_in_groups([b for b in framed if isinstance(b, _DeleteRecords)], _kinds_of, _delete_blocks))
+
+    def finished(block: LogBlock | _Framed) -> LogBlock:
+        if isinstance(block, _AvroBlock):
+            return next(avro)
+        return next(deletes) if isinstance(block, _DeleteRecords) else block
+
+    return [[finished(b) for b in blocks] for blocks in files]
 
 
 @dataclass
@@ -142,34 +143,44 @@ def _undecodable(error: Exception) -> str:
     return f"undecodable block: {type(error).__name__}: {error}"
 
 
-def _decoded_avro_blocks(blocks: list[_AvroBlock]) -> list[DataBlock | CorruptBlock]:
-    """The blocks decoded, in their order: those of one schema in one pass over all their
-    records. When that pass fails, each block is decoded alone, so that only a block that does
-    not decode becomes a `CorruptBlock`."""
-    by_schema: dict[str, list[int]] = {}
+_Block = TypeVar("_Block", bound="_FramedBlock")
+
+
+def _finished_in_groups(
+    blocks: list[_Block], key: Callable[[_Block], Hashable], finish: Callable[[list[_Block]], Sequence[LogBlock]]
+) -> list[LogBlock]:
+    """The blocks finished, in their order: those of one `key` together, since finishing costs a
+    fixed amount per call. When a group fails, each of its blocks is finished alone, so that only
+    a block that cannot be finished becomes a `CorruptBlock`."""
+    groups: dict[Hashable, list[int]] = {}
     for i, block in enumerate(blocks):
-        by_schema.setdefault(block.header[HeaderKey.SCHEMA], []).append(i)
-    decoded: dict[int, DataBlock | CorruptBlock] = {}
-    for schema_json, indices in by_schema.items():
+        groups.setdefault(key(block), []).append(i)
+    finished: dict[int, LogBlock] = {}
+    for indices in groups.values():
         group = [blocks[i] for i in indices]
         try:
-            records = _read_avro_blocks(group, log_schema(schema_json))
+            done = finish(group)
         except Exception:  # noqa: BLE001 - told apart below, one block at a time
-            records = [_read_alone(b, log_schema(schema_json)) for b in group]
-        for i, block, rows in zip(indices, group, records):
-            decoded[i] = (
-                rows
-                if isinstance(rows, CorruptBlock)
-                else DataBlock(rows, block.header, BlockType.AVRO_DATA, block.footer)
-            )
-    return [decoded[i] for i in range(len(blocks))]
+            done = [_finished_alone(block, finish) for block in group]
+        finished.update(zip(indices, done))
+    return [finished[i] for i in range(len(blocks))]
 
 
-def _read_alone(block: _AvroBlock, schema: LogSchema) -> pa.Table | CorruptBlock:
+def _finished_alone(block: _Block, finish: Callable[[list[_Block]], Sequence[LogBlock]]) -> LogBlock:
     try:
-        return _read_avro_blocks([block], schema)[0]
-    except Exception as e:  # noqa: BLE001 - any undecodable block is a corrupt block
+        return finish([block])[0]
+    except Exception as e:  # noqa: BLE001 - any block that cannot be finished is a corrupt block
         return block.corrupt(e)
+
+
+def _schema_of(block: _AvroBlock) -> str:
+    return block.header[HeaderKey.SCHEMA]
+
+
+def _avro_data_blocks(blocks: list[_AvroBlock]) -> list[DataBlock]:
+    """Blocks of one schema decoded in one pass over all their records."""
+    records = _read_avro_blocks(blocks, log_schema(_schema_of(blocks[0])))
+    return [DataBlock(rows, b.header, BlockType.AVRO_DATA, b.footer) for b, rows in zip(blocks, records)]
 
 
 def _read_avro_blocks(blocks: list[_AvroBlock], schema: LogSchema) -> list[pa.Table]:
@@ -307,40 +318,15 @@ def _delete_records(content: memoryview) -> list[dict[str, Any]]:
     return record["deleteRecordList"]
 
 
-_DeleteColumns = tuple[pa.Array, pa.Array, pa.Array]
+def _kinds_of(block: _DeleteRecords) -> frozenset[str]:
+    return block.ordering_kinds
 
 
-def _built_delete_blocks(blocks: list[_DeleteRecords]) -> list[DeleteBlock | CorruptBlock]:
-    """The blocks with their columns, in their order: those whose ordering values come in the
-    same wrappers built as one set of columns, each block a slice of them. When that fails, each
-    block is built alone, so that only a block that cannot be becomes a `CorruptBlock`."""
-    by_kinds: dict[frozenset[str], list[int]] = {}
-    for i, block in enumerate(blocks):
-        by_kinds.setdefault(block.ordering_kinds, []).append(i)
-    built: dict[int, DeleteBlock | CorruptBlock] = {}
-    for kinds, indices in by_kinds.items():
-        group = [blocks[i] for i in indices]
-        columns: list[_DeleteColumns | CorruptBlock]
-        try:
-            columns = list(_delete_columns(group, kinds))
-        except Exception:  # noqa: BLE001 - told apart below, one block at a time
-            columns = [_delete_columns_alone(b) for b in group]
-        for i, block, cols in zip(indices, group, columns):
-            built[i] = cols if isinstance(cols, CorruptBlock) else DeleteBlock(*cols, block.header, block.footer)
-    return [built[i] for i in range(len(blocks))]
-
-
-def _delete_columns_alone(block: _DeleteRecords) -> _DeleteColumns | CorruptBlock:
-    try:
-        return _delete_columns([block], block.ordering_kinds)[0]
-    except Exception as e:  # noqa: BLE001 - any block that cannot be built is a corrupt block
-        return block.corrupt(e)
-
-
-def _delete_columns(blocks: list[_DeleteRecords], kinds: frozenset[str]) -> list[_DeleteColumns]:
-    """Record keys, partition paths and ordering values of each block, built as one set of columns."""
+def _delete_blocks(blocks: list[_DeleteRecords]) -> list[DeleteBlock]:
+    """Blocks whose ordering values come in the same wrappers, their columns built as one set of
+    which each block gets its slice."""
     records = [r for block in blocks for r in block.records]
-    ordering_type = _common_ordering_type([ORDERING_WRAPPERS[k][1] for k in kinds])
+    ordering_type = _common_ordering_type([ORDERING_WRAPPERS[k][1] for k in blocks[0].ordering_kinds])
     values = [None if r["orderingVal"] is None else r["orderingVal"][1]["value"] for r in records]
     if pa.types.is_decimal(ordering_type):
         ordering = bytes_to_decimal(pa.array(values, pa.binary()), ordering_type)
@@ -354,8 +340,8 @@ def _delete_columns(blocks: list[_DeleteRecords], kinds: frozenset[str]) -> list
     counts = [len(block.records) for block in blocks]
     firsts = np.cumsum([0, *counts[:-1]])
     return [
-        (keys.slice(first, count), paths.slice(first, count), ordering.slice(first, count))
-        for first, count in zip(firsts, counts)
+        DeleteBlock(keys.slice(first, n), paths.slice(first, n), ordering.slice(first, n), b.header, b.footer)
+        for b, first, n in zip(blocks, firsts, counts)
     ]
 
 
