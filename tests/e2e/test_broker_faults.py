@@ -37,7 +37,7 @@ from tests.support.ingestion import (
 
 pytestmark = pytest.mark.e2e
 
-OUTAGE_SECONDS = 15  # several triggers of the job and retries of its Kafka queries
+OUTAGE_SECONDS = 10  # several triggers of the job and retries of its Kafka queries
 
 
 def test_a_continuous_job_rides_out_a_broker_restart_and_a_hung_broker_without_loss_duplicates_or_restart(tmp_path):

@@ -34,8 +34,8 @@ from tests.support.ingestion import (
 
 pytestmark = pytest.mark.e2e
 
-EVENTS = 36_000
-PER_BATCH = 1_000  # about 36 micro-batches: enough to lose a worker in the middle of them
+EVENTS = 24_000
+PER_BATCH = 1_000  # about 24 micro-batches: enough to lose a worker in the middle of them
 COMMITS_BEFORE_LOSS = 3
 
 

@@ -285,19 +285,17 @@ def test_query_runs_sql_over_the_snapshot(table_path):
     assert "(more rows; raise --limit)" in out
 
 
-def test_query_reads_optimized_and_as_of_an_instant(table_path):
+def test_query_reads_the_base_files_or_the_changes_between_two_instants(table_path):
     table = MorTable.load(table_path)
     sql = "SELECT count(*) AS n FROM t"
     assert streamer_json("query", table_path, "--read-optimized", "--sql", sql)["rows"] == [
         [table.read_optimized().num_rows]
     ]
-    first = table.timeline().completed("deltacommit")[0].timestamp
-    assert streamer_json("query", table_path, "--as-of", first, "--sql", sql)["rows"] == [
-        [table.snapshot(as_of=first).num_rows]
-    ]
-    assert streamer_json("query", table_path, "--incremental-from", first, "--sql", sql)["rows"] == [
-        [table.incremental(first).num_rows]
-    ]
+    first, second = (i.timestamp for i in table.timeline().completed("deltacommit")[:2])
+    changed = table.incremental(first, second).num_rows
+    assert 0 < changed < table.snapshot(as_of=second).num_rows  # neither nothing nor the whole table
+    doc = streamer_json("query", table_path, "--incremental-from", first, "--as-of", second, "--sql", sql)
+    assert doc["rows"] == [[changed]]
 
 
 @pytest.mark.parametrize("command", [["table", "info"], ["table", "stats"], ["query", "--sql", "SELECT 1"]])
