@@ -87,6 +87,9 @@ class RunResult:
         return 1 if self.failed else 0
 
 
+#: Python's safe-path mode: neither the working directory nor a script's own is put on the path.
+SAFE_PATH_ENV = "PYTHONSAFEPATH"
+
 #: Settings the job runs with unless told otherwise (`--conf`, spark-submit).
 JOB_SPARK_SETTINGS = {
     "spark.sql.session.timeZone": "UTC",
@@ -128,6 +131,10 @@ JOB_SPARK_SETTINGS = {
     "spark.cleaner.periodicGC.interval": "5min",
     # Workers forked from a daemon that has already imported what they use share those pages.
     "spark.python.daemon.module": "streamer.worker_daemon",
+    # Spark's Python processes start in the job's working directory, which Python otherwise puts
+    # first on their path: a user's folder named `table` or `streamer` there would be imported
+    # in place of ours. Executors' workers, and (local or spark-submit) the driver's.
+    f"spark.executorEnv.{SAFE_PATH_ENV}": "1",
 }
 
 
@@ -161,6 +168,7 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None)
     """The session of this application. Under spark-submit its settings rule; run directly, it
     is local unless a master is given."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ[SAFE_PATH_ENV] = "1"  # the JVM launched here passes it on to every Python it starts
     builder = SparkSession.builder.appName("mor-streamer")
     if master:
         builder = builder.master(master)

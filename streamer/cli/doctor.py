@@ -127,7 +127,11 @@ def diagnose(config_or_dir: str | Path, timeout: float = DEFAULT_TIMEOUT_SECONDS
     if not report.checks:
         names = ", ".join(f"{c.table.name} ({c.config_path})" for c in configs)
         report.checks.append(Check("config", Verdict.OK, f"valid: {names}"))
-    report.checks += [java_check(), spark_check()]
+    report.checks += [
+        java_check(),
+        spark_check(),
+        shadowing_check([Path.cwd(), *(c.config_path.parent for c in configs)]),
+    ]
     if any(c.source.format == SourceFormat.KAFKA for c in configs):
         report.checks.append(connector_check())
     for config in configs:
@@ -255,6 +259,31 @@ def java_check() -> Check:
             fix,
         )
     return Check("java", Verdict.OK, f"{version} at {java}")
+
+
+#: The project's top-level packages: a folder or `.py` file of one of these names in a directory
+#: that Python puts first on its path is imported in their place.
+OUR_PACKAGES = ("table", "streamer", "harness", "bench")
+
+
+def shadowing_check(directories: list[Path]) -> Check:
+    """Entries named like our packages in the working directory or a config's. The job's own
+    processes never import them (they run in Python's safe-path mode), but a Python the user
+    starts there with the directory on its path does: `python -m`, a notebook, a script."""
+    found = []
+    for directory in dict.fromkeys(d.resolve() for d in directories):
+        for name in OUR_PACKAGES:
+            found += [str(directory / entry) for entry in (name, f"{name}.py") if (directory / entry).exists()]
+    if not found:
+        return Check("working directory", Verdict.OK, "nothing named like mor-streamer's packages")
+    return Check(
+        "working directory",
+        Verdict.WARNING,
+        f"{', '.join(found)}: named like mor-streamer's packages ({', '.join(OUR_PACKAGES)}); the job's processes "
+        "import the installed ones, but a Python started there with the directory on its path (python -m, a "
+        "notebook, a script) imports these instead",
+        "run the `streamer` command or spark-submit there, or rename them",
+    )
 
 
 def spark_check() -> Check:

@@ -29,6 +29,7 @@ from tests.support.ingestion import (
     order_config,
     produce_orders,
     settled_change_events,
+    shadowing_directory,
     write_config,
 )
 
@@ -39,10 +40,11 @@ PER_BATCH = 1_000  # about 24 micro-batches: enough to lose a worker in the midd
 COMMITS_BEFORE_LOSS = 3
 
 
-def submit(cluster: SparkCluster, configs: Path, log_path: Path) -> subprocess.Popen:
-    """`spark-submit` of the application file in client mode, as docs/operations.md says: the
-    executors run the Python that `spark.pyspark.python` names, with mor-streamer installed (this
-    venv, at the same path on every node here). Nothing else tells them where our code is."""
+def submit(cluster: SparkCluster, configs: Path, log_path: Path, cwd: Path) -> subprocess.Popen:
+    """`spark-submit` of the application file in client mode from `cwd`, as docs/operations.md
+    says: the executors run the Python that `spark.pyspark.python` names, with mor-streamer
+    installed (this venv, at the same path on every node here). Nothing else tells them where our
+    code is."""
     command = [
         str(SPARK_HOME / "bin" / "spark-submit"),
         "--master",
@@ -67,7 +69,7 @@ def submit(cluster: SparkCluster, configs: Path, log_path: Path) -> subprocess.P
     ]
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            command, env=node_environment(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            command, cwd=cwd, env=node_environment(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
         )
 
 
@@ -106,16 +108,20 @@ def tail(log_path: Path, characters: int = 6000) -> str:
 
 
 def test_a_job_on_a_standalone_cluster_survives_losing_a_worker(kafka_bootstrap, kafka_topic, tmp_path):
+    """Submitted from a directory that holds the table in `table/` beside files named like our
+    packages, which none of the job's processes imports in place of ours."""
     topic = kafka_topic(partitions=3, prefix="orders")
     events = settled_change_events(EVENTS, seed=181)
     produce_orders(kafka_bootstrap, topic, events)
     config = order_config(tmp_path, "orders", kafka_bootstrap, topic, source={"max_offsets_per_trigger": PER_BATCH})
-    write_config(tmp_path / "configs", config)
-    table_path = config["table"]["path"]
+    config["table"]["path"] = "table"  # beside the config: the working directory's `table/`
+    work = shadowing_directory(tmp_path / "work")
+    config_path = write_config(work, config)
+    table_path = str(work / "table")
     log_path = tmp_path / "driver.log"
 
     with SparkCluster(tmp_path / "cluster", workers=2, cores=1, memory="1g") as cluster:
-        job = submit(cluster, tmp_path / "configs", log_path)
+        job = submit(cluster, config_path, log_path, cwd=work)
         try:
             lost, kept = cluster.workers
             in_flight = None

@@ -1,9 +1,10 @@
 """A new user's first hour, through the `streamer` command as they type it: start the local Apache
 Kafka (`streamer kafka start`), try the demo on it and paste the command it ends with, produce a
 topic of their own with a plain confluent-kafka `Producer` (batches of many records, as a producer
-batches them), write one YAML for it with a table path relative to the file, `streamer run --once`
-from another directory, and `streamer status`: lag 0, and the table holds the latest version of
-every key that was produced.
+batches them), write one YAML for it with the table in `table/` beside it, `streamer run --once`
+from that directory (which also holds a `streamer/` package and a `table.py` of the user's), and
+`streamer status` from another: lag 0, and the table holds the latest version of every key that
+was produced.
 
 The broker is the user's (its own process and directory, stopped and deleted at the end), not the
 test session's.
@@ -24,7 +25,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from table.mor_table import MorTable
-from tests.support.ingestion import REPO, run_streamer
+from tests.support.ingestion import REPO, run_streamer, shadowing_directory
 
 pytestmark = pytest.mark.e2e
 
@@ -103,15 +104,16 @@ def test_the_first_hour_from_a_local_broker_to_a_table_of_ones_own(tmp_path):
             producer.poll(0)
         assert producer.flush(60) == 0 and delivered.count(True) == RECORDS
 
-        project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
-        project.mkdir()
+        # The user's project holds the table in `table/` beside the YAML, and files named like
+        # our packages, which none of the job's processes imports in place of ours.
+        project, elsewhere = shadowing_directory(tmp_path / "project"), tmp_path / "elsewhere"
         elsewhere.mkdir()
         (project / "payments.yaml").write_text(
             yaml.safe_dump(
                 {
                     "table": {
                         "name": "payments",
-                        "path": "tables/payments",
+                        "path": "table",
                         "record_key": "payment_id",
                         "partition_by": "currency",
                         "ordering_field": "ts",
@@ -128,7 +130,7 @@ def test_the_first_hour_from_a_local_broker_to_a_table_of_ones_own(tmp_path):
         )
         config = os.path.join("..", "project", "payments.yaml")
 
-        code, out = run_streamer(["run", config, "--once"], timeout=600, cwd=elsewhere)
+        code, out = run_streamer(["run", "payments.yaml", "--once"], timeout=600, cwd=project)
         assert code == 0, out[-3000:]
         assert re.search(
             rf"^payments: \d+ batches, {RECORDS:,} records, 0 bad, last commit \d{{17}}: ok$", out, re.MULTILINE
@@ -138,7 +140,7 @@ def test_the_first_hour_from_a_local_broker_to_a_table_of_ones_own(tmp_path):
 
         latest = {e["payment_id"]: e for e in events}  # ts grows: the last event of a key wins
         rows = (
-            MorTable.load(str(project / "tables" / "payments"))
+            MorTable.load(str(project / "table"))
             .snapshot(columns=["payment_id", "currency", "amount", "ts"])
             .to_pylist()
         )

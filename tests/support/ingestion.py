@@ -30,6 +30,9 @@ from tests.support import kafka_broker
 from tests.support.oracle import Oracle
 
 REPO = Path(__file__).resolve().parents[2]
+#: The `streamer` command of this venv, as a user runs it (`python -m` would put the working
+#: directory first on the driver's path).
+STREAMER_SCRIPT = Path(sys.executable).parent / "streamer"
 VALUE_SCHEMA = (
     "order_id STRING, customer STRING, region STRING, amount DOUBLE, status STRING, "
     "note STRING, updated_at BIGINT, deleted BOOLEAN"
@@ -78,6 +81,17 @@ def order_config(tmp: Path, name: str, bootstrap: str, topic: str, **overrides) 
         else:
             config[section] = values
     return config
+
+
+def shadowing_directory(directory: Path) -> Path:
+    """A working directory whose entries are named like our packages and would be imported in
+    their place by a Python that puts it first on its path: a `streamer/` package and a `table.py`
+    that fail on import, and (a table's directory) room for `table/`."""
+    (directory / "streamer").mkdir(parents=True)
+    refusal = 'raise ImportError("the working directory\'s {} was imported in place of our package")\n'
+    (directory / "streamer" / "__init__.py").write_text(refusal.format("streamer/"))
+    (directory / "table.py").write_text(refusal.format("table.py"))
+    return directory
 
 
 def write_config(directory: Path, config: dict) -> Path:
@@ -243,7 +257,7 @@ def streamer_process(
         "--conf",
         "spark.driver.bindAddress=127.0.0.1",
     ]
-    command = [sys.executable, "-m", "streamer.cli", *args]
+    command = [str(STREAMER_SCRIPT), *args]
     if args and args[0] == "run":
         command += ["--master", "local[2]", *conf]
     return subprocess.Popen(command, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)

@@ -345,3 +345,30 @@ def test_keys_stored_in_two_partitions_are_counted_and_shown(tmp_path, capsys):
     )
     assert "fix: partition by fields that never change for a key, or add them to table.record_key" in text
     assert both["keys"] == ("ok", "the partition fields are part of the record key: a key is in one partition")
+
+
+@pytest.mark.unit
+def test_folders_and_files_named_like_our_packages_where_the_job_runs_are_a_warning(tmp_path, monkeypatch, capsys):
+    configs = configs_of(tmp_path, dead_broker())
+    (configs / "table").mkdir()  # a table of the user's beside the config
+    work = tmp_path / "work"
+    (work / "streamer").mkdir(parents=True)
+    (work / "bench.py").write_text("")
+    monkeypatch.chdir(work)
+
+    cli.main(["doctor", str(configs), "--timeout", "0.5"])
+
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "working directory" in line]
+    assert line.startswith("warning")
+    assert f"{work / 'streamer'}, {work / 'bench.py'}, {configs / 'table'}: named like mor-streamer's packages" in line
+    assert "fix: run the `streamer` command or spark-submit there, or rename them" in line
+
+
+@pytest.mark.unit
+def test_a_working_directory_without_such_names_passes(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+
+    cli.main(["doctor", str(configs_of(tmp_path, dead_broker())), "--timeout", "0.5"])
+
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "working directory" in line]
+    assert line.startswith("ok") and "nothing named like mor-streamer's packages" in line
