@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -21,6 +22,8 @@ import pytest
 
 from harness.class_data import TEST_JAVA_OPTIONS, share_with_spark_jvms
 from tests.support import kafka_broker
+from tests.support.distribution import is_whole_run, plain_nodeid, spread
+from tests.support.durations import RECORD, REPO, FixtureTimer, RunDurations
 
 _session_broker: kafka_broker.TestBroker | None = None
 
@@ -73,11 +76,21 @@ def kafka_topic(kafka_bootstrap, unique_topic):
 # -- Spark --------------------------------------------------------------------------------------
 
 
-def pytest_collection_modifyitems(config, items):
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the units of work from the marks
+def pytest_collection_modifyitems(items):
+    """The tests grouped into units of work for the workers, heaviest first
+    (`tests.support.distribution`)."""
+    spread(items)
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` and `-k` have deselected
+def pytest_collection_finish(session):
     """Unless every test chosen is a unit test, Spark's driver JVMs map one class-data archive,
     whichever test starts them (`harness.class_data`): each starts in about half the time."""
-    if any(item.get_closest_marker("unit") is None for item in items):
+    if any(item.get_closest_marker("unit") is None for item in session.items):
+        started = time.monotonic()
         share_with_spark_jvms()
+        _durations.add_fixture("class-data archive (collection)", time.monotonic() - started)
 
 
 @pytest.fixture(scope="module")
@@ -191,6 +204,8 @@ def table_dir(tmp_path) -> Path:
 
 # -- reporting ----------------------------------------------------------------------------------
 _summary_lines: list[str] = []
+_durations = RunDurations()
+_run_started = time.monotonic()
 
 
 @pytest.fixture(scope="session")
@@ -199,11 +214,48 @@ def terminal_summary() -> list[str]:
     return _summary_lines
 
 
+def pytest_configure(config):
+    """Time the fixtures that start servers and sessions, wherever they are defined (a conftest's
+    own hook would not see the session's fixtures)."""
+    config.pluginmanager.register(FixtureTimer(_durations), "fixture-timer")
+
+
+def pytest_runtest_logreport(report):
+    """Each test's phases (in the controller under xdist, which receives every worker's reports)."""
+    _durations.add_report(plain_nodeid(report.nodeid), report.when, report.duration)
+
+
+def pytest_sessionfinish(session):
+    """A worker hands its summary lines, its broker and its fixtures' times to the controller."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        if _session_broker is not None:
+            _summary_lines.insert(0, f"kafka: {_session_broker.description}")
+        workeroutput["summary_lines"] = _summary_lines
+        workeroutput["fixtures"] = dict(_durations.fixtures)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """The controller takes a finished worker's summary lines and fixture times."""
+    output = getattr(node, "workeroutput", {})
+    _summary_lines.extend(output.get("summary_lines", []))
+    for name, times in output.get("fixtures", {}).items():
+        for seconds in times:
+            _durations.add_fixture(name, seconds)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if _session_broker is not None:
         terminalreporter.write_line(f"kafka: {_session_broker.description}")
     for line in _summary_lines:
         terminalreporter.write_line(line)
+    if not hasattr(config, "workerinput") and is_whole_run(config):
+        # A whole run (no test or marker chosen): its times are the suite's (tests.support.durations).
+        _durations.wall_seconds = time.monotonic() - _run_started
+        _durations.workers = getattr(config.option, "numprocesses", 0) or 1
+        _durations.save()
+        terminalreporter.write_line(f"durations: {RECORD.relative_to(REPO)} (python -m tests.support.durations)")
 
 
 # -- schema registry ----------------------------------------------------------------------------
