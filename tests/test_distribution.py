@@ -53,6 +53,33 @@ def test_modules_sharing_a_heavy_server_are_one_unit_of_work_and_the_heaviest_un
     ]
 
 
+def test_on_two_workers_each_unit_of_work_runs_whole_on_one_worker(pytester, monkeypatch):
+    """A real pytest-xdist run with the suite's grouping: a module's tests, and the modules that
+    share a heavy server, never run on two workers."""
+    pytester.makeconftest(
+        CONFTEST
+        + """
+from tests.support.distribution import spread
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    spread(items)
+"""
+    )
+    more = "".join(f"def test_more_{n}(): pass\n" for n in range(4))  # enough tests to spread
+    pytester.makepyfile(**{name: source + more for name, source in MODULES.items()})
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+
+    result = pytester.runpytest_subprocess("-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder", "-v")
+
+    result.assert_outcomes(passed=22)
+    workers = {}
+    for match in re.finditer(r"^\[(gw\d)\] .*PASSED (test_\w+)\.py::", result.stdout.str(), re.MULTILINE):
+        workers.setdefault(match[2], set()).add(match[1])
+    assert set(workers) == set(MODULES) and all(len(w) == 1 for w in workers.values()), workers
+    assert workers["test_reads_hudi"] == workers["test_syncs"]
+
+
 def test_a_reported_node_id_loses_the_unit_xdist_appends_but_not_a_parameter():
     assert plain_nodeid("tests/e2e/test_s3.py::test_kill@tests.e2e.test_s3") == "tests/e2e/test_s3.py::test_kill"
     assert plain_nodeid("tests/t.py::test_url[a@b]") == "tests/t.py::test_url[a@b]"
