@@ -22,8 +22,8 @@ import pytest
 
 from harness.class_data import TEST_JAVA_OPTIONS, share_with_spark_jvms
 from tests.support import kafka_broker
-from tests.support.distribution import is_whole_run, plain_nodeid, spread
-from tests.support.durations import RECORD, REPO, FixtureTimer, RunDurations
+from tests.support.distribution import plain_nodeid, spread
+from tests.support.durations import RECORD, REPO, FixtureTimer, RunDurations, is_whole_run
 
 _session_broker: kafka_broker.TestBroker | None = None
 

@@ -62,12 +62,3 @@ def plain_nodeid(nodeid: str) -> str:
     """A report's node id without the unit of work that xdist appends to it (`...::test@unit`)."""
     at = nodeid.rfind("@")
     return nodeid[:at] if at > nodeid.rfind("]") else nodeid
-
-
-def is_whole_run(config: pytest.Config) -> bool:
-    """True when the run is the whole suite: its test paths, no marker or keyword chosen."""
-    return (
-        config.args_source == pytest.Config.ArgsSource.TESTPATHS
-        and not config.option.markexpr
-        and not config.option.keyword
-    )

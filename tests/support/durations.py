@@ -72,6 +72,15 @@ class RunDurations:
         return run
 
 
+def is_whole_run(config: pytest.Config) -> bool:
+    """True when the run is the whole suite: its test paths, no marker or keyword chosen."""
+    return (
+        config.args_source == pytest.Config.ArgsSource.TESTPATHS
+        and not config.option.markexpr
+        and not config.option.keyword
+    )
+
+
 class FixtureTimer:
     """A pytest plugin that adds each session and module fixture's setup time to a run."""
 
