@@ -1,4 +1,5 @@
-"""The ingestion application: one Spark application, one streaming query per table config.
+"""The ingestion application: one Spark application; a streaming query per group of tables that
+read from the same brokers (`streamer.shared_query`), or per table that reads alone.
 
 `run` prepares every table first (so a bad config stops the start, not a running job), starts
 the queries, and waits. A table that fails stops only itself unless its config says
@@ -18,9 +19,11 @@ import time
 from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from streamer.collector import collect_in_large_steps
 from streamer.config.choices import QueryFailurePolicy
+from streamer.config.mirror import MirrorConfig
 from streamer.config.model import JobConfig
 from streamer.errors import StartupError, StopRequestedError
 from streamer.job import TableJob
@@ -29,7 +32,9 @@ from streamer.last_error import record_error
 from streamer.logs.failures import failure_line, query_error_line
 from streamer.logs.lines import LOG_FORMAT_ENV, LOG_LEVEL_ENV, formatter
 from streamer.metrics import Metrics, MetricsServer
+from streamer.mirror import Mirror
 from streamer.scheduler import BackgroundExecutor
+from streamer.shared_query import SharedQuery, shared_groups
 from table import MIB
 
 log = logging.getLogger(__name__)
@@ -77,6 +82,7 @@ class TableOutcome:
 class RunResult:
     tables: list[TableOutcome] = field(default_factory=list)
     stopped_by_signal: bool = False
+    refused: list[str] = field(default_factory=list)  # a mirror's topics that are not tables, and why
 
     @property
     def failed(self) -> list[TableOutcome]:
@@ -216,22 +222,39 @@ def quiet_spark_loggers(spark: SparkSession) -> None:
         log.debug("could not quiet Spark's loggers: %s", e)
 
 
-def run(configs: list[JobConfig], spark: SparkSession, once: bool = False) -> RunResult:
-    """Run the table jobs until stopped (or, with `once`, until their topics are drained)."""
+def run(
+    configs: list[JobConfig], spark: SparkSession, once: bool = False, mirrors: list[MirrorConfig] | None = None
+) -> RunResult:
+    """Run the table jobs until stopped (or, with `once`, until their topics are drained).
+    Tables that read from the same brokers share one streaming query (`streamer.shared_query`);
+    each mirror's tables share its own."""
     register_kafka_source(spark)
     quiet_spark_loggers(spark)
     executor = BackgroundExecutor()
     metrics = Metrics()
     server: MetricsServer | None = None
     jobs: list[TableJob] = []
+    queries: list[SharedQuery] = []
     try:
         for config in configs:
             jobs.append(TableJob.prepare(config, spark, executor, metrics))
+        for mirror_config in mirrors or ():
+            mirror = Mirror(mirror_config, spark, executor, metrics)
+            queries.append(mirror.query(mirror.prepare()))
         collect_in_large_steps()
-        server = _metrics_server(configs, metrics)
-        result = _Runner(spark, jobs, once).run()
+        server = _metrics_server([*configs, *(m.sample for m in mirrors or () if m.sample is not None)], metrics)
+        groups, alone = shared_groups(jobs)
+        queries += [SharedQuery(_group_name(group), group) for group in groups]
+        result = _Runner(spark, alone, queries, once).run()
+        result.refused = [
+            f"{q.name}: {refusal.reason}"
+            for q in queries
+            for refusal in q.router.routes.refused.values()
+            if refusal.reported
+        ]
+        every = [*alone, *(job for q in queries for job in q.jobs)]
         if once:
-            for job in jobs:
+            for job in every:
                 job.finish()
         elif not executor.wait_idle(STOP_GRACE_SECONDS):
             log.warning(
@@ -243,11 +266,19 @@ def run(configs: list[JobConfig], spark: SparkSession, once: bool = False) -> Ru
         if server is not None:
             server.stop()
         executor.shutdown()
-        for job in jobs:
+        for job in [*jobs, *(job for q in queries for job in q.jobs if job not in jobs)]:
             try:
                 job.close()
             except OSError as e:  # a lease left behind is taken over at the next start
                 log.warning("%s: could not release the table's writer lease: %s", job.name, e)
+        for query in queries:
+            query.close()
+
+
+def _group_name(jobs: list[TableJob]) -> str:
+    """A shared query's name: its tables'."""
+    names = sorted(job.name for job in jobs)
+    return f"tables {names[0]}..{names[-1]} ({len(names)})"
 
 
 def _metrics_server(configs: list[JobConfig], metrics: Metrics) -> MetricsServer | None:
@@ -265,15 +296,23 @@ def _metrics_server(configs: list[JobConfig], metrics: Metrics) -> MetricsServer
 
 
 class _Runner:
-    def __init__(self, spark: SparkSession, jobs: list[TableJob], once: bool):
+    """Starts the queries (a table's own, and those tables share), waits, and stops them."""
+
+    def __init__(self, spark: SparkSession, jobs: list[TableJob], shared: list[SharedQuery], once: bool):
         self.spark = spark
-        self.jobs = jobs
+        self.jobs = jobs  # the tables with a query of their own
+        self.shared = shared
         self.once = once
         self.stop_requested = threading.Event()
+
+    @property
+    def every_job(self) -> list[TableJob]:
+        return [*self.jobs, *(job for q in self.shared for job in q.jobs)]
 
     def run(self) -> RunResult:
         result = RunResult()
         restore = self._install_signal_handlers()
+        until = "until the topics are drained" if self.once else "every {}"
         try:
             for n, job in enumerate(self.jobs, 1):
                 job.start(self.spark, self.once)
@@ -282,60 +321,120 @@ class _Runner:
                     job.name,
                     _topics(job.config),
                     job.config.table.path,
-                    "until the topics are drained" if self.once else f"every {job.config.stream.trigger_interval}",
+                    until.format(job.config.stream.trigger_interval),
                 )
-                if n < len(self.jobs):
-                    self._wait_for_source(job)
+                if n < len(self.jobs) or self.shared:
+                    self._wait_for_source(job.query)
+            for shared in self.shared:
+                query = shared.start(self.spark, self.once)
+                log.info(
+                    "%s: one query streaming /%s/ -> %d table(s) (%s)",
+                    shared.name,
+                    shared.topic_pattern(),
+                    len(shared.jobs),
+                    until.format(shared.jobs[0].config.stream.trigger_interval if shared.jobs else "-"),
+                )
+                self._wait_for_source(query)
             self._wait()
             result.stopped_by_signal = self.stop_requested.is_set()
         finally:
             self._stop_all()
             restore()
-        result.tables = [self._outcome(job) for job in self.jobs]
+        result.tables = [self._outcome(job) for job in self.every_job]
         return result
 
-    def _wait_for_source(self, job: TableJob) -> None:
+    def _wait_for_source(self, query: StreamingQuery | None) -> None:
         """Start queries one at a time: Spark gives each query's Python source process a fixed
         time to connect back to the JVM, which several starting at once on a busy driver miss."""
         deadline = time.monotonic() + SOURCE_START_SECONDS
-        query = job.query
         while query is not None and query.isActive and time.monotonic() < deadline and not self.stop_requested.is_set():
             if not query.status["message"].startswith("Initializing"):
                 return
             self.stop_requested.wait(0.2)
 
     def _wait(self) -> None:
-        pending = {job.name: job for job in self.jobs}
+        pending: dict[str, TableJob | SharedQuery] = {job.name: job for job in self.jobs}
+        pending.update({q.name: q for q in self.shared})
         while pending and not self.stop_requested.is_set():
-            for name, job in list(pending.items()):
-                if job.query is not None and job.query.isActive:
+            for name, waited in list(pending.items()):
+                if waited.query is not None and waited.query.isActive:
                     continue
                 del pending[name]
-                failure = self._failure(job)
-                if failure:
-                    job.metrics.query_failed(failure)
-                    log.error("%s: stopped with an error: %s", name, failure)
-                    query = job.query
-                    if log.isEnabledFor(logging.DEBUG) and query is not None and query.exception() is not None:
-                        log.debug("%s: the query's failure in full: %s", name, query.exception())
-                    if job.config.stream.on_failure == QueryFailurePolicy.STOP_APPLICATION:
-                        log.error("%s: stream.on_failure is stop_application: stopping every table", name)
-                        return
+                stop_all = (
+                    self._shared_query_ended(waited)
+                    if isinstance(waited, SharedQuery)
+                    else self._table_query_ended(waited)
+                )
+                if stop_all:
+                    return
             self.stop_requested.wait(0.5)
+
+    def _table_query_ended(self, job: TableJob) -> bool:
+        """Log why a table's own query ended; True when that stops the application."""
+        failure = self._failure(job)
+        if not failure:
+            return False
+        job.metrics.query_failed(failure)
+        log.error("%s: stopped with an error: %s", job.name, failure)
+        query = job.query
+        if log.isEnabledFor(logging.DEBUG) and query is not None and query.exception() is not None:
+            log.debug("%s: the query's failure in full: %s", job.name, query.exception())
+        if job.config.stream.on_failure == QueryFailurePolicy.STOP_APPLICATION:
+            log.error("%s: stream.on_failure is stop_application: stopping every table", job.name)
+            return True
+        return False
+
+    def _shared_query_ended(self, shared: SharedQuery) -> bool:
+        """Log why a shared query ended (its tables' own failures the router logged); True when
+        that stops the application."""
+        router = shared.router
+        if router.stop_application is not None:
+            log.error(
+                "%s: stream.on_failure is stop_application: stopping every table", router.stop_application.job.name
+            )
+            return True
+        failure = self._query_failure(shared)
+        if failure:
+            log.error("%s: stopped with an error: %s", shared.name, failure)
+            for job in shared.jobs:
+                if job.name not in router.failures:
+                    job.metrics.query_failed(failure)
+        return False
+
+    def _query_failure(self, shared: SharedQuery) -> str | None:
+        """Why a shared query failed, unless it stopped as asked."""
+        if self.stop_requested.is_set() or shared.router.stop_application is not None:
+            return None
+        exc = shared.query.exception() if shared.query is not None else None
+        return query_error_line(str(exc)) if exc is not None else None
 
     def _stop_all(self) -> None:
         for job in self.jobs:
             if job.query is None or not job.query.isActive:
                 continue
             if not job.sink.quiesce(STOP_GRACE_SECONDS):
-                log.warning(
-                    "%s: the batch in progress did not finish within %.0fs; abandoning it (the next run rolls it back)",
-                    job.name,
-                    STOP_GRACE_SECONDS,
-                )
+                self._abandoned(job.name)
             job.query.stop()
+        for shared in self.shared:
+            if shared.query is None or not shared.query.isActive:
+                continue
+            if not shared.router.quiesce(STOP_GRACE_SECONDS):
+                self._abandoned(shared.name)
+            shared.query.stop()
+
+    @staticmethod
+    def _abandoned(name: str) -> None:
+        log.warning(
+            "%s: the batch in progress did not finish within %.0fs; abandoning it (the next run rolls it back)",
+            name,
+            STOP_GRACE_SECONDS,
+        )
 
     def _failure(self, job: TableJob) -> str | None:
+        shared = next((q for q in self.shared if job in q.jobs), None)
+        if shared is not None:
+            failed = shared.router.failures.get(job.name)
+            return failed.error if failed is not None else self._query_failure(shared)
         sink_error = job.sink.failure
         if isinstance(sink_error, StopRequestedError):
             return None

@@ -217,6 +217,12 @@ class UpsertSink:
         return acquired
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        self.take(df, batch_id, self._planned(batch_id))
+
+    def take(self, df: DataFrame, batch_id: int, planned_ends: dict[str, dict[int, int]] | None) -> None:
+        """Write one micro-batch of the query this sink is bound to: `df` holds the table's
+        records (or offset ranges), `planned_ends` how far it reads each partition (None: as far
+        as its records say)."""
         self._bound.wait()
         with self._busy:
             if self._stopping.is_set():
@@ -228,7 +234,7 @@ class UpsertSink:
                 raise self.failure
             started = time.monotonic()
             report = self._reported(
-                lambda: self._process(df, self._query_id or "", batch_id, self._planned(batch_id)), f"batch {batch_id}"
+                lambda: self._process(df, self._query_id or "", batch_id, planned_ends), f"batch {batch_id}"
             )
             if report.replayed:
                 return

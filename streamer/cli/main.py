@@ -232,12 +232,12 @@ def add_table_commands(commands) -> None:
 def run_command(args: argparse.Namespace) -> int:
     from streamer.app import configure_logging
     from streamer.errors import ConfigError
-    from streamer.preflight import load_checked
+    from streamer.preflight import load_checked_all
 
     configure_logging(args.log_level, args.log_format)
     try:
         conf = dict(_key_value(c) for c in args.conf)
-        configs = load_checked(args.config)
+        configs, mirrors = load_checked_all(args.config)
     except ConfigError as e:
         for problem in e.problems:
             print(f"error: {problem}", file=sys.stderr)
@@ -265,13 +265,15 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"error: {kafka_connector.unavailable(connector, e)}", file=sys.stderr)
         return 2
     try:
-        result = app.run(configs, spark, once=args.once)
+        result = app.run(configs, spark, once=args.once, mirrors=mirrors)
     except (StartupError, WriterConflictError) as e:
         for line in str(e).splitlines():
             print(f"error: {line}", file=sys.stderr)
         return 2
     for table in result.tables:
         print(table.line())
+    for refusal in result.refused:
+        print(refusal)
     return result.exit_code
 
 

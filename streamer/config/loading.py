@@ -19,11 +19,29 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from streamer.config.mirror import (
+    MIRROR,
+    SAMPLE_TOPIC,
+    TABLE_SECTIONS,
+    MirrorConfig,
+    MirroredTopic,
+    MirrorSettings,
+    TableShape,
+)
 from streamer.config.model import CONFIG_DIR, JobConfig, KeyPath, KeyProblemsError, Problem
 from streamer.config.secrets import is_secret_option
 from streamer.errors import ConfigError
 
-__all__ = ["ConfigError", "config_from_mapping", "load_config", "load_configs", "read_configs"]
+__all__ = [
+    "ConfigError",
+    "config_from_mapping",
+    "load_all",
+    "load_config",
+    "load_configs",
+    "mirrored_table",
+    "read_all",
+    "read_configs",
+]
 
 
 def config_from_mapping(
@@ -50,27 +68,48 @@ def load_configs(path: str | Path) -> list[JobConfig]:
 
 
 def read_configs(path: str | Path) -> tuple[list[JobConfig], list[str]]:
-    """The configs of a file or directory that load, and every problem of those that do not
-    (and between them): what `streamer doctor` and the checks before a start go on with."""
+    """The table configs of a file or directory that load, and every problem of those that do
+    not (and between them): what `streamer doctor` and the checks before a start go on with.
+    Mirror files (`read_all`) are left out."""
+    configs, _, problems = read_all(path)
+    return configs, problems
+
+
+def load_all(path: str | Path) -> tuple[list[JobConfig], list[MirrorConfig]]:
+    """The table configs and the mirrors of a file or directory, all of which load."""
+    configs, mirrors, problems = read_all(path)
+    if problems:
+        raise ConfigError(problems)
+    return configs, mirrors
+
+
+def read_all(path: str | Path) -> tuple[list[JobConfig], list[MirrorConfig], list[str]]:
+    """The table configs and mirrors (files with a `mirror` section) of a file or directory that
+    load, and every problem of those that do not."""
     path = Path(path)
     if path.is_dir():
         files = sorted(
             (f for f in path.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file()), key=lambda f: f.name
         )
         if not files:
-            return [], [f"{path}: no *.yaml or *.yml file in this directory"]
+            return [], [], [f"{path}: no *.yaml or *.yml file in this directory"]
     else:
         files = [path]
     configs: list[JobConfig] = []
+    mirrors: list[MirrorConfig] = []
     problems: list[str] = []
     for file in files:
         try:
-            configs.append(load_config(file))
+            data = _read_yaml(file)
+            if isinstance(data, Mapping) and MIRROR in data:
+                mirrors.append(_build_mirror(data, file))
+            else:
+                configs.append(_build(data, str(file), file))
         except ConfigError as e:
             problems.extend(e.problems)
     problems.extend(_shared_values(configs))
-    problems.extend(_one_metrics_endpoint(configs))
-    return configs, problems
+    problems.extend(_one_metrics_endpoint([*configs, *(m.sample for m in mirrors if m.sample is not None)]))
+    return configs, mirrors, problems
 
 
 def _shared_values(configs: list[JobConfig]) -> list[str]:
@@ -154,6 +193,45 @@ def _build(data: Any, source_name: str, config_path: Path) -> JobConfig:
     return config
 
 
+def _build_mirror(data: Mapping[str, Any], path: Path) -> MirrorConfig:
+    """A mirror file: its `mirror` section, and its tables' sections checked on a made-up table."""
+    env_problems: list[Problem] = []
+    data = _substitute(data, (), env_problems)
+    problems = list(env_problems)
+    unknown = [key for key in data if key != MIRROR and key not in TABLE_SECTIONS]
+    problems += [((key,), f"unknown section; allowed: {MIRROR}, {', '.join(TABLE_SECTIONS)}") for key in unknown]
+    source = data.get("source")
+    if isinstance(source, Mapping):
+        problems += [
+            (("source", key), "not allowed in a mirror: mirror.topic_prefix (or topic_pattern) says which topics")
+            for key in ("topics", "topic_pattern")
+            if key in source
+        ]
+    try:
+        settings = MirrorSettings.model_validate(data[MIRROR] if data[MIRROR] is not None else {})
+    except ValidationError as e:
+        problems += [((MIRROR, *key_path), text) for key_path, text in _validation_problems(e, MirrorSettings)]
+        settings = None
+    if problems:
+        raise ConfigError([f"{path}: {'.'.join(map(str, key_path))}: {text}" for key_path, text in problems])
+    assert settings is not None
+    mirror = MirrorConfig(settings, {k: v for k, v in data.items() if k != MIRROR}, path)
+    mirror.sample = mirrored_table(mirror, SAMPLE_TOPIC, SAMPLE_SHAPE)
+    return mirror
+
+
+#: The columns of the made-up table a mirror file is checked on.
+SAMPLE_SHAPE = TableShape("id INT", ("id",), ("id",))
+
+
+def mirrored_table(mirror: MirrorConfig, topic: MirroredTopic, shape: TableShape) -> JobConfig:
+    """The config of one of the mirror's tables (`streamer.config.mirror`); `ConfigError` names
+    the file, the table and the key."""
+    where = mirror.config_path.name if topic is SAMPLE_TOPIC else f"{mirror.config_path.name} [{topic.name}]"
+    config = _build(mirror.table_sections(topic, shape), where, mirror.config_path)
+    return config
+
+
 # -- Environment variables -----------------------------------------------------------------------
 
 _VARIABLE = re.compile(r"\$\$\{|\$\{(?:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\})?")
@@ -198,7 +276,7 @@ _EXPECTATIONS = {
 }
 
 
-def _validation_problems(error: ValidationError) -> list[Problem]:
+def _validation_problems(error: ValidationError, model: type[BaseModel] = JobConfig) -> list[Problem]:
     problems: list[Problem] = []
     for detail in error.errors():
         key_path = tuple(part for part in detail["loc"] if part != "[key]")
@@ -206,7 +284,7 @@ def _validation_problems(error: ValidationError) -> list[Problem]:
         if isinstance(cause, KeyProblemsError):
             problems.extend(((*key_path, *below), text) for below, text in cause.problems)
         elif detail["type"] == "extra_forbidden":
-            problems.append((key_path, _unknown_key(key_path)))
+            problems.append((key_path, _unknown_key(key_path, model)))
         elif detail["type"] == "missing":
             problems.append((key_path, "required key is missing"))
         else:
@@ -216,17 +294,16 @@ def _validation_problems(error: ValidationError) -> list[Problem]:
     return problems
 
 
-def _unknown_key(key_path: KeyPath) -> str:
-    allowed = _keys_at(key_path[:-1])
+def _unknown_key(key_path: KeyPath, model: type[BaseModel] = JobConfig) -> str:
+    allowed = _keys_at(key_path[:-1], model)
     close = difflib.get_close_matches(str(key_path[-1]), allowed, n=1)
     if close:
         return f"unknown key; did you mean {close[0]!r}?"
     return f"unknown key; allowed keys: {', '.join(allowed)}"
 
 
-def _keys_at(key_path: KeyPath) -> list[str]:
+def _keys_at(key_path: KeyPath, model: type[BaseModel] = JobConfig) -> list[str]:
     """The YAML keys of the section at ``key_path``."""
-    model: type[BaseModel] = JobConfig
     for key in key_path:
         annotation = model.model_fields[key].annotation
         model = next(

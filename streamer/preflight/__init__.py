@@ -33,7 +33,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from streamer.config.loading import read_configs
+from streamer.config.loading import read_all, read_configs
+from streamer.config.mirror import MirrorConfig
 from streamer.config.model import JobConfig
 from streamer.decode.columns import ADDED_COLUMNS, DELETE, ERROR, EVOLVING, RAW_KEY, RAW_VALUE, SKIPPED
 from streamer.decode.formats import FormatSpec
@@ -60,6 +61,7 @@ __all__ = [
     "identity_problems",
     "key_spec",
     "load_checked",
+    "load_checked_all",
     "registry_subject",
     "row_columns",
 ]
@@ -77,6 +79,19 @@ def load_checked(path: str | Path, registry_timeout: float = REGISTRY_TIMEOUT_SE
     if problems:
         raise ConfigError(problems)
     return configs
+
+
+def load_checked_all(
+    path: str | Path, registry_timeout: float = REGISTRY_TIMEOUT_SECONDS
+) -> tuple[list[JobConfig], list[MirrorConfig]]:
+    """`load_checked`, and the mirror files among them (checked as they load: each mirrored
+    table's own config is made and checked when its topic is found)."""
+    configs, mirrors, problems = read_all(path)
+    for config in configs:
+        problems += [str(p) for p in check(config, registry_timeout)]
+    if problems:
+        raise ConfigError(problems)
+    return configs, mirrors
 
 
 def check(config: JobConfig, registry_timeout: float = REGISTRY_TIMEOUT_SECONDS) -> list[ConfigProblem]:
