@@ -317,7 +317,7 @@ def _keys_at(key_path: KeyPath, model: type[BaseModel] = JobConfig) -> list[str]
 def _is_secret(key_path: KeyPath) -> bool:
     if key_path[:2] in (("source", "options"), ("table", "storage_options")):
         return len(key_path) == 2 or is_secret_option(str(key_path[2]))
-    return key_path[-1:] == ("basic_auth_user_info",)
+    return key_path[-1:] in (("basic_auth_user_info",), ("database_url",))
 
 
 _SCALARS = (str, int, float, bool, type(None))

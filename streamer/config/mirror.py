@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from streamer.config.model import JobConfig, Names, Text, _raise_problems, _Section
 from streamer.errors import ConfigValueError
@@ -81,6 +81,20 @@ class MirrorSettings(_Section):
             "`REPLICA IDENTITY` in docs/operations.md)."
         ),
     )
+    database_url: SecretStr | None = Field(
+        None,
+        description=(
+            "The source database, for `streamer verify`: `postgresql://user:password@host:port/dbname` "
+            "(a password is best given as `${ENV}`; it never appears in messages). Not used by `run`."
+        ),
+    )
+    replication_slot: Text | None = Field(
+        None,
+        description=(
+            "The connector's replication slot (PostgreSQL), whose confirmed position tells `verify` when "
+            "every change it read is in Kafka; by default the database's one logical slot."
+        ),
+    )
     tables: dict[str, dict[str, Any]] = Field(
         {},
         description=(
@@ -115,6 +129,13 @@ class MirrorSettings(_Section):
             ]
         )
         return tables
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgresql_url(cls, url: SecretStr | None) -> SecretStr | None:
+        if url is not None and not url.get_secret_value().startswith(("postgresql://", "postgres://")):
+            raise ConfigValueError("should be a postgresql://user:password@host:port/dbname URL")
+        return url
 
     @model_validator(mode="after")
     def _one_subscription(self) -> MirrorSettings:
