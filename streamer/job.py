@@ -62,6 +62,7 @@ from streamer.preflight import (
 from streamer.quarantine import QuarantineTable
 from streamer.scheduler import BackgroundExecutor, TableServices
 from streamer.sink import OffsetJumpCheck, SinkSettings, UpsertSink
+from streamer.verify.verdict import read_verdict
 from table import (
     MIB,
     HiveSync,
@@ -201,6 +202,7 @@ class TableJob:
                 observe=table_metrics.batch_committed,
             )
             table_metrics.lag_source = lambda: lag_kafka.partition_lag(sink.checkpoint.offsets)
+            table_metrics.verdict_source = lambda: read_verdict(table.storage)
             services.resume()
             if catalog is not None:
                 catalog.catch_up()

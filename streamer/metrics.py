@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,8 @@ STATES = ("starting", "streaming", "idle", "stuck", "failed")
 HEALTHY = ("starting", "streaming", "idle")
 #: Kafka's lag is asked for at most this often, however often the endpoints are read.
 LAG_REFRESH_SECONDS = 2.0
+#: How often a scrape reads the verdict `streamer verify` keeps with the table.
+VERDICT_REFRESH_SECONDS = 30.0
 SECONDS_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
 
 
@@ -145,6 +148,11 @@ class Metrics:
         self.triggers_without_commit = gauge(
             "triggers_without_commit", "Trigger intervals records have waited in Kafka without a commit."
         )
+        self.verify_differing_rows = gauge(
+            "verify_differing_rows",
+            "Rows `streamer verify` last found missing, extra or different in the table (absent before a verify).",
+        )
+        self.verify_timestamp = gauge("verify_timestamp_seconds", "When `streamer verify` last compared the table.")
         self.state = gauge(
             "table_state", "1 for the state /health gives the table, 0 for the others.", ("table", "state")
         )
@@ -197,6 +205,9 @@ class TableMetrics:
         self.caught_up_time: float | None = None  # when nothing was last seen waiting in Kafka
         self.failure: str | None = None
         self.lag_source: Callable[[], dict[tuple[str, int], int]] | None = None
+        #: The last verdict `streamer verify` kept with the table: {"time", "missing", "extra", "different", ...}.
+        self.verdict_source: Callable[[], dict | None] | None = None
+        self._verdict_asked_at = -math.inf
         self._lag = Lag()
         self._lag_lock = threading.Lock()
         self._newest_record: float | None = None
@@ -308,7 +319,24 @@ class TableMetrics:
 
     def refresh(self) -> None:
         self._refresh_lag()
+        self._refresh_verdict()
         self._show_state(self.health()["state"])
+
+    def _refresh_verdict(self) -> None:
+        if self.verdict_source is None or time.monotonic() - self._verdict_asked_at < VERDICT_REFRESH_SECONDS:
+            return
+        self._verdict_asked_at = time.monotonic()
+        try:
+            verdict = self.verdict_source()
+        except (OSError, ValueError) as e:  # a view for monitors: never fails a scrape
+            log.warning("%s: could not read the last verify verdict: %s", self.table, e)
+            return
+        if verdict is None:
+            return
+        differing = sum(int(verdict.get(kind, 0)) for kind in ("missing", "extra", "different"))
+        self._m.verify_differing_rows.labels(self.table).set(differing)  # streamer.verify.verdict's counts
+        stamp = datetime.strptime(verdict["time"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        self._m.verify_timestamp.labels(self.table).set(stamp.timestamp())
 
     def _show_state(self, state: str) -> None:
         for each in STATES:

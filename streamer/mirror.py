@@ -20,7 +20,8 @@ import logging
 from pyspark.sql import SparkSession
 
 from streamer.config.loading import mirrored_table
-from streamer.config.mirror import MirrorConfig, TableShape
+from streamer.config.mirror import PATH_SHAPE, MirrorConfig, TableShape
+from streamer.config.model import JobConfig
 from streamer.errors import ConfigError, StartupError
 from streamer.job import TableJob
 from streamer.kafka.admin import KafkaMetadata
@@ -116,6 +117,25 @@ class Mirror:
             return self._refused[topic]
         log.info("%s: table %s mirrors %s (key %s)", self.config.name, job.name, topic, ", ".join(shape.key_fields))
         return job
+
+
+def mirrored_configs(mirror: MirrorConfig, timeout: float) -> list[JobConfig]:
+    """The configs of the mirror's tables whose topics Kafka holds now, made for their names and
+    paths (`streamer status`: columns and keys are the tables' own to say)."""
+    assert mirror.sample is not None, "a mirror loaded by streamer.config.loading"
+    source = mirror.sample.source.model_copy(update={"topics": None, "topic_pattern": mirror.settings.pattern})
+    options = SourceOptions.parse({**source.reader_options(), "maxBrokerOutageMs": str(int(timeout * 1000))})
+    metadata = KafkaMetadata(options)
+    try:
+        partitions, _ = metadata.discover()
+    finally:
+        metadata.close()
+    configs = []
+    for topic in sorted({t for t, _ in partitions}):
+        parts = mirror.topic(topic)
+        if parts is not None and mirror.included(parts):
+            configs.append(mirrored_table(mirror, parts, PATH_SHAPE))
+    return configs
 
 
 def first_change_event(opts: SourceOptions, topic: str) -> tuple[bytes | None, bytes] | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from streamer.cli.kafka import add_kafka_commands, kafka_command
 from streamer.cli.sync import add_sync_command, sync_command
+from streamer.cli.verify import add_verify_command, verify_command
 from streamer.errors import InvalidArgumentError
 from table import CleanPolicyKind, CompactionStrategyKind, SplitPoint
 
@@ -21,8 +22,9 @@ def main(argv: list[str] | None = None) -> int:
         commands.add_parser(
             "run",
             help="stream the tables of a config file or directory into their tables",
-            description="Run one streaming query per table config until stopped (SIGTERM/SIGINT stop it "
-            "cleanly), or with --once until what the topics hold now is in the tables.",
+            description="Run the tables of a config file or directory until stopped (SIGTERM/SIGINT stop it "
+            "cleanly), or with --once until what the topics hold now is in the tables. Tables that read from "
+            "the same brokers share one streaming query; a mirror file's tables share one.",
         )
     )
     commands.add_parser("demo", help="a local Apache Kafka, sample order changes, a streaming upsert and a report")
@@ -31,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     add_table_commands(commands)
     add_status_commands(commands)
     add_sync_command(commands)
+    add_verify_command(commands)
     args = parser.parse_args(argv)
     if args.command == "status":
         return status_command(args)
@@ -52,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         return demo()
     if args.command == "kafka":
         return kafka_command(args)
+    if args.command == "verify":
+        return verify_command(args)
     return 2
 
 
@@ -281,11 +286,15 @@ def status_command(args: argparse.Namespace) -> int:
     import json
 
     from streamer.cli.status import exit_code, statuses
-    from streamer.config.loading import load_configs
+    from streamer.config.loading import load_all
     from streamer.errors import ConfigError
+    from streamer.mirror import mirrored_configs
 
     try:
-        found = statuses(load_configs(args.config), args.kafka_timeout)
+        configs, mirrors = load_all(args.config)
+        for mirror in mirrors:
+            configs += mirrored_configs(mirror, args.kafka_timeout)
+        found = statuses(configs, args.kafka_timeout)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

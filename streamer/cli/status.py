@@ -21,6 +21,7 @@ from streamer.config.model import JobConfig
 from streamer.errors import BrokersUnreachableError
 from streamer.kafka.offsets import KafkaProgress
 from streamer.last_error import error_time, read_last_error
+from streamer.verify.verdict import differing_rows, read_verdict
 from table import MorTable, parse_instant_time
 
 #: Seconds the brokers have to answer before the lag is reported unknown.
@@ -46,6 +47,7 @@ class TableStatus:
     last_error: dict | None = None  # {"time", "message"}
     catalog: dict | None = None  # the catalog sync (`streamer.catalog.CatalogStatus`), with `sync:`
     catalog_line: str | None = None
+    verified: dict | None = None  # the last verdict of `streamer verify` (`streamer.verify.verdict`)
     problem: str | None = None
 
     def to_dict(self) -> dict:
@@ -73,6 +75,8 @@ class TableStatus:
         out += [f"  pending  {p}" for p in self.pending]
         if self.catalog_line:
             out.append(f"  catalog  {self.catalog_line}")
+        if self.verified:
+            out.append(f"  verified {_verdict_line(self.verified)}")
         if self.last_error:
             message = self.last_error["message"].splitlines()[0] if self.last_error["message"] else ""
             out.append(f"  last error at {self.last_error['time']}: {message}")
@@ -127,6 +131,9 @@ def _read_table(status: TableStatus, table: MorTable) -> None:
     checkpoint = table_checkpoint(table)
     if checkpoint is not None:
         status.offsets = checkpoint.offsets
+    status.verified = read_verdict(table.storage)
+    if status.verified is not None and differing_rows(status.verified):
+        status.problem = "streamer verify found rows that differ from the source table"
     status.last_error = read_last_error(table.storage)
     if status.last_error is not None:
         failed = error_time(status.last_error)
@@ -157,6 +164,18 @@ def _read_lag(status: TableStatus, config: JobConfig, timeout: float, down: dict
         status.lag, status.lag_unknown = None, f"{servers} refused the offsets request ({e.args[0].str()})"
     finally:
         progress.close()
+
+
+def _verdict_line(verdict: dict) -> str:
+    when = f"at {verdict['time']}: "
+    if differing_rows(verdict):
+        return (
+            f"{when}DIFFERS: {verdict['missing']:,} missing, {verdict['extra']:,} extra, "
+            f"{verdict['different']:,} different"
+        )
+    if verdict.get("note"):
+        return f"{when}not compared: {verdict['note']}"
+    return f"{when}equal ({verdict['rows']:,} rows)"
 
 
 def _offsets(parts: dict[int, int]) -> str:

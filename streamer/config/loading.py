@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from streamer.config.mirror import (
     MIRROR,
+    PATH_SHAPE,
     SAMPLE_TOPIC,
     TABLE_SECTIONS,
     MirrorConfig,
@@ -216,12 +217,8 @@ def _build_mirror(data: Mapping[str, Any], path: Path) -> MirrorConfig:
         raise ConfigError([f"{path}: {'.'.join(map(str, key_path))}: {text}" for key_path, text in problems])
     assert settings is not None
     mirror = MirrorConfig(settings, {k: v for k, v in data.items() if k != MIRROR}, path)
-    mirror.sample = mirrored_table(mirror, SAMPLE_TOPIC, SAMPLE_SHAPE)
+    mirror.sample = mirrored_table(mirror, SAMPLE_TOPIC, PATH_SHAPE)
     return mirror
-
-
-#: The columns of the made-up table a mirror file is checked on.
-SAMPLE_SHAPE = TableShape("id INT", ("id",), ("id",))
 
 
 def mirrored_table(mirror: MirrorConfig, topic: MirroredTopic, shape: TableShape) -> JobConfig:

@@ -185,6 +185,10 @@ class TableShape:
     key_fields: tuple[str, ...]
 
 
+#: The columns a mirrored table's config is made with when only its name and path matter.
+PATH_SHAPE = TableShape("id INT", ("id",), ("id",))
+
+
 class MirrorConfig:
     """A mirror file: its `mirror` section and the sections its tables share."""
 

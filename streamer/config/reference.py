@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, SecretStr
 from pydantic.fields import FieldInfo
 
+from streamer.config.mirror import MirrorSettings
 from streamer.config.model import JobConfig, _one_or_many
 from streamer.errors import StreamerError
 
@@ -205,10 +206,27 @@ def yaml_text(value: Any) -> str:
 # -- Markdown ------------------------------------------------------------------------------------
 
 
+MIRROR_INTRODUCTION = """\
+A file with a `mirror` section is a database mirror: one file for every table of a Debezium
+connector, all of them written by one streaming query (`streamer run`), new ones taken while it
+runs, and compared with the source by `streamer verify`. Its other sections are those of a table
+config above, shared by every table; `table.name`, `table.path` and the `sync` names are
+templates over the topic's parts (`{prefix}`, `{schema}`, `{table}`, `{topic}`; by default
+`{schema}_{table}` and `{schema}/{table}`). The record key is Debezium's key, the ordering field
+the change's log position; `source.topics` and `source.topic_pattern` are the mirror's to say.
+See docs/operations.md, "Mirror a database"."""
+
+
+def mirror_section() -> Section:
+    """The `mirror` section of a mirror file."""
+    keys = tuple(_key(f"mirror.{name}", info) for name, info in MirrorSettings.model_fields.items())
+    return Section("mirror", MIRROR_INTRODUCTION, keys)
+
+
 def render() -> str:
     """The whole reference page."""
     parts = [INTRODUCTION]
-    for section in sections():
+    for section in [*sections(), mirror_section()]:
         level = "##" if "." not in section.path else "###"
         parts.append(f"{level} `{section.path}`")
         if section.introduction:
