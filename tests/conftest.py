@@ -293,3 +293,18 @@ def table_disk(tmp_path) -> Path:
         subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=False)
         if subprocess.run(["umount", str(disk)], check=False).returncode != 0:
             subprocess.run(["umount", "-l", str(disk)], check=True)  # a child still had a file open
+
+
+# -- a source database ---------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory):
+    """PostgreSQL with `wal_level=logical` for the session (see harness/postgres.py), installed
+    from Debian's packages on first use, stopped by its pid at the end. Tests make their own
+    databases."""
+    from harness.postgres import PostgresServer
+
+    server = PostgresServer(tmp_path_factory.mktemp("postgres")).start()
+    try:
+        yield server
+    finally:
+        server.close()

@@ -38,7 +38,7 @@ class LakeRows:
         indices = _sort_indices(key_columns) if key_columns else pa.array(np.arange(count))
         self.keys: list[Key] = list(zip(*(c.take(indices).to_pylist() for c in key_columns)))
         self.texts = [t.take(indices) for t in texts]
-        self.hashes = row_hashes(lake_row_texts(source.rules, self.texts))
+        self.hashes = row_hashes(lake_row_texts(self.texts, count))
 
     def digest(self, r: KeyRange) -> tuple[int, int]:
         """The range's row count and hash sum (modulo 2^64, as `wrapped`)."""

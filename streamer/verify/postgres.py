@@ -114,11 +114,12 @@ class Snapshot:
         """Keys that cut the range into about `parts` ranges of as many rows: each part's first key."""
         total = self.count(table, within)
         step = max(1, -(-total // parts))
-        keys = ", ".join(r.key_sql for r in table.key)
+        keys = ", ".join(f"{r.key_sql} AS k{i}" for i, r in enumerate(table.key))
+        named = ", ".join(f"k{i}" for i in range(len(table.key)))
         clause, params = _where(table, within)
         self._cursor.execute(
-            f"SELECT {keys} FROM (SELECT {keys}, row_number() OVER (ORDER BY {keys}) - 1 AS n "
-            f"FROM {table.qualified}{clause}) s WHERE n % {step} = 0 AND n > 0 ORDER BY {keys}",
+            f"SELECT {named} FROM (SELECT {named}, row_number() OVER (ORDER BY {named}) - 1 AS n "
+            f"FROM (SELECT {keys} FROM {table.qualified}{clause}) k) s WHERE n %% {step} = 0 AND n > 0 ORDER BY {named}",
             params,
         )
         return [tuple(row) for row in self._cursor.fetchall()]

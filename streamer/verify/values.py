@@ -84,7 +84,7 @@ def _text_sql(column: SourceColumn) -> tuple[str, str]:
     if t == "double precision":
         return f"('x' || encode(float8send({c}), 'hex'))::bit(64)::int8::text", "float64"
     if t == "boolean":
-        return f"CASE WHEN {c} THEN 't' ELSE 'f' END", "boolean"
+        return f"CASE WHEN {c} THEN 't' WHEN NOT {c} THEN 'f' END", "boolean"
     if t == "date":
         return f"({c} - date '1970-01-01')::int8::text", "integer"
     if t == "timestamp without time zone":
@@ -97,7 +97,8 @@ def _text_sql(column: SourceColumn) -> tuple[str, str]:
     if t == "bytea":
         return f"encode({c}, 'hex')", "hex"
     if t == "character":  # its text keeps the padding, as Debezium sends it
-        return f"format('%s', {c})", "text"
+        # `%%`: the statements take parameters; format() makes '' of NULL
+        return f"CASE WHEN {c} IS NOT NULL THEN format('%%s', {c}) END", "text"
     if t in ("text", "character varying", "numeric", "json", "jsonb", "uuid"):
         return f"{c}::text", "text"
     raise UncomparableColumnError(f"column {column.name!r} of type {t} has no common form to compare by")
@@ -114,13 +115,12 @@ def row_hash_sql(rules: list[ColumnRule]) -> str:
     return f"('x' || left(md5({row_text_sql(rules)}), 16))::bit(64)::int8"
 
 
-def lake_row_texts(rules: list[ColumnRule], columns: list[pa.Array]) -> pa.Array:
-    """The rows' texts of the lake's columns (see the module doc)."""
-    if not rules:
-        return pa.array([""] * (len(columns[0]) if columns else 0), pa.string())
+def lake_row_texts(texts: list[pa.Array], rows: int) -> pa.Array:
+    """The rows' texts, from the texts of their columns (`ColumnRule.lake`; see the module doc)."""
+    if not texts:
+        return pa.array([""] * rows, pa.string())
     parts = []
-    for rule, values in zip(rules, columns):
-        text = rule.lake(values)
+    for text in texts:
         framed = pc.binary_join_element_wise(pc.cast(pc.utf8_length(text), pa.string()), text, ":")
         parts.append(pc.fill_null(framed, "N"))
     return pc.binary_join_element_wise(*parts, ",")

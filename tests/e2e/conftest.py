@@ -20,21 +20,7 @@ def s3_server(tmp_path_factory):
         server.stop()
 
 
-# -- a database and its change stream ----------------------------------------------------------
-@pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory):
-    """PostgreSQL with `wal_level=logical` for the session (see harness/postgres.py), installed
-    from Debian's packages on first use, stopped by its pid at the end. Tests make their own
-    databases."""
-    from harness.postgres import PostgresServer
-
-    server = PostgresServer(tmp_path_factory.mktemp("postgres")).start()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
+# -- a change stream ---------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def kafka_connect(kafka_bootstrap, tmp_path_factory):
     """A Kafka Connect standalone worker with Debezium's PostgreSQL connector for the session,
