@@ -8,8 +8,10 @@ import json
 import random
 from pathlib import Path
 
+import psycopg
 import pyarrow as pa
 import pytest
+from psycopg.types.json import Jsonb
 
 from streamer.verify.compare import compare_table
 from streamer.verify.postgres import PostgresSource
@@ -92,18 +94,12 @@ def source(postgres_server):
     url = f"postgresql://postgres@{pg.host}:{pg.port}/verify"
     rng = random.Random(3)
     rows = [source_row(rng, region, i) for region in ("amer", "emea", "apac") for i in range(700)]
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as connection:
-        with connection.cursor() as cursor:
-            names = list(rows[0])
-            cursor.executemany(
-                f"INSERT INTO accounts ({', '.join(names)}) VALUES ({', '.join(['%s'] * len(names))})",
-                [
-                    [psycopg.types.json.Jsonb(r[c]) if c == "note" and r[c] is not None else r[c] for c in names]
-                    for r in rows
-                ],
-            )
+    names = list(rows[0])
+    values = [[Jsonb(r[c]) if c == "note" and r[c] is not None else r[c] for c in names] for r in rows]
+    with psycopg.connect(url, autocommit=True) as connection, connection.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO accounts ({', '.join(names)}) VALUES ({', '.join(['%s'] * len(names))})", values
+        )
     connection_source = PostgresSource(url)
     try:
         yield connection_source, rows
