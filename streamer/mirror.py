@@ -20,7 +20,7 @@ import logging
 from pyspark.sql import SparkSession
 
 from streamer.config.loading import mirrored_table
-from streamer.config.mirror import PATH_SHAPE, MirrorConfig, TableShape
+from streamer.config.mirror import PATH_SHAPE, MirrorConfig, MirroredTopic, TableShape
 from streamer.config.model import JobConfig
 from streamer.errors import ConfigError, StartupError
 from streamer.job import TableJob
@@ -71,19 +71,14 @@ class Mirror:
         self.executor = executor
         self.metrics = metrics
         self.source = config.sample.source.model_copy(update={"topics": None, "topic_pattern": config.settings.pattern})
-        self._options = SourceOptions.parse(self.source.reader_options())
+        self._options = mirror_source_options(config)
         self._refused: dict[str, NotRouted] = {}  # asked again only if it had no change event yet
 
     def prepare(self) -> list[TableJob]:
         """The tables of the topics there now; those refused are logged, not fatal."""
-        metadata = KafkaMetadata(self._options)
-        try:
-            partitions, _ = metadata.discover()
-        finally:
-            metadata.close()
         jobs = []
-        for topic in sorted({t for t, _ in partitions}):
-            found = self.table_job(topic)
+        for topic in mirrored_topics(self.config, self._options):
+            found = self.table_job(topic.topic)
             if isinstance(found, TableJob):
                 jobs.append(found)
         return jobs
@@ -104,38 +99,54 @@ class Mirror:
             self._refused[topic] = NotRouted(f"{parts.name}: excluded by mirror.include / exclude", reported=False)
             return self._refused[topic]
         try:
-            event = first_change_event(self._options, topic)
-            if event is None:
+            config = table_config(self.config, parts, self._options)
+            if config is None:
                 log.info("%s: %s holds no change event yet; its table is made when one comes", self.config.name, topic)
                 return NotRouted(f"{parts.name}: no change event yet", reported=False)
-            shape = table_shape(event)
-            config = mirrored_table(self.config, parts, shape)
             job = TableJob.prepare(config, self.spark, self.executor, self.metrics)
         except (StartupError, ConfigError) as e:
             self._refused[topic] = NotRouted(f"{parts.name}: not mirrored: {e}")
             log.error("%s: %s", self.config.name, self._refused[topic].reason)
             return self._refused[topic]
-        log.info("%s: table %s mirrors %s (key %s)", self.config.name, job.name, topic, ", ".join(shape.key_fields))
+        log.info(
+            "%s: table %s mirrors %s (key %s)", self.config.name, job.name, topic, ", ".join(config.table.record_key)
+        )
         return job
 
 
-def mirrored_configs(mirror: MirrorConfig, timeout: float) -> list[JobConfig]:
-    """The configs of the mirror's tables whose topics Kafka holds now, made for their names and
-    paths (`streamer status`: columns and keys are the tables' own to say)."""
+def table_config(mirror: MirrorConfig, topic: MirroredTopic, options: SourceOptions) -> JobConfig | None:
+    """The config of the topic's table, its columns and key read off its first change event;
+    None when it holds none yet. Raises `RefusedTableError` or `ConfigError` naming the table."""
+    event = first_change_event(options, topic.topic)
+    return None if event is None else mirrored_table(mirror, topic, table_shape(event))
+
+
+def mirror_source_options(mirror: MirrorConfig, timeout: float | None = None) -> SourceOptions:
+    """The Kafka client settings of the mirror's topics (waiting `timeout` for brokers that do not answer)."""
     assert mirror.sample is not None, "a mirror loaded by streamer.config.loading"
     source = mirror.sample.source.model_copy(update={"topics": None, "topic_pattern": mirror.settings.pattern})
-    options = SourceOptions.parse({**source.reader_options(), "maxBrokerOutageMs": str(int(timeout * 1000))})
+    options = source.reader_options()
+    if timeout is not None:
+        options["maxBrokerOutageMs"] = str(int(timeout * 1000))
+    return SourceOptions.parse(options)
+
+
+def mirrored_topics(mirror: MirrorConfig, options: SourceOptions) -> list[MirroredTopic]:
+    """The topics of the mirror that Kafka holds now and the mirror includes."""
     metadata = KafkaMetadata(options)
     try:
         partitions, _ = metadata.discover()
     finally:
         metadata.close()
-    configs = []
-    for topic in sorted({t for t, _ in partitions}):
-        parts = mirror.topic(topic)
-        if parts is not None and mirror.included(parts):
-            configs.append(mirrored_table(mirror, parts, PATH_SHAPE))
-    return configs
+    found = [mirror.topic(t) for t in sorted({t for t, _ in partitions})]
+    return [t for t in found if t is not None and mirror.included(t)]
+
+
+def mirrored_configs(mirror: MirrorConfig, timeout: float) -> list[JobConfig]:
+    """The configs of the mirror's tables whose topics Kafka holds now, made for their names and
+    paths (`streamer status`: columns and keys are the tables' own to say)."""
+    options = mirror_source_options(mirror, timeout)
+    return [mirrored_table(mirror, topic, PATH_SHAPE) for topic in mirrored_topics(mirror, options)]
 
 
 def first_change_event(opts: SourceOptions, topic: str) -> tuple[bytes | None, bytes] | None:

@@ -38,16 +38,18 @@ from streamer.checkpoint import table_checkpoint
 from streamer.cli.describe import file_groups
 from streamer.cli.output import human_bytes
 from streamer.config.choices import BadRecordPolicy, Envelope, EnvelopeField, RecordFormat, SourceFormat
-from streamer.config.loading import read_configs
+from streamer.config.loading import read_all
+from streamer.config.mirror import MirrorConfig
 from streamer.config.model import JobConfig, SchemaRegistrySettings, SyncSettings
 from streamer.decode.avro import parse_avro, read_avro
 from streamer.decode.ddl import parse_ddl
 from streamer.decode.decoded import UndecodableRecordError
 from streamer.decode.registry import CONFLUENT_HEADER_SIZE, SchemaRegistryClient, confluent_schema_id
-from streamer.errors import BrokersUnreachableError, ConfigValueError, SchemaRegistryError
+from streamer.errors import BrokersUnreachableError, ConfigError, ConfigValueError, SchemaRegistryError
 from streamer.kafka.offsets import KafkaProgress, TopicRanges
 from streamer.kafka.options import SourceOptions
 from streamer.logs.clients import client_config
+from streamer.mirror import RefusedTableError, mirror_source_options, mirrored_topics, table_config
 from table import (
     AUX_DIR,
     COMMIT_TIME,
@@ -118,11 +120,13 @@ class Report:
 def diagnose(config_or_dir: str | Path, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> Report:
     """Every check for the tables of a config file or directory; `timeout` bounds each wait for
     the brokers and for the schema registry."""
-    configs, problems = read_configs(config_or_dir)
+    configs, mirrors, problems = read_all(config_or_dir)
     report = Report([Check("config", Verdict.PROBLEM, problem, "correct the config") for problem in problems])
     for config in configs:
         report.checks += _config_checks(config, timeout)
-    if not configs:
+    for mirror in mirrors:
+        report.checks += mirror_checks(mirror, timeout)
+    if not configs and not mirrors:
         return report
     if not report.checks:
         names = ", ".join(f"{c.table.name} ({c.config_path})" for c in configs)
@@ -130,7 +134,9 @@ def diagnose(config_or_dir: str | Path, timeout: float = DEFAULT_TIMEOUT_SECONDS
     report.checks += [
         java_check(),
         spark_check(),
-        shadowing_check([Path.cwd(), *(c.config_path.parent for c in configs)]),
+        shadowing_check(
+            [Path.cwd(), *(c.config_path.parent for c in configs), *(m.config_path.parent for m in mirrors)]
+        ),
     ]
     if any(c.source.format == SourceFormat.KAFKA for c in configs):
         report.checks.append(connector_check())
@@ -154,6 +160,42 @@ def _config_checks(config: JobConfig, timeout: float) -> list[Check]:
             )
         ]
     return [Check("config", Verdict.PROBLEM, f"{p.file}: {p.key}: {p.text}", p.fix, config.table.name) for p in found]
+
+
+def mirror_checks(mirror: MirrorConfig, timeout: float) -> list[Check]:
+    """Each table the mirror would make of the topics there now, checked as `run` checks it, by
+    the table's name (`schema.table`); a topic that cannot be a table, by name and why."""
+    subject = f"mirror {mirror.name}"
+    options = mirror_source_options(mirror, timeout)
+    try:
+        topics = mirrored_topics(mirror, options)
+    except BrokersUnreachableError as e:
+        return [Check(subject, Verdict.PROBLEM, str(e), "start the brokers or correct source.bootstrap_servers")]
+    checks, ready = [], []
+    for topic in topics:
+        try:
+            config = table_config(mirror, topic, options)
+        except RefusedTableError as e:
+            checks.append(Check(subject, Verdict.WARNING, f"not mirrored: {e}", None, topic.name))
+            continue
+        except ConfigError as e:
+            checks += [Check(subject, Verdict.PROBLEM, p, "correct the mirror config", topic.name) for p in e.problems]
+            continue
+        if config is None:
+            checks.append(
+                Check(subject, Verdict.OK, "no change event yet: its table is made when one comes", None, topic.name)
+            )
+            continue
+        found = _config_checks(config, timeout)
+        checks += found
+        if not found:
+            ready.append(topic.name)
+    checks.append(
+        Check(subject, Verdict.OK, f"{len(ready)} of {len(topics)} topic(s) make valid tables: {', '.join(ready)}")
+        if topics
+        else Check(subject, Verdict.WARNING, f"no topic matches /{mirror.settings.pattern}/ yet", None)
+    )
+    return checks
 
 
 # -- change events -------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from streamer.checkpoint import table_checkpoint
+from streamer.cli.doctor import Verdict, diagnose
 from streamer.sandbox.debezium_events import Record, SourceTable
 from streamer.sandbox.topics import create_topic, produce
 from table.mor_table import MorTable
@@ -191,3 +192,26 @@ def test_tables_of_one_broker_share_a_query_each_exactly_once_on_its_own_through
     assert_table_matches(paths[2], events[topics[2]])
     assert "orders_2: 1 batches, " in out, out[-5000:]
     assert "orders_0: 0 batches, " in out, out[-5000:]
+
+
+def test_doctor_checks_the_table_each_topic_of_a_mirror_makes_and_names_the_ones_it_cannot(kafka_bootstrap, tmp_path):
+    prefix = f"doc{uuid.uuid4().hex[:6]}"
+    db = SourceDatabase(kafka_bootstrap, prefix)
+    for name in ("accounts", "orders"):
+        db.changes(db.create(name), inserts=3, updates=0, deletes=0)
+    history = db.create("history", key=None)
+    produce(kafka_bootstrap, history.topic(prefix), [history.insert(db._row(1), db._next_lsn())])
+    mirror = {
+        "mirror": {"topic_prefix": prefix, "tables": {"public.orders": {"table": {"partition_by": ["nowhere"]}}}},
+        "source": {"bootstrap_servers": kafka_bootstrap},
+    }
+    config = tmp_path / "shop.yaml"
+    config.write_text(yaml.safe_dump(mirror))
+    report = diagnose(config, timeout=10)
+    by_table = {c.table: c for c in report.checks if c.subject == "mirror shop"}
+    assert by_table["public.history"].verdict is Verdict.WARNING
+    assert "no primary key" in by_table["public.history"].found
+    problem = next(c for c in report.checks if c.table == "public_orders")
+    assert problem.verdict is Verdict.PROBLEM and "nowhere" in problem.found
+    assert "1 of 3 topic(s) make valid tables: public.accounts" in by_table[""].found
+    assert report.exit_code == 1
