@@ -6,7 +6,7 @@ says it goes on (`streamer.checkpoint`), and has the table's sink write them as 
 So each table is exactly-once on its own: after a crash between two tables' commits, the table
 that committed skips what it holds, the other reads it; a table that stopped catches up from its
 own offsets at the next start, however far the query has gone since. A table without records in
-a batch costs nothing in it.
+a batch costs nothing in it; tables with records are written `TABLES_AT_ONCE` at a time.
 
 A table that cannot go on (a bad record under `fail`, a schema change it cannot take, storage
 that refuses writes) stops alone, as its own query would; `stream.on_failure: stop_application`
@@ -19,9 +19,10 @@ import logging
 import re
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from streamer.config.choices import QueryFailurePolicy
 from streamer.errors import StopRequestedError
@@ -36,6 +37,11 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 #: What a batch plans for a topic-partition: [from, until).
 Span = tuple[int, int]
+#: A table's part of a batch: a topic-partition's offsets [from, until).
+TableRange = tuple[TopicPartition, int, int]
+#: Tables whose parts of a batch are written at once. A small table's commit is mostly the
+#: driver's waiting (its Spark job's scheduling, its commit's files), which others' fill.
+TABLES_AT_ONCE = 4
 
 
 @dataclass
@@ -115,22 +121,32 @@ class TableRouter:
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         planned = _planned_spans(df)
         spark = df.sparkSession
-        for job, spans in self._by_table(planned).items():
-            if job.name in self.failures:
-                continue
-            ranges = _ranges_from_the_table(job, spans)
-            if not ranges:
-                continue
-            rows = [(topic, partition, start, end) for (topic, partition), start, end in ranges]
-            ends: dict[str, dict[int, int]] = {}
-            for (topic, partition), _, end in ranges:
-                ends.setdefault(topic, {})[partition] = end
-            try:
-                job.sink.take(spark.createDataFrame(rows, OFFSET_RANGES_SCHEMA), batch_id, ends)
-            except StopRequestedError:
-                raise  # the batch is left to the next run, whose tables go on from their own offsets
-            except Exception as e:  # noqa: BLE001 - the table stops alone; the others go on
-                self._stopped(job, e)
+        work = [
+            (job, ranges)
+            for job, spans in self._by_table(planned).items()
+            if job.name not in self.failures and (ranges := _ranges_from_the_table(job, spans))
+        ]
+        if len(work) <= 1:
+            for job, ranges in work:
+                self._write(spark, job, ranges, batch_id)
+            return
+        with ThreadPoolExecutor(min(TABLES_AT_ONCE, len(work)), thread_name_prefix="table-write") as pool:
+            futures = [pool.submit(self._write, spark, job, ranges, batch_id) for job, ranges in work]
+            for future in futures:
+                future.result()  # a stop request, or stop_application, ends the batch
+
+    def _write(self, spark: SparkSession, job: TableJob, ranges: list[TableRange], batch_id: int) -> None:
+        """One table's part of the batch as its deltacommit; its failure stops the table alone."""
+        rows = [(topic, partition, start, end) for (topic, partition), start, end in ranges]
+        ends: dict[str, dict[int, int]] = {}
+        for (topic, partition), _, end in ranges:
+            ends.setdefault(topic, {})[partition] = end
+        try:
+            job.sink.take(spark.createDataFrame(rows, OFFSET_RANGES_SCHEMA), batch_id, ends)
+        except StopRequestedError:
+            raise  # the batch is left to the next run, whose tables go on from their own offsets
+        except Exception as e:  # noqa: BLE001 - the table stops alone; the others go on
+            self._stopped(job, e)
 
     def _by_table(self, planned: dict[TopicPartition, Span]) -> dict[TableJob, dict[TopicPartition, Span]]:
         by_table: dict[TableJob, dict[TopicPartition, Span]] = {}
@@ -157,7 +173,8 @@ class TableRouter:
     def _stopped(self, job: TableJob, error: BaseException) -> None:
         line = failure_line(error)
         failure = TableFailure(job, line)
-        self.failures[job.name] = failure
+        with self._added:
+            self.failures[job.name] = failure
         job.metrics.query_failed(line)
         log.error("%s: stopped with an error: %s", job.name, line)
         try:
@@ -182,7 +199,7 @@ def _planned_spans(df: DataFrame) -> dict[TopicPartition, Span]:
     return spans
 
 
-def _ranges_from_the_table(job: TableJob, spans: dict[TopicPartition, Span]) -> list[tuple[TopicPartition, int, int]]:
+def _ranges_from_the_table(job: TableJob, spans: dict[TopicPartition, Span]) -> list[TableRange]:
     """The table's part of the batch: each partition from the offset the table goes on from
     (where its commits name one) up to the batch's end, split into tasks as the source splits."""
     committed = job.sink.checkpoint.offsets

@@ -170,10 +170,10 @@ def test_tables_of_one_broker_share_a_query_each_exactly_once_on_its_own_through
         write_config(configs, config)
         paths.append(config["table"]["path"])
 
-    code, out = run_streamer(["run", str(configs), "--once"], env={"MOR_STREAMER_FAILPOINT": "sink.batch_committed:2"})
+    code, out = run_streamer(["run", str(configs), "--once"], env={"MOR_STREAMER_FAILPOINT": "sink.batch_committed:1"})
     assert code == -signal.SIGKILL, out[-5000:]
     committed = [p for p in paths if MorTable.exists(p) and table_checkpoint(MorTable.load(p)) is not None]
-    assert len(committed) == 2, "the kill came after the second table's commit"
+    assert 1 <= len(committed) < len(paths), "the kill came between the tables' commits of one batch"
 
     produce(kafka_bootstrap, topics[2], [(b"bad", b'{"order_id": "x", "amount": "lots"', None)])
     code, out = run_streamer(["run", str(configs), "--once"])
