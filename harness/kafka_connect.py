@@ -12,7 +12,8 @@ topic prefix of its own. Debezium's jars (`io.debezium:debezium-connector-postgr
 loads any plugin; Apicurio's converters, for a connector that writes Avro through a schema
 registry (`harness.schema_registry`), sit in another. Offsets go to a file and are flushed every
 second, so that a test knows soon when Debezium has handed a change to Kafka (`PostgresServer`
-shows it as the slot's confirmed LSN).
+shows it as the slot's confirmed LSN). `debezium_mirror_config` is the connector of a database
+mirror: every table of a schema, new ones included, in types a table can take.
 """
 
 from __future__ import annotations
@@ -229,3 +230,59 @@ def debezium_postgres_config(
         "poll.interval.ms": "100",
         **overrides,
     }
+
+
+def debezium_mirror_config(
+    host: str,
+    port: int,
+    database: str,
+    slot: str,
+    topic_prefix: str,
+    schema: str = "public",
+    partitions: int = 1,
+    **overrides: str,
+) -> dict[str, str]:
+    """`debezium_postgres_config` for a mirror of every table of `schema` (one partition a table),
+    the tables created while the connector runs included.
+
+    - The publication is `FOR ALL TABLES` (`all_tables`), and `table.include.list` picks the
+      schema's tables out of it. `filtered` publishes only the tables that exist when the
+      connector starts: a table created later has no topic and its changes are lost until a
+      restart adds it. In a database with such a publication PostgreSQL refuses updates and
+      deletes of a table without a primary key (or another replica identity).
+    - Connect's schemas are on, so the mirror learns each table's columns. In Connect's JSON,
+      smallint, integer and bigint are int16, int32 and int64; real and double precision are
+      float and double; boolean and text are boolean and string; numeric(p,s) is a string
+      (`decimal.handling.mode`: "-12.50"); bytea is a string of lowercase hex
+      (`binary.handling.mode`: "00ff", "" when empty); json and jsonb are strings named
+      io.debezium.data.Json (SQL's NULL is null, JSON's is "null"); date is int32 days since the
+      epoch (io.debezium.time.Date); timestamp is int64 microseconds since the epoch
+      (io.debezium.time.MicroTimestamp), or milliseconds (io.debezium.time.Timestamp) for
+      timestamp(0) to timestamp(3); timestamp with time zone is an ISO string in UTC
+      (io.debezium.time.ZonedTimestamp, "1969-12-31T18:29:59.999999Z"). `time.precision.mode`
+      changes only `time`: microseconds (io.debezium.time.MicroTime) whatever its precision.
+    - Heartbeats every second, and the driver confirming the positions of the server's
+      keepalives (`lsn.flush.mode: connector_and_driver`), move the slot's confirmed LSN past
+      every change within about a second (the worker's offset flush interval), changes of other
+      databases of the server included: waiting for `confirmed_flush_lsn` to pass
+      `pg_current_wal_lsn()` then tells when Kafka has everything.
+    """
+    return debezium_postgres_config(
+        host,
+        port,
+        database,
+        slot,
+        topic_prefix,
+        rf"{schema}\..*",
+        partitions=partitions,
+        schemas=True,
+        **{
+            "publication.autocreate.mode": "all_tables",
+            "decimal.handling.mode": "string",
+            "binary.handling.mode": "hex",
+            "time.precision.mode": "adaptive_time_microseconds",
+            "heartbeat.interval.ms": "1000",
+            "lsn.flush.mode": "connector_and_driver",
+            **overrides,
+        },
+    )

@@ -87,7 +87,7 @@ class PostgresServer(ServerProcess):
         super().__init__(work_dir, host, log_path, startup_timeout, die_with_parent, temp_prefix="postgres-")
         self.bin_dir: Path | None = None
 
-    def _program(self, name: str) -> Path:
+    def program(self, name: str) -> Path:
         """One of PostgreSQL's programs, from the binaries `start` found."""
         if self.bin_dir is None:
             raise HarnessError("PostgreSQL is not started")
@@ -117,13 +117,13 @@ class PostgresServer(ServerProcess):
                 "unix_socket_directories": str(self.work_dir),
             }.items()
         ]
-        self._spawn(self._as_server_user([str(self._program("postgres")), "-D", str(self.data_dir), *settings]))
+        self._spawn(self._as_server_user([str(self.program("postgres")), "-D", str(self.data_dir), *settings]))
         deadline = time.monotonic() + self.startup_timeout
         while True:
             if not self.is_running():
                 raise HarnessError(f"PostgreSQL exited while starting; log {self.log_path}:\n{self.log_tail()}")
             ready = subprocess.run(
-                [str(self._program("pg_isready")), "-h", self.host, "-p", str(self.port), "-U", USER],
+                [str(self.program("pg_isready")), "-h", self.host, "-p", str(self.port), "-U", USER],
                 capture_output=True,
                 stdin=subprocess.DEVNULL,
             )
@@ -142,7 +142,7 @@ class PostgresServer(ServerProcess):
         """Run a script (statements separated by semicolons; an error stops it and raises)."""
         done = subprocess.run(
             [
-                str(self._program("psql")),
+                str(self.program("psql")),
                 "-X",
                 "-q",
                 "-v",
@@ -185,7 +185,7 @@ class PostgresServer(ServerProcess):
                 os.chmod(path, os.stat(path).st_mode | 0o011)  # the server's user passes through
             shutil.chown(self.work_dir, account.pw_uid, account.pw_gid)
         command = [
-            str(self._program("initdb")),
+            str(self.program("initdb")),
             "-D",
             str(self.data_dir),
             "-U",

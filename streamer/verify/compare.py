@@ -93,7 +93,7 @@ def compare_table(
         verdict.skipped = True
         return verdict
     with source.snapshot() as snap:
-        lake = LakeRows(lake_path, table, storage_options)
+        lake = LakeRows.read(lake_path, table, storage_options)
         verdict.rows = snap.count(table)
         differing = _differing_keys(snap, table, lake, verdict)
         position = snap.position
@@ -107,7 +107,7 @@ def compare_table(
             break
         verdict.rechecked += len(differing)
         with source.snapshot() as snap:
-            lake = LakeRows(lake_path, table, storage_options)
+            lake = LakeRows.read(lake_path, table, storage_options)
             now = snap.rows(table, keys=sorted(differing))
             position = snap.position
         still = _row_differences(now, lake.rows(keys=sorted(differing)), table)

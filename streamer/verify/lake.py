@@ -22,23 +22,30 @@ from table import MorTable
 
 
 class LakeRows:
-    """A mirrored table's rows, read as of now."""
+    """A mirrored table's rows (`read`: as of now), as text in key order."""
 
-    def __init__(self, path: str, source: SourceTable, storage_options: Mapping[str, str] | None = None):
-        table = MorTable.load(path, storage_options)
-        present = set(table.schema().names)
+    def __init__(self, rows: pa.Table, source: SourceTable, missing_columns: list[str] | None = None):
+        count = rows.num_rows
         names = [r.column.name for r in source.rules]
-        read = table.snapshot(columns=[n for n in names if n in present])
-        count = read.num_rows
         #: Source columns the lake table lacks: their values read as NULL, so rows with a value differ.
-        self.missing_columns = [n for n in names if n not in present]
-        columns = [read.column(n) if n in present else pa.nulls(count, pa.string()) for n in names]
+        self.missing_columns = (
+            missing_columns if missing_columns is not None else [n for n in names if n not in rows.column_names]
+        )
+        columns = [rows.column(n) if n in rows.column_names else pa.nulls(count, pa.string()) for n in names]
         texts = [rule.lake(values) for rule, values in zip(source.rules, columns)]
-        key_columns = [source.key[i].lake_key(columns[names.index(k.column.name)]) for i, k in enumerate(source.key)]
+        key_columns = [k.lake_key(columns[names.index(k.column.name)]) for k in source.key]
         indices = _sort_indices(key_columns) if key_columns else pa.array(np.arange(count))
         self.keys: list[Key] = list(zip(*(c.take(indices).to_pylist() for c in key_columns)))
         self.texts = [t.take(indices) for t in texts]
         self.hashes = row_hashes(lake_row_texts(self.texts, count))
+
+    @classmethod
+    def read(cls, path: str, source: SourceTable, storage_options: Mapping[str, str] | None = None) -> LakeRows:
+        """A snapshot read of the table at `path`, of the source's columns it has."""
+        table = MorTable.load(path, storage_options)
+        present = set(table.schema().names)
+        names = [r.column.name for r in source.rules]
+        return cls(table.snapshot(columns=[n for n in names if n in present]), source)
 
     def digest(self, r: KeyRange) -> tuple[int, int]:
         """The range's row count and hash sum (modulo 2^64, as `wrapped`)."""
