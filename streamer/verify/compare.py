@@ -22,9 +22,11 @@ from streamer.verify.ranges import Key, KeyRange
 
 #: Ranges a range that differs is cut into; rows of a range fetched whole instead of cut again.
 FAN_OUT = 16
-LEAF_ROWS = 256
+LEAF_ROWS = 2048
 #: Rounds of re-checking keys that differ (the first one included).
 ROUNDS = 3
+#: Keys that differ read again one by one after catching up; more are compared whole again.
+RECHECKED_BY_KEY = 10_000
 
 
 @dataclass
@@ -97,7 +99,7 @@ def compare_table(
         verdict.rows = snap.count(table)
         differing = _differing_keys(snap, table, lake, verdict)
         position = snap.position
-        seen = snap.rows(table, keys=sorted(differing)) if differing else {}
+        seen = _source_rows(snap, table, differing)
     for _ in range(ROUNDS - 1):
         if not differing:
             break
@@ -108,8 +110,13 @@ def compare_table(
         verdict.rechecked += len(differing)
         with source.snapshot() as snap:
             lake = LakeRows.read(lake_path, table, storage_options)
-            now = snap.rows(table, keys=sorted(differing))
             position = snap.position
+            if seen is None:  # too many to read again one by one: the whole table again
+                differing = _differing_keys(snap, table, lake, verdict)
+                seen = _source_rows(snap, table, differing)
+                continue
+            now = _source_rows(snap, table, differing)
+        assert now is not None
         still = _row_differences(now, lake.rows(keys=sorted(differing)), table)
         moving = {k for k in still if now.get(k) != seen.get(k)}
         differing, seen = still, now
@@ -120,6 +127,14 @@ def compare_table(
     _classify(verdict, differing)
     verdict.seconds = time.monotonic() - started
     return verdict
+
+
+def _source_rows(snap: Snapshot, table: SourceTable, keys: dict[Key, Difference]) -> dict[Key, list] | None:
+    """The source's rows of `keys`, to read again after catching up; None when there are more
+    than `RECHECKED_BY_KEY` (a table far behind: the next round compares it whole)."""
+    if len(keys) > RECHECKED_BY_KEY:
+        return None
+    return snap.rows(table, keys=sorted(keys))
 
 
 def _differing_keys(snap: Snapshot, table: SourceTable, lake: LakeRows, verdict: TableVerdict) -> dict[Key, Difference]:

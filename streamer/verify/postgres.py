@@ -125,7 +125,8 @@ class Snapshot:
         return [tuple(row) for row in self._cursor.fetchall()]
 
     def digests(self, table: SourceTable, ranges: list[KeyRange]) -> list[tuple[int, int]]:
-        """Each range's row count and the sum of its rows' hashes."""
+        """Each range's row count and the sum of its rows' hashes (the ranges in key order,
+        each beginning where the one before ends)."""
         if not ranges:
             return []
         cases, params = [], []
@@ -133,10 +134,11 @@ class Snapshot:
             condition, values = _condition(table, r)
             cases.append(f"WHEN {condition} THEN {i}")
             params += values
+        clause, outer = _where(table, KeyRange(ranges[0].low, ranges[-1].high))  # an index serves it
         self._cursor.execute(
             f"SELECT i, count(*), sum(h)::text FROM (SELECT CASE {' '.join(cases)} END AS i, "
-            f"{row_hash_sql(table.rules)} AS h FROM {table.qualified}) s WHERE i IS NOT NULL GROUP BY i",
-            params,
+            f"{row_hash_sql(table.rules)} AS h FROM {table.qualified}{clause}) s WHERE i IS NOT NULL GROUP BY i",
+            params + outer,
         )
         found = {int(i): (int(n), int(total)) for i, n, total in self._cursor.fetchall()}
         return [found.get(i, (0, 0)) for i in range(len(ranges))]
@@ -145,17 +147,25 @@ class Snapshot:
         """The rows of a range (or of `keys`), as their columns' texts by key."""
         key_exprs = ", ".join(r.key_sql for r in table.key)
         texts = ", ".join(r.sql for r in table.rules)
-        if keys is not None:
-            if not keys:
-                return {}
-            rows_of = ", ".join(["(" + ", ".join(["%s"] * len(table.key)) + ")"] * len(keys))
-            clause = f" WHERE ({key_exprs}) IN ({rows_of})"
-            params = [v for k in keys for v in k]
-        else:
-            clause, params = _where(table, where)
-        self._cursor.execute(f"SELECT {key_exprs}, {texts} FROM {table.qualified}{clause}", params)
         width = len(table.key)
-        return {tuple(row[:width]): list(row[width:]) for row in self._cursor.fetchall()}
+        if keys is None:
+            clause, params = _where(table, where)
+            self._cursor.execute(f"SELECT {key_exprs}, {texts} FROM {table.qualified}{clause}", params)
+            return {tuple(row[:width]): list(row[width:]) for row in self._cursor.fetchall()}
+        found: dict[Key, list] = {}
+        for start in range(0, len(keys), KEYS_PER_QUERY):
+            chunk = keys[start : start + KEYS_PER_QUERY]
+            rows_of = ", ".join(["(" + ", ".join(["%s"] * width) + ")"] * len(chunk))
+            self._cursor.execute(
+                f"SELECT {key_exprs}, {texts} FROM {table.qualified} WHERE ({key_exprs}) IN ({rows_of})",
+                [v for k in chunk for v in k],
+            )
+            found.update({tuple(row[:width]): list(row[width:]) for row in self._cursor.fetchall()})
+        return found
+
+
+#: Keys named in one statement (PostgreSQL takes at most 65,535 parameters).
+KEYS_PER_QUERY = 4096
 
 
 def _where(table: SourceTable, where: KeyRange | None) -> tuple[str, list]:
@@ -166,14 +176,18 @@ def _where(table: SourceTable, where: KeyRange | None) -> tuple[str, list]:
 
 
 def _condition(table: SourceTable, r: KeyRange) -> tuple[str, list]:
-    keys = "(" + ", ".join(k.key_sql for k in table.key) + ")"
-    slots = "(" + ", ".join(["%s"] * len(table.key)) + ")"
+    """The range as a condition an index on the key serves: a row comparison of the key's columns."""
+    if len(table.key) == 1:
+        keys, slots = table.key[0].key_sql, "%s"
+    else:
+        keys = "(" + ", ".join(k.key_sql for k in table.key) + ")"
+        slots = "(" + ", ".join(["%s"] * len(table.key)) + ")"
     parts, params = [], []
     if r.low is not None:
-        parts.append(f"ROW{keys} >= ROW{slots}")
+        parts.append(f"{keys} >= {slots}")
         params += list(r.low)
     if r.high is not None:
-        parts.append(f"ROW{keys} < ROW{slots}")
+        parts.append(f"{keys} < {slots}")
         params += list(r.high)
     return (" AND ".join(parts) or "TRUE"), params
 

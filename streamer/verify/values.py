@@ -70,14 +70,22 @@ NUMBERED = ("integer", "timestamptz")
 def column_rule(column: SourceColumn) -> ColumnRule:
     """The rule of a source column; `UncomparableColumnError` for a type without one."""
     sql, kind = _text_sql(column)
-    number = sql.removesuffix("::text")
-    return ColumnRule(column, sql, kind, number if kind in NUMBERED else f'({sql}) COLLATE "C"')
+    if column.data_type in INTEGERS:  # the column itself, so that its index serves a range
+        key = f'"{column.name}"'
+    elif kind in NUMBERED:
+        key = sql.removesuffix("::text")
+    else:
+        key = f'({sql}) COLLATE "C"'
+    return ColumnRule(column, sql, kind, key)
+
+
+INTEGERS = ("smallint", "integer", "bigint")
 
 
 def _text_sql(column: SourceColumn) -> tuple[str, str]:
     c = f'"{column.name}"'
     t = column.data_type
-    if t in ("smallint", "integer", "bigint"):
+    if t in INTEGERS:
         return f"{c}::int8::text", "integer"
     if t == "real":
         return f"('x' || encode(float4send({c}), 'hex'))::bit(32)::int4::text", "float32"
