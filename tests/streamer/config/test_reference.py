@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from streamer.config import reference as config_reference
+from streamer.config.mirror import MirrorSettings
 from streamer.config.model import JobConfig
 
 pytestmark = pytest.mark.unit
@@ -43,7 +44,7 @@ def all_fields(model: type[BaseModel] = JobConfig, prefix: str = "") -> list[tup
     return found
 
 
-LEAVES = {path: info for path, info, leaf in all_fields() if leaf}
+LEAVES = {path: info for path, info, leaf in [*all_fields(), *all_fields(MirrorSettings, "mirror.")] if leaf}
 
 
 def documented_rows() -> dict[str, tuple[str, str, str]]:
