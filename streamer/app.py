@@ -332,7 +332,7 @@ class _Runner:
                     shared.name,
                     shared.topic_pattern(),
                     len(shared.jobs),
-                    until.format(shared.jobs[0].config.stream.trigger_interval if shared.jobs else "-"),
+                    until.format(shared.trigger_interval),
                 )
                 self._wait_for_source(query)
             self._wait()

@@ -85,7 +85,14 @@ class Mirror:
 
     def query(self, jobs: list[TableJob]) -> SharedQuery:
         """The mirror's streaming query over `jobs`, taking new tables as their topics appear."""
-        return SharedQuery(f"mirror {self.config.name}", jobs, self.source, discover=self.table_job)
+        assert self.config.sample is not None
+        return SharedQuery(
+            f"mirror {self.config.name}",
+            jobs,
+            self.source,
+            discover=self.table_job,
+            trigger_interval=self.config.sample.stream.trigger_interval,
+        )
 
     def table_job(self, topic: str) -> TableJob | NotRouted:
         """The prepared table of `topic`, or why it has none (logged when it is a refusal)."""

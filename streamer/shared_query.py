@@ -76,12 +76,14 @@ class SharedQuery:
         jobs: list[TableJob],
         source: SourceSettings | None = None,
         discover: Callable[[str], TableJob | NotRouted] | None = None,
+        trigger_interval: str | None = None,
     ):
         self.name = name
         self.router = TableRouter(jobs, discover)
         # The brokers and client settings the query plans with; a mirror's subscribes to its pattern.
         self.source = source or jobs[0].config.source
         self._pattern = self.source.topic_pattern if source is not None else None
+        self.trigger_interval = trigger_interval or jobs[0].config.stream.trigger_interval
         self.query: StreamingQuery | None = None
         self._checkpoint = tempfile.mkdtemp(prefix="mor-streamer-query-")
 
@@ -109,8 +111,7 @@ class SharedQuery:
             .queryName(self.name)
             .option("checkpointLocation", self._checkpoint)
         )
-        interval = jobs[0].config.stream.trigger_interval if jobs else "10 seconds"
-        writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=interval)
+        writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=self.trigger_interval)
         self.query = writer.start()
         self.router.bind(str(self.query.id))
         for job in jobs:
