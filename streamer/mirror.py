@@ -73,14 +73,20 @@ class Mirror:
         self.source = config.sample.source.model_copy(update={"topics": None, "topic_pattern": config.settings.pattern})
         self._options = mirror_source_options(config)
         self._refused: dict[str, NotRouted] = {}  # asked again only if it had no change event yet
+        self._metadata: KafkaMetadata | None = None  # one client for the topics found at the start
 
     def prepare(self) -> list[TableJob]:
         """The tables of the topics there now; those refused are logged, not fatal."""
         jobs = []
-        for topic in mirrored_topics(self.config, self._options):
-            found = self.table_job(topic.topic)
-            if isinstance(found, TableJob):
-                jobs.append(found)
+        self._metadata = KafkaMetadata(self._options)
+        try:
+            for topic in mirrored_topics(self.config, self._options):
+                found = self.table_job(topic.topic)
+                if isinstance(found, TableJob):
+                    jobs.append(found)
+        finally:
+            self._metadata.close()
+            self._metadata = None
         return jobs
 
     def query(self, jobs: list[TableJob]) -> SharedQuery:
@@ -106,7 +112,7 @@ class Mirror:
             self._refused[topic] = NotRouted(f"{parts.name}: excluded by mirror.include / exclude", reported=False)
             return self._refused[topic]
         try:
-            config = table_config(self.config, parts, self._options)
+            config = table_config(self.config, parts, self._options, self._metadata)
             if config is None:
                 log.info("%s: %s holds no change event yet; its table is made when one comes", self.config.name, topic)
                 return NotRouted(f"{parts.name}: no change event yet", reported=False)
@@ -121,10 +127,12 @@ class Mirror:
         return job
 
 
-def table_config(mirror: MirrorConfig, topic: MirroredTopic, options: SourceOptions) -> JobConfig | None:
+def table_config(
+    mirror: MirrorConfig, topic: MirroredTopic, options: SourceOptions, metadata: KafkaMetadata | None = None
+) -> JobConfig | None:
     """The config of the topic's table, its columns and key read off its first change event;
     None when it holds none yet. Raises `RefusedTableError` or `ConfigError` naming the table."""
-    event = first_change_event(options, topic.topic)
+    event = first_change_event(options, topic.topic, metadata)
     return None if event is None else mirrored_table(mirror, topic, table_shape(event))
 
 
@@ -156,17 +164,23 @@ def mirrored_configs(mirror: MirrorConfig, timeout: float) -> list[JobConfig]:
     return [mirrored_table(mirror, topic, PATH_SHAPE) for topic in mirrored_topics(mirror, options)]
 
 
-def first_change_event(opts: SourceOptions, topic: str) -> tuple[bytes | None, bytes] | None:
-    """The key and value of the topic's first record that has a value; None when it has none yet."""
-    metadata = KafkaMetadata(opts)
+def first_change_event(
+    options: SourceOptions, topic: str, metadata: KafkaMetadata | None = None
+) -> tuple[bytes | None, bytes] | None:
+    """The key and value of the topic's first record that has a value; None when it has none
+    yet. `metadata`: a client to ask for the topic's offsets (one for many topics saves
+    connecting to the brokers for each)."""
+    asked = metadata or KafkaMetadata(options)
     try:
-        partitions = [(topic, p) for t, p in metadata.discover()[0] if t == topic]
-        earliest, latest = metadata.earliest(partitions), metadata.latest(partitions)
+        described = asked.admin.list_topics(topic, timeout=options.task_timeout_ms / 1000).topics.get(topic)
+        partitions = [(topic, p) for p in described.partitions] if described is not None else []
+        earliest, latest = asked.earliest(partitions), asked.latest(partitions)
     finally:
-        metadata.close()
+        if metadata is None:
+            asked.close()
     for tp in sorted(partitions):
         start, end = earliest[tp], latest[tp]
-        for batch in read_partition(opts, topic, tp[1], start, min(end, start + FIRST_EVENT_SCAN)):
+        for batch in read_partition(options, topic, tp[1], start, min(end, start + FIRST_EVENT_SCAN)):
             for key, value in zip(batch.column("key").to_pylist(), batch.column("value").to_pylist()):
                 if value is not None:
                     return key, value

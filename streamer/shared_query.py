@@ -97,6 +97,7 @@ class SharedQuery:
         options.pop("subscribe", None)
         options.pop("subscribePattern", None)
         options["subscribePattern"] = self.topic_pattern()
+        options["offsetRangesInOneTask"] = "true"  # the router reads the plan on the driver
         loads = [
             j.config.source.initial_load_max_records
             for j in jobs

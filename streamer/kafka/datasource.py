@@ -87,6 +87,30 @@ class KafkaInputPartition(InputPartition):
         return f"KafkaInputPartition({self.topic}-{self.partition} [{self.start}, {self.end}))"
 
 
+class RangesInputPartition(InputPartition):
+    """One Spark task whose rows are every planned range (`offsetRangesInOneTask`)."""
+
+    def __init__(self, ranges: list[tuple[tuple[str, int], int, int]]):
+        super().__init__(ranges)
+        self.ranges = ranges
+
+    def __repr__(self) -> str:
+        return f"RangesInputPartition({len(self.ranges)} ranges)"
+
+
+def _ranges_batch(ranges: list[tuple[tuple[str, int], int, int]]) -> pa.RecordBatch:
+    """Offset ranges as rows of `ARROW_OFFSET_RANGES_SCHEMA`."""
+    return pa.RecordBatch.from_pydict(
+        {
+            "topic": [tp[0] for tp, _, _ in ranges],
+            "partition": [tp[1] for tp, _, _ in ranges],
+            "from_offset": [a for _, a, _ in ranges],
+            "until_offset": [b for _, _, b in ranges],
+        },
+        schema=ARROW_OFFSET_RANGES_SCHEMA,
+    )
+
+
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch stream reader. Offsets: ``{"topic": {"partition": nextOffsetToRead}}``."""
 
@@ -245,25 +269,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             elif e[tp] > s[tp]:
                 ranges.append((tp, s[tp], e[tp]))
         ranges = split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
+        if self.opts.offset_ranges and self.opts.offset_ranges_in_one_task:
+            return [RangesInputPartition(ranges)] if ranges else []
         return [KafkaInputPartition(tp[0], tp[1], a, b) for tp, a, b in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, RangesInputPartition):
+            return iter([_ranges_batch(partition.ranges)])
         if not isinstance(partition, KafkaInputPartition):  # Spark hands back what `partitions` made
             raise KafkaSourceError(f"not a partition of this Kafka source: {partition!r}")
         if self.opts.offset_ranges:
-            return iter(
-                [
-                    pa.RecordBatch.from_pydict(
-                        {
-                            "topic": [partition.topic],
-                            "partition": [partition.partition],
-                            "from_offset": [partition.start],
-                            "until_offset": [partition.end],
-                        },
-                        schema=ARROW_OFFSET_RANGES_SCHEMA,
-                    )
-                ]
-            )
+            return iter([_ranges_batch([((partition.topic, partition.partition), partition.start, partition.end)])])
         configure_worker_logging()
         return read_partition(self.opts, partition.topic, partition.partition, partition.start, partition.end)
 

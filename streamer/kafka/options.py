@@ -58,6 +58,10 @@ Options (all strings, case-insensitive names, as Spark options):
     that reads them in its own Python pass (``read_ranges``, in ``mapInArrow``), as the
     streamer's sink does: records then never cross into the JVM, and one process per task
     fetches, decodes and writes them. The options above still govern the read.
+``offsetRangesInOneTask`` (default ``false``)
+    With ``offsetRanges``: every range in one task's rows, for a consumer that reads the plan on
+    the driver (the streamer's shared query, which hands each table its own ranges): a batch over
+    a thousand topics is then one small task, not a thousand.
 ``kafka.*``
     Passed to librdkafka with the prefix removed (``kafka.security.protocol``,
     ``kafka.sasl.mechanism``, ``kafka.sasl.username``, ``kafka.sasl.password``,
@@ -260,6 +264,7 @@ class SourceOptions:
     group_id_prefix: str = "mor-streamer-kafka-source"
     include_headers: bool = True
     offset_ranges: bool = False
+    offset_ranges_in_one_task: bool = False
     arrow_batch_size: int = 10_000
     arrow_max_batch_bytes: int = 64 * 1024 * 1024
 
@@ -359,6 +364,8 @@ class SourceOptions:
             o.include_headers = _parse_bool("includeHeaders", opts["includeheaders"])
         if "offsetranges" in opts:
             o.offset_ranges = _parse_bool("offsetRanges", opts["offsetranges"])
+        if "offsetrangesinonetask" in opts:
+            o.offset_ranges_in_one_task = _parse_bool("offsetRangesInOneTask", opts["offsetrangesinonetask"])
         if "arrowbatchsize" in opts:
             o.arrow_batch_size = _parse_int("arrowBatchSize", opts["arrowbatchsize"], 1)
         if "arrowmaxbatchbytes" in opts:

@@ -154,6 +154,7 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
     consumer = _CONSUMERS.acquire(opts, prefetch)
     reusable = False
     try:
+        _CONSUMERS.know_topic(consumer, topic, timeout_s)
         consumer.assign([TopicPartition(topic, partition, start)])
         batch_size = opts.arrow_batch_size
         max_bytes = opts.arrow_max_batch_bytes
@@ -340,6 +341,7 @@ class _ConsumerPool:
     def __init__(self):
         self._idle: dict[tuple, list[tuple[float, object]]] = {}
         self._record_bytes: dict[str, float] = {}  # topic -> mean bytes of a record last read
+        self._topics: dict[int, set[str]] = {}  # id of a live consumer -> topics it has metadata of
 
     @staticmethod
     def _key(opts: SourceOptions, prefetch_kbytes: int) -> tuple:
@@ -358,6 +360,18 @@ class _ConsumerPool:
         if mean_bytes:
             self._record_bytes[topic] = mean_bytes
 
+    def know_topic(self, consumer, topic: str, timeout: float) -> None:
+        """Have the consumer fetch the topic's metadata before it is assigned one of its
+        partitions: assigned a topic it does not know, librdkafka waits for its next metadata
+        refresh, about a second, before the first fetch, which a short range (a table of a
+        mirror, a quiet topic) would spend mostly waiting."""
+        known = self._topics.setdefault(id(consumer), set())
+        if topic in known:
+            return
+        with contextlib.suppress(Exception):  # the read's own errors say what is wrong with the topic
+            consumer.list_topics(topic, timeout=min(timeout, 5.0))
+            known.add(topic)
+
     def acquire(self, opts: SourceOptions, prefetch_kbytes: int):
         self._close_stale()
         idle = self._idle.get(self._key(opts, prefetch_kbytes))
@@ -372,6 +386,7 @@ class _ConsumerPool:
                 consumer.unassign()  # stop prefetching what nobody will read
                 idle.append((time.monotonic(), consumer))
                 return
+        self._topics.pop(id(consumer), None)
         _close_quietly(consumer)
 
     def _close_stale(self) -> None:
@@ -379,6 +394,7 @@ class _ConsumerPool:
         for idle in self._idle.values():
             for entry in [e for e in idle if e[0] < cutoff]:
                 idle.remove(entry)
+                self._topics.pop(id(entry[1]), None)
                 _close_quietly(entry[1])
 
 
