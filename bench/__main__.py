@@ -1,10 +1,12 @@
 """`python -m bench [--quick] [--scenario NAME ...] [--rows N] [--batch-rows B] [--batches K] [--out DIR]
-[--keep] [--skip PEER] [--partitions 8,400,2000] [--s3 ROWS,BATCH_ROWS,BATCHES] [--backlog 10M,30M]`:
+[--keep] [--skip PEER] [--partitions 8,400,2000] [--s3 ROWS,BATCH_ROWS,BATCHES] [--backlog 10M,30M]
+[--mirror-tables N]`:
 every scenario, one run.
 
 A scenario is one function `(W1, work directory, **options) -> report.Section`; adding one is
 adding it to SCENARIOS. The size picks the W1 parameters (`--quick` for a smoke run of a few
-minutes). `partitions` and `backlog` run only when named: together they take about an hour.
+minutes). `partitions`, `backlog` and `mirror` run only when named: the first two together take
+about an hour, `mirror` a quarter of one.
 Prints a table per scenario and writes `<out>/<size>.json` and PNG plots.
 """
 
@@ -18,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import backlog, cdc, continuous, growth, ingest, machine, partitions, queries, report, services, sync
+from bench import backlog, cdc, continuous, growth, ingest, machine, mirror, partitions, queries, report, services, sync
 from bench.workload import SIZES, W1
 
 SCENARIOS = {
@@ -31,9 +33,11 @@ SCENARIOS = {
     "sync": sync.scenario,
     "partitions": partitions.scenario,
     "backlog": backlog.scenario,
+    "mirror": mirror.scenario,
 }
-#: Scenarios that `--scenario` names but a run of every scenario leaves out: they take an hour.
-ON_REQUEST = ("partitions", "backlog")
+#: Scenarios that `--scenario` names but a run of every scenario leaves out: they take from a quarter
+#: of an hour to an hour.
+ON_REQUEST = ("partitions", "backlog", "mirror")
 
 
 def counts(text: str) -> tuple[int, ...]:
@@ -82,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         default=backlog.BACKLOGS,
         help="backlog scenario: backlog sizes in records (default 10M,30M)",
     )
+    parser.add_argument(
+        "--mirror-tables",
+        type=int,
+        help="mirror scenario: tables of its stretch run, 100 records each (default 1000; none with --quick; 0: none)",
+    )
     args = parser.parse_args(argv)
 
     overrides = {"initial_rows": args.rows, "batch_rows": args.batch_rows, "batches": args.batches}
@@ -127,6 +136,8 @@ def _options(name: str, args: argparse.Namespace) -> dict:
         return {"partitions": args.partitions, "s3": s3, "s3_partitions": args.s3_partitions}
     if name == "backlog":
         return {"backlogs": args.backlog}
+    if name == "mirror":
+        return {"stretch_tables": args.mirror_tables}
     return {}
 
 

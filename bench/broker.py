@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -82,6 +82,55 @@ def produce_json(bootstrap: str, topic: str, tables: Iterable[pa.Table], partiti
         "message_bytes": size,
         "produce_seconds": seconds,
     }
+
+
+def create_topics(bootstrap: str, topics: Sequence[str], partitions: int, timeout: float = 120) -> None:
+    """Many topics in one request, waiting until each partition has a leader: a thousand of them
+    one `create_topic` at a time would take minutes of admin clients."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(t, num_partitions=partitions) for t in topics]).values():
+        future.result(timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        listed = admin.list_topics(timeout=timeout).topics
+        if all(
+            t in listed
+            and len(listed[t].partitions) == partitions
+            and all(p.leader >= 0 for p in listed[t].partitions.values())
+            for t in topics
+        ):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the {len(topics)} topics have no leader for every partition after {timeout}s")
+        time.sleep(0.1)
+
+
+def produce_records(bootstrap: str, records: Mapping[str, Sequence[tuple[bytes | None, bytes | None, None]]]) -> None:
+    """(key, value, _) records into partition 0 of each topic through one producer for every
+    topic (a producer per topic costs a connection and a metadata request each)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "queue.buffering.max.messages": 1_000_000})
+    failed: list = []
+
+    def delivered(error, _message) -> None:
+        if error is not None:
+            failed.append(error)
+
+    for topic, messages in records.items():
+        for key, value, _ in messages:
+            while True:
+                try:
+                    producer.produce(topic, value, key, partition=0, on_delivery=delivered)
+                    break
+                except BufferError:  # the local queue is full: let the client send
+                    producer.poll(0.05)
+        producer.poll(0)
+    left = producer.flush(300)
+    if left or failed:
+        raise RuntimeError(f"{left} messages not sent, {len(failed)} failed: {failed[:3]}")
 
 
 def delete_topic(bootstrap: str, topic: str) -> None:
