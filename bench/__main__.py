@@ -5,8 +5,9 @@ every scenario, one run.
 
 A scenario is one function `(W1, work directory, **options) -> report.Section`; adding one is
 adding it to SCENARIOS. The size picks the W1 parameters (`--quick` for a smoke run of a few
-minutes). `partitions`, `backlog` and `mirror` run only when named: the first two together take
-about an hour, `mirror` a quarter of one.
+minutes). `partitions`, `backlog`, `mirror` and `verify` run only when named: the first two together
+take about an hour, `mirror` a quarter of one, `verify` (which installs PostgreSQL and data-diff
+when missing) a few minutes.
 Prints a table per scenario and writes `<out>/<size>.json` and PNG plots.
 """
 
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 from bench import backlog, cdc, continuous, growth, ingest, machine, mirror, partitions, queries, report, services, sync
+from bench.verify import scenario as verify_scenario
 from bench.workload import SIZES, W1
 
 SCENARIOS = {
@@ -34,10 +36,11 @@ SCENARIOS = {
     "partitions": partitions.scenario,
     "backlog": backlog.scenario,
     "mirror": mirror.scenario,
+    "verify": verify_scenario,
 }
 #: Scenarios that `--scenario` names but a run of every scenario leaves out: they take from a quarter
 #: of an hour to an hour.
-ON_REQUEST = ("partitions", "backlog", "mirror")
+ON_REQUEST = ("partitions", "backlog", "mirror", "verify")
 
 
 def counts(text: str) -> tuple[int, ...]:

@@ -129,9 +129,12 @@ def test_prometheus_reads_what_the_job_did_and_health_tells_idle_from_stuck(
         )
         assert value(prometheus, 'mor_streamer_freshness_seconds{table="orders"}') > 0
         assert value(prometheus, 'mor_streamer_batch_phase_seconds_total{table="orders",phase="write"}') > 0
-        # the catalog panels' metrics: only tables with a sync: section export them (tests/e2e/test_catalog_job.py)
-        catalog = {n for n in dashboard_metric_names() if n.startswith("mor_streamer_catalog_")}
-        assert dashboard_metric_names() - catalog <= set(prometheus.metric_names())
+        # the catalog panels' metrics: only tables with a sync: section export them (tests/e2e/test_catalog_job.py);
+        # the verify panel's, tables `streamer verify` compared (tests/streamer/test_metrics.py)
+        absent = {
+            n for n in dashboard_metric_names() if n.startswith(("mor_streamer_catalog_", "mor_streamer_verify_"))
+        }
+        assert dashboard_metric_names() - absent <= set(prometheus.metric_names())
         assert wait_until(
             lambda: (
                 {r["name"]: r["health"] for r in prometheus.rules()}.keys() == alert_names()
