@@ -1,5 +1,6 @@
 """Kafka Connect for tests: one standalone worker from Apache Kafka's own Maven Central jars, with
-Debezium's PostgreSQL connector as a plugin, writing into the broker the tests use.
+Debezium's PostgreSQL and MySQL (binlog, MariaDB too) connectors as plugins, writing into the
+broker the tests use.
 
     with KafkaConnect(bootstrap) as connect:
         connect.add_connector("pg", debezium_postgres_config(pg, "pg", "public.accounts"))
@@ -7,13 +8,14 @@ Debezium's PostgreSQL connector as a plugin, writing into the broker the tests u
 
 The worker runs `org.apache.kafka.connect.cli.ConnectStandalone` with no connector; tests add
 theirs through its REST API (standalone mode serves it too), each with a replication slot and
-topic prefix of its own. Debezium's jars (`io.debezium:debezium-connector-postgres`, fetched by
-`streamer.sandbox.jars`) sit in a plugin directory, isolated from the worker's classpath as Connect
-loads any plugin; Apicurio's converters, for a connector that writes Avro through a schema
+topic prefix of its own. Debezium's jars (`io.debezium:debezium-connector-postgres` and `-mysql`,
+fetched by `streamer.sandbox.jars`) sit in a plugin directory each, isolated from the worker's
+classpath as Connect loads any plugin; Apicurio's converters, for a connector that writes Avro through a schema
 registry (`harness.schema_registry`), sit in another. Offsets go to a file and are flushed every
 second, so that a test knows soon when Debezium has handed a change to Kafka (`PostgresServer`
 shows it as the slot's confirmed LSN). `debezium_mirror_config` is the connector of a database
-mirror: every table of a schema, new ones included, in types a table can take.
+mirror: every table of a schema, new ones included, in types a table can take;
+`debezium_mariadb_config` the same for a MariaDB database.
 """
 
 from __future__ import annotations
@@ -40,6 +42,14 @@ CONNECT_ARTIFACTS = (
     f"org.apache.logging.log4j:log4j-slf4j-impl:{LOG4J_VERSION}",
 )
 DEBEZIUM_POSTGRES = f"io.debezium:debezium-connector-postgres:{DEBEZIUM_VERSION}"
+#: Debezium's binlog connector, which reads MariaDB too: the MariaDB connector of its own
+#: (`debezium-connector-mariadb`) is not on the Maven Central the tests reach.
+DEBEZIUM_MYSQL = f"io.debezium:debezium-connector-mysql:{DEBEZIUM_VERSION}"
+#: MariaDB's JDBC driver, beside that connector: MySQL's (Connector/J 9) asks every server for
+#: `transaction_isolation`, a variable MariaDB 10.11 does not have.
+MARIADB_JDBC = "org.mariadb.jdbc:mariadb-java-client:3.5.6"
+#: The connector classes the worker must offer before it counts as started.
+CONNECTOR_CLASSES = ("PostgresConnector", "MySqlConnector")
 JVM_OPTIONS = ("-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
 JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
 
@@ -74,6 +84,10 @@ def debezium_postgres_jars() -> jars.JarSet:
     return jars.fetch("debezium-postgres", DEBEZIUM_VERSION, [DEBEZIUM_POSTGRES])
 
 
+def debezium_mysql_jars() -> jars.JarSet:
+    return jars.fetch("debezium-mysql", DEBEZIUM_VERSION, [DEBEZIUM_MYSQL, MARIADB_JDBC])
+
+
 class KafkaConnect(ServerProcess):
     """A standalone Kafka Connect worker as a child process, its REST API on a free loopback port."""
 
@@ -102,6 +116,7 @@ class KafkaConnect(ServerProcess):
             self.port = free_port(self.host)
             plugins.mkdir(parents=True, exist_ok=True)
             (plugins / "debezium-connector-postgres").symlink_to(debezium_postgres_jars().directory)
+            (plugins / "debezium-connector-mysql").symlink_to(debezium_mysql_jars().directory)
             (plugins / "apicurio-converter").symlink_to(converter_jars().directory)
             self._write_config(plugins)
         self._spawn(
@@ -120,15 +135,15 @@ class KafkaConnect(ServerProcess):
             if not self.is_running():
                 raise HarnessError(f"Kafka Connect exited while starting; log {self.log_path}:\n{self.log_tail()}")
             try:
-                plugins_found = self._call("GET", "/connector-plugins")
-                if any(p["class"].endswith("PostgresConnector") for p in plugins_found):
+                found = {p["class"].rsplit(".", 1)[-1] for p in self._call("GET", "/connector-plugins")}
+                if found.issuperset(CONNECTOR_CLASSES):
                     return self
             except (OSError, ValueError):
                 pass
             if time.monotonic() > deadline:
                 self.stop(timeout=5.0)
                 raise HarnessError(
-                    f"Kafka Connect did not serve its REST API with Debezium's connector within "
+                    f"Kafka Connect did not serve its REST API with Debezium's connectors within "
                     f"{self.startup_timeout:.0f}s; log {self.log_path}:\n{self.log_tail()}"
                 )
             time.sleep(0.5)
@@ -286,3 +301,67 @@ def debezium_mirror_config(
             **overrides,
         },
     )
+
+
+def debezium_mariadb_config(
+    host: str,
+    port: int,
+    user: str,
+    password: str,
+    bootstrap: str,
+    topic_prefix: str,
+    databases: str,
+    server_id: int,
+    partitions: int = 1,
+    **overrides: str,
+) -> dict[str, str]:
+    """Debezium's binlog connector (`MySqlConnector`) on a MariaDB server, for a mirror of every
+    table of `databases` (a comma-separated list): topics `<prefix>.<database>.<table>`, JSON
+    keys and values with Connect's schemas, an initial snapshot, then the binlog.
+
+    - It joins the server as a replica, so `server_id` must differ from the server's and from
+      other connectors'. The schemas it learns from the binlog's DDL are kept in a topic of the
+      same Kafka (`schema-history.<prefix>`, which no mirror pattern matches); no schema change
+      events are written: a mirror reads columns off each change event.
+    - It queries MariaDB through MariaDB's JDBC driver (see `MARIADB_JDBC`), with TLS off
+      (MySQL's default mode, `preferred`, is no mode to that driver) and a positive snapshot
+      fetch size (the connector's default streams large tables with a negative one, which that
+      driver refuses). That driver refuses how the connector reads DATE, DATETIME, TIMESTAMP and
+      TIME columns in a snapshot ("Data type DATETIME cannot be decoded as Blob"): a table with
+      one fails the snapshot, while the binlog carries them fine.
+    - Types, as the binlog gives them: INT int32, DOUBLE double, VARCHAR string, BOOLEAN
+      (TINYINT(1)) boolean, DECIMAL a string of its digits (`decimal.handling.mode`: "-0.01"),
+      DATETIME(6) int64 microseconds since the epoch (io.debezium.time.MicroTimestamp), DATE
+      int32 days since the epoch (io.debezium.time.Date); binary columns lowercase hex.
+    """
+    return {
+        "connector.class": "io.debezium.connector.mysql.MySqlConnector",
+        "tasks.max": "1",
+        "database.jdbc.driver": "org.mariadb.jdbc.Driver",
+        "database.protocol": "jdbc:mariadb",
+        "database.ssl.mode": "disabled",
+        "snapshot.fetch.size": "1000",
+        "database.hostname": host,
+        "database.port": str(port),
+        "database.user": user,
+        "database.password": password,
+        "database.server.id": str(server_id),
+        "database.include.list": databases,
+        "topic.prefix": topic_prefix,
+        "schema.history.internal.kafka.bootstrap.servers": bootstrap,
+        "schema.history.internal.kafka.topic": f"schema-history.{topic_prefix}",
+        "include.schema.changes": "false",
+        "tombstones.on.delete": "true",
+        "snapshot.mode": "initial",
+        "decimal.handling.mode": "string",
+        "binary.handling.mode": "hex",
+        "time.precision.mode": "adaptive_time_microseconds",
+        "key.converter": JSON_CONVERTER,
+        "key.converter.schemas.enable": "true",
+        "value.converter": JSON_CONVERTER,
+        "value.converter.schemas.enable": "true",
+        "topic.creation.default.partitions": str(partitions),
+        "topic.creation.default.replication.factor": "1",
+        "poll.interval.ms": "100",
+        **overrides,
+    }

@@ -46,6 +46,8 @@ SKIP_KINDS = (TOMBSTONE, TRUNCATE, MESSAGE, HEARTBEAT, SCHEMA_CHANGE, TRANSACTIO
 
 #: The connectors (`source.connector`) whose log position has fields of its own.
 POSTGRESQL, MYSQL = "postgresql", "mysql"
+#: Connectors whose positions are a binlog file and offset: MySQL's, and MariaDB's own.
+BINLOG_CONNECTORS = (MYSQL, "mariadb")
 #: MySQL's binlog position as one number: the file's number times this, plus the position in it.
 BINLOG_FILE_FACTOR = 10**12
 _BINLOG_NUMBER = r"\.(?P<number>\d+)$"
@@ -221,7 +223,7 @@ def log_position(source: pa.StructArray) -> pa.Array:
     binlog = pc.add(
         pc.multiply(pc.cast(number, pa.int64(), safe=False), BINLOG_FILE_FACTOR), pc.struct_field(source, "pos")
     )
-    is_mysql = pc.fill_null(pc.equal(connector, MYSQL), False)
+    is_mysql = pc.fill_null(pc.is_in(connector, pa.array(BINLOG_CONNECTORS)), False)
     return pc.if_else(is_pg, lsn, pc.if_else(is_mysql, binlog, pc.struct_field(source, "ts_ms")))
 
 

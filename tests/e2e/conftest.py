@@ -23,8 +23,9 @@ def s3_server(tmp_path_factory):
 # -- a change stream ---------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def kafka_connect(kafka_bootstrap, tmp_path_factory):
-    """A Kafka Connect standalone worker with Debezium's PostgreSQL connector for the session,
-    writing into the session's broker (see harness/kafka_connect.py); tests add connectors."""
+    """A Kafka Connect standalone worker with Debezium's PostgreSQL and MySQL (MariaDB) connectors
+    for the session, writing into the session's broker (see harness/kafka_connect.py); tests add
+    connectors."""
     from harness.kafka_connect import KafkaConnect
 
     connect = KafkaConnect(kafka_bootstrap, tmp_path_factory.mktemp("kafka-connect")).start()
@@ -32,3 +33,18 @@ def kafka_connect(kafka_bootstrap, tmp_path_factory):
         yield connect
     finally:
         connect.close()
+
+
+# -- a source database with a binlog -------------------------------------------------------------
+@pytest.fixture(scope="session")
+def mariadb_server(tmp_path_factory):
+    """MariaDB with a row-based binlog for the session (see harness/mariadb.py), installed from
+    Debian's packages on first use, stopped by its pid at the end. Tests make their own
+    databases."""
+    from harness.mariadb import MariaDbServer
+
+    server = MariaDbServer(tmp_path_factory.mktemp("mariadb")).start()
+    try:
+        yield server
+    finally:
+        server.close()
