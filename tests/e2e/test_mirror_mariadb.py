@@ -144,8 +144,9 @@ def test_each_mirrored_table_holds_what_mariadb_selects(mirror, mariadb_server, 
     expected = _source_rows(mariadb_server, table, forms)
     ours = MorTable.load(str(lake / table)).snapshot(columns=[*forms, "source_position"]).to_pylist()
     positions = [row.pop("source_position") for row in ours]
-    assert _by_key(ours, KEYS[table]) == _by_key(expected, KEYS[table]), out[-4000:]
-    assert [type(v) for row in ours for v in row.values()] == [type(v) for row in expected for v in row.values()]
+    ours_by_key, expected_by_key = _by_key(ours, KEYS[table]), _by_key(expected, KEYS[table])
+    assert ours_by_key == expected_by_key, out[-4000:]
+    assert _types(ours_by_key) == _types(expected_by_key)  # 1 == 1.0 == True: equal values, same types
     binlog_number = int(mariadb_server.sql("SHOW MASTER STATUS").split("\t")[0].rsplit(".", 1)[1])
     assert all(p // BINLOG_FILE_FACTOR == binlog_number and p % BINLOG_FILE_FACTOR > 0 for p in positions), positions
 
@@ -161,6 +162,10 @@ def _source_rows(db, table: str, forms: dict[str, Callable[[str], object]]) -> l
 
 def _by_key(rows: list[dict], key: tuple[str, ...]) -> dict[tuple, dict]:
     return {tuple(row[k] for k in key): row for row in rows}
+
+
+def _types(rows: dict[tuple, dict]) -> dict[tuple, dict[str, type]]:
+    return {key: {column: type(value) for column, value in row.items()} for key, row in rows.items()}
 
 
 def _wait_captured(connect, records: dict[str, int]) -> None:
