@@ -24,6 +24,7 @@ ONE_WORKER_SERVERS = {
     "hudi_judge": "apache-hudi",
     "hive_metastore": "apache-hudi",
     "postgres_server": "apache-hudi",
+    "mariadb_server": "apache-hudi",
     "kafka_connect": "apache-hudi",
 }
 #: What a test the docs do not list is taken to cost, in seconds.
