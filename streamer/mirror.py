@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 
 from streamer.config.loading import mirrored_table
 from streamer.config.mirror import PATH_SHAPE, MirrorConfig, MirroredTopic, TableShape
-from streamer.config.model import JobConfig
+from streamer.config.model import JobConfig, SourceSettings
 from streamer.errors import ConfigError, StartupError
 from streamer.job import TableJob
 from streamer.kafka.admin import KafkaMetadata
@@ -70,7 +70,7 @@ class Mirror:
         self.spark = spark
         self.executor = executor
         self.metrics = metrics
-        self.source = config.sample.source.model_copy(update={"topics": None, "topic_pattern": config.settings.pattern})
+        self.source = mirror_source(config)
         self._options = mirror_source_options(config)
         self._refused: dict[str, NotRouted] = {}  # asked again only if it had no change event yet
         self._metadata: KafkaMetadata | None = None  # one client for the topics found at the start
@@ -136,11 +136,15 @@ def table_config(
     return None if event is None else mirrored_table(mirror, topic, table_shape(event))
 
 
+def mirror_source(mirror: MirrorConfig) -> SourceSettings:
+    """The mirror's source: its tables' brokers and client settings, subscribed to its pattern."""
+    assert mirror.sample is not None, "a mirror loaded by streamer.config.loading"
+    return mirror.sample.source.model_copy(update={"topics": None, "topic_pattern": mirror.settings.pattern})
+
+
 def mirror_source_options(mirror: MirrorConfig, timeout: float | None = None) -> SourceOptions:
     """The Kafka client settings of the mirror's topics (waiting `timeout` for brokers that do not answer)."""
-    assert mirror.sample is not None, "a mirror loaded by streamer.config.loading"
-    source = mirror.sample.source.model_copy(update={"topics": None, "topic_pattern": mirror.settings.pattern})
-    options = source.reader_options()
+    options = mirror_source(mirror).reader_options()
     if timeout is not None:
         options["maxBrokerOutageMs"] = str(int(timeout * 1000))
     return SourceOptions.parse(options)

@@ -24,12 +24,3 @@ class KeyRange:
         """The range cut at `points` (ascending, inside it)."""
         bounds = [self.low, *points, self.high]
         return [KeyRange(a, b) for a, b in itertools.pairwise(bounds)]
-
-    def __str__(self) -> str:
-        low = "start" if self.low is None else _shown(self.low)
-        high = "end" if self.high is None else _shown(self.high)
-        return f"[{low}, {high})"
-
-
-def _shown(key: Key) -> str:
-    return ", ".join(map(repr, key)) if len(key) > 1 else repr(key[0])

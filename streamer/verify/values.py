@@ -19,6 +19,7 @@ commas: no two rows have the same text unless their values are equal.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -136,8 +137,6 @@ def lake_row_texts(texts: list[pa.Array], rows: int) -> pa.Array:
 
 def row_hashes(texts: pa.Array) -> np.ndarray:
     """Each row text's hash as `row_hash_sql` makes it."""
-    import hashlib
-
     md5 = hashlib.md5
     return np.fromiter(
         (int.from_bytes(md5(t.encode()).digest()[:8], "big", signed=True) for t in texts.to_pylist()),
