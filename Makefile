@@ -4,10 +4,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
+# The native Kafka reader (native/, docs/architecture.md "Reading Kafka"), built with cargo into
+# .cache/native-target (kept between runs) and installed into the venv
+NATIVE_STAMP := $(VENV)/.installed-native
+NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock native/pyproject.toml native/mor_streamer_native.pyi $(wildcard native/src/*.rs)
 # Apache Hudi 0.15 on a pyspark 3.5 of its own, the judge of our tables (harness/hudi_judge.py)
 JUDGE_STAMP := .cache/hudi-judge/.installed
 
-.PHONY: demo test class-data test-unit test-spark test-e2e test-hudi lint fix soak bench bench-quick clean
+.PHONY: demo native test class-data test-unit test-spark test-e2e test-hudi lint fix soak bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,17 +23,32 @@ $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	@touch $(BENCH_STAMP)
 
+# Without cargo the job reads Kafka through confluent-kafka (the `python` reader), and says so.
+$(NATIVE_STAMP): $(STAMP) $(NATIVE_SOURCES)
+	@if ! command -v cargo >/dev/null; then \
+		echo "cargo not found: the job will read Kafka with its python reader. Install Rust (https://rustup.rs), then run 'make native' for the native one."; \
+	else \
+		$(PY) -m pip install --quiet 'maturin>=1.7,<2' && \
+		cd native && CARGO_TARGET_DIR=$(CURDIR)/.cache/native-target ../$(VENV)/bin/maturin build --quiet --release \
+			--locked --auditwheel skip --out $(CURDIR)/.cache/native-wheels && cd .. && \
+		$(PY) -m pip install --quiet --force-reinstall --no-deps .cache/native-wheels/mor_streamer_native-*.whl && \
+		touch $(NATIVE_STAMP); \
+	fi
+
+native: $(NATIVE_STAMP)
+
 $(JUDGE_STAMP): $(STAMP) harness/hudi_judge.py
 	$(PY) -m harness.hudi_judge install
 	@touch $(JUDGE_STAMP)
 
 demo: $(STAMP)
+	@$(MAKE) --no-print-directory $(NATIVE_STAMP)
 	$(PY) -m streamer.cli.demo
 
-# The judge's install and Spark's class-data archive (harness/class_data.py) side by side, then
+# The judge's install, Spark's class-data archive (harness/class_data.py) and the native reader side by side, then
 # the tests on two workers (docs/architecture.md, "Where the suite's time goes").
 test: $(STAMP)
-	@$(MAKE) --no-print-directory -j2 $(JUDGE_STAMP) class-data
+	@$(MAKE) --no-print-directory -j2 $(JUDGE_STAMP) class-data $(NATIVE_STAMP)
 	$(PY) -m pytest
 
 class-data: $(STAMP)

@@ -22,11 +22,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from streamer.collector import collect_in_large_steps
-from streamer.config.choices import QueryFailurePolicy
+from streamer.config.choices import QueryFailurePolicy, SourceFormat
 from streamer.config.mirror import MirrorConfig
 from streamer.config.model import JobConfig
 from streamer.errors import StartupError, StopRequestedError
 from streamer.job import TableJob
+from streamer.kafka.consumer import describe_reader
 from streamer.kafka.datasource import register_kafka_source
 from streamer.last_error import record_error
 from streamer.logs.failures import failure_line, query_error_line
@@ -228,6 +229,8 @@ def run(
     """Run the table jobs until stopped (or, with `once`, until their topics are drained).
     Tables that read from the same brokers share one streaming query (`streamer.shared_query`);
     each mirror's tables share its own."""
+    for line in _reader_lines([*configs, *(m.sample for m in mirrors or () if m.sample is not None)]):
+        log.info("%s", line)
     register_kafka_source(spark)
     quiet_spark_loggers(spark)
     executor = BackgroundExecutor()
@@ -273,6 +276,17 @@ def run(
                 log.warning("%s: could not release the table's writer lease: %s", job.name, e)
         for query in queries:
             query.close()
+
+
+def _reader_lines(configs: list[JobConfig]) -> list[str]:
+    """What reads Kafka for the `kafka-arrow` tables: the native reader or the python one
+    (`streamer.kafka.consumer`), one line per choice the configs make."""
+    choices = {
+        str({k.lower(): v for k, v in c.source.options.items()}.get("reader", "auto")).lower()
+        for c in configs
+        if c.source.format == SourceFormat.KAFKA_ARROW
+    }
+    return [f"kafka-arrow reads Kafka with the {describe_reader(choice)}" for choice in sorted(choices)]
 
 
 def _group_name(jobs: list[TableJob]) -> str:

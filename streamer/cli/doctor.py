@@ -46,6 +46,7 @@ from streamer.decode.ddl import parse_ddl
 from streamer.decode.decoded import UndecodableRecordError
 from streamer.decode.registry import CONFLUENT_HEADER_SIZE, SchemaRegistryClient, confluent_schema_id
 from streamer.errors import BrokersUnreachableError, ConfigError, ConfigValueError, SchemaRegistryError
+from streamer.kafka.consumer import NATIVE_REMEDY, describe_reader, native_available
 from streamer.kafka.offsets import KafkaProgress, TopicRanges
 from streamer.kafka.options import SourceOptions
 from streamer.logs.clients import client_config
@@ -140,6 +141,8 @@ def diagnose(config_or_dir: str | Path, timeout: float = DEFAULT_TIMEOUT_SECONDS
     ]
     if any(c.source.format == SourceFormat.KAFKA for c in configs):
         report.checks.append(connector_check())
+    if mirrors or any(c.source.format == SourceFormat.KAFKA_ARROW for c in configs):
+        report.checks.append(reader_check())
     for config in configs:
         report.checks += TableDoctor(config, timeout).checks()
     return report
@@ -342,6 +345,15 @@ def spark_check() -> Check:
             "pip install 'pyspark>=4.2,<5'",
         )
     return Check("spark", Verdict.OK, f"pyspark {pyspark.__version__}")
+
+
+def reader_check() -> Check:
+    """Which reader the `kafka-arrow` source reads with here (`streamer.kafka.consumer`): the
+    python one works everywhere, the native one is faster."""
+    found = describe_reader()
+    if native_available():
+        return Check("kafka reader", Verdict.OK, found)
+    return Check("kafka reader", Verdict.WARNING, found, f"for the faster native reader: {NATIVE_REMEDY}")
 
 
 def connector_check() -> Check:

@@ -284,8 +284,8 @@ class SourceSettings(_Section):
     format: SourceFormat = Field(
         SourceFormat.KAFKA_ARROW,
         description=(
-            "The Spark stream source: `kafka-arrow`, this project's Kafka source (confluent-kafka, no jar "
-            "needed), or `kafka`, Spark's own, which needs `spark-sql-kafka-0-10`: `streamer run` has Spark fetch "
+            "The Spark stream source: `kafka-arrow`, this project's Kafka source (no jar needed; its "
+            "native reader when built, else confluent-kafka: option `reader`), or `kafka`, Spark's own, which needs `spark-sql-kafka-0-10`: `streamer run` has Spark fetch "
             "it (`spark.jars.packages`) unless the Spark settings name it already or spark-submit runs the job."
         ),
     )

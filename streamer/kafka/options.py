@@ -50,6 +50,10 @@ Options (all strings, case-insensitive names, as Spark options):
     the group). ``kafka.group.id`` overrides it.
 ``includeHeaders`` (default ``true``)
     ``false`` drops the ``headers`` column (Spark's schema without headers).
+``reader`` (default ``auto``)
+    What reads the records in the tasks: ``native``, the extension built from ``native/`` by
+    ``make`` (librdkafka straight into Arrow buffers), or ``python``, confluent-kafka's
+    consumer. ``auto`` takes the native reader when it is installed.
 ``arrowBatchSize`` (default 10000), ``arrowMaxBatchBytes`` (default 64 MiB)
     Rows / approximate key+value bytes per Arrow record batch handed to Spark.
 ``offsetRanges`` (default ``false``)
@@ -93,6 +97,9 @@ from streamer.logs.clients import ClientLog, client_config
 if TYPE_CHECKING:
     from confluent_kafka import Consumer
     from confluent_kafka.admin import AdminClient
+
+#: Values of the option ``reader``.
+READERS = ("auto", "native", "python")
 
 #: ``startingOffsets`` values of a partition: its earliest and its latest offset.
 EARLIEST = -2
@@ -267,6 +274,7 @@ class SourceOptions:
     offset_ranges_in_one_task: bool = False
     arrow_batch_size: int = 10_000
     arrow_max_batch_bytes: int = 64 * 1024 * 1024
+    reader: str = "auto"
 
     def __repr__(self) -> str:
         return f"SourceOptions({redact_options(self.raw_options)})"
@@ -366,6 +374,10 @@ class SourceOptions:
             o.offset_ranges = _parse_bool("offsetRanges", opts["offsetranges"])
         if "offsetrangesinonetask" in opts:
             o.offset_ranges_in_one_task = _parse_bool("offsetRangesInOneTask", opts["offsetrangesinonetask"])
+        if "reader" in opts:
+            o.reader = opts["reader"].strip().lower()
+            if o.reader not in READERS:
+                raise KafkaSourceError(f"option 'reader' must be one of {', '.join(READERS)} (got {opts['reader']!r})")
         if "arrowbatchsize" in opts:
             o.arrow_batch_size = _parse_int("arrowBatchSize", opts["arrowbatchsize"], 1)
         if "arrowmaxbatchbytes" in opts:

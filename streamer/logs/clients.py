@@ -62,9 +62,13 @@ class ClientLog:
             LIBRDKAFKA.debug(msg, *args)
 
     def on_error(self, error) -> None:
-        text = error.str()
+        """confluent-kafka's `error_cb`."""
+        self.on_error_event(error.code(), error.fatal(), error.str())
+
+    def on_error_event(self, code: int, fatal: bool, text: str) -> None:
+        """An error event of the client, by its librdkafka code."""
         self.cause = text
-        if error.fatal() or error.code() not in connectivity_codes():
+        if fatal or code not in connectivity_codes():
             if text not in self._reported:
                 self._reported.add(text)
                 log.warning("Kafka %s: %s", self.client, text)
