@@ -55,7 +55,7 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
     consumer = _CONSUMERS.acquire(opts, prefetch)
     reusable = False
     try:
-        _CONSUMERS.know_topic(consumer, topic, timeout_s)
+        knows_topic = _CONSUMERS.know_topic(consumer, topic, timeout_s)
         consumer.assign(topic, partition, start)
         batch_size = opts.arrow_batch_size
         max_bytes = opts.arrow_max_batch_bytes
@@ -120,6 +120,8 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
                     raise KafkaSourceError(f"fatal Kafka error reading {where}: {opts.redact(text)}")
                 else:
                     last_problem = opts.redact(text)
+            if not done and not got.added and not knows_topic:
+                knows_topic = _CONSUMERS.know_topic(consumer, topic, 1.0)
             if not done and not got.added:
                 # Gaps: the position may have passed `end` without a record at end - 1.
                 pos = consumer.position(topic, partition)
@@ -229,16 +231,20 @@ class _ConsumerPool:
         if mean_bytes:
             self._record_bytes[topic] = mean_bytes
 
-    def know_topic(self, consumer: RangeConsumer, topic: str, timeout: float) -> None:
+    def know_topic(self, consumer: RangeConsumer, topic: str, timeout: float) -> bool:
         """Have the consumer fetch the topic's metadata before it is assigned one of its
         partitions: assigned a topic it does not know, librdkafka waits for its next metadata
         refresh, about a second, before the first fetch, which a short range (a table of a
-        mirror, a quiet topic) would spend mostly waiting."""
+        mirror, a quiet topic) would spend mostly waiting. False when the brokers did not
+        answer: after a failed request librdkafka waits minutes to ask again, so the reader asks
+        again itself while it makes no progress."""
         known = self._topics.setdefault(id(consumer), set())
         if topic in known:
-            return
-        consumer.partitions(topic, min(timeout, 5.0))  # the read's own errors say what is wrong with the topic
+            return True
+        if consumer.partitions(topic, min(timeout, 5.0)) is None:  # the read's own errors say what is wrong
+            return False
         known.add(topic)
+        return True
 
     def acquire(self, opts: SourceOptions, prefetch_kbytes: int) -> RangeConsumer:
         self._close_stale()

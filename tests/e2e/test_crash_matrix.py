@@ -310,6 +310,42 @@ def test_failure_points_of_the_source_restart_to_the_oracle_with_sparks_kafka_fo
     assert [r.point for r in rows] == KAFKA_FORMAT_CHAIN and all(r.outcome for r in rows)
 
 
+# The point where the reader matters most, for the python reader (the matrix above reads with the
+# native one): a commit Spark's checkpoint does not know of, whose records the restart must not
+# read again.
+PYTHON_READER_CHAIN = ["deltacommit.completed"]
+
+
+@pytest.mark.e2e
+def test_failure_points_of_the_source_restart_to_the_oracle_with_the_python_reader(
+    kafka_bootstrap, kafka_topic, tmp_path, spark, terminal_summary
+):
+    topic = kafka_topic(partitions=2, prefix="orders")
+    events = two_region_events(2 * BATCH, seed=99)
+    bad = [(b"bad", raw, None) for raw in MALFORMED]
+    offsets = kafka_broker.produce(kafka_bootstrap, topic, as_kafka_records(events) + bad)
+    mapping = order_config(
+        tmp_path,
+        "orders",
+        kafka_bootstrap,
+        topic,
+        decode={"on_error": "quarantine"},
+        source={"max_offsets_per_trigger": BATCH, "initial_load_max_records": BATCH, "options": {"reader": "python"}},
+    )
+    config = write_config(tmp_path / "configs", mapping)
+    path = str(tmp_path / "tables" / "orders")
+
+    rows: list[MatrixRow] = []
+    started = time.monotonic()
+    try:
+        crash_chain(PYTHON_READER_CHAIN, config, path, topic, events, offsets, spark, rows)
+        assert_whole_stream_in(path, topic, events, kafka_bootstrap)
+    finally:
+        if rows:
+            terminal_summary.extend(["source.options.reader: python", *matrix_table(rows, time.monotonic() - started)])
+    assert [r.point for r in rows] == PYTHON_READER_CHAIN and all(r.outcome for r in rows)
+
+
 @pytest.mark.unit
 def test_the_matrix_crashes_at_every_failure_point_in_the_code_and_the_docs():
     in_code = set()

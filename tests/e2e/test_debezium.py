@@ -348,6 +348,15 @@ def one_application(mirrored, kafka_bootstrap, apicurio_registry):
     declared = "region STRING, id INT, name STRING, balance DOUBLE, visits BIGINT, active BOOLEAN, tier STRING"
     paths = {
         "without-schemas": cdc_config(work, kafka_bootstrap, "without-schemas", declared),
+        "python-reader": cdc_config(
+            work,
+            kafka_bootstrap,
+            "without-schemas",
+            declared,
+            table={"name": "accounts_python_reader", "path": str(work / "tables" / "accounts_python_reader")},
+            stream={"checkpoint_location": str(work / "checkpoints" / "accounts_python_reader")},
+            source={"options": {"reader": "python"}},
+        ),
         "avro": cdc_config(
             work,
             kafka_bootstrap,
@@ -370,6 +379,11 @@ def test_the_json_stream_without_schemas_mirrors_the_table_with_the_declared_col
     table_path = one_application["without-schemas"]
     assert_mirrors(table_path, mirrored[0], hudi_judge)
     assert len(list_partitions(MorTable.load(table_path).storage)) == len(REGIONS)
+
+
+def test_the_python_reader_mirrors_the_table_as_the_native_one_does(mirrored, one_application, hudi_judge):
+    """The same stream through the python reader (source option `reader`), in the same run."""
+    assert_mirrors(one_application["python-reader"], mirrored[0], hudi_judge)
 
 
 def test_the_avro_stream_through_a_schema_registry_mirrors_the_table_and_follows_the_added_column(

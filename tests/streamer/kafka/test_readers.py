@@ -4,6 +4,9 @@ between them."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pyarrow as pa
 import pytest
 
@@ -64,3 +67,27 @@ def test_both_readers_hand_over_identical_batches(kafka_bootstrap, kafka_topic, 
         if include_headers == "true":
             expected = [None if r[3] is None else [{"key": k, "value": v} for k, v in r[3]] for r in records[start:end]]
             assert table.column("headers").to_pylist() == expected
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("reader", ["native", "python"])
+def test_a_range_read_rides_out_a_broker_restart(tmp_path, reader):
+    """A read that starts while its broker is down waits for it (within the task timeout), then
+    reads every record of the range once."""
+    records = [(f"k{i}".encode(), f"v{i}".encode() * 10, 0) for i in range(5_000)]
+    with kafka_broker.KafkaBroker(tmp_path / "kafka") as kafka:
+        topic = kafka.create_topic("orders", partitions=1)
+        kafka_broker.produce(kafka.bootstrap, topic, records)
+        opts = _options(kafka.bootstrap, topic, reader=reader, maxBrokerOutageMs="60000", arrowBatchSize="1000")
+        kafka.stop()
+        values: list = []
+        read = threading.Thread(
+            target=lambda: values.extend(
+                v for b in read_partition(opts, topic, 0, 0, len(records)) for v in b.column("value").to_pylist()
+            )
+        )
+        read.start()
+        time.sleep(3.0)
+        kafka.start()  # from this thread: the broker dies with the thread that started it
+        read.join(90)
+    assert values == [r[1] for r in records]

@@ -27,6 +27,10 @@ from streamer.kafka.reader import read_partition, read_ranges
 from streamer.kafka.schema import ARROW_SCHEMA, KAFKA_SCHEMA, OFFSET_RANGES_SCHEMA
 from tests.support import kafka_broker
 
+#: Both readers of the source (`streamer.kafka.consumer`): the tests of what a range read must
+#: handle (gaps, data loss, timeouts, consumer reuse) run on each.
+READERS = pytest.mark.parametrize("reader", ["native", "python"])
+
 # ----------------------------------------------------------------------------------------------
 # unit
 # ----------------------------------------------------------------------------------------------
@@ -175,11 +179,13 @@ def _closed_port() -> int:
 
 
 @pytest.mark.unit
-def test_unreachable_broker_fails_with_clear_timeout():
+@READERS
+def test_unreachable_broker_fails_with_clear_timeout(reader):
     o = SourceOptions.parse(
         {
             "kafka.bootstrap.servers": f"127.0.0.1:{_closed_port()}",
             "subscribe": "nowhere",
+            "reader": reader,
             "kafkaConsumer.pollTimeoutMs": "1500",
             "kafka.sasl.password": "zz-secret-zz",
         }
@@ -515,7 +521,10 @@ def test_earliest_check_below_retention_is_data_loss():
 
 
 @pytest.mark.e2e
-def test_a_range_that_begins_below_the_earliest_offset_is_data_loss_and_the_rest_is_read(kafka_bootstrap, kafka_topic):
+@READERS
+def test_a_range_that_begins_below_the_earliest_offset_is_data_loss_and_the_rest_is_read(
+    kafka_bootstrap, kafka_topic, reader
+):
     """The reader asks for the partition's earliest offset only when a read does not begin
     where it was asked to: records deleted below it still fail the read naming them, or are
     skipped with the rest read, and a range wholly deleted reads nothing."""
@@ -528,7 +537,9 @@ def test_a_range_that_begins_below_the_earliest_offset_is_data_loss_and_the_rest
     admin.delete_records([TopicPartition(topic, 0, 12)])[TopicPartition(topic, 0, 12)].result(30)
 
     def read(start, end, **options):
-        opts = SourceOptions.parse({"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic, **options})
+        opts = SourceOptions.parse(
+            {"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic, "reader": reader, **options}
+        )
         return [o for b in read_partition(opts, topic, 0, start, end) for o in b.column("offset").to_pylist()]
 
     with pytest.raises(KafkaDataLossError) as e:
@@ -542,13 +553,16 @@ def test_a_range_that_begins_below_the_earliest_offset_is_data_loss_and_the_rest
 
 
 @pytest.mark.e2e
-def test_ranges_read_through_consumers_of_either_prefetch_hold_exactly_their_records(kafka_bootstrap, kafka_topic):
+@READERS
+def test_ranges_read_through_consumers_of_either_prefetch_hold_exactly_their_records(
+    kafka_bootstrap, kafka_topic, reader
+):
     """A worker's first read of a topic uses the default prefetch; once the record size is
     known, short ranges use consumers of the small one. Either way, and with consumers reused
     from one range to the next, a range reads exactly its records."""
     topic = kafka_topic(partitions=1, prefix="prefetch")
     kafka_broker.produce(kafka_bootstrap, topic, [(None, f"v{i:05d}".encode() * 40, 0) for i in range(3_000)])
-    opts = SourceOptions.parse({"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic})
+    opts = SourceOptions.parse({"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic, "reader": reader})
     pool = kafka_reader._CONSUMERS
     expected = [f"v{i:05d}".encode() * 40 for i in range(3_000)]
     assert pool.prefetch_kbytes(topic, 3_000) == PREFETCH_KBYTES  # nothing of the topic read yet
@@ -575,15 +589,15 @@ def _produce_transactions(bootstrap, topic):
 
 
 @pytest.mark.e2e
-def test_offset_gaps_never_hang(kspark, kafka_bootstrap, kafka_topic, tmp_path):
+@READERS
+def test_offset_gaps_never_hang(kspark, kafka_bootstrap, kafka_topic, tmp_path, reader):
     topic = kafka_topic(partitions=1, prefix="gaps")
     _produce_transactions(kafka_bootstrap, topic)
-    opts = SourceOptions.parse(
-        {"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic, "kafka.isolation.level": "read_committed"}
-    )
-    reader = KafkaStreamReader(opts)
-    end = reader.latestOffset(offsets_to_json({(topic, 0): 0}), ReadAllAvailable())[topic]["0"]
-    reader.stop()
+    options = {"kafka.isolation.level": "read_committed", "reader": reader}
+    opts = SourceOptions.parse({"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic, **options})
+    stream_reader = KafkaStreamReader(opts)
+    end = stream_reader.latestOffset(offsets_to_json({(topic, 0): 0}), ReadAllAvailable())[topic]["0"]
+    stream_reader.stop()
     committed = [f"c{i}".encode() for i in range(5)] + [f"d{i}".encode() for i in range(3)]
     # Ranges that start, end or consist only of control records (and the aborted ones) end
     # promptly, each with exactly the committed records inside it.
@@ -612,6 +626,6 @@ def test_offset_gaps_never_hang(kspark, kafka_bootstrap, kafka_topic, tmp_path):
         subscribe=topic,
         startingOffsets="earliest",
         maxOffsetsPerTrigger=3,
-        **{"kafka.isolation.level": "read_committed"},
+        **options,
     )
     assert [r[1] for r in sorted(sink.rows, key=lambda r: r[4])] == committed
