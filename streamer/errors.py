@@ -86,6 +86,12 @@ class KafkaSourceTimeoutError(KafkaSourceError):
     """The broker did not answer / the partition made no progress within the time limit."""
 
 
+class KafkaAuthenticationError(KafkaSourceError):
+    """The broker and this client do not trust each other: the broker refused the login (SASL),
+    or this client does not trust the broker's TLS certificate. Waiting cannot help: a setting
+    must change, and the message says which."""
+
+
 # -- records and schemas -------------------------------------------------------------------------
 
 

@@ -1,5 +1,6 @@
 """Topic discovery and offset queries against the brokers, made on the driver with one admin
-client and retried while the brokers do not answer (``fetchOffset.*``, ``maxBrokerOutageMs``)."""
+client and retried while the brokers do not answer (``fetchOffset.*``, ``maxBrokerOutageMs``);
+not when they refuse the client (a failed login, an untrusted certificate: `refusals`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from streamer.errors import KafkaSourceError, KafkaSourceTimeoutError
 from streamer.kafka.options import EARLIEST, LATEST, OffsetMap, SourceOptions, TopicPartitionKey, new_client
+from streamer.kafka.refusals import refusal_error
 from streamer.logs.clients import ClientLog
 
 if TYPE_CHECKING:
@@ -42,6 +44,14 @@ class KafkaMetadata:
     def close(self) -> None:
         self._admin = self._admin_log = None
 
+    def _fail_if_refused(self) -> None:
+        """Raise when the brokers refused the admin client (a failed login) or it refused them
+        (an untrusted certificate): waiting cannot mend that."""
+        if self._admin is not None:
+            self._admin.poll(0)  # serves the client's queued log lines and error events
+        if self._admin_log is not None and self._admin_log.refusal is not None:
+            raise refusal_error(self.opts, *self._admin_log.refusal) from None
+
     def _latest_cause(self, failure: BaseException) -> str:
         """Why a request failed: the admin client's latest error event (which names the broker
         and, say, "Connection refused") when there is one, else the request's own error."""
@@ -69,12 +79,13 @@ class KafkaMetadata:
             try:
                 answer = fn(timeout)
                 self.admin.poll(0)  # serves the client's log lines and error events, which wait for it
-                if self._admin_log is not None:
-                    self._admin_log.cause = None  # the errors before this answer are over
+                if self._admin_log is not None:  # the errors before this answer are over
+                    self._admin_log.cause = self._admin_log.refusal = None
                 return answer
             except KafkaSourceError:  # configuration errors, data loss: not worth retrying
                 raise
             except Exception as e:  # noqa: BLE001 - KafkaException, timeouts
+                self._fail_if_refused()
                 cause = self._latest_cause(e)
                 waited = time.monotonic() - started
                 if outage_s is None and attempt > o.fetch_offset_num_retries:

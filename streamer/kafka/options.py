@@ -71,7 +71,9 @@ Options (all strings, case-insensitive names, as Spark options):
     ``kafka.sasl.mechanism``, ``kafka.sasl.username``, ``kafka.sasl.password``,
     ``kafka.ssl.ca.location``, ``kafka.isolation.level``, ...). A Java
     ``kafka.sasl.jaas.config`` with ``username="..." password="..."`` (PLAIN / SCRAM login
-    modules) is translated into ``sasl.username``/``sasl.password``. As in Spark,
+    modules) is translated into ``sasl.username``/``sasl.password``. A Java truststore
+    (``kafka.ssl.truststore.*``, for Spark's own ``kafka`` format) is left out: librdkafka trusts
+    the certificate authority of ``kafka.ssl.ca.location``, a PEM file. As in Spark,
     ``kafka.auto.offset.reset``, ``kafka.enable.auto.commit``, ``kafka.key.deserializer``,
     ``kafka.value.deserializer`` and ``kafka.interceptor.classes`` are rejected. The isolation
     level defaults to ``read_uncommitted`` like Spark (librdkafka's own default differs); set
@@ -225,12 +227,18 @@ def _parse_assign(value: str) -> list[TopicPartitionKey]:
     return sorted(set(tps))
 
 
+#: A Java client's trust settings, which librdkafka has no use for (nor name).
+_JAVA_TRUSTSTORE_PARAMS = {"ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.type"}
+
+
 def _translate_kafka_params(raw: dict[str, str]) -> dict[str, str]:
     """Java-client style ``kafka.*`` params -> librdkafka configuration."""
     out: dict[str, str] = {}
     for k, v in raw.items():
         if k in _REJECTED_KAFKA_PARAMS:
             raise KafkaSourceError(f"Kafka option 'kafka.{k}' is not supported: {_REJECTED_KAFKA_PARAMS[k]}")
+        if k in _JAVA_TRUSTSTORE_PARAMS:
+            continue
         if k == "sasl.jaas.config":
             items = {m.group(1).lower(): m.group(2) for m in JAAS_ITEM.finditer(v)}
             if "oauthbearer" in v.lower() or "username" not in items or "password" not in items:

@@ -15,6 +15,7 @@ from streamer.errors import KafkaSourceError, KafkaSourceTimeoutError
 from streamer.kafka.consumer import ConsumerError, RangeConsumer, open_consumer, reader_kind
 from streamer.kafka.data_loss import data_loss
 from streamer.kafka.options import PREFETCH_KBYTES, SourceOptions, describe_partition
+from streamer.kafka.refusals import refusal_error
 from streamer.kafka.schema import OFFSET_RANGES_SCHEMA
 
 
@@ -122,6 +123,8 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
                     last_problem = opts.redact(text)
             if not done and not got.added and not knows_topic:
                 knows_topic = _CONSUMERS.know_topic(consumer, topic, 1.0)
+            if not done and not got.added and consumer.client_log.refusal is not None:
+                raise refusal_error(opts, *consumer.client_log.refusal)  # waiting cannot mend it
             if not done and not got.added:
                 # Gaps: the position may have passed `end` without a record at end - 1.
                 pos = consumer.position(topic, partition)

@@ -6,11 +6,12 @@ executor. Each Kafka client the job makes is configured with `client_config` ins
 
 - librdkafka's log lines go to the `streamer.librdkafka` logger at DEBUG (`--log-level DEBUG`
   shows them). They are served by the client's poll or consume calls, on the thread making them.
-- Its error events are kept as the client's latest `cause`. The job reports an outage itself,
-  one line per retry of its own naming the brokers and that cause
-  (`streamer.kafka.admin.KafkaMetadata`).
-- Errors that are not about reaching a broker (authentication, TLS, fatal errors) are logged at
-  WARNING, once per client and message: librdkafka retries those too, and they need a person.
+- Its error events are kept as the client's latest `cause`, and its latest `refusal` (a failed
+  login, an untrusted TLS certificate). The job reports an outage itself, one line per retry of
+  its own naming the brokers and that cause (`streamer.kafka.admin.KafkaMetadata`), and a
+  refusal in the one line it fails with (`streamer.kafka.refusals`).
+- Other errors that are not about reaching a broker (fatal errors, ...) are logged at WARNING,
+  once per client and message: librdkafka retries those too, and they need a person.
 
 `configure_worker_logging` gives Spark's Python workers (where the source's clients run) the
 driver's log format and level, so their lines reach the console as the driver's do.
@@ -46,6 +47,15 @@ def connectivity_codes() -> frozenset[int]:
     )
 
 
+def is_refusal(code: int, text: str) -> bool:
+    """Whether an error event says that a broker refused this client's login, or that this client
+    refused the broker's TLS certificate (older librdkafka releases call that a transport error)."""
+    from confluent_kafka import KafkaError
+
+    refusals = {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL}
+    return code in refusals or "certificate verify failed" in text
+
+
 class ClientLog:
     """The log lines and error events of one Kafka client (see the module's doc). Passed as the
     client's `logger`, with `on_error` as its `error_cb`."""
@@ -54,6 +64,7 @@ class ClientLog:
         self.client = client
         # The latest error event, e.g. "host:port/bootstrap: Connect to ... failed: Connection refused".
         self.cause: str | None = None
+        self.refusal: tuple[int, str] | None = None  # librdkafka's code and text
         self._reported: set[str] = set()
 
     def log(self, level: int, msg: str, *args, **kwargs) -> None:
@@ -68,7 +79,10 @@ class ClientLog:
     def on_error_event(self, code: int, fatal: bool, text: str) -> None:
         """An error event of the client, by its librdkafka code."""
         self.cause = text
-        if fatal or code not in connectivity_codes():
+        refused = is_refusal(code, text)
+        if refused:
+            self.refusal = (code, text)
+        if fatal or not (refused or code in connectivity_codes()):
             if text not in self._reported:
                 self._reported.add(text)
                 log.warning("Kafka %s: %s", self.client, text)

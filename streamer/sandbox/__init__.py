@@ -5,7 +5,8 @@ and the servers' processes. Nothing here is on the ingestion path (that is `stre
 - `local_kafka`: the broker of `streamer kafka start|stop|status` and of the demo, which outlives
   the command and keeps its data in a known directory until told to delete it;
 - `kafka_broker`: Apache Kafka itself, one KRaft node run with `java` from its Maven Central jars
-  (the tests and benchmarks start theirs with it);
+  (the tests and benchmarks start theirs with it), optionally with a SASL_SSL listener too;
+- `tls`: the certificates of such a listener, made with the JDK's `keytool`;
 - `topics`: topics created and deleted, records produced as a producer would, a wait for a broker;
 - `change_events`: the order change events of the demo, the tests and the benchmarks;
 - `jars`: Maven Central artifacts fetched once with `mvn` into a cache;

@@ -6,28 +6,41 @@ and controller, on a loopback port, with its data in a directory of its own.
         ... kafka.bootstrap ...
         kafka.restart()      # same port, same data: topics and offsets survive
 
+    with KafkaBroker(sasl_ssl=True) as kafka:    # a second listener, for clients that must log in
+        Consumer({**kafka.secured.librdkafka_config(), "group.id": ...})
+
 No Docker and no tarball: the jars come from `streamer.sandbox.jars` (fetched once with Maven),
 the storage is formatted with Kafka's own StorageTool, and the server runs as
 `java -cp <jars> kafka.Kafka server.properties`. Its settings suit one node that is started and
 stopped at will: one replica for every internal topic, no rebalance delay, records kept whatever
 their age unless a topic says otherwise, retention checked every second. A directory that holds
 a broker's data already is started again on the ports it was made with.
+
+The SASL_SSL listener (`sasl_ssl=True`) is a secured broker as clients meet one: TLS with a
+certificate that a certificate authority of the broker's own signed (`streamer.sandbox.tls`), and
+a SCRAM-SHA-512 user with a random password, created when the storage is formatted. Its
+certificates are made while the storage is formatted, and kept in the work directory.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
+import secrets
 import subprocess
 import uuid
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from streamer.errors import BrokerStartError, ServerNotRunningError
 from streamer.sandbox import jars
 from streamer.sandbox.ports import free_port
 from streamer.sandbox.server_process import ServerProcess, java_executable
+from streamer.sandbox.tls import ServerCertificates, server_certificates
 from streamer.sandbox.topics import create_topic, wait_for_broker
 
 KAFKA_VERSION = "4.4.0"
@@ -93,6 +106,48 @@ Configuration:
 """
 
 
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+SCRAM_USER = "streamer"
+
+
+@dataclass(frozen=True)
+class SecuredListener:
+    """The SASL_SSL listener as a client sees it: where it listens, who logs in, which
+    certificate authority to trust (as PEM for librdkafka, in a truststore for Java)."""
+
+    bootstrap: str
+    username: str
+    password: str = field(repr=False)
+    ca_location: str
+    truststore_location: str
+    truststore_password: str = field(repr=False)
+    mechanism: str = SCRAM_MECHANISM
+
+    def librdkafka_config(self) -> dict[str, str]:
+        """A librdkafka client's settings (confluent-kafka; the `kafka-arrow` source's `kafka.*`)."""
+        return {
+            "bootstrap.servers": self.bootstrap,
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": self.mechanism,
+            "sasl.username": self.username,
+            "sasl.password": self.password,
+            "ssl.ca.location": self.ca_location,
+        }
+
+    def java_config(self) -> dict[str, str]:
+        """A Java client's settings (Spark's `kafka` source's `kafka.*`)."""
+        return {
+            "bootstrap.servers": self.bootstrap,
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": self.mechanism,
+            "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{self.username}" password="{self.password}";',
+            "ssl.truststore.type": "PKCS12",
+            "ssl.truststore.location": self.truststore_location,
+            "ssl.truststore.password": self.truststore_password,
+        }
+
+
 def kafka_jars() -> jars.JarSet:
     """Apache Kafka's server jars and a log4j binding, fetched on first use."""
     return jars.fetch("kafka", KAFKA_VERSION, ARTIFACTS)
@@ -114,7 +169,9 @@ class KafkaBroker(ServerProcess):
     `start()` formats the storage the first time (on `port`, else a free one), starts the server
     and waits until it answers metadata requests; `stop()` is a controlled shutdown (SIGTERM),
     `restart()` comes back on the same ports and data, `hang()` and `wake()` freeze and thaw it
-    (`ServerProcess`). Topics are created on demand only with `auto_create_topics`.
+    (`ServerProcess`). Topics are created on demand only with `auto_create_topics`. With
+    `sasl_ssl`, a second listener that only lets in clients who trust its certificate and log in
+    with SCRAM-SHA-512: `secured` tells them how.
     """
 
     def __init__(
@@ -127,11 +184,14 @@ class KafkaBroker(ServerProcess):
         die_with_parent: bool | None = None,
         port: int | None = None,
         auto_create_topics: bool = False,
+        sasl_ssl: bool = False,
     ):
         super().__init__(work_dir, host, log_path, startup_timeout, die_with_parent, temp_prefix="kafka-")
         self.overrides = {"auto.create.topics.enable": str(auto_create_topics).lower(), **(overrides or {})}
         self.port = port
         self.controller_port: int | None = None
+        self.sasl_ssl = sasl_ssl
+        self.secured: SecuredListener | None = None
         self.startup_seconds: float | None = None
 
     @property
@@ -154,23 +214,26 @@ class KafkaBroker(ServerProcess):
                     "start it on its port, or delete the directory for a new broker"
                 )
             self.port = port
+            self.secured = self._stored_secured_listener()
+            if self.sasl_ssl and self.secured is None:
+                raise BrokerStartError(
+                    f"the broker data in {self.work_dir} was made without a SASL_SSL listener: "
+                    "start it without one, or delete the directory for a new broker"
+                )
         else:  # first start: new storage
             self.port = self.port or free_port(self.host)
             self.controller_port = free_port(self.host)
-            self._write_config()
-            self._java(
-                classpath,
-                "kafka.tools.StorageTool",
-                "format",
-                "--cluster-id",
-                random_cluster_id(),
-                "--config",
-                str(self._properties),
-                "--ignore-formatted",
-            )
+            self._format(classpath)
         self._spawn(self._command(classpath, "kafka.Kafka", str(self._properties)))
         try:
             self.startup_seconds = wait_for_broker(self.bootstrap, self.startup_timeout, is_alive=self.is_running)
+            if self.secured is not None:
+                self.startup_seconds += wait_for_broker(
+                    self.secured.bootstrap,
+                    self.startup_timeout,
+                    is_alive=self.is_running,
+                    client=self.secured.librdkafka_config(),
+                )
         except BrokerStartError as exc:
             self.stop(timeout=5.0)
             raise BrokerStartError(
@@ -193,6 +256,60 @@ class KafkaBroker(ServerProcess):
     def _properties(self) -> Path:
         return self.work_dir / "server.properties"
 
+    @property
+    def _secured_listener_file(self) -> Path:
+        return self.work_dir / "sasl_ssl.json"
+
+    @property
+    def _tls_directory(self) -> Path:
+        return self.work_dir / "tls"
+
+    def _format(self, classpath: str) -> None:
+        """Write the settings and format the storage; with `sasl_ssl`, create the SCRAM user and
+        make the certificates meanwhile."""
+        if not self.sasl_ssl:
+            self._write_config()
+            self._format_storage(classpath)
+            return
+        secured = self.secured = self._new_secured_listener()
+        with ThreadPoolExecutor(max_workers=1) as meanwhile:
+            made = meanwhile.submit(server_certificates, self._tls_directory, secured.truststore_password, (self.host,))
+            self._write_config()
+            self._format_storage(
+                classpath, "--add-scram", f"{secured.mechanism}=[name={secured.username},password={secured.password}]"
+            )
+        made.result()
+        self._secured_listener_file.write_text(json.dumps(asdict(secured), indent=2) + "\n")
+
+    def _format_storage(self, classpath: str, *options: str) -> None:
+        self._java(
+            classpath,
+            "kafka.tools.StorageTool",
+            "format",
+            "--cluster-id",
+            random_cluster_id(),
+            "--config",
+            str(self._properties),
+            "--ignore-formatted",
+            *options,
+        )
+
+    def _new_secured_listener(self) -> SecuredListener:
+        certificates = ServerCertificates.of(self._tls_directory, secrets.token_hex(16))
+        return SecuredListener(
+            bootstrap=f"{self.host}:{free_port(self.host)}",
+            username=SCRAM_USER,
+            password=secrets.token_hex(16),
+            ca_location=str(certificates.ca_pem),
+            truststore_location=str(certificates.truststore),
+            truststore_password=certificates.password,
+        )
+
+    def _stored_secured_listener(self) -> SecuredListener | None:
+        if not self._secured_listener_file.is_file():
+            return None
+        return SecuredListener(**json.loads(self._secured_listener_file.read_text()))
+
     def _stored_ports(self) -> tuple[int, int]:
         """The broker and controller ports of the stored `listeners`."""
         settings = dict(line.split("=", 1) for line in self._properties.read_text().splitlines() if "=" in line)
@@ -201,21 +318,43 @@ class KafkaBroker(ServerProcess):
 
     def _write_config(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        listeners = [f"PLAINTEXT://{self.host}:{self.port}", f"CONTROLLER://{self.host}:{self.controller_port}"]
+        advertised = [f"PLAINTEXT://{self.host}:{self.port}"]
+        protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+        if self.secured is not None:
+            listeners.append(f"SASL_SSL://{self.secured.bootstrap}")
+            advertised.append(f"SASL_SSL://{self.secured.bootstrap}")
+            protocols.append("SASL_SSL:SASL_SSL")
         settings = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@{self.host}:{self.controller_port}",
-            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "listeners": ",".join(listeners),
+            "advertised.listeners": ",".join(advertised),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": ",".join(protocols),
             "log.dirs": str(self.work_dir / "data"),
+            **(self._secured_listener_settings(self.secured) if self.secured is not None else {}),
             **SINGLE_NODE_SETTINGS,
             **self.overrides,
         }
         self._properties.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         (self.work_dir / "log4j2.yaml").write_text(_LOG4J2)
+
+    def _secured_listener_settings(self, secured: SecuredListener) -> dict[str, str]:
+        """SCRAM over TLS on the SASL_SSL listener, its users those of the cluster's metadata."""
+        certificates = ServerCertificates.of(self._tls_directory, secured.truststore_password)
+        listener = "listener.name.sasl_ssl."
+        return {
+            "sasl.enabled.mechanisms": secured.mechanism,
+            f"{listener}{secured.mechanism.lower()}.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
+            f"{listener}ssl.keystore.type": "PKCS12",
+            f"{listener}ssl.keystore.location": str(certificates.keystore),
+            f"{listener}ssl.keystore.password": certificates.password,
+        }
 
     def _command(self, classpath: str, main: str, *args: str) -> list[str]:
         return [
@@ -233,6 +372,9 @@ class KafkaBroker(ServerProcess):
             self._command(classpath, main, *args), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120
         )
         if done.returncode != 0:
+            shown = " ".join(args)
+            if self.secured is not None:
+                shown = shown.replace(self.secured.password, "***")
             raise BrokerStartError(
-                f"{main} {' '.join(args)} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-4000:]}"
+                f"{main} {shown} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-4000:]}"
             )

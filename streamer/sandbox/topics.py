@@ -33,10 +33,13 @@ def _admin(bootstrap: str, **extra: Any):
     return AdminClient(client_config({"bootstrap.servers": bootstrap, **extra}, f"admin client of {bootstrap}")[0])
 
 
-def wait_for_broker(bootstrap: str, timeout: float = 30.0, is_alive=None) -> float:
+def wait_for_broker(
+    bootstrap: str, timeout: float = 30.0, is_alive=None, client: Mapping[str, str] | None = None
+) -> float:
     """Block until the broker at `bootstrap` answers a Kafka metadata request listing at least
-    one broker. Returns the seconds waited. `is_alive()` (optional) aborts the wait early when it
-    returns False (e.g. the broker process died)."""
+    one broker, asked by a client with the settings `client` (a secured listener's). Returns the
+    seconds waited. `is_alive()` (optional) aborts the wait early when it returns False (e.g. the
+    broker process died)."""
     start = time.monotonic()
     deadline = start + timeout
     host, _, port = bootstrap.split(",", maxsplit=1)[0].rpartition(":")
@@ -49,7 +52,7 @@ def wait_for_broker(bootstrap: str, timeout: float = 30.0, is_alive=None) -> flo
         if time.monotonic() > deadline:
             raise BrokerStartError(f"nothing listens on {bootstrap} after {timeout:.0f}s")
         time.sleep(0.02)
-    admin = _admin(bootstrap)
+    admin = _admin(bootstrap, **(client or {}))
     last_error: Exception | None = None
     while time.monotonic() < deadline:
         if is_alive is not None and not is_alive():

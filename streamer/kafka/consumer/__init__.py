@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from streamer.errors import KafkaSourceError
 from streamer.kafka.options import SourceOptions
+from streamer.logs.clients import ClientLog
 
 NATIVE_MODULE = "mor_streamer_native"
 #: What a user without the extension is told to do.
@@ -50,6 +51,8 @@ class Fetched:
 
 class RangeConsumer(Protocol):
     """A consumer that reads one assigned partition at a time into the rows of a record batch."""
+
+    client_log: ClientLog  # its error events, served by its calls
 
     @property
     def rows(self) -> int:

@@ -1,0 +1,153 @@
+"""The job against a broker that demands SASL_SSL: SCRAM-SHA-512 logins over TLS, on the second
+listener of an Apache Kafka this module starts (`KafkaBroker(sasl_ssl=True)`). Records are
+produced through its PLAINTEXT listener and read through the secured one, by the `kafka-arrow`
+source (librdkafka, trusting the broker's certificate authority as PEM; through each of its
+readers) and by Spark's own
+`kafka` source (the Java client: a JAAS line and a truststore). A wrong password, or a
+certificate authority that did not sign the broker's certificate, stops the table at once with
+one line that names the broker and what was refused, and leaves the table untouched."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from harness.spark import kafka_connector
+from streamer import app
+from streamer.config.loading import config_from_mapping
+from streamer.errors import KafkaAuthenticationError
+from streamer.kafka.options import SourceOptions
+from streamer.kafka.reader import read_partition
+from streamer.sandbox.kafka_broker import KafkaBroker
+from streamer.sandbox.tls import certificate_authority
+from table.mor_table import MorTable
+from tests.support.ingestion import (
+    assert_table_matches,
+    committed_offsets,
+    end_offsets,
+    order_config,
+    produce_orders,
+    run_streamer,
+    settled_change_events,
+    write_config,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def spark_jars() -> tuple[str, ...]:
+    return tuple(str(jar) for jar in kafka_connector().jars)
+
+
+@pytest.fixture(scope="module")
+def secured_kafka(tmp_path_factory) -> Iterator[KafkaBroker]:
+    """Apache Kafka with a SASL_SSL listener beside its PLAINTEXT one. Its own, not the session's:
+    making its certificates takes a few keytool runs, which the session's brokers need not wait for."""
+    with KafkaBroker(tmp_path_factory.mktemp("kafka-secured"), sasl_ssl=True) as broker:
+        yield broker
+
+
+#: Both readers of `kafka-arrow` (`streamer.kafka.consumer`).
+READERS = pytest.mark.parametrize("reader", ["native", "python"])
+
+
+def source_options(client_config: dict[str, str]) -> dict[str, str]:
+    """A client's settings as the source's `kafka.*` options (the brokers have a key of their own)."""
+    return {f"kafka.{name}": value for name, value in client_config.items() if name != "bootstrap.servers"}
+
+
+def secured_orders(secured_kafka: KafkaBroker, unique_topic, events: list[dict]) -> str:
+    """A topic of `events`, produced through the PLAINTEXT listener."""
+    topic = secured_kafka.create_topic(unique_topic("orders"), partitions=2)
+    produce_orders(secured_kafka.bootstrap, topic, events)
+    return topic
+
+
+@READERS
+def test_the_job_reads_a_topic_through_sasl_ssl_with_a_scram_sha_512_login(
+    spark, secured_kafka, unique_topic, reader, tmp_path
+):
+    secured = secured_kafka.secured
+    events = settled_change_events(2_000, seed=301)
+    topic = secured_orders(secured_kafka, unique_topic, events)
+    options = source_options(secured.librdkafka_config()) | {"reader": reader}
+    mapping = order_config(tmp_path, "orders", secured.bootstrap, topic, source={"options": options})
+
+    (outcome,) = app.run([config_from_mapping(mapping)], spark, once=True).tables
+
+    assert outcome.error is None and outcome.records == len(events)
+    assert_table_matches(mapping["table"]["path"], events)
+    assert committed_offsets(mapping["table"]["path"], topic) == end_offsets(secured_kafka.bootstrap, topic)
+
+
+def test_sparks_kafka_source_reads_a_topic_through_sasl_ssl_with_a_jaas_login_and_a_truststore(
+    spark, secured_kafka, unique_topic, tmp_path, caplog
+):
+    secured = secured_kafka.secured
+    events = settled_change_events(2_000, seed=303)
+    topic = secured_orders(secured_kafka, unique_topic, events)
+    # Spark's Java client trusts the truststore; the job's own clients (offsets, lag) the PEM.
+    options = source_options(secured.java_config()) | {"kafka.ssl.ca.location": secured.ca_location}
+    mapping = order_config(tmp_path, "orders", secured.bootstrap, topic, source={"format": "kafka", "options": options})
+
+    (outcome,) = app.run([config_from_mapping(mapping)], spark, once=True).tables
+
+    assert outcome.error is None and outcome.records == len(events)
+    assert "could not read the Kafka lag" not in caplog.text
+    assert_table_matches(mapping["table"]["path"], events)
+    assert committed_offsets(mapping["table"]["path"], topic) == end_offsets(secured_kafka.bootstrap, topic)
+
+
+def test_a_wrong_password_or_an_untrusted_certificate_stops_the_table_at_once_in_one_line(
+    secured_kafka, unique_topic, tmp_path
+):
+    secured = secured_kafka.secured
+    topic = secured_orders(secured_kafka, unique_topic, settled_change_events(100, seed=305))
+    stranger = certificate_authority(tmp_path / "stranger-ca", "stranger-secret")
+    wrong_password = "not-the-password-" + secured.password[:4]
+    refused = {
+        "wrong_password": source_options(secured.librdkafka_config() | {"sasl.password": wrong_password}),
+        "untrusted": source_options(secured.librdkafka_config() | {"ssl.ca.location": str(stranger.pem)}),
+    }
+    configs = tmp_path / "configs"
+    for name, options in refused.items():
+        write_config(configs, order_config(tmp_path, name, secured.bootstrap, topic, source={"options": options}))
+
+    # Taken for an outage, either would be retried for source.max_broker_outage_seconds (300 s).
+    code, out = run_streamer(["run", str(configs), "--once"], timeout=240)
+
+    assert code == 1, out[-5000:]
+    assert secured.password not in out and wrong_password not in out
+    lines = out.splitlines()
+    assert len([line for line in lines if secured.bootstrap in line]) == 4, out  # per table: its error, its summary
+    for name, told in (
+        ("wrong_password", f"Kafka broker {secured.bootstrap} refused the SCRAM-SHA-512 login of user 'streamer'"),
+        ("untrusted", f"Kafka broker {secured.bootstrap} presented a TLS certificate this client does not trust"),
+    ):
+        (summary,) = [line for line in lines if line.startswith(f"{name}: ")]
+        assert f"FAILED: KafkaAuthenticationError: {told}" in summary, summary
+        table = str(tmp_path / "tables" / name)
+        assert not MorTable.exists(table) or not MorTable.load(table).timeline().instants  # nothing begun
+
+
+@READERS
+def test_a_reader_refused_by_the_broker_fails_at_once_naming_it(secured_kafka, unique_topic, reader):
+    """In a Spark task, where no retry of the driver's is in the way: a wrong password fails the
+    range's read at once, naming the broker and the login, not after the task timeout."""
+    secured = secured_kafka.secured
+    topic = secured_orders(secured_kafka, unique_topic, settled_change_events(100, seed=307))
+    options = source_options(secured.librdkafka_config() | {"sasl.password": "not-the-password"})
+    opts = SourceOptions.parse(
+        {"kafka.bootstrap.servers": secured.bootstrap, "subscribe": topic, "reader": reader, **options}
+    )
+
+    started = time.monotonic()
+    with pytest.raises(KafkaAuthenticationError) as refused:
+        list(read_partition(opts, topic, 0, 0, 50))
+
+    assert time.monotonic() - started < 30
+    assert f"Kafka broker {secured.bootstrap} refused the SCRAM-SHA-512 login of user 'streamer'" in str(refused.value)
+    assert "not-the-password" not in str(refused.value)
