@@ -14,7 +14,7 @@ range logic (gaps, data loss, timeouts) for both.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -95,7 +95,11 @@ class RangeConsumer(Protocol):
 
 
 def native_available() -> bool:
-    return importlib.util.find_spec(NATIVE_MODULE) is not None
+    try:
+        importlib.import_module(NATIVE_MODULE)
+    except ImportError:
+        return False
+    return True
 
 
 def reader_kind(opts: SourceOptions) -> str:

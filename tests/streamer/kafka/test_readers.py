@@ -4,6 +4,8 @@ between them."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -70,10 +72,11 @@ def test_both_readers_hand_over_identical_batches(kafka_bootstrap, kafka_topic, 
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("reader", ["native", "python"])
-def test_a_range_read_rides_out_a_broker_restart(tmp_path, reader):
+def test_a_range_read_of_the_python_reader_rides_out_a_broker_restart(tmp_path):
     """A read that starts while its broker is down waits for it (within the task timeout), then
-    reads every record of the range once."""
+    reads every record of the range once. The native reader, the default, is proven so by
+    tests/e2e/test_broker_faults.py's continuous job."""
+    reader = "python"
     records = [(f"k{i}".encode(), f"v{i}".encode() * 10, 0) for i in range(5_000)]
     with kafka_broker.KafkaBroker(tmp_path / "kafka") as kafka:
         topic = kafka.create_topic("orders", partitions=1)
@@ -91,3 +94,28 @@ def test_a_range_read_rides_out_a_broker_restart(tmp_path, reader):
         kafka.start()  # from this thread: the broker dies with the thread that started it
         read.join(90)
     assert values == [r[1] for r in records]
+
+
+@pytest.mark.unit
+def test_without_the_extension_the_source_reads_with_the_python_reader_and_says_how_to_get_the_native_one():
+    """A plain `pip install` on a machine without Rust: `auto` is the python reader, the line the
+    job logs and `doctor` prints names the remedy, and `reader: native` is refused by name."""
+    script = """
+import sys
+sys.modules["mor_streamer_native"] = None  # as if the extension were not installed
+from streamer.errors import KafkaSourceError
+from streamer.kafka.consumer import describe_reader, reader_kind
+from streamer.kafka.options import SourceOptions
+base = {"kafka.bootstrap.servers": "h:1", "subscribe": "t"}
+print(reader_kind(SourceOptions.parse(base)))
+print(describe_reader())
+try:
+    reader_kind(SourceOptions.parse({**base, "reader": "native"}))
+except KafkaSourceError as e:
+    print(e)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    kind, described, refused = done.stdout.splitlines()
+    assert kind == "python"
+    assert described.startswith("python reader (confluent-kafka ") and "`make native` builds it" in described
+    assert refused.startswith("option 'reader' is 'native' but the native Kafka reader is not installed: `make native`")
