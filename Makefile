@@ -79,13 +79,13 @@ fix: $(STAMP)
 # Continuous ingestion with async services, then checked (docs/operations.md, "Soak"); e.g.
 # make soak SOAK_MINUTES=120 SOAK_ARGS="--rate 400 --keep".
 SOAK_MINUTES ?= 10
-soak: $(STAMP)
+soak: $(STAMP) $(NATIVE_STAMP)
 	$(PY) -m bench.soak --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
 
-bench: $(BENCH_STAMP) $(JUDGE_STAMP)
+bench: $(BENCH_STAMP) $(JUDGE_STAMP) $(NATIVE_STAMP)
 	$(PY) -m bench
 
-bench-quick: $(BENCH_STAMP) $(JUDGE_STAMP)
+bench-quick: $(BENCH_STAMP) $(JUDGE_STAMP) $(NATIVE_STAMP)
 	$(PY) -m bench --quick
 
 clean:
