@@ -23,16 +23,18 @@ $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	@touch $(BENCH_STAMP)
 
-# Without cargo the job reads Kafka through confluent-kafka (the `python` reader), and says so.
+# Without cargo, or when the build fails (it needs a C compiler and OpenSSL's headers, Debian's
+# libssl-dev), the job reads Kafka through confluent-kafka (the `python` reader), and says so.
 $(NATIVE_STAMP): $(STAMP) $(NATIVE_SOURCES)
 	@if ! command -v cargo >/dev/null; then \
 		echo "cargo not found: the job will read Kafka with its python reader. Install Rust (https://rustup.rs), then run 'make native' for the native one."; \
-	else \
-		$(PY) -m pip install --quiet 'maturin>=1.7,<2' && \
-		cd native && CARGO_TARGET_DIR=$(CURDIR)/.cache/native-target ../$(VENV)/bin/maturin build --quiet --release \
-			--locked --auditwheel skip --out $(CURDIR)/.cache/native-wheels && cd .. && \
-		$(PY) -m pip install --quiet --force-reinstall --no-deps .cache/native-wheels/mor_streamer_native-*.whl && \
+	elif $(PY) -m pip install --quiet 'maturin>=1.7,<2' && \
+		(cd native && CARGO_TARGET_DIR=$(CURDIR)/.cache/native-target ../$(VENV)/bin/maturin build --quiet --release \
+			--locked --auditwheel skip --out $(CURDIR)/.cache/native-wheels) && \
+		$(PY) -m pip install --quiet --force-reinstall --no-deps .cache/native-wheels/mor_streamer_native-*.whl; then \
 		touch $(NATIVE_STAMP); \
+	else \
+		echo "the native Kafka reader did not build (above): the job will read Kafka with its python reader"; \
 	fi
 
 native: $(NATIVE_STAMP)
