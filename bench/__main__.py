@@ -1,13 +1,14 @@
 """`python -m bench [--quick] [--scenario NAME ...] [--rows N] [--batch-rows B] [--batches K] [--out DIR]
 [--keep] [--skip PEER] [--partitions 8,400,2000] [--s3 ROWS,BATCH_ROWS,BATCHES] [--backlog 10M,30M]
-[--mirror-tables N]`:
+[--mirror-tables N] [--reader-messages N]`:
 every scenario, one run.
 
 A scenario is one function `(W1, work directory, **options) -> report.Section`; adding one is
 adding it to SCENARIOS. The size picks the W1 parameters (`--quick` for a smoke run of a few
 minutes). `partitions`, `backlog`, `mirror` and `verify` run only when named: the first two together
 take about an hour, `mirror` a quarter of one, `verify` (which installs PostgreSQL and data-diff
-when missing) a few minutes.
+when missing) a few minutes. `reader` (the Kafka readers alone, on one core) takes a few minutes
+and runs with every scenario.
 Prints a table per scenario and writes `<out>/<size>.json` and PNG plots.
 """
 
@@ -21,11 +22,26 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import backlog, cdc, continuous, growth, ingest, machine, mirror, partitions, queries, report, services, sync
+from bench import (
+    backlog,
+    cdc,
+    continuous,
+    growth,
+    ingest,
+    machine,
+    mirror,
+    partitions,
+    queries,
+    reader,
+    report,
+    services,
+    sync,
+)
 from bench.verify import scenario as verify_scenario
 from bench.workload import SIZES, W1
 
 SCENARIOS = {
+    "reader": reader.scenario,
     "ingest": ingest.scenario,
     "continuous": continuous.scenario,
     "growth": growth.scenario,
@@ -94,6 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="mirror scenario: tables of its stretch run, 100 records each (default 1000; none with --quick; 0: none)",
     )
+    parser.add_argument(
+        "--reader-messages",
+        type=counts,
+        help="reader scenario: messages per topic (default 5 per W1 initial row: 5M, 500k with --quick)",
+    )
     args = parser.parse_args(argv)
 
     overrides = {"initial_rows": args.rows, "batch_rows": args.batch_rows, "batches": args.batches}
@@ -139,6 +160,8 @@ def _options(name: str, args: argparse.Namespace) -> dict:
         return {"partitions": args.partitions, "s3": s3, "s3_partitions": args.s3_partitions}
     if name == "backlog":
         return {"backlogs": args.backlog}
+    if name == "reader":
+        return {"messages": args.reader_messages[0] if args.reader_messages else None}
     if name == "mirror":
         return {"stretch_tables": args.mirror_tables}
     return {}

@@ -16,13 +16,16 @@ Two measurements, each side by side in one run:
 - the streaming job on each topic: `streamer run --once`, the upsert batches' records/s from the
   job's own log, as the `ingest` scenario measures ours.
 
-The issue's target: the envelope costs at most 15% of either.
+The issue's targets: Connect's JSON envelope costs at most 15% of either without Connect's
+schemas, at most 30% with them (each message then carries its schema, several times the row's
+bytes, to parse and skip); the Avro envelope at most 15%.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,7 +53,8 @@ from table import to_avro_schema
 
 PARTITIONS = 2
 DECODE_REPEATS = 5
-MAX_COST = 0.15
+#: The most each Debezium topic may cost against the plain JSON rows, in records/s.
+MAX_COST = {"debezium": 0.15, "debezium-schemas": 0.30, "debezium-avro": 0.15}
 ROW_DDL = VALUE_DDL.replace(", is_deleted BOOLEAN", "")
 ROW = SCHEMA.remove(SCHEMA.get_field_index("is_deleted"))
 FIRST_LSN = 22_000_000
@@ -64,8 +68,9 @@ NOTES = [
     "decode: RecordDecoder.decode over the first upsert batch's messages in this process, one thread, the "
     f"fastest of {DECODE_REPEATS} runs, the topics taking turns; records/s of the pass (JSON parse, envelope, key, "
     "checks). 'x ours' is against the plain job; the targets compare each measurement with its plain peer.",
-    "job: streamer run --once on each topic (kafka-arrow, local[2], services off), records/s of the upsert "
-    "batches from the sink's log lines, as in the ingest scenario.",
+    "job: streamer run --once on each topic (kafka-arrow with its default reader, native when installed, "
+    "local[2], services off), records/s of the upsert batches from the sink's log lines, as in the ingest "
+    "scenario.",
     "Debezium topics: no tombstones (tombstones.on.delete: false), so that every topic holds the same "
     "records; deletes carry the whole row in before. The table orders by the LSN kept as source_position.",
 ]
@@ -116,8 +121,8 @@ def checks(section: Section) -> list[Check]:
                 Check(
                     f"{kind}: {name} against plain JSON",
                     f"{cost:+.1%} records/s cost",
-                    f"<= {MAX_COST:.0%}",
-                    cost <= MAX_COST,
+                    f"<= {MAX_COST[name]:.0%}",
+                    cost <= MAX_COST[name],
                 )
             )
     return out
@@ -359,6 +364,7 @@ def job(work: Path, w: W1, bootstrap: str, topic: str, registry_url: str) -> Pat
     config_path = work / "orders.yaml"
     config_path.write_text(yaml.safe_dump(settings, sort_keys=False))
     log_path = work / "streamer.log"
+    load_average = os.getloadavg()  # the machine is shared: what else ran when this topic's job did
     code, _wall, rss = run_measured(streaming.command(config_path), log_path)
     log = log_path.read_text()
     if code != 0:
@@ -383,5 +389,5 @@ def job(work: Path, w: W1, bootstrap: str, topic: str, registry_url: str) -> Pat
         seconds[1:],
         seconds[0] if seconds else None,
         peak_rss=rss,
-        details={"micro_batches": len(done)},
+        details={"micro_batches": len(done), "load_average": [load_average, os.getloadavg()]},
     )

@@ -3,14 +3,16 @@
 W1 goes to Parquet files (what the library peers read) and, as JSON messages, to a topic of
 Apache Kafka (what our streaming job and the Kafka ceiling read), before anything is timed.
 Then each path runs in a process of its own, one after the other: ours (`streamer run --once`
-with each source, `kafka-arrow` and Spark's own `kafka` format, then continuously with a fixed
-trigger), our engine as a library, Apache Hudi 0.15's own Spark upsert
-(`bench.peers.apache_hudi`), delta-rs merge, Spark copy-on-write, and the two ceilings.
+with each source, `kafka-arrow` with its default reader (native when installed) and with its
+python reader, and Spark's own `kafka` format, then continuously with a fixed trigger), our
+engine as a library, Apache Hudi 0.15's own Spark upsert (`bench.peers.apache_hudi`), delta-rs
+merge, Spark copy-on-write, and the two ceilings.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -40,9 +42,12 @@ NOTES = [
     "services off) in a pyspark 3.5 of its own (the judge's), local[2] with the same Spark settings; its "
     "initial load is an upsert too. Each batch is staged as Parquet before its timing and read by Spark "
     "inside it.",
-    "ours reads with the default source, kafka-arrow (confluent-kafka, read by the sink's own pass from the offset ranges the query plans); ours-spark-kafka "
-    "runs the same job on Spark's own kafka format (spark-sql-kafka-0-10), whose initial load is a batch "
-    "query before the stream. Both read the same topic of the same Apache Kafka broker.",
+    "ours reads with the default source, kafka-arrow, and its default reader (reader: auto, the native "
+    "one when installed: librdkafka straight into Arrow buffers, no Python object per record), read by the "
+    "sink's own pass from the offset ranges the query plans; ours-python-reader runs the same job with "
+    "reader: python (confluent-kafka's consumer, the previous path); ours-spark-kafka runs it on Spark's "
+    "own kafka format (spark-sql-kafka-0-10), whose initial load is a batch query before the stream. All "
+    "read the same topic of the same Apache Kafka broker. The targets are ours' (the default reader).",
     "delta-rs merge and Spark copy-on-write rewrite the files a batch touches (Spark: the whole "
     "table); merge-on-read appends log files and defers that work to compaction.",
     "peak RSS: the whole process tree of the path (Python driver, its JVM, the JVM's Python workers); "
@@ -57,6 +62,8 @@ def scenario(w: W1, work: Path, skip: frozenset[str] = frozenset()) -> Section:
         details = _produce(bootstrap, files)
         print("  ours: streamer run --once", flush=True)
         results = list(streaming.run(work / "ours", w, bootstrap, TOPIC, TOPIC_PARTITIONS))
+        print("  ours: streamer run --once, source option reader: python (confluent-kafka)", flush=True)
+        results += streaming.run(work / "ours-python-reader", w, bootstrap, TOPIC, TOPIC_PARTITIONS, reader="python")
         print("  ours: streamer run --once, source.format kafka (Spark's own source)", flush=True)
         results += streaming.run(
             work / "ours-spark-kafka", w, bootstrap, TOPIC, TOPIC_PARTITIONS, source_format="kafka"
@@ -141,6 +148,7 @@ def peer(name: str, work: Path, w: W1, bootstrap: str) -> PathResult:
             {"workload": str(work.parent / "w1"), "table": str(work / "table"), "bootstrap": bootstrap, "topic": TOPIC}
         )
     )
+    load_average = os.getloadavg()  # the machine is shared: what else ran when this path did
     code, _, rss = run_measured(
         [sys.executable, "-m", "bench.child", name, str(peer_input), str(result_path)], log_path
     )
@@ -149,6 +157,7 @@ def peer(name: str, work: Path, w: W1, bootstrap: str) -> PathResult:
         return PathResult(name, name, 0, 0.0, peak_rss=rss, details={"error": f"exit {code}, log {log_path}:\n{tail}"})
     result = PathResult.from_json(json.loads(result_path.read_text()))
     result.peak_rss = rss
+    result.details["load_average"] = [load_average, os.getloadavg()]  # at its start and end
     if result.table_rows is not None:
         result.expected_rows = w.expected_rows()
     return result

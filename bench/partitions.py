@@ -4,7 +4,8 @@ Real tables have hundreds of partitions (a year of days), and a change stream to
 them in every micro-batch. For each partition count W1's region column takes that many values,
 so every upsert batch touches every partition and nearly every bucket; the job runs as in
 `ingest` (`streamer run --once`, local[2], services off, one micro-batch per W1 batch, numbers
-from its own log) and delta-rs merges the same events in the same run.
+from its own log), with its default reader (native when installed) and again with its python
+reader (`reader: python`, confluent-kafka), and delta-rs merges the same events in the same run.
 
 Then the same job writes an `s3://` table on S3Proxy (`harness.s3`), at a smaller size, and the
 requests each micro-batch makes are counted by kind from the server's request log: a request
@@ -38,7 +39,9 @@ NOTES = [
     "(region) taking N values uniformly: every batch touches every partition, and nearly every one "
     f"of their {BUCKETS} buckets. Ours: streamer run --once, {spark.MASTER}, services off, one micro-batch "
     "per W1 batch; records/s is wall time between commits, 'load s' the initial load of the rows as the "
-    "job's first micro-batch. delta-rs merge gets the same events as Arrow tables, partitioned by region.",
+    "job's first micro-batch. ours reads with kafka-arrow's default reader (native when installed); "
+    "ours, python reader runs the same job with the source option reader: python (confluent-kafka). "
+    "delta-rs merge gets the same events as Arrow tables, partitioned by region.",
     "create µs: the time to create one file, 1,600 of them in 400 directories, on the tables' file system "
     "just before ours ran. The job creates a log file per bucket touched each batch, and what the kernel "
     "charges for a file varies by orders of magnitude on some file systems (on ext4 without a journal it "
@@ -76,6 +79,19 @@ def scenario(
             ours.details["partitions"] = count
             ours.details["file_create_us"] = create_us
             results.append(ours)
+            print(f"  ours, reader: python: {count:,} partitions", flush=True)
+            python, _ = streaming.run(
+                here / "ours-python-reader",
+                wn,
+                bootstrap,
+                topic,
+                TOPIC_PARTITIONS,
+                name=f"ours-python-reader-p{count}",
+                reader="python",
+            )
+            python.label = f"ours, python reader: {count:,} partitions"
+            python.details["partitions"] = count
+            results.append(python)
             print(f"  delta-merge: {count:,} partitions", flush=True)
             delta = peer("delta-merge", here / "delta-merge", wn, bootstrap)
             delta.name, delta.label = f"delta-merge-p{count}", f"delta-rs merge: {count:,} partitions"
@@ -108,14 +124,19 @@ def _pairs(section: Section, partitions: tuple[int, ...]):
         yield count, ours, None if "error" in delta.details else delta
 
 
+def _python_reader(section: Section, count: int) -> PathResult | None:
+    return next((r for r in section.results if r.name == f"ours-python-reader-p{count}"), None)
+
+
 def _shape_table(section: Section, partitions: tuple[int, ...]) -> str:
     header = (
         f"{'partitions':>10}  {'groups':>6}  {'ours rec/s':>10}  {'p50 s':>6}  {'p95 s':>6}  {'load s':>6}  "
-        f"{'load rec/s':>10}  {'delta rec/s':>11}  {'ours/delta':>10}  {'peak RSS MB':>11}  {'peak PSS MB':>11}"
-        f"  {'create µs':>9}"
+        f"{'load rec/s':>10}  {'delta rec/s':>11}  {'ours/delta':>10}  {'py rdr rec/s':>12}  {'py/delta':>8}  "
+        f"{'peak RSS MB':>11}  {'peak PSS MB':>11}  {'create µs':>9}"
     )
     lines = [
-        "by partition count (ours: the job's upsert batches; delta: delta-rs merge of the same events)",
+        "by partition count (ours: the job's upsert batches, default reader; py rdr: the same job with "
+        "reader: python; delta: delta-rs merge of the same events)",
         header,
         "-" * len(header),
     ]
@@ -124,10 +145,14 @@ def _shape_table(section: Section, partitions: tuple[int, ...]) -> str:
         load_rate = ours.details["load_records"] / ours.load_seconds if ours.load_seconds else 0
         delta_rate = f"{delta.records_per_second:,.0f}" if delta else "failed"
         ratio = f"{rate / delta.records_per_second:.2f}x" if delta else "-"
+        python = _python_reader(section, count)
+        python_rate = f"{python.records_per_second:,.0f}" if python else "-"
+        python_ratio = f"{python.records_per_second / delta.records_per_second:.2f}x" if python and delta else "-"
         lines.append(
             f"{count:>10,}  {count * BUCKETS:>6,}  {rate:>10,.0f}  {ours.batch_percentile(50):>6.2f}  "
             f"{ours.batch_percentile(95):>6.2f}  {ours.load_seconds:>6.1f}  {load_rate:>10,.0f}  "
-            f"{delta_rate:>11}  {ratio:>10}  {ours.peak_rss.get('total', 0) / 2**20:>11,.0f}  "
+            f"{delta_rate:>11}  {ratio:>10}  {python_rate:>12}  {python_ratio:>8}  "
+            f"{ours.peak_rss.get('total', 0) / 2**20:>11,.0f}  "
             f"{ours.peak_rss.get('pss', 0) / 2**20:>11,.0f}  {ours.details['file_create_us']:>9,.0f}"
         )
     names = list(next(iter(section.results)).details.get("load_phases", {}))
@@ -234,17 +259,25 @@ def _s3_table(s3: dict, w: W1) -> str:
     return "\n".join(lines)
 
 
+#: The job's records/s over delta-rs merge's at a partition count, at least (the native reader's
+#: issue; issue 30 wanted 1.0x at 400).
+OVER_DELTA = {8: 1.6, 400: 1.2}
+
+
 def targets(section: Section, partitions: tuple[int, ...]) -> list[Check]:
-    """Issue 30's targets, for the partition counts this run measured."""
+    """Issue 30's targets and the native reader's, for the partition counts this run measured."""
     by_count = {count: (ours, delta) for count, ours, delta in _pairs(section, partitions)}
     checks = []
     if 400 in by_count:
-        ours, delta = by_count[400]
-        rate = ours.records_per_second
+        rate = by_count[400][0].records_per_second
         checks.append(Check("upserts at 400 partitions", f"{rate:,.0f} records/s", ">= 80,000", rate >= 80_000))
-        if delta is not None:
-            ratio = rate / delta.records_per_second
-            checks.append(Check("at 400 partitions against delta-rs", f"{ratio:.2f}x", ">= 1.0x", ratio >= 1.0))
+    for count, want in OVER_DELTA.items():
+        if count in by_count and by_count[count][1] is not None:
+            ours, delta = by_count[count]
+            ratio = ours.records_per_second / delta.records_per_second
+            checks.append(
+                Check(f"at {count:,} partitions against delta-rs", f"{ratio:.2f}x", f">= {want}x", ratio >= want)
+            )
     if 8 in by_count:
         p50 = by_count[8][0].batch_percentile(50)
         for count, most in ((400, 1.5), (2_000, 3.0)):

@@ -11,6 +11,7 @@ every path here measures ingestion alone; what compaction costs is a scenario of
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 import sys
@@ -35,6 +36,8 @@ PHASE_LINE = re.compile(
     r"DEBUG streamer\.sink: orders batch (\d+) phases: (.*?)(?:; freshness ([\d.]+)s to ([\d.]+)s)?$"
 )
 CAUGHT_UP = re.compile(r"INFO streamer\.sink: orders batch \d+: .*; lag \S+ 0$", re.MULTILINE)
+#: The job's first lines name what reads Kafka for `kafka-arrow` (`streamer.app._reader_lines`).
+READER_LINE = re.compile(r"kafka-arrow reads Kafka with the (\w+) reader")
 SERVICES_OFF = {name: {"mode": "off"} for name in ("compaction", "clustering", "clean", "archive")}
 
 
@@ -148,16 +151,21 @@ def run(
     source_format: str = "kafka-arrow",
     name: str | None = None,
     table: dict | None = None,
+    reader: str | None = None,
 ) -> tuple[PathResult, PathResult]:
     """The upsert batches (the baseline every ratio is against) and the whole run (JVM start,
     initial load through Kafka, upserts): `--once`, or continuous every `trigger`; read with
-    `source_format` (Spark's own `kafka` with its connector's jars from the harness's cache).
+    `source_format` (Spark's own `kafka` with its connector's jars from the harness's cache),
+    and for `kafka-arrow` with `reader` (its source option: `native`, `python`; None leaves the
+    default, `auto`, which takes the native reader when it is installed).
     `table` overrides table settings (an `s3://` path and its storage options); `name` the
     result's name."""
     work.mkdir(parents=True)
     config_path = work / "orders.yaml"
     settings = config(work, w, bootstrap, topic, partitions)
     settings["source"]["format"] = source_format
+    if reader is not None:
+        settings["source"]["options"] = {"reader": reader}
     settings["table"].update(table or {})
     if trigger:
         settings["stream"]["trigger_interval"] = trigger
@@ -167,6 +175,7 @@ def run(
     def caught_up() -> bool:
         return CAUGHT_UP.search(log_path.read_text()) is not None
 
+    load_average = os.getloadavg()  # the machine is shared: what else ran when this path did
     code, wall, rss = run_measured(
         command(config_path, trigger, source_format), log_path, stop_when=caught_up if trigger else None
     )
@@ -180,7 +189,15 @@ def run(
         .snapshot(columns=["order_id"])
         .num_rows
     )
-    details = {"micro_batches": len(done), "config": settings, "exited": exited.isoformat()}
+    details = {
+        "micro_batches": len(done),
+        "config": settings,
+        "exited": exited.isoformat(),
+        "load_average": [load_average, os.getloadavg()],  # 1, 5 and 15 minutes, at its start and end
+    }
+    if source_format == "kafka-arrow":
+        used = READER_LINE.search(log)
+        details["reader"] = used[1] if used else None
 
     # A micro-batch belongs to the upsert phase when most of its records come after the load.
     read, load, upserts = 0, [], []
@@ -209,6 +226,8 @@ def run(
     ours = "ours"
     if source_format == "kafka":
         path, ours = f"{path}-spark-kafka", "ours, format kafka"
+    elif reader == "python":
+        path, ours = f"{path}-python-reader", "ours, python reader"
     name = name or path
     upsert_result = PathResult(
         name,

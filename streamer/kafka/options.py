@@ -420,9 +420,12 @@ class SourceOptions:
         # drains below that, not after librdkafka's default second.
         conf.setdefault("queued.max.messages.kbytes", prefetch_kbytes)
         conf.setdefault("fetch.queue.backoff.ms", 10)
-        # End-of-partition is only reported by a fetch at the end, which the broker holds up to
-        # this long: keeps ranges that end with control records (transactions) quick.
-        conf.setdefault("fetch.wait.max.ms", 100)
+        # A fetch at a partition's end is held by the broker up to this long. End-of-partition is
+        # only reported by such a fetch, and a pooled consumer's next range is fetched only
+        # after the fetch in flight for its last one returns: short, so that ranges that end with
+        # control records (transactions), and the range read after one that ended at its
+        # partition's end, start within milliseconds.
+        conf.setdefault("fetch.wait.max.ms", 10)
         return conf
 
     def admin_config(self) -> dict[str, str]:
