@@ -149,13 +149,7 @@ impl Consumer {
                 );
                 if res != rd::rd_kafka_conf_res_t::RD_KAFKA_CONF_OK {
                     rd::rd_kafka_conf_destroy(conf);
-                    let text = CStr::from_ptr(errstr.as_ptr())
-                        .to_string_lossy()
-                        .into_owned();
-                    return Err(KafkaError {
-                        code: Err::RD_KAFKA_RESP_ERR__INVALID_ARG as i32,
-                        text,
-                    });
+                    return Err(invalid_configuration(&errstr));
                 }
             }
             rd::rd_kafka_conf_set_opaque(conf, &*shared as *const Shared as *mut c_void);
@@ -170,13 +164,7 @@ impl Consumer {
             if rk.is_null() {
                 // rd_kafka_new frees the configuration only when it succeeds
                 rd::rd_kafka_conf_destroy(conf);
-                let text = CStr::from_ptr(errstr.as_ptr())
-                    .to_string_lossy()
-                    .into_owned();
-                return Err(KafkaError {
-                    code: Err::RD_KAFKA_RESP_ERR__INVALID_ARG as i32,
-                    text,
-                });
+                return Err(invalid_configuration(&errstr));
             }
             // Error events are served by the consuming thread, with the messages.
             rd::rd_kafka_poll_set_consumer(rk);
@@ -425,6 +413,17 @@ impl Consumer {
 impl Drop for Consumer {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+/// The configuration error librdkafka wrote into `errstr`.
+fn invalid_configuration(errstr: &[c_char]) -> KafkaError {
+    let text = unsafe { CStr::from_ptr(errstr.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    KafkaError {
+        code: Err::RD_KAFKA_RESP_ERR__INVALID_ARG as i32,
+        text,
     }
 }
 

@@ -55,6 +55,7 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
     prefetch = _CONSUMERS.prefetch_kbytes(topic, end - start)
     consumer = _CONSUMERS.acquire(opts, prefetch)
     reusable = False
+    read_rows = read_bytes = 0  # of this range, whose mean record size sizes the next fetch
     try:
         knows_topic = _CONSUMERS.know_topic(consumer, topic, timeout_s)
         consumer.assign(topic, partition, start)
@@ -78,11 +79,13 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
 
         while not done:
             want = min(batch_size - consumer.rows, end - next_offset, 100_000)
-            if consumer.avg_bytes:  # large records: keep the batch near arrowMaxBatchBytes
-                want = min(want, int((max_bytes - consumer.bytes) / consumer.avg_bytes))
+            if read_bytes:  # large records: keep the batch near arrowMaxBatchBytes
+                want = min(want, int((max_bytes - consumer.bytes) * read_rows / read_bytes))
             else:  # record size not known yet: a small first chunk
                 want = min(want, 100)
             got = consumer.fetch(max(1, want), 0.1, next_offset, end)
+            read_rows += got.added
+            read_bytes += got.value_bytes
             now = time.monotonic()
             if got.first_seen >= 0:
                 if not begun:
@@ -148,7 +151,7 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
         reusable = True
     finally:
         _CONSUMERS.release(opts, consumer, reusable, prefetch)
-        _CONSUMERS.saw_records(topic, consumer.avg_bytes)
+        _CONSUMERS.saw_records(topic, read_bytes / read_rows if read_rows else 0.0)
 
 
 def _earliest_offset(

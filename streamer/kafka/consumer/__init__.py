@@ -43,6 +43,7 @@ class Fetched:
     """What one `RangeConsumer.fetch` found among the messages it consumed."""
 
     added: int = 0  # records added to the batch: those at lo <= offset < hi
+    value_bytes: int = 0  # their values' bytes
     first_seen: int = -1  # the first offset at or after lo, added or not; -1 when none
     last_added: int = -1
     past_end: bool = False  # a record at or after hi was seen
@@ -62,11 +63,6 @@ class RangeConsumer(Protocol):
     @property
     def bytes(self) -> int:
         """Their value bytes."""
-        ...
-
-    @property
-    def avg_bytes(self) -> float:
-        """Mean value bytes of the records read of the assigned partition, 0 before any."""
         ...
 
     def assign(self, topic: str, partition: int, offset: int) -> None: ...

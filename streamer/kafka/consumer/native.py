@@ -60,9 +60,6 @@ class NativeConsumer:
         self._assigned: tuple[str, int] = ("", -1)
         self.rows = 0
         self.bytes = 0
-        self._seen_rows = 0
-        self._seen_bytes = 0
-        self.avg_bytes = 0.0
 
     def _error(self, e: Exception) -> ConsumerError:
         code, text = e.args
@@ -79,9 +76,6 @@ class NativeConsumer:
 
     def assign(self, topic: str, partition: int, offset: int) -> None:
         self._consumer.assign(topic, partition, offset)
-        if (topic, partition) != self._assigned:  # the record size is the partition's
-            self._seen_rows = self._seen_bytes = 0
-            self.avg_bytes = 0.0
         self._assigned = (topic, partition)
 
     def unassign(self) -> None:
@@ -92,13 +86,9 @@ class NativeConsumer:
             max_messages, int(timeout_s * 1000), lo, hi, self._headers
         )
         self._serve_client_events()
-        if added:
-            self.rows += added
-            self.bytes += value_bytes
-            self._seen_rows += added
-            self._seen_bytes += value_bytes
-            self.avg_bytes = self._seen_bytes / self._seen_rows
-        return Fetched(added, first_seen, last_added, past_end, events)
+        self.rows += added
+        self.bytes += value_bytes
+        return Fetched(added, value_bytes, first_seen, last_added, past_end, events)
 
     def flush(self) -> pa.RecordBatch:
         rows, keys, values, offsets, stamps, stamp_types, headers = self._consumer.flush(self._headers)

@@ -109,9 +109,6 @@ class PythonConsumer:
         self._consumer, self.client_log = new_client("consumer", opts, prefetch_kbytes)
         self._builder = _BatchBuilder(opts.include_headers)
         self._assigned: tuple[str, int] = ("", -1)
-        self._seen_rows = 0
-        self._seen_bytes = 0
-        self.avg_bytes = 0.0
 
     @property
     def rows(self) -> int:
@@ -125,9 +122,6 @@ class PythonConsumer:
         from confluent_kafka import TopicPartition
 
         self._consumer.assign([TopicPartition(topic, partition, offset)])
-        if (topic, partition) != self._assigned:  # the record size is the partition's
-            self._seen_rows = self._seen_bytes = 0
-            self.avg_bytes = 0.0
         self._assigned = (topic, partition)
 
     def unassign(self) -> None:
@@ -159,12 +153,9 @@ class PythonConsumer:
             msgs, offsets = msgs[:k], offsets[:k]
             fetched.past_end = True
         if msgs:
-            added_bytes = self._builder.add(msgs, offsets)
+            fetched.value_bytes = self._builder.add(msgs, offsets)
             fetched.added = len(msgs)
             fetched.last_added = offsets[-1]
-            self._seen_rows += len(msgs)
-            self._seen_bytes += added_bytes
-            self.avg_bytes = self._seen_bytes / self._seen_rows
         return fetched
 
     def flush(self) -> pa.RecordBatch:
