@@ -1,8 +1,8 @@
 """The job against a broker that demands SASL_SSL: SCRAM-SHA-512 logins over TLS, on the second
 listener of an Apache Kafka this module starts (`KafkaBroker(sasl_ssl=True)`). Records are
 produced through its PLAINTEXT listener and read through the secured one, by the `kafka-arrow`
-source (librdkafka, trusting the broker's certificate authority as PEM; through each of its
-readers) and by Spark's own
+source (librdkafka, trusting the broker's certificate authority as PEM; the job with its default
+reader, and each reader alone) and by Spark's own
 `kafka` source (the Java client: a JAAS line and a truststore). A wrong password, or a
 certificate authority that did not sign the broker's certificate, stops the table at once with
 one line that names the broker and what was refused, and leaves the table untouched."""
@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+import pyarrow as pa
 import pytest
 
 from harness.spark import kafka_connector
@@ -66,14 +67,13 @@ def secured_orders(secured_kafka: KafkaBroker, unique_topic, events: list[dict])
     return topic
 
 
-@READERS
 def test_the_job_reads_a_topic_through_sasl_ssl_with_a_scram_sha_512_login(
-    spark, secured_kafka, unique_topic, reader, tmp_path
+    spark, secured_kafka, unique_topic, tmp_path
 ):
     secured = secured_kafka.secured
     events = settled_change_events(2_000, seed=301)
     topic = secured_orders(secured_kafka, unique_topic, events)
-    options = source_options(secured.librdkafka_config()) | {"reader": reader}
+    options = source_options(secured.librdkafka_config())
     mapping = order_config(tmp_path, "orders", secured.bootstrap, topic, source={"options": options})
 
     (outcome,) = app.run([config_from_mapping(mapping)], spark, once=True).tables
@@ -81,6 +81,27 @@ def test_the_job_reads_a_topic_through_sasl_ssl_with_a_scram_sha_512_login(
     assert outcome.error is None and outcome.records == len(events)
     assert_table_matches(mapping["table"]["path"], events)
     assert committed_offsets(mapping["table"]["path"], topic) == end_offsets(secured_kafka.bootstrap, topic)
+
+
+@READERS
+def test_each_reader_reads_through_sasl_ssl_what_the_plaintext_listener_serves(secured_kafka, unique_topic, reader):
+    """The job above reads with the default reader; here each reader alone, range by range."""
+    secured = secured_kafka.secured
+    topic = secured_orders(secured_kafka, unique_topic, settled_change_events(500, seed=302))
+    ends = end_offsets(secured_kafka.bootstrap, topic)
+
+    def read(bootstrap: str, options: dict[str, str]) -> pa.Table:
+        opts = SourceOptions.parse(
+            {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "reader": reader, **options}
+        )
+        return pa.Table.from_batches(
+            batch for partition, end in sorted(ends.items()) for batch in read_partition(opts, topic, partition, 0, end)
+        )
+
+    through_tls = read(secured.bootstrap, source_options(secured.librdkafka_config()))
+
+    assert through_tls.num_rows == sum(ends.values()) > 0
+    assert through_tls.equals(read(secured_kafka.bootstrap, {}))
 
 
 def test_sparks_kafka_source_reads_a_topic_through_sasl_ssl_with_a_jaas_login_and_a_truststore(
