@@ -258,9 +258,19 @@ class HudiJudge:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def write(self, path: str | Path, rows: pa.Table, options: dict[str, str], mode: str = "append") -> None:
-        """`df.write.format("hudi").options(options).mode(mode).save(path)` of these rows."""
-        self._call({"op": "write", "path": str(path), "options": options, "mode": mode}, rows)
+    def write(
+        self,
+        path: str | Path,
+        rows: pa.Table,
+        options: dict[str, str],
+        mode: str = "append",
+        hold_until: Path | None = None,
+    ) -> None:
+        """`df.write.format("hudi").options(options).mode(mode).save(path)` of these rows; with
+        `hold_until`, Hudi's write stays pending (its instant on the timeline, its rows not yet
+        given to it) until that file exists."""
+        request = {"op": "write", "path": str(path), "options": options, "mode": mode}
+        self._call(request | ({"hold_until": str(hold_until)} if hold_until else {}), rows)
 
     def write_parquet(
         self, path: str | Path, source: str | Path, options: dict[str, str], mode: str = "append"
@@ -268,8 +278,8 @@ class HudiJudge:
         """As `write`, of the rows of the Parquet file `source` (read by the judge's Spark)."""
         self._call({"op": "write", "path": str(path), "options": options, "mode": mode, "source": str(source)})
 
-    def upsert(self, path: str | Path, rows: pa.Table, options: dict[str, str]) -> None:
-        self.write(path, rows, {**options, "hoodie.datasource.write.operation": "upsert"})
+    def upsert(self, path: str | Path, rows: pa.Table, options: dict[str, str], hold_until: Path | None = None) -> None:
+        self.write(path, rows, {**options, "hoodie.datasource.write.operation": "upsert"}, hold_until=hold_until)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ import socket
 import struct
 import sys
 import tempfile
+import time
 import traceback
 
 import pyarrow as pa
@@ -141,12 +142,29 @@ class Judge:
 
     def _write(self, request: dict, parquet_path: str) -> None:
         frame = self.spark.read.parquet(parquet_path)
+        if request.get("hold_until"):
+            frame = held(frame, request["hold_until"])
         (
             frame.write.format("hudi")
             .options(**request.get("options", {}))
             .mode(request.get("mode", "append"))
             .save(request["path"])
         )
+
+
+def held(frame, release: str):
+    """The frame, its rows handed to the writer only once the file `release` exists: Hudi has
+    put its instant on the timeline by then, so the write is held pending on purpose."""
+    from pyspark.sql.functions import col, udf
+
+    first = frame.schema.fields[0]
+
+    def wait(value):
+        while not os.path.exists(release):
+            time.sleep(0.05)
+        return value
+
+    return frame.withColumn(first.name, udf(wait, first.dataType)(col(first.name)))
 
 
 def collect(frame) -> pa.Table:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Literal
 
 from streamer.checkpoint import CHECKPOINT_KEY
 from streamer.config.choices import ServiceMode
@@ -33,6 +34,7 @@ from table import (
     MorTable,
     TableWriter,
     Timeline,
+    WriteInProgressError,
     archive,
     execute_clean,
     execute_clustering,
@@ -157,6 +159,7 @@ class TableServices:
         self._started = time.monotonic()
         # the latest deltacommit when clustering last found nothing to plan: the count starts again there
         self._clustering_found_nothing_at: str | None = None
+        self._waiting_for: dict[str, str] = {}  # service -> the pending deltacommit it was last told to wait for
 
     @property
     def name(self) -> str:
@@ -265,8 +268,9 @@ class TableServices:
         self.executor.wait_for(self.name)
         self._run_pending(("clustering", "compaction"))
         if self._most_log_files() >= bound:
-            instant = schedule_compaction(self.writer, CompactionStrategy(min_log_files=bound, max_io_bytes=UNBOUNDED))
-            if instant is not None:
+            strategy = CompactionStrategy(min_log_files=bound, max_io_bytes=UNBOUNDED)
+            instant = self._schedule("compaction", lambda: schedule_compaction(self.writer, strategy))
+            if instant:
                 log.info("%s: compaction %s scheduled", self.name, instant)
                 self._run_now("compaction", instant, lambda: execute_compaction(self.table, instant))
         seconds = time.monotonic() - started
@@ -299,7 +303,9 @@ class TableServices:
         since = max(filter(None, (last, self._clustering_found_nothing_at)), default=None)
         if not self._due("clustering", c, timeline, since=since):
             return
-        instant = schedule_clustering(self.writer, self.clustering_policy())
+        instant = self._schedule("clustering", lambda: schedule_clustering(self.writer, self.clustering_policy()))
+        if instant is False:
+            return
         self._last_run["clustering"] = time.monotonic()
         if instant is None:
             latest = timeline.completed("deltacommit")
@@ -328,7 +334,9 @@ class TableServices:
         )
         if not self._due("compaction", c, timeline, since=last):
             return
-        instant = schedule_compaction(self.writer, self.compaction_strategy())
+        instant = self._schedule("compaction", lambda: schedule_compaction(self.writer, self.compaction_strategy()))
+        if instant is False:
+            return
         self._last_run["compaction"] = time.monotonic()
         if instant is not None:
             log.info("%s: compaction %s scheduled", self.name, instant)
@@ -364,6 +372,23 @@ class TableServices:
         result = archive(self.table, self.archive_policy(), keep_latest_with_metadata_key=CHECKPOINT_KEY)
         if result.archived:
             log.info("%s: %s", self.name, result)
+
+    def _schedule(self, service: str, plan: Callable[[], str | None]) -> str | Literal[False] | None:
+        """`plan()`'s instant (None: nothing to plan), or False while another writer's deltacommit
+        is pending: the round is skipped, as Hudi's own scheduling does, and the service stays due,
+        so the first round after that write completes (or is rolled back) plans it."""
+        try:
+            return plan()
+        except WriteInProgressError as e:
+            if self._waiting_for.get(service) != e.instant:
+                self._waiting_for[service] = e.instant
+                log.info(
+                    "%s: %s waits: deltacommit %s of another writer is pending; it is planned after that",
+                    self.name,
+                    service,
+                    e.instant,
+                )
+            return False
 
     def _due(self, service: str, settings, timeline: Timeline, since: str | None) -> bool:
         """Every commit when no trigger is set; else after N deltacommits or T seconds."""

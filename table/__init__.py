@@ -36,6 +36,7 @@ from table.errors import (
     TableNotFoundError,
     TimelineStateError,
     UnsupportedTypeError,
+    WriteInProgressError,
     WriterConflictError,
     WriterNotOpenError,
 )
@@ -215,6 +216,7 @@ __all__ = [
     "FormatError",
     "HashingMetadataError",
     "TimelineStateError",
+    "WriteInProgressError",
     "WriterConflictError",
     "WriterNotOpenError",
     "CompactionConflictError",

@@ -75,6 +75,17 @@ class TimelineStateError(TableError, ValueError):
     the state a transition starts from, a plan scheduled while a deltacommit is pending."""
 
 
+class WriteInProgressError(TimelineStateError):
+    """A plan asked for while a write is pending, whoever writes it (another writer of the table, a
+    Hudi writer, a backfill): its log blocks would be in the plan yet not in what the plan makes.
+    Ask again once `instant` has completed or been rolled back."""
+
+    def __init__(self, service: str, instant: str):
+        super().__init__(f"cannot schedule a {service} while deltacommit {instant} is pending")
+        self.service = service
+        self.instant = instant
+
+
 # -- writers and executors -----------------------------------------------------------------------
 
 

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from table import failpoints
 from table.config.choices import CompactionStrategyKind
-from table.errors import CompactionConflictError, InvalidRequestError, TimelineStateError
+from table.errors import CompactionConflictError, InvalidRequestError, WriteInProgressError
 from table.file_group.fs_view import FileSlice
 from table.file_group.parquet_options import parquet_options, read_parquet
 from table.plans.compaction import COMPACTION, PLAN_SCHEMA, PLAN_VERSION, CompactionOperation, read_compaction_plan
@@ -136,9 +136,9 @@ def schedule_compaction(writer: TableWriter, strategy: CompactionStrategy) -> st
     writer.check_held()
     table = writer.table
     timeline = table.timeline()
-    if timeline.pending("deltacommit"):
-        # Its log blocks would be in the plan yet not in the compacted base file.
-        raise TimelineStateError("cannot schedule a compaction while a deltacommit is pending")
+    writing = timeline.pending("deltacommit")
+    if writing:
+        raise WriteInProgressError("compaction", writing[0].timestamp)
     planned = pending_compaction_file_groups(timeline) | pending_clustering_file_groups(timeline)
     view = writer.file_system_view(timeline)
     candidates = [s for s in view.latest_slices() if s.log_files and (s.partition_path, s.file_id) not in planned]

@@ -6,6 +6,10 @@
   `hoodie.metadata.enable=true` (how Hudi's writers list files), see our writes; Hudi then writes
   and compacts again with its defaults (a new metadata table, built from the files), and every
   read still equals the oracle.
+- Hudi's write pending beside ours: Apache Hudi 0.15 upserts while our writer holds the table,
+  its write held pending on purpose. Our writer commits beside it, the compaction due after that
+  commit waits a round instead of stopping the writer, and is planned once Hudi's write has
+  completed; every reader then equals the oracle.
 - Hudi's default payload, `OverwriteWithLatestAvroPayload`: on a table Hudi created with it,
   log records compete by ordering value, and then replace the base file's row whatever its
   ordering value. Our readers and our compaction merge that way too: a late update (an older
@@ -16,11 +20,15 @@ from __future__ import annotations
 
 import logging
 import random
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
+from streamer.config.model import ServicesSettings
+from streamer.scheduler import BackgroundExecutor, TableServices
 from table.mor_table import MorTable
 from table.services.compaction import CompactionStrategy, execute_compaction, schedule_compaction
 from table.write.metadata_table import METADATA_PARTITIONS
@@ -72,6 +80,65 @@ def test_hudis_metadata_table_is_removed_before_our_commit_and_every_hudi_read_s
     story.by_us(story.batch())
     assert not has_metadata_table(story.path)
     assert_hudi_reads_with_and_without_its_metadata_table(hudi_judge, story, "our write after Hudi's compaction")
+
+
+def test_a_hudi_write_pending_beside_ours_makes_our_compaction_wait_a_round_not_stop_the_writer(
+    tmp_path, hudi_judge, conformance_matrix, caplog
+):
+    story = Story(tmp_path / "orders", seed=93, state="ours beside Hudi's pending write", matrix=conformance_matrix)
+    table = make_table(story.path)
+    release = tmp_path / "release-hudi"
+    background = BackgroundExecutor()
+    with table.writer(write_options()) as writer, ThreadPoolExecutor(1) as hudi:
+        services = TableServices(
+            ServicesSettings.model_validate(
+                {"compaction": {"mode": "inline", "every_delta_commits": 1}, "clustering": {"mode": "off"}}
+            ),
+            table,
+            writer,
+            background,
+        )
+
+        def commit() -> str:
+            rows = story.batch(100)
+            story.oracle.apply_batch(rows)
+            instant = writer.upsert(pa.Table.from_pylist(rows, schema=SCHEMA))
+            services.after_commit()
+            return instant
+
+        for _ in range(3):  # every bucket written: two writers' first slices of one bucket conflict
+            commit()
+        upserts = [r for r in story.batch(100) if not r["is_deleted"]]  # a delete of Hudi's wins whatever its order
+        hudis_write = hudi.submit(story.by_hudi, hudi_judge, upserts, release)
+        try:
+            foreign = pending_deltacommit(table, hudis_write)
+            compactions = len(table.timeline().completed("commit"))
+            with caplog.at_level(logging.INFO, logger="streamer.scheduler"):
+                ours = commit()
+            assert ours > foreign and not table.timeline().pending("compaction")
+            assert len(table.timeline().completed("commit")) == compactions
+            assert f"compaction waits: deltacommit {foreign} of another writer is pending" in caplog.text
+        finally:
+            release.touch()  # the judge serves the other tests
+        hudis_write.result(timeout=300)
+        commit()
+        compacted = table.timeline().completed("commit")
+        assert compacted and compacted[-1].timestamp > foreign  # planned after Hudi's write, with it
+    background.shutdown()
+    assert table.timeline().completed("deltacommit")[3].timestamp == foreign
+    story.assert_readers_agree(hudi_judge, "Hudi's write completed after ours, then our compaction")
+
+
+def pending_deltacommit(table: MorTable, writing: Future, timeout: float = 120) -> str:
+    """The instant of the deltacommit `writing` put on the timeline, once it is there."""
+    deadline = time.monotonic() + timeout
+    while not (pending := table.timeline().pending("deltacommit")):
+        if writing.done():
+            writing.result()
+            raise AssertionError("Hudi's write ended before it was held pending")
+        assert time.monotonic() < deadline, "Hudi's write put no instant on the timeline"
+        time.sleep(0.1)
+    return pending[0].timestamp
 
 
 def assert_hudi_reads_with_and_without_its_metadata_table(judge, story: Story, step: str) -> None:

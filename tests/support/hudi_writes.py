@@ -62,9 +62,10 @@ class Story:
         self.batches += 1
         return change_batch(self.rng, self.known, size, first_id=n * size, clock=1000 + n * 100)
 
-    def by_hudi(self, judge, rows: list[dict]) -> None:
+    def by_hudi(self, judge, rows: list[dict], hold_until: Path | None = None) -> None:
         """Hudi upserts the live rows of the batch and deletes its deleted keys (operation
-        `delete`), as a Hudi user without a delete marker column writes it."""
+        `delete`), as a Hudi user without a delete marker column writes it; the upsert held
+        pending until `hold_until` exists, when given (`HudiJudge.write`)."""
         self.oracle.apply_batch(rows)
         latest = {}
         for r in rows:  # the batch's latest event per key, as both writers deduplicate
@@ -72,7 +73,12 @@ class Story:
                 latest[r["order_id"]] = r
         upserts = [project(r, DATA_SCHEMA.names) for r in latest.values() if not r["is_deleted"]]
         deletes = [project(r, DATA_SCHEMA.names) for r in latest.values() if r["is_deleted"]]
-        judge.upsert(self.path, pa.Table.from_pylist(upserts, schema=DATA_SCHEMA), hudi_options(**self.hudi_configs))
+        judge.upsert(
+            self.path,
+            pa.Table.from_pylist(upserts, schema=DATA_SCHEMA),
+            hudi_options(**self.hudi_configs),
+            hold_until=hold_until,
+        )
         if deletes:
             judge.write(
                 self.path,

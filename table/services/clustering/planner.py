@@ -29,7 +29,7 @@ import numpy as np
 
 from table import failpoints
 from table.config.choices import SplitPoint
-from table.errors import InvalidRequestError, TimelineStateError
+from table.errors import InvalidRequestError, WriteInProgressError
 from table.file_group.fs_view import FileGroup, FileSlice
 from table.index import consistent_hashing as ring
 from table.plans.clustering import (
@@ -94,8 +94,9 @@ def schedule_clustering(writer: TableWriter, policy: ClusteringPolicy) -> str | 
     writer.check_held()
     table = writer.table
     timeline = table.timeline()
-    if timeline.pending(Action.DELTA_COMMIT):
-        raise TimelineStateError("cannot schedule a clustering while a deltacommit is pending")
+    writing = timeline.pending(Action.DELTA_COMMIT)
+    if writing:
+        raise WriteInProgressError("clustering", writing[0].timestamp)
     clustering = {p for plan in pending_clustering_plans(timeline) for p in plan.partition_paths}
     compacting = pending_compaction_file_groups(timeline)
     sorted_instants = _sorted_base_instants(timeline, policy.sort_columns)
