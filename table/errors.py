@@ -66,6 +66,30 @@ class FormatError(TableError, ValueError):
     format version, a block type) this engine does not read."""
 
 
+class UnsupportedTableVersionError(FormatError):
+    """A table whose `hoodie.table.version` is not 6, the one version this engine reads and writes:
+    read, it would look empty or wrong (Hudi 1.x keeps its timeline elsewhere); written, it would
+    get instants its own writers no longer look at. `remedy` says how to bring it to version 6."""
+
+    def __init__(self, path: str, name: str, version: int):
+        written_by = "Apache Hudi 1.x" if version > 6 else "a Hudi release before 0.14"
+        self.reason = (
+            f"the Hudi table at {path} is table version {version} (written by {written_by}); "
+            "this engine reads and writes table version 6 only"
+        )
+        if version > 6:
+            self.remedy = (
+                f"downgrade it with Hudi 1.x (CALL downgrade_table(table => '{name}', to_version => 'SIX')), "
+                "and write it from Hudi 1.x only in its backwards-compatible mode: "
+                "hoodie.write.table.version=6 and hoodie.write.auto.upgrade=false"
+            )
+        else:
+            self.remedy = f"upgrade it with Hudi 0.15 (CALL upgrade_table(table => '{name}', to_version => 'SIX'))"
+        super().__init__(f"{self.reason}: {self.remedy}")
+        self.path = path
+        self.version = version
+
+
 class HashingMetadataError(TableError, ValueError):
     """Hashing metadata that cannot be read, or an operation on a ring that would break it."""
 

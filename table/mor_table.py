@@ -14,8 +14,15 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from table.config.properties import TableConfig
-from table.errors import FormatError, InvalidBatchError, InvalidRequestError, TableExistsError, TableNotFoundError
+from table.config.properties import TABLE_VERSION, TableConfig
+from table.errors import (
+    FormatError,
+    InvalidBatchError,
+    InvalidRequestError,
+    TableExistsError,
+    TableNotFoundError,
+    UnsupportedTableVersionError,
+)
 from table.file_group.fs_view import FileSlice, FileSystemView
 from table.file_group.layout_stats import LayoutStats, after_each_deltacommit
 from table.index import consistent_hashing as ring
@@ -101,7 +108,10 @@ class MorTable:
         storage = Storage(path, storage_options)
         if not storage.file_exists(TableConfig.PATH):
             raise TableNotFoundError(f"no Hudi table at {path} (missing {TableConfig.PATH})")
-        return cls(storage, TableConfig.load(storage))
+        config = TableConfig.load(storage)
+        if config.version != TABLE_VERSION:
+            raise UnsupportedTableVersionError(path, config.name, config.version)
+        return cls(storage, config)
 
     @classmethod
     def create_or_load(cls, path: str, spec: TableSpec, storage_options: Mapping[str, str] | None = None) -> MorTable:

@@ -61,6 +61,7 @@ from table import (
     Instant,
     MorTable,
     Storage,
+    UnsupportedTableVersionError,
     read_archived_instants,
 )
 
@@ -408,6 +409,8 @@ class TableDoctor:
                 self.table = MorTable.load(self.path, self.storage.options)
                 checkpoint = table_checkpoint(self.table)
                 self.offsets = checkpoint.offsets if checkpoint else {}
+        except UnsupportedTableVersionError:
+            unreadable = True  # the config's check names it, with the remedy (`streamer.preflight`)
         except (OSError, ValueError) as e:
             unreadable = True
             checks.append(

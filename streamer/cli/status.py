@@ -22,7 +22,7 @@ from streamer.errors import BrokersUnreachableError
 from streamer.kafka.offsets import KafkaProgress
 from streamer.last_error import error_time, read_last_error
 from streamer.verify.verdict import differing_rows, read_verdict
-from table import MorTable, parse_instant_time
+from table import MorTable, UnsupportedTableVersionError, parse_instant_time
 
 #: Seconds the brokers have to answer before the lag is reported unknown.
 DEFAULT_KAFKA_TIMEOUT_SECONDS = 5.0
@@ -111,6 +111,9 @@ def table_status(
             table = MorTable.load(path, config.table.storage_options)
             _read_table(status, table)
             _read_catalog(status, config, table)
+    except UnsupportedTableVersionError as e:
+        status.problem = str(e)
+        return status
     except (OSError, ValueError) as e:  # unreadable storage, a torn or foreign .hoodie
         status.problem = f"cannot read the table at {path}: {e}"
         return status

@@ -39,7 +39,7 @@ def sync_command(args: argparse.Namespace) -> int:
     from streamer.catalog import CatalogSync, metastore_connector, sync_target
     from streamer.config.loading import load_configs
     from streamer.errors import ConfigError
-    from table import HiveSync, MorTable, TableNotFoundError
+    from table import HiveSync, MorTable, TableNotFoundError, UnsupportedTableVersionError
 
     configure_logging("WARNING")
     try:
@@ -51,17 +51,20 @@ def sync_command(args: argparse.Namespace) -> int:
     if not configs:
         print(f"error: no config in {args.config} has a sync: section", file=sys.stderr)
         return 2
-    spark = spark_session("local[1]", conf)
     failed = False
+    tables = []  # each table read before Spark starts: one it cannot read costs no Spark session
+    for config, sync in configs:
+        try:
+            tables.append((config, sync, MorTable.load(config.table.path, config.table.storage_options)))
+        except (TableNotFoundError, UnsupportedTableVersionError) as e:
+            print(f"{config.table.name}: {e}")
+            failed = True
+    if not tables:
+        return 1
+    spark = spark_session("local[1]", conf)
     try:
         jvm, hadoop_conf = spark._jvm, spark._jsc.hadoopConfiguration()
-        for config, sync in configs:
-            try:
-                table = MorTable.load(config.table.path, config.table.storage_options)
-            except TableNotFoundError as e:
-                print(f"{config.table.name}: {e}")
-                failed = True
-                continue
+        for config, sync, table in tables:
             hive = HiveSync(table, sync_target(config), metastore_connector(sync, jvm, hadoop_conf))
             catalog = CatalogSync(sync.model_copy(update={"mode": "inline"}), table, hive)
             try:

@@ -45,7 +45,7 @@ from streamer.preflight.deletes import deletes, row_columns
 from streamer.preflight.problem import ConfigProblem, ConfigProblemsError
 from streamer.preflight.rules import TableColumns, column_problems, evolution_problems, identity_problems
 from streamer.preflight.select_list import transform_columns
-from table import MorTable
+from table import MorTable, UnsupportedTableVersionError
 
 __all__ = [
     "REGISTRY_TIMEOUT_SECONDS",
@@ -208,5 +208,7 @@ def _table_on_disk_problems(config: JobConfig, value: FormatSpec | None) -> list
         # as the decoder hands them to the table: every value field nullable (bad rows have none)
         columns = pa.schema([f.with_nullable(True) for f in row_columns(config, value) if f.name != t.delete_field])
         return evolution_problems(config, table.schema(), columns)
+    except UnsupportedTableVersionError as e:
+        return [ConfigProblem(config.config_path, "table.path", e.reason, e.remedy)]
     except (OSError, ValueError):
         return []

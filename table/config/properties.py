@@ -31,6 +31,8 @@ from table.storage.layout import METADATA_DIR, java_date
 
 PROPERTIES_PATH = f"{METADATA_DIR}/hoodie.properties"
 
+#: The one `hoodie.table.version` this engine reads and writes (Hudi 0.14 and 0.15 write it).
+TABLE_VERSION = 6
 MERGE_ON_READ = "MERGE_ON_READ"
 # Greatest ordering (precombine) value wins, also against deletes carrying an ordering value.
 DEFAULT_PAYLOAD_CLASS = "org.apache.hudi.common.model.DefaultHoodieRecordPayload"
@@ -202,7 +204,7 @@ class TableConfig:
 
     name: str
     table_type: str = "COPY_ON_WRITE"
-    version: int = 6
+    version: int = TABLE_VERSION
     database: str | None = None
     record_key_fields: tuple[str, ...] = ()
     partition_fields: tuple[str, ...] = ()
@@ -244,7 +246,7 @@ class TableConfig:
         return cls(
             name=name,
             table_type=MERGE_ON_READ,
-            version=6,
+            version=TABLE_VERSION,
             database=database,
             record_key_fields=keys,
             partition_fields=parts,
