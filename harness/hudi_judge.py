@@ -2,8 +2,8 @@
 
 Our runtime is Spark 4; Hudi 0.15 (the last release that writes table version 6) runs on
 Spark 3.5 only, so the judge lives in a virtual environment of its own,
-`.cache/hudi-judge/venv` in the clone, with Hudi's bundle fetched from Maven Central by `mvn`
-into `.cache/hudi-judge/jars`. `install()` builds both once (`python -m harness.hudi_judge
+`.cache/hudi-judge/venv` in the clone, with Hudi's bundles (0.15, and 1.0.2 for the second
+judge) fetched from Maven Central by `mvn` into `.cache/hudi-judge/jars/<version>`. `install()` builds both once (`python -m harness.hudi_judge
 install`, which `make test` runs) and is a no-op afterwards.
 
 `HudiJudge.start()` launches `hudi_judge_server.py` in that environment: one long-lived Spark
@@ -41,6 +41,10 @@ SERVER = Path(__file__).resolve().with_name("hudi_judge_server.py")
 
 SPARK_VERSION = "3.5.1"  # what Hudi 0.15 is built and tested against (apache/hudi#12099)
 HUDI_BUNDLE = ("org.apache.hudi", "hudi-spark3.5-bundle_2.12", "0.15.0")
+#: The second judge: Apache Hudi 1.x, whose writers upgrade a table to version 8 unless told not to
+#: (`tests/hudi/test_hudi_1x.py`). Its Spark 3.5 bundle runs on the same pyspark.
+HUDI_1X_BUNDLE = ("org.apache.hudi", "hudi-spark3.5-bundle_2.12", "1.0.2")
+BUNDLES = (HUDI_BUNDLE, HUDI_1X_BUNDLE)
 JUDGE_REQUIREMENTS = (f"pyspark=={SPARK_VERSION}", "pyarrow>=15,<21")
 START_TIMEOUT_SECONDS = 300.0
 
@@ -95,13 +99,13 @@ class JudgeInstall:
     @property
     def identity(self) -> str:
         """What the stamp records: a change of pinned versions reinstalls."""
-        return json.dumps({"requirements": JUDGE_REQUIREMENTS, "bundle": HUDI_BUNDLE})
+        return json.dumps({"requirements": JUDGE_REQUIREMENTS, "bundles": BUNDLES})
 
-    def jars(self) -> list[Path]:
-        return sorted(self.jars_dir.glob("*.jar"))
+    def jars(self, bundle: tuple[str, str, str] = HUDI_BUNDLE) -> list[Path]:
+        return sorted((self.jars_dir / bundle[2]).glob("*.jar"))
 
     def is_complete(self) -> bool:
-        return self.stamp.exists() and self.stamp.read_text() == self.identity and bool(self.jars())
+        return self.stamp.exists() and self.stamp.read_text() == self.identity and all(map(self.jars, BUNDLES))
 
 
 def default_install() -> JudgeInstall:
@@ -118,7 +122,8 @@ def install(target: JudgeInstall | None = None, log=print) -> JudgeInstall:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if target.is_complete():
             return target
-        log(f"hudi-judge: installing pyspark {SPARK_VERSION} and {':'.join(HUDI_BUNDLE)} in {target.root}")
+        bundles = " and ".join(":".join(bundle) for bundle in BUNDLES)
+        log(f"hudi-judge: installing pyspark {SPARK_VERSION} and {bundles} in {target.root}")
         target.stamp.unlink(missing_ok=True)
         if not target.python.exists():
             subprocess.run([sys.executable, "-m", "venv", str(target.venv)], check=True)
@@ -126,21 +131,22 @@ def install(target: JudgeInstall | None = None, log=print) -> JudgeInstall:
             [str(target.python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *JUDGE_REQUIREMENTS],
             check=True,
         )
-        _fetch_bundle(target)
+        shutil.rmtree(target.jars_dir, ignore_errors=True)
+        for bundle in BUNDLES:
+            _fetch_bundle(target, bundle)
         target.stamp.write_text(target.identity)
     return target
 
 
-def _fetch_bundle(target: JudgeInstall) -> None:
+def _fetch_bundle(target: JudgeInstall, bundle: tuple[str, str, str]) -> None:
     """`mvn dependency:copy-dependencies` of the bundle alone (it shades what it needs)."""
-    group, artifact, version = HUDI_BUNDLE
+    group, artifact, version = bundle
     if shutil.which("mvn") is None:
         raise HudiJudgeError(
             f"fetching {group}:{artifact}:{version} needs Maven: mvn is not on PATH (Debian: apt-get install maven)"
         )
     pom = target.root / "pom.xml"
     pom.write_text(_POM.format(group=group, artifact=artifact, version=version))
-    shutil.rmtree(target.jars_dir, ignore_errors=True)
     fetched = subprocess.run(
         [
             "mvn",
@@ -149,14 +155,14 @@ def _fetch_bundle(target: JudgeInstall) -> None:
             "-f",
             str(pom),
             "dependency:copy-dependencies",
-            f"-DoutputDirectory={target.jars_dir}",
+            f"-DoutputDirectory={target.jars_dir / version}",
         ],
         capture_output=True,
         text=True,
     )
-    if fetched.returncode != 0 or not target.jars():
+    if fetched.returncode != 0 or not target.jars(bundle):
         raise HudiJudgeError(
-            f"mvn could not fetch {':'.join(HUDI_BUNDLE)} (exit {fetched.returncode}):\n"
+            f"mvn could not fetch {':'.join(bundle)} (exit {fetched.returncode}):\n"
             f"{fetched.stdout[-3000:]}{fetched.stderr[-3000:]}"
         )
 
@@ -181,8 +187,10 @@ class HudiJudge:
         target: JudgeInstall | None = None,
         driver_memory: str = "1g",
         spark_conf: dict[str, str] | None = None,
+        bundle: tuple[str, str, str] = HUDI_BUNDLE,
     ) -> HudiJudge:
-        """Start a judge server; `spark_conf` overrides its test session's Spark settings."""
+        """Start a judge server of `bundle` (Hudi 0.15 unless told); `spark_conf` overrides its test
+        session's Spark settings."""
         target = install(target)
         work_dir.mkdir(parents=True, exist_ok=True)
         sock_path = work_dir / "judge.sock"
@@ -204,7 +212,7 @@ class HudiJudge:
                     "--socket",
                     str(sock_path),
                     "--jars",
-                    ",".join(str(j) for j in target.jars()),
+                    ",".join(str(j) for j in target.jars(bundle)),
                     "--driver-memory",
                     driver_memory,
                     *(arg for key, value in (spark_conf or {}).items() for arg in ("--conf", f"{key}={value}")),

@@ -194,6 +194,18 @@ def hudi_judge(tmp_path_factory, hive_metastore):
         judge.stop()
 
 
+@pytest.fixture(scope="session")
+def hudi_1x_judge(tmp_path_factory):
+    """The second judge: Apache Hudi 1.0.2's Spark 3.5 bundle on the judge's pyspark, for the run."""
+    from harness.hudi_judge import HUDI_1X_BUNDLE, HudiJudge
+
+    judge = HudiJudge.start(tmp_path_factory.mktemp("hudi-1x-judge"), bundle=HUDI_1X_BUNDLE)
+    try:
+        yield judge
+    finally:
+        judge.stop()
+
+
 # -- tables -------------------------------------------------------------------------------------
 @pytest.fixture
 def table_dir(tmp_path) -> Path:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,6 +81,10 @@ CHAIN = [
     "archive.entries_written",  # batch 6: the first run to reach archival
     "sink.quarantine_committed",  # the last batch holds the malformed records
 ]
+# The runs that read with the python reader (`source.options.reader: python`), the others with the
+# native one: where the reader matters most, a commit Spark's checkpoint does not know of and the
+# restart that must not read its records again.
+PYTHON_READER_RUNS = frozenset({"deltacommit.completed", "sink.batch_committed"})
 
 
 def two_region_events(count: int, seed: int) -> list[dict]:
@@ -195,19 +200,24 @@ def crash_chain(
     spark,
     rows: list[MatrixRow],
     extra_args: tuple[str, ...] = (),
+    configs: Mapping[str, tuple[Path, str]] | None = None,
 ) -> None:
     """`streamer run --once` killed at each point of `chain` in turn, then run to the end; the
-    table checked after every run (see the module's doc), a row per point added to `rows`."""
+    table checked after every run (see the module's doc), a row per point added to `rows`. The
+    run killed at a point of `configs` runs with that config instead of `config`, and must log
+    the line given with it."""
     for point in [*chain, None]:
         before = pending_instants(path) if MorTable.exists(path) else {}
         run_started = time.monotonic()
+        run_config, logged = (configs or {}).get(point or "", (config, ""))
         code, out = run_streamer(
-            ["run", str(config), "--once", *extra_args], env={failpoints.FAIL_ENV_VAR: point} if point else None
+            ["run", str(run_config), "--once", *extra_args], env={failpoints.FAIL_ENV_VAR: point} if point else None
         )
         seconds = time.monotonic() - run_started
         if point is not None:
             assert code == -signal.SIGKILL, f"{point} was never reached (exit {code}):\n{out[-6000:]}"
             assert f"failpoint {point}:" in out, out[-6000:]
+            assert logged in out, f"{point}: the run logged no {logged!r}"
         else:
             assert code == 0, out[-6000:]
 
@@ -242,13 +252,26 @@ def test_every_failure_point_restarts_to_the_oracle_with_nothing_lost_duplicated
     events = two_region_events(BATCHES * BATCH, seed=97)
     bad = [(b"bad", raw, None) for raw in MALFORMED]
     offsets = kafka_broker.produce(kafka_bootstrap, topic, as_kafka_records(events) + bad)
-    config = write_config(tmp_path / "configs", matrix_config(tmp_path, kafka_bootstrap, topic))
+    mapping = matrix_config(tmp_path, kafka_bootstrap, topic)
+    config = write_config(tmp_path / "configs", mapping)
+    mapping["source"]["options"] = {"reader": "python"}
+    python_reader = write_config(tmp_path / "configs-python-reader", mapping)
     path = str(tmp_path / "tables" / "orders")
 
     rows: list[MatrixRow] = []
     started = time.monotonic()
     try:
-        crash_chain(CHAIN, config, path, topic, events, offsets, spark, rows)
+        crash_chain(
+            CHAIN,
+            config,
+            path,
+            topic,
+            events,
+            offsets,
+            spark,
+            rows,
+            configs=dict.fromkeys(PYTHON_READER_RUNS, (python_reader, "with the python reader")),
+        )
         assert_whole_stream_in(path, topic, events, kafka_bootstrap)
     finally:
         if rows:
@@ -308,42 +331,6 @@ def test_failure_points_of_the_source_restart_to_the_oracle_with_sparks_kafka_fo
         if rows:
             terminal_summary.extend(["source.format: kafka", *matrix_table(rows, time.monotonic() - started)])
     assert [r.point for r in rows] == KAFKA_FORMAT_CHAIN and all(r.outcome for r in rows)
-
-
-# The point where the reader matters most, for the python reader (the matrix above reads with the
-# native one): a commit Spark's checkpoint does not know of, whose records the restart must not
-# read again.
-PYTHON_READER_CHAIN = ["deltacommit.completed"]
-
-
-@pytest.mark.e2e
-def test_failure_points_of_the_source_restart_to_the_oracle_with_the_python_reader(
-    kafka_bootstrap, kafka_topic, tmp_path, spark, terminal_summary
-):
-    topic = kafka_topic(partitions=2, prefix="orders")
-    events = two_region_events(2 * BATCH, seed=99)
-    bad = [(b"bad", raw, None) for raw in MALFORMED]
-    offsets = kafka_broker.produce(kafka_bootstrap, topic, as_kafka_records(events) + bad)
-    mapping = order_config(
-        tmp_path,
-        "orders",
-        kafka_bootstrap,
-        topic,
-        decode={"on_error": "quarantine"},
-        source={"max_offsets_per_trigger": BATCH, "initial_load_max_records": BATCH, "options": {"reader": "python"}},
-    )
-    config = write_config(tmp_path / "configs", mapping)
-    path = str(tmp_path / "tables" / "orders")
-
-    rows: list[MatrixRow] = []
-    started = time.monotonic()
-    try:
-        crash_chain(PYTHON_READER_CHAIN, config, path, topic, events, offsets, spark, rows)
-        assert_whole_stream_in(path, topic, events, kafka_bootstrap)
-    finally:
-        if rows:
-            terminal_summary.extend(["source.options.reader: python", *matrix_table(rows, time.monotonic() - started)])
-    assert [r.point for r in rows] == PYTHON_READER_CHAIN and all(r.outcome for r in rows)
 
 
 @pytest.mark.unit

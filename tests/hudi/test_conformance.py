@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -314,6 +315,15 @@ def apache_hudi(judge, path: Path, query: str, rec: Recorded) -> pa.Table:
     return judge.read(path, query)
 
 
+def hudi_1x(judge_1x, path: Path, query: str, incremental: tuple[str, str], travel_to: str) -> pa.Table:
+    """A query through Hudi 1.0.2, as our readers are called."""
+    if query == "incremental":
+        return judge_1x.incremental(path, *incremental)
+    if query == "time_travel":
+        return judge_1x.time_travel(path, travel_to)
+    return judge_1x.read(path, query)
+
+
 def expected_rows(rec: Recorded, query: str) -> dict:
     if query == "incremental":
         begin, end = rec.incremental
@@ -321,8 +331,9 @@ def expected_rows(rec: Recorded, query: str) -> dict:
     return rec.expected(as_of=rec.travel_to if query == "time_travel" else None)
 
 
-def judge_state(rec: Recorded, judge) -> dict[tuple[str, str], str]:
-    """(reader, query) -> '' when it reads right, else what differs."""
+def judge_state(rec: Recorded, judge, judge_1x) -> dict[tuple[str, str], str]:
+    """(reader, query) -> '' when it reads right, else what differs. Hudi 1.0.2 (`judge_1x`) is
+    held to what our readers are: the oracle, and Hudi 0.15's meta columns and base files."""
     outcomes: dict[tuple[str, str], str] = {}
     for query in QUERIES:
         try:
@@ -331,7 +342,8 @@ def judge_state(rec: Recorded, judge) -> dict[tuple[str, str], str]:
         except Exception as e:  # noqa: BLE001 - the matrix names what Hudi refused
             reference, judged = None, f"error: {str(e)[:200]}"
         outcomes[("Apache Hudi", query)] = judged
-        for name, read in (("ours", ours), ("hudi-rs", hudi_rs)):
+        readers = (("ours", ours), ("hudi-rs", hudi_rs), ("Hudi 1.0.2", partial(hudi_1x, judge_1x)))
+        for name, read in readers:
             try:
                 actual = read(rec.path, query, rec.incremental, rec.travel_to)
             except Exception as e:  # noqa: BLE001
@@ -367,11 +379,11 @@ def assert_judged(rec: Recorded, key: str, outcomes: dict[tuple[str, str], str])
 
 @pytest.mark.parametrize("key", list(STATES))
 def test_apache_hudi_reads_every_table_state_as_our_reader_and_the_oracle(
-    key, tmp_path, hudi_judge, conformance_matrix
+    key, tmp_path, hudi_judge, hudi_1x_judge, conformance_matrix
 ):
     rec = STATES[key](tmp_path)
     assert len(rec.expected()) > 50 and rec.incremental and rec.travel_to
-    outcomes = judge_state(rec, hudi_judge)
+    outcomes = judge_state(rec, hudi_judge, hudi_1x_judge)
     conformance_matrix.record(rec.state, outcomes, {(r, q): why for (s, r, q), why in KNOWN.items() if s == key})
     assert_judged(rec, key, outcomes)
 

@@ -22,6 +22,7 @@ from tests.support.durations import listed
 #: Session fixtures whose modules run on one worker, and the unit they share.
 ONE_WORKER_SERVERS = {
     "hudi_judge": "apache-hudi",
+    "hudi_1x_judge": "apache-hudi",
     "hive_metastore": "apache-hudi",
     "postgres_server": "apache-hudi",
     "mariadb_server": "apache-hudi",
