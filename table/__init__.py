@@ -16,11 +16,19 @@ change.
     rows = table.snapshot()
 """
 
-from table.config.choices import Choice, CleanPolicyKind, CompactionStrategyKind, LogBlockFormat, SplitPoint
+from table.config.choices import (
+    Choice,
+    CleanPolicyKind,
+    CompactionStrategyKind,
+    Concurrency,
+    LogBlockFormat,
+    SplitPoint,
+)
 from table.config.properties import TableConfig
 from table.errors import (
     CatalogSyncError,
     ClusteringConflictError,
+    CommitLockError,
     CompactionConflictError,
     FormatError,
     HashingMetadataError,
@@ -37,6 +45,7 @@ from table.errors import (
     TimelineStateError,
     UnsupportedTableVersionError,
     UnsupportedTypeError,
+    WriteConflictError,
     WriteInProgressError,
     WriterConflictError,
     WriterNotOpenError,
@@ -183,6 +192,7 @@ __all__ = [
     "Choice",
     "LogBlockFormat",
     "CompactionStrategyKind",
+    "Concurrency",
     "CleanPolicyKind",
     "SplitPoint",
     # schemas and keys
@@ -217,11 +227,13 @@ __all__ = [
     "FormatError",
     "HashingMetadataError",
     "TimelineStateError",
+    "WriteConflictError",
     "UnsupportedTableVersionError",
     "WriteInProgressError",
     "WriterConflictError",
     "WriterNotOpenError",
     "CompactionConflictError",
     "ClusteringConflictError",
+    "CommitLockError",
     "CatalogSyncError",
 ]

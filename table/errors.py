@@ -117,6 +117,27 @@ class WriterConflictError(TableError, RuntimeError):
     """Another live writer holds the table."""
 
 
+class CommitLockError(WriterConflictError):
+    """The table's commit lock could not be had in time (another writer holds it, named), or was
+    lost: its holder stalled past the lock's expiry and was fenced out, so its commit is refused."""
+
+
+class WriteConflictError(TableError, RuntimeError):
+    """Optimistic concurrency: another writer's commit, completed after this one began, touched
+    file groups this one wrote. This commit was rolled back; writing the batch again succeeds."""
+
+    def __init__(self, instant: str, other: str, action: str, file_groups: list[tuple[str, str]]):
+        shown = ", ".join(f"{p or '(table)'}/{f}" for p, f in file_groups[:3])
+        more = f" and {len(file_groups) - 3} more" if len(file_groups) > 3 else ""
+        super().__init__(
+            f"deltacommit {instant} conflicts with {action} {other}, completed since it began, in "
+            f"{len(file_groups)} file group(s) ({shown}{more}); it was rolled back"
+        )
+        self.instant = instant
+        self.other = other
+        self.file_groups = file_groups
+
+
 class WriterNotOpenError(TableError, RuntimeError):
     """A write through a writer that is not open (or no longer holds the lease)."""
 

@@ -76,3 +76,14 @@ class SplitPoint(Choice):
 
     MIDDLE = "middle"
     DISTRIBUTION = "distribution"
+
+
+class Concurrency(Choice):
+    """How writers share a table, by Hudi's names (`hoodie.write.concurrency.mode`).
+    `single_writer`: one writer holds the table's lease, and any deltacommit pending when it
+    starts is a crashed writer's, rolled back. `optimistic_concurrency_control`: several writers,
+    each commit checked under the table's commit lock against what completed since it began
+    (`table.write.concurrency`)."""
+
+    SINGLE_WRITER = "single_writer"
+    OPTIMISTIC = "optimistic_concurrency_control"

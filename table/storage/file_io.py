@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from table.errors import PathExistsError, PathNotFoundError, StorageOptionsError
+from table.errors import InvalidRequestError, PathExistsError, PathNotFoundError, StorageOptionsError
 
 
 @dataclass(frozen=True)
@@ -290,6 +290,33 @@ class Storage:
         else:
             with self.filesystem.open_output_stream(target):
                 pass
+
+    def modified_ns(self, rel: str) -> int | None:
+        """When the file was last written, in nanoseconds since the epoch; None when it is absent."""
+        info = self.filesystem.get_file_info(self.full_path(rel))
+        return None if info.type == pafs.FileType.NotFound else info.mtime_ns
+
+    def rename(self, src: str, dst: str) -> None:
+        """Move a file or directory in one atomic step (FileNotFoundError when `src` is gone).
+        Local disks only: an object store has no atomic rename."""
+        if not self.is_local:
+            raise InvalidRequestError(f"{self.base_uri} has no atomic rename")
+        os.rename(self.full_path(src), self.full_path(dst))
+
+    def create_via(self, staged: str, rel: str, data: bytes) -> None:
+        """Create `rel`, which must not exist yet, from a file first written whole at `staged`:
+        the creation is a hard link of the staged file, so it fails (FileNotFoundError) once the
+        staged file's directory has been moved away, and it is one step with that check. Local
+        disks only (`table.storage.commit_lock` fences a commit this way)."""
+        if not self.is_local:
+            raise InvalidRequestError(f"{self.base_uri} cannot create a file through a staged one")
+        source, target = self.full_path(staged), self.full_path(rel)
+        _write_local(source, data)
+        try:
+            os.link(source, target)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(source)
 
     def temp_files_of(self, rel: str) -> list[str]:
         """Temporary files a write of `rel` left when its process was killed before the file was

@@ -16,7 +16,7 @@ children named in the rollback plan as well.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from table import failpoints
 from table.storage.file_io import Storage
@@ -32,8 +32,12 @@ ROLLBACK_ACTION = "rollback"
 ROLLED_BACK_ACTIONS = ("deltacommit",)
 
 
-def rollback_pending_writes(storage: Storage, timeline: Timeline) -> list[str]:
-    """Roll back every pending deltacommit (and finish interrupted rollbacks); returns the instants."""
+def rollback_pending_writes(
+    storage: Storage, timeline: Timeline, is_failed: Callable[[str], bool] = lambda instant: True
+) -> list[str]:
+    """Roll back every pending deltacommit that `is_failed` (all of them for a single writer; under
+    optimistic concurrency those whose heartbeat stopped), and finish interrupted rollbacks;
+    returns the instants."""
     done: list[str] = []
     for pending in timeline.pending(ROLLBACK_ACTION):
         plan = deserialize_plan("HoodieRollbackPlan", timeline.read_content(pending.requested()))
@@ -42,7 +46,7 @@ def rollback_pending_writes(storage: Storage, timeline: Timeline) -> list[str]:
         done.append(target["commitTime"])
         timeline = Timeline.load(storage)
     for pending in timeline.pending():
-        if pending.action in ROLLED_BACK_ACTIONS:
+        if pending.action in ROLLED_BACK_ACTIONS and is_failed(pending.timestamp):
             rollback(storage, timeline, pending)
             done.append(pending.timestamp)
             timeline = Timeline.load(storage)

@@ -305,8 +305,8 @@ class Timeline:
         current = self._latest.get(instant.key)
         return current.state if current else None
 
-    def _create(self, instant: Instant, content: bytes) -> Instant:
-        self.storage.create(instant_file_path(instant.file_name), content)
+    def _create(self, instant: Instant, content: bytes, create: Callable[[str, bytes], None] | None = None) -> Instant:
+        (create or self.storage.create)(instant_file_path(instant.file_name), content)
         self._latest[instant.key] = instant
         JOURNAL.record(self.storage, instant)
         return instant
@@ -323,15 +323,16 @@ class Timeline:
             raise TimelineStateError(f"{instant.timestamp} {instant.action} is {state or 'absent'}, not requested")
         return self._create(instant.inflight(), content)
 
-    def complete(self, instant: Instant, content: bytes) -> Instant:
+    def complete(self, instant: Instant, content: bytes, create: Callable[[str, bytes], None] | None = None) -> Instant:
         """Complete an inflight instant: one atomic file creation, which everything a reader needs
-        must precede. PathExistsError (a FileExistsError) if it is already complete."""
+        must precede. PathExistsError (a FileExistsError) if it is already complete. `create`
+        makes the file instead of the storage's exclusive create (a commit lock's fence)."""
         state = self._state_of(instant)
         if state is State.COMPLETED:
             raise PathExistsError(instant_file_path(instant.completed().file_name))
         if state is not State.INFLIGHT:
             raise TimelineStateError(f"{instant.timestamp} {instant.action} is {state or 'absent'}, not inflight")
-        return self._create(instant.completed(), content)
+        return self._create(instant.completed(), content, create)
 
     def delete_pending(self, instant: Instant, *, keep_requested: bool = False) -> None:
         """Remove a pending instant (rollback of a failed write), inflight file first.

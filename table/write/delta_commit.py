@@ -12,8 +12,7 @@ from table.file_group.layout_stats import LayoutStats
 from table.index import consistent_hashing as ring
 from table.storage.layout import write_partition_metadata
 from table.timeline.commit_metadata import WriteStat
-from table.timeline.rollback import rollback
-from table.timeline.timeline import Instant, Timeline
+from table.timeline.timeline import Timeline
 from table.write.routing import Routing
 
 if TYPE_CHECKING:
@@ -54,8 +53,7 @@ class DeltaCommit:
 
     def abandon(self) -> None:
         """Roll the commit back: delete what its tasks wrote; nothing of it ever became visible."""
-        storage = self.writer.table.storage
-        rollback(storage, Timeline.load(storage), Instant(self.instant, "deltacommit", "inflight"))
+        self.writer.abandon(self.instant)
 
     def _record_new_partitions(self, stats: list[WriteStat]) -> None:
         """The partition metadata and initial ring of each partition the commit created, the

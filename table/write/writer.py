@@ -1,4 +1,5 @@
-"""The table's single writer: it holds the lease, rolls back what a crashed writer left inflight,
+"""A writer of the table: it holds the lease (or, under optimistic concurrency, shares the table
+with other writers: `table.write.concurrency`), rolls back what a crashed writer left inflight,
 and begins each deltacommit with the routing of its records."""
 
 from __future__ import annotations
@@ -11,8 +12,14 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from table import failpoints
-from table.config.choices import LogBlockFormat
-from table.errors import InvalidBatchError, SchemaEvolutionError, WriterNotOpenError
+from table.config.choices import Concurrency, LogBlockFormat
+from table.errors import (
+    CommitLockError,
+    InvalidBatchError,
+    SchemaEvolutionError,
+    WriteConflictError,
+    WriterNotOpenError,
+)
 from table.file_group.fs_view import FileSlice, FileSystemView
 from table.file_group.layout_stats import LayoutStats
 from table.file_group.view_cache import FileSystemViewCache, SyncResult
@@ -20,13 +27,16 @@ from table.index import consistent_hashing as ring
 from table.keys import KeyGenerator
 from table.plans.pending import pending_clustering_plans, pending_compaction_file_groups
 from table.schema import avro_schema_json, evolve
+from table.storage import commit_lock
 from table.storage.file_io import Storage
-from table.storage.lease import DEFAULT_TTL_SECONDS, WriterLease
+from table.storage.heartbeat import DEFAULT_EXPIRY_SECONDS, DEFAULT_INTERVAL_SECONDS, Heartbeats
+from table.storage.lease import DEFAULT_TTL_SECONDS
 from table.storage.markers import begin_markers, delete_marked_files, delete_markers
 from table.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
-from table.timeline.rollback import rollback_pending_writes
+from table.timeline.rollback import rollback, rollback_pending_writes
 from table.timeline.timeline import Instant, Timeline
 from table.units import MIB
+from table.write.concurrency import OptimisticWriters, SingleWriter, WriterGuard
 from table.write.delta_commit import DeltaCommit
 from table.write.file_group_writer import CommitContext, WriteTask, write_file_groups
 from table.write.metadata_table import MetadataTableGuard
@@ -52,19 +62,29 @@ class WriteOptions:
     delete_field: str | None = None
     log_block_format: LogBlockFormat = LogBlockFormat.AUTO
     lease_ttl_seconds: float = DEFAULT_TTL_SECONDS
+    #: Alone under the writer lease, or one of several writers (`table.write.concurrency`).
+    concurrency: Concurrency = Concurrency.SINGLE_WRITER
+    #: Under optimistic concurrency: how long the commit lock is held at most before another
+    #: writer may take it over (fencing this one out), and how long a commit waits for it.
+    commit_lock_ttl_seconds: float = commit_lock.DEFAULT_TTL_SECONDS
+    commit_lock_wait_seconds: float = commit_lock.DEFAULT_WAIT_SECONDS
+    #: Under optimistic concurrency: a pending write's heartbeat period, and after how long without
+    #: one another writer may roll it back as failed (Hudi's default: 2 missed beats of 60 s).
+    heartbeat_interval_seconds: float = DEFAULT_INTERVAL_SECONDS
+    heartbeat_expiry_seconds: float = DEFAULT_EXPIRY_SECONDS
     #: The packed rows a Spark write task holds at once; given more (a large backlog's batch), it
     #: keeps them on its local disk and writes its file groups in parts of about this much.
     task_memory_bytes: int = 128 * MIB
 
 
 class TableWriter:
-    """The table's single writer: one deltacommit per `upsert` call."""
+    """A writer of the table: one deltacommit per `upsert` call."""
 
     def __init__(self, table: MorTable, options: WriteOptions, description: str):
         self.table = table
         self.options = options
         self.key_generator = KeyGenerator.from_config(table.config)
-        self._lease = WriterLease(table.storage, description, options.lease_ttl_seconds)
+        self._guard = _guard(table.storage, options, description)
         self._open = False
         self._files = FileSystemViewCache(table.storage)
         self._rings = _Rings(table.storage)
@@ -80,21 +100,21 @@ class TableWriter:
         self.close()
 
     def open(self) -> TableWriter:
-        self._lease.acquire()
+        self._guard.open()
         try:
-            rollback_pending_writes(self.table.storage, Timeline.load(self.table.storage))
+            rollback_pending_writes(self.table.storage, Timeline.load(self.table.storage), self._guard.is_failed)
             self._metadata_table = MetadataTableGuard(self.table)
             self._metadata_table.check()
         except BaseException:
             with contextlib.suppress(OSError):  # the fault that failed the rollback may fail this too
-                self._lease.release()
+                self._guard.close()
             raise
         self._open = True
         return self
 
     def close(self) -> None:
         if self._open:
-            self._lease.release()
+            self._guard.close()
             self._open = False
 
     @property
@@ -131,7 +151,7 @@ class TableWriter:
         """Raise unless this writer is open and still holds the lease: what only the writer may
         do (commit, schedule a plan) starts with this."""
         self._require_open()
-        self._lease.check_held()
+        self._guard.check_held()
 
     def begin(self) -> tuple[str, Timeline]:
         """Start a deltacommit: a new instant, requested then inflight."""
@@ -139,6 +159,7 @@ class TableWriter:
         timeline = Timeline.load(self.table.storage)
         instant = Instant(timeline.new_instant_time(), "deltacommit", "requested")
         self._metadata_table.check(timeline)
+        self._guard.began(instant.timestamp)
         timeline.create_requested(instant)
         failpoints.reach("deltacommit.requested")
         timeline.transition_to_inflight(instant)
@@ -265,19 +286,33 @@ class TableWriter:
         data_schema: pa.Schema,
         extra_metadata: dict[str, str] | None,
     ) -> None:
-        """Complete the deltacommit: one atomic file creation makes the batch visible."""
-        self._lease.check_held()
+        """Complete the deltacommit: one atomic file creation makes the batch visible. Under
+        optimistic concurrency a conflict (WriteConflictError), or the commit lock not had or
+        lost (CommitLockError), rolls it back instead."""
         extra = {SCHEMA_KEY: avro_schema_json(data_schema, self.table.name, with_meta_fields=False)}
         extra.update(extra_metadata or {})
         metadata = CommitMetadata.for_write(stats, extra, operation_type="UPSERT")
         self._delete_unreported_files(instant, stats)
         failpoints.reach("deltacommit.files_written")
-        completed = timeline.complete(Instant(instant, "deltacommit", "inflight"), metadata.to_json().encode())
+        try:
+            with self._guard.completing(timeline, instant, stats) as create:
+                content = metadata.to_json().encode()
+                completed = timeline.complete(Instant(instant, "deltacommit", "inflight"), content, create)
+        except (WriteConflictError, CommitLockError):  # never completed: nothing of it may stay
+            self.abandon(instant)
+            raise
+        self._guard.ended(instant)
         self._files.committed(completed, metadata)
         self._schema = (instant, data_schema)
         self.last_commit = metadata
         failpoints.reach("deltacommit.completed")
         delete_markers(self.table.storage, instant)
+
+    def abandon(self, instant: str) -> None:
+        """Roll back this writer's pending deltacommit: nothing of it ever became visible."""
+        storage = self.table.storage
+        rollback(storage, Timeline.load(storage), Instant(instant, "deltacommit", "inflight"))
+        self._guard.ended(instant)
 
     def _delete_unreported_files(self, instant: str, stats: list[WriteStat]) -> None:
         """Delete the files this instant marked that no write stat reports, before it completes
@@ -307,6 +342,16 @@ class TableWriter:
     def _require_open(self) -> None:
         if not self._open:
             raise WriterNotOpenError("the writer is not open: use it as a context manager or call open()")
+
+
+def _guard(storage: Storage, options: WriteOptions, description: str) -> WriterGuard:
+    if options.concurrency == Concurrency.SINGLE_WRITER:
+        return SingleWriter(storage, description, options.lease_ttl_seconds)
+    lock = commit_lock.CommitLock(
+        storage, description, options.commit_lock_ttl_seconds, options.commit_lock_wait_seconds
+    )
+    heartbeats = Heartbeats(storage, options.heartbeat_interval_seconds)
+    return OptimisticWriters(storage, description, lock, heartbeats, options.heartbeat_expiry_seconds)
 
 
 class _Rings:

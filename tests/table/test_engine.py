@@ -151,7 +151,7 @@ def test_second_writer_is_refused_and_a_crashed_writers_claim_expires(tmp_path):
         table.writer(write_options(), description="job B").open()
     stale = table.writer(write_options(lease_ttl_seconds=0.2), description="crashed job")
     stale.open()
-    stale._lease._stop.set()  # the heartbeat dies with its process; the file stays behind
+    stale._guard._lease._stop.set()  # the heartbeat dies with its process; the file stays behind
     import time
 
     time.sleep(0.5)

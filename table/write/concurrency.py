@@ -1,0 +1,120 @@
+"""How a writer shares its table with other writers: alone under the writer lease, or with
+others under optimistic concurrency (`table.config.choices.Concurrency`).
+
+Optimistic concurrency, as Hudi's: each pending write keeps a heartbeat (`table.storage.heartbeat`),
+so only writes whose heartbeat stopped are rolled back as failed; each commit takes the table's
+commit lock (`table.storage.commit_lock`), checks what completed or was planned since the write
+began (`table.write.conflicts`) and completes through the lock's fence, or is refused with a
+`WriteConflictError` and rolled back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Protocol
+
+from table.errors import WriteConflictError
+from table.storage.commit_lock import CommitLock
+from table.storage.file_io import Storage
+from table.storage.heartbeat import Heartbeats, heartbeat_expired
+from table.storage.lease import WriterLease
+from table.timeline.commit_metadata import WriteStat
+from table.timeline.timeline import Timeline
+from table.write.conflicts import first_conflict, written_file_groups
+
+#: How a commit's completed instant is created: the storage's exclusive create, or a fence's.
+CreateFile = Callable[[str, bytes], None]
+
+
+class WriterGuard(Protocol):
+    def open(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def check_held(self) -> None:
+        """Raise unless this writer may still write (its lease, under a single writer)."""
+
+    def is_failed(self, instant: str) -> bool:
+        """Whether a deltacommit found pending when the writer opens is a failed write to roll back."""
+
+    def began(self, instant: str) -> None: ...
+
+    def ended(self, instant: str) -> None: ...
+
+    def completing(self, began: Timeline, instant: str, stats: list[WriteStat]) -> AbstractContextManager[CreateFile]:
+        """A context in which the commit may complete, and how it creates its completed instant."""
+
+
+class SingleWriter:
+    """The default: the writer lease; anything pending when the writer opens is a crashed write."""
+
+    def __init__(self, storage: Storage, description: str, lease_ttl_seconds: float):
+        self._storage = storage
+        self._lease = WriterLease(storage, description, lease_ttl_seconds)
+
+    def open(self) -> None:
+        self._lease.acquire()
+
+    def close(self) -> None:
+        self._lease.release()
+
+    def check_held(self) -> None:
+        self._lease.check_held()
+
+    def is_failed(self, instant: str) -> bool:
+        return True
+
+    def began(self, instant: str) -> None:
+        pass
+
+    def ended(self, instant: str) -> None:
+        pass
+
+    @contextmanager
+    def completing(self, began: Timeline, instant: str, stats: list[WriteStat]) -> Iterator[CreateFile]:
+        self._lease.check_held()
+        yield self._storage.create
+
+
+class OptimisticWriters:
+    """One of several writers of the table: heartbeats, the commit lock and the conflict check."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        description: str,
+        commit_lock: CommitLock,
+        heartbeats: Heartbeats,
+        heartbeat_expiry_seconds: float,
+    ):
+        self._storage = storage
+        self._lock = commit_lock
+        self._heartbeats = heartbeats
+        self._expiry = heartbeat_expiry_seconds
+
+    def open(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self._heartbeats.close()
+
+    def check_held(self) -> None:
+        pass
+
+    def is_failed(self, instant: str) -> bool:
+        return heartbeat_expired(self._storage, instant, self._expiry)
+
+    def began(self, instant: str) -> None:
+        self._heartbeats.start(instant)
+
+    def ended(self, instant: str) -> None:
+        self._heartbeats.stop(instant)
+
+    @contextmanager
+    def completing(self, began: Timeline, instant: str, stats: list[WriteStat]) -> Iterator[CreateFile]:
+        with self._lock.held() as fence:
+            conflict = first_conflict(began, Timeline.load(self._storage), written_file_groups(stats), instant)
+            if conflict is not None:
+                raise WriteConflictError(instant, conflict.other.timestamp, conflict.other.action, conflict.file_groups)
+            yield fence.create
