@@ -28,6 +28,9 @@ CreateFile = Callable[[str, bytes], None]
 
 
 class WriterGuard(Protocol):
+    #: Whether other writers may write the table meanwhile (their pending writes are normal).
+    shares_table: bool
+
     def open(self) -> None: ...
 
     def close(self) -> None: ...
@@ -48,6 +51,8 @@ class WriterGuard(Protocol):
 
 class SingleWriter:
     """The default: the writer lease; anything pending when the writer opens is a crashed write."""
+
+    shares_table = False
 
     def __init__(self, storage: Storage, description: str, lease_ttl_seconds: float):
         self._storage = storage
@@ -79,6 +84,8 @@ class SingleWriter:
 
 class OptimisticWriters:
     """One of several writers of the table: heartbeats, the commit lock and the conflict check."""
+
+    shares_table = True
 
     def __init__(
         self,

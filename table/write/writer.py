@@ -157,6 +157,14 @@ class TableWriter:
         """Start a deltacommit: a new instant, requested then inflight."""
         self.check_held()
         timeline = Timeline.load(self.table.storage)
+        # another writer's failed write (its heartbeat stopped) would hold up compactions and
+        # resizes until the next writer opens: rolled back here, as Hudi's writers do
+        if (
+            self._guard.shares_table
+            and timeline.pending("deltacommit")
+            and rollback_pending_writes(self.table.storage, timeline, self._guard.is_failed)
+        ):
+            timeline = Timeline.load(self.table.storage)
         instant = Instant(timeline.new_instant_time(), "deltacommit", "requested")
         self._metadata_table.check(timeline)
         self._guard.began(instant.timestamp)
