@@ -65,6 +65,7 @@ from streamer.sink import OffsetJumpCheck, SinkSettings, UpsertSink
 from streamer.verify.verdict import read_verdict
 from table import (
     MIB,
+    Concurrency,
     HiveSync,
     MorTable,
     Storage,
@@ -152,6 +153,7 @@ class TableJob:
                 delete_field=deletes.column if deletes.made else t.delete_field,
                 log_block_format=t.log_block_format,
                 task_memory_bytes=int(t.write_task_memory_mb * MIB),
+                concurrency=t.concurrency,
             ),
             description=f"mor-streamer job '{t.name}' ({config.config_path})",
         )
@@ -189,7 +191,13 @@ class TableJob:
             source = SourceOptions.parse(config.source.reader_options()) if kafka_arrow else None
             sink = UpsertSink(
                 SinkSettings(
-                    t.name, value_columns, config.decode.on_error, config.transform, config.checkpoint_location, source
+                    t.name,
+                    value_columns,
+                    config.decode.on_error,
+                    config.transform,
+                    config.checkpoint_location,
+                    source,
+                    t.conflict_retries if t.concurrency == Concurrency.OPTIMISTIC else 0,
                 ),
                 table,
                 writer,

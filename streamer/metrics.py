@@ -68,6 +68,11 @@ class Metrics:
             ("table", "kind"),
         )
         self.batches = counter("batches", "Micro-batches committed.")
+        self.commit_conflicts = counter(
+            "commit_conflicts",
+            "Micro-batch writes refused for another writer's commit in the same file groups, then written again "
+            "(table.concurrency: optimistic_concurrency_control).",
+        )
         self.batch_seconds = Histogram(
             PREFIX + "batch_duration_seconds",
             "A micro-batch from its start to its services' end.",
@@ -250,6 +255,7 @@ class TableMetrics:
     def batch_committed(self, report: BatchReport, seconds: float) -> None:
         m, t = self._m, self.table
         m.batches.labels(t).inc()
+        m.commit_conflicts.labels(t).inc(report.conflicts)
         m.records_read.labels(t).inc(report.records)
         m.records_written.labels(t).inc(report.upserted)
         m.records_deleted.labels(t).inc(report.deleted)

@@ -40,7 +40,7 @@ from streamer.decode_step import DecodeStep
 from streamer.errors import BadRecordError, SchemaEvolutionError, StopRequestedError, TableWriteError
 from streamer.kafka.options import SourceOptions
 from streamer.quarantine import QuarantineTable
-from table import DeltaCommit, LayoutStats, MorTable, TableWriter, reach_failpoint
+from table import DeltaCommit, LayoutStats, MorTable, TableWriter, WriteConflictError, reach_failpoint
 from table.spark import DataFrameWriteResult, released_accumulator, write_dataframe
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,7 @@ class BatchReport:
     phases: dict[str, float] = field(default_factory=dict)  # see `_phases`
     committed_at: float = 0.0  # when its commit completed, seconds since the epoch
     layout: LayoutStats | None = None  # the buckets' latest slices after its commit
+    conflicts: int = 0  # its writes refused for another writer's commit, then written again
 
     def phase_line(self) -> str:
         phases = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in self.phases.items())
@@ -160,6 +161,7 @@ class SinkSettings:
     transform: str | None
     checkpoint_location: str | None = None  # the query's: where Spark logs each batch's offsets
     source: SourceOptions | None = None  # `kafka-arrow`'s: the sink reads the offset ranges it plans
+    conflict_retries: int = 0  # under optimistic concurrency: a batch refused for a conflict, written again
 
 
 class UpsertSink:
@@ -290,46 +292,30 @@ class UpsertSink:
             report.replayed = True
             return report
         self.totals.failed = report  # until it is committed
-        commit, written, tally = self._write(df)
-        planned = time.monotonic() - written.wall_seconds
-        try:
-            report.records, report.bad, report.ignored = tally.records, tally.bad, tally.skipped
-            read = tally.offsets_read() if planned_ends is None else planned_ends
-            if report.bad:
-                self._handle_bad(tally, query_id, batch_id, report.what)
-            if report.ignored.get(TRUNCATE):
+        while True:
+            commit, written, tally = self._write(df)
+            planned = time.monotonic() - written.wall_seconds
+            try:
+                read, checkpoint, extra = self._commit_metadata(report, tally, query_id, batch_id, planned_ends)
+            except BaseException:
+                _abandon_quietly(commit)
+                raise
+            committing = time.monotonic()
+            try:
+                instant = commit.complete(written.stats, extra)  # a failure here leaves it to the next run's rollback
+                break
+            except WriteConflictError as conflict:  # rolled back: its records are read and written again
+                if report.conflicts >= s.conflict_retries:
+                    raise
+                report.conflicts += 1
                 log.warning(
-                    "%s %s: %d truncate event(s) ignored: the table keeps the rows the database "
-                    "truncated (a mirror deletes row by row; see 'Mirroring a database' in the docs)",
+                    "%s %s: %s; writing it again (%d of %d)",
                     s.table_name,
                     report.what,
-                    report.ignored[TRUNCATE],
+                    conflict,
+                    report.conflicts,
+                    s.conflict_retries,
                 )
-            checkpoint = self._checkpoint.advanced(query_id, batch_id, read)
-            stats = {"records": report.records, "bad": report.bad, "badPolicy": s.on_error}
-            if report.ignored:
-                stats["ignored"] = report.ignored
-            extra = {CHECKPOINT_KEY: checkpoint.to_json(), BATCH_STATS_KEY: json.dumps(stats)}
-            if self.evolution is not None:
-                extra[VALUE_SCHEMA_KEY] = self.evolution.reader_schema
-            lost = self._lost_offsets(query_id, tally.first_offsets())
-            if lost:
-                extra[DATA_LOSS_KEY] = json.dumps(lost)
-                log.warning(
-                    "%s %s: Kafka no longer held the offsets the table goes on from; went on "
-                    "from the earliest it holds (source.fail_on_data_loss is false): %s",
-                    s.table_name,
-                    report.what,
-                    "; ".join(f"{j['topic']}[{j['partition']}] {j['from']} -> {j['to']}" for j in lost),
-                )
-            hudi_checkpoint = checkpoint.hudi_streamer_checkpoint()
-            if hudi_checkpoint:
-                extra[HUDI_STREAMER_CHECKPOINT_KEY] = hudi_checkpoint
-        except BaseException:
-            _abandon_quietly(commit)
-            raise
-        committing = time.monotonic()
-        instant = commit.complete(written.stats, extra)  # a failure here leaves it to the next run's rollback
         self.totals.failed = None
         reach_failpoint("sink.batch_committed")
         report.phases = _phases(written, tally, planned - started, time.monotonic() - committing)
@@ -347,6 +333,51 @@ class UpsertSink:
             report.lag = self.progress(self._checkpoint)
             report.phases["progress"] = time.monotonic() - started - report.seconds
         return report
+
+    def _commit_metadata(
+        self,
+        report: BatchReport,
+        tally: BatchTally,
+        query_id: str,
+        batch_id: int,
+        planned_ends: dict[str, dict[int, int]] | None,
+    ) -> tuple[dict[str, dict[int, int]], StreamCheckpoint, dict[str, str]]:
+        """What the batch read, the checkpoint after it and its commit's extra metadata; bad records
+        go to the quarantine table on the way (an upsert by their offsets: once however often)."""
+        s = self.settings
+        report.records, report.bad, report.ignored = tally.records, tally.bad, tally.skipped
+        read = tally.offsets_read() if planned_ends is None else planned_ends
+        if report.bad:
+            self._handle_bad(tally, query_id, batch_id, report.what)
+        if report.ignored.get(TRUNCATE):
+            log.warning(
+                "%s %s: %d truncate event(s) ignored: the table keeps the rows the database "
+                "truncated (a mirror deletes row by row; see 'Mirroring a database' in the docs)",
+                s.table_name,
+                report.what,
+                report.ignored[TRUNCATE],
+            )
+        checkpoint = self._checkpoint.advanced(query_id, batch_id, read)
+        stats = {"records": report.records, "bad": report.bad, "badPolicy": s.on_error}
+        if report.ignored:
+            stats["ignored"] = report.ignored
+        extra = {CHECKPOINT_KEY: checkpoint.to_json(), BATCH_STATS_KEY: json.dumps(stats)}
+        if self.evolution is not None:
+            extra[VALUE_SCHEMA_KEY] = self.evolution.reader_schema
+        lost = self._lost_offsets(query_id, tally.first_offsets())
+        if lost:
+            extra[DATA_LOSS_KEY] = json.dumps(lost)
+            log.warning(
+                "%s %s: Kafka no longer held the offsets the table goes on from; went on "
+                "from the earliest it holds (source.fail_on_data_loss is false): %s",
+                s.table_name,
+                report.what,
+                "; ".join(f"{j['topic']}[{j['partition']}] {j['from']} -> {j['to']}" for j in lost),
+            )
+        hudi_checkpoint = checkpoint.hudi_streamer_checkpoint()
+        if hudi_checkpoint:
+            extra[HUDI_STREAMER_CHECKPOINT_KEY] = hudi_checkpoint
+        return read, checkpoint, extra
 
     def _write(self, df: DataFrame) -> tuple[DeltaCommit, DataFrameWriteResult, BatchTally]:
         """Decode, key, route and write the batch in one pass; again, with the evolved reader

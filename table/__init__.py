@@ -102,6 +102,7 @@ from table.services import (
     schedule_clustering,
     schedule_compaction,
 )
+from table.storage.commit_lock import require_atomic_storage
 from table.storage.file_io import STORAGE_OPTION_NAMES, S3Options, Storage
 from table.storage.layout import AUX_DIR, METADATA_DIR, BaseFileName, LogFileName, partition_file_path
 from table.storage.lease import LeaseHolder
@@ -211,6 +212,7 @@ __all__ = [
     # units and failure points
     "MIB",
     "reach_failpoint",
+    "require_atomic_storage",
     "FAILPOINT_PAUSE_ENV_VAR",
     # errors
     "TableError",

@@ -56,6 +56,7 @@ from table import (
     ClusteringPolicy,
     CompactionStrategy,
     CompactionStrategyKind,
+    Concurrency,
     LogBlockFormat,
     SplitPoint,
     WriteOptions,
@@ -206,6 +207,27 @@ class TableSettings(_Section):
             "Parquet for a block of 512 records or more, Avro for a smaller one (a batch spread over many "
             "file groups writes small blocks, whose Parquet files would cost more to make than their "
             "records). Every Hudi reader reads both. The quarantine table uses it too."
+        ),
+    )
+    concurrency: Concurrency = Field(
+        WriteOptions.concurrency,
+        description=(
+            "How the job shares the table with other writers (Hudi's `hoodie.write.concurrency.mode`): "
+            "`single_writer`, the job alone under the table's writer lease; or "
+            "`optimistic_concurrency_control`, beside other writers (a backfill, a delete, another job, "
+            "Apache Hudi's own writers with its file-system lock provider): each commit is checked under "
+            "the table's commit lock, `.hoodie/lock`, against what completed since its batch began, and a "
+            "batch that wrote file groups another writer wrote meanwhile is written again (up to "
+            "`conflict_retries` times). Local file systems only. See 'Writing beside the stream' in "
+            "docs/operations.md."
+        ),
+    )
+    conflict_retries: int = Field(
+        3,
+        ge=0,
+        description=(
+            "Under `optimistic_concurrency_control`: how often a micro-batch refused for a conflict is "
+            "written again before the table stops with the conflict."
         ),
     )
     write_task_memory_mb: float = Field(

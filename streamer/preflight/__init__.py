@@ -45,7 +45,14 @@ from streamer.preflight.deletes import deletes, row_columns
 from streamer.preflight.problem import ConfigProblem, ConfigProblemsError
 from streamer.preflight.rules import TableColumns, column_problems, evolution_problems, identity_problems
 from streamer.preflight.select_list import transform_columns
-from table import MorTable, UnsupportedTableVersionError
+from table import (
+    Concurrency,
+    InvalidRequestError,
+    MorTable,
+    Storage,
+    UnsupportedTableVersionError,
+    require_atomic_storage,
+)
 
 __all__ = [
     "REGISTRY_TIMEOUT_SECONDS",
@@ -117,6 +124,7 @@ def check(config: JobConfig, registry_timeout: float = REGISTRY_TIMEOUT_SECONDS)
         if not clashes and key is not None:
             problems += _table_problems(config, value, key)
     problems += _table_on_disk_problems(config, value)
+    problems += _concurrency_problems(config)
     return problems
 
 
@@ -192,6 +200,18 @@ def _source_schema(
         decoder = RecordDecoder(value, key, url, auth)
     bookkeeping = (ERROR, RAW_KEY, RAW_VALUE, EVOLVING, SKIPPED)
     return pa.schema([f for f in decoder.output_schema if f.name not in bookkeeping])
+
+
+def _concurrency_problems(config: JobConfig) -> list[ConfigProblem]:
+    """Several writers need a commit lock the storage guarantees (`table.storage.commit_lock`)."""
+    t = config.table
+    if t.concurrency != Concurrency.OPTIMISTIC:
+        return []
+    try:
+        require_atomic_storage(Storage(t.path, t.storage_options))
+    except InvalidRequestError as e:
+        return [ConfigProblem(config.config_path, "table.concurrency", str(e), "set table.concurrency: single_writer")]
+    return []
 
 
 def _table_on_disk_problems(config: JobConfig, value: FormatSpec | None) -> list[ConfigProblem]:

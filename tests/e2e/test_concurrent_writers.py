@@ -1,0 +1,74 @@
+"""The streaming job beside another writer of its table (`table.concurrency:
+optimistic_concurrency_control`): a micro-batch whose commit another writer's commit overtook in
+the same file groups is rolled back, read from its offsets and written again, and says so; the
+table ends with both writers' rows and the topic's offsets, nothing lost or twice."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from table import Concurrency, MorTable, WriteOptions
+from table.failpoints import PAUSE_ENV_VAR
+from tests.support.ingestion import (
+    ORDER_SCHEMA,
+    JobOutput,
+    committed_offsets,
+    end_offsets,
+    expected_rows,
+    order_config,
+    our_rows,
+    produce_orders,
+    settled_change_events,
+    streamer_process,
+    write_config,
+)
+
+pytestmark = pytest.mark.e2e
+
+BATCH = 150
+#: How long each of the job's commits waits with its files written, before its commit lock: the
+#: other writer commits in that window.
+HELD_SECONDS = 4
+
+
+def test_a_batch_overtaken_by_another_writers_commit_is_written_again_with_nothing_lost(
+    kafka_bootstrap, kafka_topic, tmp_path
+):
+    topic = kafka_topic(partitions=1, prefix="orders")
+    events = settled_change_events(2 * BATCH, seed=71)
+    produce_orders(kafka_bootstrap, topic, events)
+    mapping = order_config(
+        tmp_path,
+        "orders",
+        kafka_bootstrap,
+        topic,
+        table={"concurrency": "optimistic_concurrency_control"},
+        source={"max_offsets_per_trigger": BATCH},
+    )
+    path = mapping["table"]["path"]
+    job = JobOutput(
+        streamer_process(
+            ["run", str(write_config(tmp_path / "configs", mapping)), "--once"],
+            env={PAUSE_ENV_VAR: f"deltacommit.files_written={HELD_SECONDS}"},
+        )
+    )
+
+    def second_batch_held() -> bool:
+        if not MorTable.exists(path):
+            return False
+        timeline = MorTable.load(path).timeline()
+        return bool(timeline.completed("deltacommit")) and bool(timeline.pending("deltacommit"))
+
+    job.wait_for(second_batch_held, "the second batch's commit")
+    overtaking = [dict(e, updated_at=e["updated_at"] + 10_000_000, deleted=False) for e in events[:40]]
+    with MorTable.load(path).writer(
+        WriteOptions(initial_buckets=2, delete_field="deleted", concurrency=Concurrency.OPTIMISTIC), "a backfill"
+    ) as backfill:
+        backfill.upsert(pa.Table.from_pylist(overtaking, schema=ORDER_SCHEMA))
+
+    assert job.finish() == 0, job.text[-5000:]
+    assert "writing it again (1 of 3)" in job.text and "conflicts with deltacommit" in job.text, job.text[-5000:]
+    assert our_rows(path) == expected_rows(events + overtaking)
+    assert committed_offsets(path, topic) == end_offsets(kafka_bootstrap, topic)
+    assert not MorTable.load(path).timeline().pending("deltacommit")
