@@ -11,6 +11,7 @@ from pathlib import Path
 from streamer.cli.kafka import add_kafka_commands, kafka_command
 from streamer.cli.sync import add_sync_command, sync_command
 from streamer.cli.verify import add_verify_command, verify_command
+from streamer.cli.writes import add_write_commands, write_command
 from streamer.errors import InvalidArgumentError
 from table import CleanPolicyKind, CompactionStrategyKind, SplitPoint
 
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     add_status_commands(commands)
     add_sync_command(commands)
     add_verify_command(commands)
+    add_write_commands(commands)
     args = parser.parse_args(argv)
     if args.command == "status":
         return status_command(args)
@@ -57,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         return kafka_command(args)
     if args.command == "verify":
         return verify_command(args)
+    if args.command in ("backfill", "delete"):
+        return write_command(args)
     return 2
 
 
