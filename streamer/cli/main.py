@@ -13,7 +13,7 @@ from streamer.cli.sync import add_sync_command, sync_command
 from streamer.cli.verify import add_verify_command, verify_command
 from streamer.cli.writes import add_write_commands, write_command
 from streamer.errors import InvalidArgumentError
-from table import CleanPolicyKind, CompactionStrategyKind, SplitPoint
+from table import CleanPolicyKind, CompactionStrategyKind, Concurrency, SplitPoint
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,6 +122,14 @@ def add_maintenance_commands(commands) -> None:
     archive.add_argument("table_path", metavar="TABLE_PATH")
     archive.add_argument("--min-instants", type=int)
     archive.add_argument("--max-instants", type=int)
+    for name in ("compact", "cluster", "clean", "archive"):
+        commands.choices[name].add_argument(
+            "--concurrency",
+            choices=[mode.value for mode in Concurrency],
+            default=Concurrency.SINGLE_WRITER.value,
+            help="optimistic_concurrency_control: beside a job whose table.concurrency is that too (planning "
+            "waits for a moment no write is pending); default single_writer, which needs the writer lease",
+        )
 
 
 def add_cluster_command(commands) -> None:

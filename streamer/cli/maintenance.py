@@ -3,7 +3,8 @@
 Executing a pending compaction or clustering plan needs no lease (the plan fixes what it reads
 and writes). Scheduling, rolling a clustering back, cleaning and archiving do: they decide from
 the timeline, which only the writer may change, so they refuse to run while a streaming job
-holds the table and say so.
+holds the table and say so. With `--concurrency optimistic_concurrency_control` they run beside
+writers of that mode instead (no lease), planning at a moment when none of their writes is pending.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
+from collections.abc import Callable
 
 from streamer.checkpoint import CHECKPOINT_KEY
 from streamer.config.loading import load_config
@@ -25,8 +28,10 @@ from table import (
     ClusteringPolicy,
     CompactionConflictError,
     CompactionStrategy,
+    Concurrency,
     MorTable,
     TableNotFoundError,
+    WriteInProgressError,
     WriteOptions,
     WriterConflictError,
     archive,
@@ -40,20 +45,24 @@ from table import (
     schedule_compaction,
 )
 
+#: How long planning beside other writers waits for a moment when none of their writes is pending.
+PLAN_WAIT_SECONDS = 120.0
+
 
 def run_offline(args: argparse.Namespace) -> int:
     try:
         table = MorTable.load(args.table_path)
+        options = options_of(args)
         if args.command == "compact":
             compact(table, args)
         elif args.command == "cluster":
             cluster(table, args)
         elif args.command == "clean":
-            with table.writer(WriteOptions(), description="streamer clean") as writer:
+            with table.writer(options, description="streamer clean") as writer:
                 policy = CleanPolicy(**given(kind=args.policy, retained=args.retained))
                 print(f"clean: {clean(writer, policy) or 'nothing to clean'}")
         else:
-            with table.writer(WriteOptions(), description="streamer archive"):
+            with table.writer(options, description="streamer archive"):
                 retention = ArchivePolicy(**given(min_instants=args.min_instants, max_instants=args.max_instants))
                 result = archive(table, retention, keep_latest_with_metadata_key=CHECKPOINT_KEY)
                 print(f"archive: {result}")
@@ -70,6 +79,24 @@ def run_offline(args: argparse.Namespace) -> int:
     return 0
 
 
+def options_of(args: argparse.Namespace) -> WriteOptions:
+    return WriteOptions(concurrency=Concurrency(args.concurrency))
+
+
+def when_no_write_pending(plan: Callable[[], str | None]) -> str | None:
+    """`plan()`, once no other writer's deltacommit is pending (it refuses while one is), for up
+    to `PLAN_WAIT_SECONDS`. A write that begins after it planned is refused at its commit for
+    the planned file groups and written again (`table.write.conflicts`)."""
+    deadline = time.monotonic() + PLAN_WAIT_SECONDS
+    while True:
+        try:
+            return plan()
+        except WriteInProgressError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def given(**settings) -> dict:
     """The settings a flag gave; the others keep the engine's defaults."""
     return {name: value for name, value in settings.items() if value is not None}
@@ -81,8 +108,8 @@ def compact(table: MorTable, args: argparse.Namespace) -> None:
         strategy = CompactionStrategy(
             **given(kind=args.strategy, min_log_files=args.min_log_files, max_io_bytes=max_io_bytes)
         )
-        with table.writer(WriteOptions(), description="streamer compact --schedule") as writer:
-            instant = schedule_compaction(writer, strategy)
+        with table.writer(options_of(args), description="streamer compact --schedule") as writer:
+            instant = when_no_write_pending(lambda: schedule_compaction(writer, strategy))
         print(f"compaction: {'scheduled ' + instant if instant else 'nothing to compact'}")
     pending = pending_compactions(table)
     if not pending:
@@ -95,15 +122,15 @@ def cluster(table: MorTable, args: argparse.Namespace) -> None:
     """Roll back the pending plan at --rollback; else execute the pending plans, or plan one with
     the policy (the config's, flags overriding) and execute it."""
     if args.rollback:
-        with table.writer(WriteOptions(), description="streamer cluster --rollback") as writer:
+        with table.writer(options_of(args), description="streamer cluster --rollback") as writer:
             rolled_back_by = rollback_clustering(writer, args.rollback)
         print(f"clustering {args.rollback}: rolled back by {rolled_back_by}")
         return
     pending = pending_clusterings(table)
     if not pending:
         policy = cluster_policy(table, args)
-        with table.writer(WriteOptions(), description="streamer cluster") as writer:
-            instant = schedule_clustering(writer, policy)
+        with table.writer(options_of(args), description="streamer cluster") as writer:
+            instant = when_no_write_pending(lambda: schedule_clustering(writer, policy))
         if instant is None:
             print("clustering: nothing to cluster")
             return

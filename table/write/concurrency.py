@@ -10,15 +10,16 @@ began (`table.write.conflicts`) and completes through the lock's fence, or is re
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
 
-from table.errors import WriteConflictError
+from table.errors import WriteConflictError, WriterConflictError
 from table.storage.commit_lock import CommitLock
 from table.storage.file_io import Storage
 from table.storage.heartbeat import Heartbeats, heartbeat_expired
-from table.storage.lease import WriterLease
+from table.storage.lease import WriterLease, read_holder
 from table.timeline.commit_metadata import WriteStat
 from table.timeline.timeline import Timeline
 from table.write.conflicts import first_conflict, written_file_groups
@@ -68,7 +69,10 @@ class SingleWriter:
         self._lease.check_held()
 
     def is_failed(self, instant: str) -> bool:
-        return True
+        """A single writer's own crashed writes keep no heartbeat; a pending write that keeps one
+        is a live writer's under optimistic concurrency (a writer misconfigured beside this one),
+        whose files must not be deleted under it."""
+        return heartbeat_expired(self._storage, instant)
 
     def began(self, instant: str) -> None:
         pass
@@ -101,7 +105,14 @@ class OptimisticWriters:
         self._expiry = heartbeat_expiry_seconds
 
     def open(self) -> None:
-        pass
+        """Refused while a single writer holds the table: it checks no commit against ours."""
+        holder = read_holder(self._storage)
+        if holder is not None and not holder.expired(time.time()) and not holder.process_gone():
+            raise WriterConflictError(
+                f"table {self._storage.base_uri} is being written by a single writer, {holder.description} "
+                f"(host {holder.host}, pid {holder.pid}), which checks no other writer's commits: give every "
+                "writer of the table optimistic concurrency (table.concurrency: optimistic_concurrency_control)"
+            )
 
     def close(self) -> None:
         self._heartbeats.close()

@@ -5,6 +5,8 @@ pure-Python one; the streaming job calls the same hooks."""
 from __future__ import annotations
 
 import random
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -15,10 +17,13 @@ from streamer.cli import main as cli
 from streamer.config.loading import config_from_mapping
 from streamer.config.model import IndexSettings, ServicesSettings
 from streamer.scheduler import BackgroundExecutor, TableServices
+from table import Concurrency
 from table.index import consistent_hashing as ring
 from table.mor_table import MorTable
 from table.plans.pending import pending_clusterings, pending_compactions
 from table.services.clustering.planner import ClusteringPolicy, schedule_clustering
+from table.write.file_group_writer import WriteTask, write_file_groups
+from table.write.prepare import prepare_batch
 from tests.support.oracle import Oracle
 from tests.support.orders import DATA_COLUMNS, SCHEMA, by_key, hudi_rs_read, make_table, row, strip, write_options
 
@@ -542,3 +547,33 @@ def test_status_and_the_timeline_list_a_pending_clustering(tmp_path):
     assert summary.pending_plans == [instant]
     (entry,) = [e for e in summary.instants if e.instant == instant]
     assert entry.plan_file_groups == 8  # every bucket of 4 partitions x 2 splits
+
+
+def test_streamer_compact_plans_beside_an_optimistic_writer_once_its_pending_write_completes(tmp_path, capsys):
+    path = tmp_path / "orders"
+    table = make_table(path)
+    with table.writer(write_options(concurrency=Concurrency.OPTIMISTIC), description="the job") as writer:
+        stream = Stream(table, writer)
+        for _ in range(3):
+            stream.commit()
+        batch = monotonic_batch(stream.rng, stream.known, 60, first_id=10_000, clock=50_000)
+        pending = writer.begin_delta_commit(writer.check_schema(SCHEMA))
+        args = ["compact", str(path), "--schedule", "--concurrency", "optimistic_concurrency_control"]
+        with ThreadPoolExecutor(1) as offline:
+            compacting = offline.submit(cli.main, args)
+            time.sleep(1.0)
+            assert not compacting.done() and not table.timeline().pending("compaction")  # waits for the write
+            prepared = prepare_batch(
+                pa.Table.from_pylist(batch, schema=SCHEMA), writer.batch_spec, writer.key_generator
+            )
+            pending.complete(
+                write_file_groups(pending.context, WriteTask(0), pending.routing, pending.routing.route(prepared))
+            )
+            stream.oracle.apply_batch(batch)
+            assert compacting.result(timeout=60) == 0
+
+    out = capsys.readouterr().out
+    assert "compaction: scheduled " in out
+    compacted = table.timeline().completed("commit")
+    assert compacted and compacted[-1].timestamp > pending.instant
+    assert_both_readers_match(path, stream.expected())

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from table import Concurrency, MorTable, WriteConflictError
+from table import Concurrency, MorTable, WriteConflictError, WriterConflictError
 from table.storage.commit_lock import LOCK_PATH
 from tests.support.oracle import Oracle
 from tests.support.orders import (
@@ -231,5 +231,23 @@ def test_a_live_writers_pending_write_survives_another_writers_start_and_a_dead_
 
     pending_now = {i.timestamp for i in table.timeline().pending("deltacommit")}
     assert pending.instant in pending_now and abandoned.instant not in pending_now
+    pending.abandon()
+    live.close()
+
+
+def test_writers_of_both_modes_on_one_table_never_write_over_each_other(tmp_path):
+    """An optimistic writer is refused while a single writer holds the lease (it checks no commit);
+    a single writer's start leaves a live optimistic writer's pending write alone."""
+    table = make_table(tmp_path / "orders")
+    with (
+        table.writer(write_options(), description="the job"),
+        pytest.raises(WriterConflictError, match="being written by a single writer, the job"),
+    ):
+        table.writer(write_options(**optimistic()), description="a backfill").open()
+
+    live = table.writer(write_options(**optimistic()), description="a backfill").open()
+    pending = live.begin_delta_commit(live.check_schema(SCHEMA))
+    with table.writer(write_options(), description="streamer compact"):
+        assert pending.instant in {i.timestamp for i in table.timeline().pending("deltacommit")}
     pending.abandon()
     live.close()
