@@ -36,6 +36,7 @@ from bench import (
     report,
     services,
     sync,
+    writers,
 )
 from bench.verify import scenario as verify_scenario
 from bench.workload import SIZES, W1
@@ -53,10 +54,11 @@ SCENARIOS = {
     "backlog": backlog.scenario,
     "mirror": mirror.scenario,
     "verify": verify_scenario,
+    "writers": writers.scenario,
 }
 #: Scenarios that `--scenario` names but a run of every scenario leaves out: they take from a quarter
 #: of an hour to an hour.
-ON_REQUEST = ("partitions", "backlog", "mirror", "verify")
+ON_REQUEST = ("partitions", "backlog", "mirror", "verify", "writers")
 
 
 def counts(text: str) -> tuple[int, ...]:

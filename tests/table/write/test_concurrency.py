@@ -21,6 +21,7 @@ import pytest
 
 from table import Concurrency, MorTable, WriteConflictError, WriterConflictError
 from table.storage.commit_lock import LOCK_PATH
+from tests.support.ingestion import REPO
 from tests.support.oracle import Oracle
 from tests.support.orders import (
     DATA_COLUMNS,
@@ -35,8 +36,6 @@ from tests.support.orders import (
 )
 
 pytestmark = pytest.mark.unit
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 def optimistic(**overrides) -> dict:
