@@ -51,6 +51,12 @@ class DeltaCommit:
         self.writer.last_layout = self.layout.with_writes(stats)
         return self.instant
 
+    def left_pending(self) -> None:
+        """The write failed midway: its instant stays pending, for a later rollback to delete what
+        its tasks wrote (some may still be writing while Spark cancels them); under optimistic
+        concurrency its heartbeat stops, so that another writer may roll it back once it expires."""
+        self.writer.left_pending(self.instant)
+
     def abandon(self) -> None:
         """Roll the commit back: delete what its tasks wrote; nothing of it ever became visible."""
         self.writer.abandon(self.instant)

@@ -309,12 +309,19 @@ class TableWriter:
         except (WriteConflictError, CommitLockError):  # never completed: nothing of it may stay
             self.abandon(instant)
             raise
+        except BaseException:
+            self.left_pending(instant)
+            raise
         self._guard.ended(instant)
         self._files.committed(completed, metadata)
         self._schema = (instant, data_schema)
         self.last_commit = metadata
         failpoints.reach("deltacommit.completed")
         delete_markers(self.table.storage, instant)
+
+    def left_pending(self, instant: str) -> None:
+        """This writer gives up its pending deltacommit without rolling it back (`DeltaCommit.left_pending`)."""
+        self._guard.ended(instant)
 
     def abandon(self, instant: str) -> None:
         """Roll back this writer's pending deltacommit: nothing of it ever became visible."""
@@ -344,8 +351,12 @@ class TableWriter:
         data_schema = self.check_schema(records.schema)
         prepared = prepare_batch(records, self.batch_spec, self.key_generator)
         commit = self.begin_delta_commit(data_schema)
-        routed = commit.routing.route(prepared)
-        return commit.complete(write_file_groups(commit.context, WriteTask(0), commit.routing, routed), extra_metadata)
+        try:
+            stats = write_file_groups(commit.context, WriteTask(0), commit.routing, commit.routing.route(prepared))
+        except BaseException:
+            commit.left_pending()
+            raise
+        return commit.complete(stats, extra_metadata)
 
     def _require_open(self) -> None:
         if not self._open:
