@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +77,9 @@ def scenario(w: W1, work: Path) -> Section:
         finally:
             backfilled = backfill.stop()
         beside.details["backfill"] = backfilled
+        alone = replace(alone, label="ours, optimistic: alone")
+        # the table also holds the backfill's rows, some committed after the job's count: not compared
+        beside = replace(beside, label="ours, optimistic: beside a backfill", table_rows=None, expected_rows=None)
         results += [alone, beside]
     section = Section(f"Writers beside the stream ({spark.MASTER})", "alone", results, NOTES)
     section.details["commit_lock"] = lock
