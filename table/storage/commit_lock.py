@@ -7,6 +7,9 @@ configured with that provider and our writers exclude each other. Ours holds a `
 its fencing token, until when); Hudi's holds its own text and expires by the file's time after
 `hoodie.write.lock.filesystem.expire` minutes, which `foreign_expiry_seconds` stands for here.
 
+A lock whose holder's process is gone from this host (killed while holding it) is taken over at
+once; one held from another host, after its expiry.
+
 Fencing: each holder also makes `.hoodie/.aux/commit-fences/<token>/`, and completes its instant
 through a file staged in that directory (`Storage.create_via`: written there, then hard-linked
 into the timeline). A writer that finds the lock expired moves the lock file aside, moves the
@@ -34,6 +37,7 @@ from dataclasses import asdict, dataclass
 from table.errors import CommitLockError, InvalidRequestError
 from table.storage.file_io import Storage
 from table.storage.layout import AUX_DIR, METADATA_DIR
+from table.storage.lease import LeaseHolder, process_start_time
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +56,15 @@ class LockRecord:
     host: str
     pid: int
     expires_at: float  # seconds since the epoch
+    process_start: str | None = None
+
+    def expired(self) -> bool:
+        """Past its expiry, or its holder's process is gone from this host (a writer killed while
+        holding it: its lock is taken over at once, not after the expiry)."""
+        if time.time() > self.expires_at:
+            return True
+        holder = LeaseHolder("", self.description, self.host, self.pid, 0.0, 0.0, self.process_start)
+        return holder.process_gone()
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -130,7 +143,14 @@ class CommitLock:
         fence = f"{FENCES_DIR}/{token}"
         while True:
             self._storage.makedirs(fence)
-            record = LockRecord(token, self._description, socket.gethostname(), os.getpid(), time.time() + self._ttl)
+            record = LockRecord(
+                token,
+                self._description,
+                socket.gethostname(),
+                os.getpid(),
+                time.time() + self._ttl,
+                process_start_time(os.getpid()),
+            )
             try:
                 self._storage.create(LOCK_PATH, record.to_bytes())
                 return
@@ -154,7 +174,7 @@ class CommitLock:
             return None
         record = LockRecord.from_bytes(data)
         if record is not None:
-            if time.time() <= record.expires_at:
+            if not record.expired():
                 return record.holder()
         else:
             modified = self._storage.modified_ns(LOCK_PATH)
@@ -173,7 +193,9 @@ class CommitLock:
         if moved is not None:
             with suppress(FileNotFoundError):
                 self._storage.rename(f"{FENCES_DIR}/{moved.token}", f"{FENCES_DIR}/{moved.token}.fenced")
-            log.warning("took over the commit lock of %s from %s, expired", self._storage.base_uri, moved.holder())
+            log.warning(
+                "took over the commit lock of %s from %s, expired or gone", self._storage.base_uri, moved.holder()
+            )
         self._storage.delete(aside)
         if moved is not None:
             self._storage.delete_dir(f"{FENCES_DIR}/{moved.token}.fenced")

@@ -250,3 +250,31 @@ def test_writers_of_both_modes_on_one_table_never_write_over_each_other(tmp_path
         assert pending.instant in {i.timestamp for i in table.timeline().pending("deltacommit")}
     pending.abandon()
     live.close()
+
+
+def test_a_writer_killed_while_holding_the_commit_lock_holds_up_no_one(tmp_path):
+    path = tmp_path / "orders"
+    table = make_table(path)
+    holding = tmp_path / "holding"
+    killed = writer_process(
+        path,
+        [rows_in(REGIONS, 50, 1_000, seed=6, prefix="k")],
+        optimistic(),
+        before_complete=f"Path({str(holding)!r}).touch()\n            time.sleep(600)",
+    )
+    deadline = time.monotonic() + 60
+    while not holding.exists():
+        assert killed.poll() is None and time.monotonic() < deadline, "the writer never took the commit lock"
+        time.sleep(0.01)
+    killed.kill()
+    killed.wait()
+
+    started = time.monotonic()
+    successor_rows = rows_in(REGIONS, 50, 5_000, seed=7, prefix="n")
+    with table.writer(write_options(**optimistic()), description="successor") as successor:
+        successor.upsert(pa.Table.from_pylist(successor_rows, schema=SCHEMA))
+
+    assert time.monotonic() - started < 10  # not the lock's 60 s expiry
+    oracle = Oracle("order_id", "updated_at", "is_deleted")
+    oracle.apply_batch(successor_rows)
+    assert_readers_show(path, oracle)
