@@ -109,6 +109,24 @@ def require_atomic_storage(storage: Storage) -> None:
         )
 
 
+def probe_exclusive_create(storage: Storage) -> None:
+    """Create one file twice where the lock lives: a file system that lets the second creation
+    through (some network file systems) cannot hold the commit lock, and is refused by name."""
+    probe = f"{FENCES_DIR}/probe-{uuid.uuid4().hex}"
+    storage.create(probe, b"")
+    try:
+        storage.create(probe, b"")
+    except FileExistsError:
+        return
+    finally:
+        storage.delete(probe)
+    raise InvalidRequestError(
+        f"{storage.base_uri}: a file created twice there was created both times: this file system does not "
+        "honour exclusive creation, which the commit lock of optimistic concurrency needs; keep one writer per "
+        "table (table.concurrency: single_writer)"
+    )
+
+
 class CommitLock:
     """Taken around a commit's conflict check and completion; see the module's doc."""
 

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
 
 from table.errors import WriteConflictError, WriterConflictError
-from table.storage.commit_lock import CommitLock
+from table.storage.commit_lock import CommitLock, probe_exclusive_create
 from table.storage.file_io import Storage
 from table.storage.heartbeat import Heartbeats, heartbeat_expired
 from table.storage.lease import WriterLease, read_holder
@@ -105,7 +105,9 @@ class OptimisticWriters:
         self._expiry = heartbeat_expiry_seconds
 
     def open(self) -> None:
-        """Refused while a single writer holds the table: it checks no commit against ours."""
+        """Refused while a single writer holds the table (it checks no commit against ours), and
+        where the file system lets a file be created twice."""
+        probe_exclusive_create(self._storage)
         holder = read_holder(self._storage)
         if holder is not None and not holder.expired(time.time()) and not holder.process_gone():
             raise WriterConflictError(
