@@ -52,7 +52,7 @@ class WriteResult:
 def backfill(spark: SparkSession, config: JobConfig, source: str, source_format: str | None = None) -> WriteResult:
     """Upsert the rows of `source` (a Parquet or JSON dataset's path, or a Spark SQL query) into
     the table of `config` as one commit."""
-    return _write(config, _dataset(spark, source, source_format), "backfill", config.table.delete_field)
+    return _write(config, _load(config), _dataset(spark, source, source_format), "backfill", config.table.delete_field)
 
 
 def delete_where(spark: SparkSession, config: JobConfig, predicate: str) -> WriteResult:
@@ -65,7 +65,7 @@ def delete_where(spark: SparkSession, config: JobConfig, predicate: str) -> Writ
     columns = table.schema().names
     matched = spark.read.format("mor").load(t.path).where(predicate).select(*columns)
     marker = t.delete_field or HUDI_DELETE_FIELD
-    return _write(config, matched.withColumn(marker, F.lit(True)), "delete", marker)
+    return _write(config, table, matched.withColumn(marker, F.lit(True)), "delete", marker)
 
 
 def _dataset(spark: SparkSession, source: str, source_format: str | None) -> DataFrame:
@@ -84,7 +84,7 @@ def _load(config: JobConfig) -> MorTable:
     return MorTable.load(t.path, t.storage_options)
 
 
-def _write(config: JobConfig, rows: DataFrame, what: str, delete_field: str | None) -> WriteResult:
+def _write(config: JobConfig, table: MorTable, rows: DataFrame, what: str, delete_field: str | None) -> WriteResult:
     t = config.table
     options = WriteOptions(
         initial_buckets=config.index.initial_buckets,
@@ -93,7 +93,7 @@ def _write(config: JobConfig, rows: DataFrame, what: str, delete_field: str | No
         concurrency=t.concurrency,
     )
     conflicts = 0
-    with _load(config).writer(options, description=f"streamer {what} of '{t.name}' ({config.config_path})") as writer:
+    with table.writer(options, description=f"streamer {what} of '{t.name}' ({config.config_path})") as writer:
         while True:
             try:
                 instant = upsert_dataframe(writer, rows)

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from table.errors import CommitLockError, InvalidRequestError
 from table.storage.file_io import Storage
 from table.storage.layout import AUX_DIR, METADATA_DIR
-from table.storage.lease import LeaseHolder, process_start_time
+from table.storage.lease import process_gone, process_start_time
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +61,7 @@ class LockRecord:
     def expired(self) -> bool:
         """Past its expiry, or its holder's process is gone from this host (a writer killed while
         holding it: its lock is taken over at once, not after the expiry)."""
-        if time.time() > self.expires_at:
-            return True
-        holder = LeaseHolder("", self.description, self.host, self.pid, 0.0, 0.0, self.process_start)
-        return holder.process_gone()
+        return time.time() > self.expires_at or process_gone(self.host, self.pid, self.process_start)
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self)).encode()

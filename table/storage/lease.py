@@ -49,18 +49,11 @@ class LeaseHolder:
         return now > self.renewed_at + self.ttl_seconds
 
     def process_gone(self) -> bool:
-        """True when the holder ran on this host and its process no longer exists (or its pid
-        now belongs to another process, as after a container restart): a crashed writer's
-        lease need not be waited out."""
-        if self.host != socket.gethostname():
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return self.process_start is not None and process_start_time(self.pid) != self.process_start
+        return process_gone(self.host, self.pid, self.process_start)
+
+    def alive(self, now: float) -> bool:
+        """Still holding: renewed within its TTL, by a process that still runs."""
+        return not self.expired(now) and not self.process_gone()
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -68,6 +61,21 @@ class LeaseHolder:
     @staticmethod
     def from_bytes(data: bytes) -> LeaseHolder:
         return LeaseHolder(**json.loads(data))
+
+
+def process_gone(host: str, pid: int, process_start: str | None) -> bool:
+    """True when a holder ran on this host and its process no longer exists (or its pid now
+    belongs to another process, as after a container restart): a crashed writer's claim need
+    not be waited out."""
+    if host != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return process_start is not None and process_start_time(pid) != process_start
 
 
 def read_holder(storage: Storage, path: str = LEASE_PATH) -> LeaseHolder | None:
@@ -123,12 +131,7 @@ class WriterLease:
             self._storage.create(self._path, self._holder().to_bytes())
         except FileExistsError:
             holder = self.current_holder()
-            if (
-                holder is not None
-                and holder.owner_id != self._owner_id
-                and not holder.expired(time.time())
-                and not holder.process_gone()
-            ):
+            if holder is not None and holder.owner_id != self._owner_id and holder.alive(time.time()):
                 raise WriterConflictError(
                     f"table {self._storage.base_uri} is being written by another writer: "
                     f"{holder.description} (host {holder.host}, pid {holder.pid}); its lease "

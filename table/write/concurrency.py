@@ -109,7 +109,7 @@ class OptimisticWriters:
         where the file system lets a file be created twice."""
         probe_exclusive_create(self._storage)
         holder = read_holder(self._storage)
-        if holder is not None and not holder.expired(time.time()) and not holder.process_gone():
+        if holder is not None and holder.alive(time.time()):
             raise WriterConflictError(
                 f"table {self._storage.base_uri} is being written by a single writer, {holder.description} "
                 f"(host {holder.host}, pid {holder.pid}), which checks no other writer's commits: give every "

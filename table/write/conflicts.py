@@ -62,7 +62,7 @@ def _planned(timeline: Timeline, instant: Instant) -> set[FileGroup]:
         return {(op.partition_path, op.file_id) for op in operations}
     plan = read_clustering_plan(timeline, instant.timestamp)
     if plan is not None:
-        return set(plan.file_groups())
+        return plan.file_groups()
     if instant.state == State.COMPLETED:  # a replacecommit without a clustering plan (Hudi's insert_overwrite)
         replace = ReplaceCommitMetadata.from_json(timeline.read_content(instant))
         retired = {(p, f) for p, ids in replace.partition_to_replace_file_ids.items() for f in ids}
