@@ -2,8 +2,10 @@
 offsets Spark planned for a micro-batch, read back from its write-ahead log.
 
 The table's commits are the stream's source of truth: each one records the offsets its batch
-read up to (`StreamCheckpoint`, under `CHECKPOINT_KEY`), so a query without a Spark checkpoint
-resumes where the table ends.
+read up to (`StreamCheckpoint`, under `checkpoint_key(...)`), so a query without a Spark
+checkpoint resumes where the table ends. Several jobs can feed one table under optimistic
+concurrency: each names its checkpoint (`source.checkpoint_id`) and keeps it under a key of its
+own, so each resumes from its own offsets whatever the others commit in between.
 
 Before a micro-batch runs, Spark writes `<checkpoint>/offsets/<batch id>`: a version line, a
 line of batch metadata, then the end offsets of each source as its JSON. For a Kafka source
@@ -22,7 +24,8 @@ from table import MorTable, Storage, Timeline
 
 log = logging.getLogger(__name__)
 
-#: extraMetadata key of the stream's checkpoint (JSON of `StreamCheckpoint`).
+#: extraMetadata key of the stream's checkpoint (JSON of `StreamCheckpoint`); a named one's
+#: key adds its name (`checkpoint_key`), so every stream's key starts with this.
 CHECKPOINT_KEY = "mor.streamer.checkpoint"
 #: Spark's offset log format version.
 VERSION = "v1"
@@ -101,7 +104,15 @@ class StreamCheckpoint:
 EMPTY_CHECKPOINT = StreamCheckpoint("", -1, {})
 
 
-def table_checkpoint(table: MorTable, timeline: Timeline | None = None) -> StreamCheckpoint | None:
-    """The checkpoint of the table's latest commit that has one (service commits have none)."""
-    raw = table.latest_extra_metadata(CHECKPOINT_KEY, timeline)
+def checkpoint_key(checkpoint_id: str | None) -> str:
+    """The extraMetadata key of one stream's checkpoint: the unnamed stream's is `CHECKPOINT_KEY`."""
+    return f"{CHECKPOINT_KEY}.{checkpoint_id}" if checkpoint_id else CHECKPOINT_KEY
+
+
+def table_checkpoint(
+    table: MorTable, timeline: Timeline | None = None, checkpoint_id: str | None = None
+) -> StreamCheckpoint | None:
+    """The stream's checkpoint in the table's latest commit that has it (service commits, other
+    writers' and other streams' commits have none)."""
+    raw = table.latest_extra_metadata(checkpoint_key(checkpoint_id), timeline)
     return StreamCheckpoint.from_json(json.loads(raw)) if raw is not None else None

@@ -198,6 +198,7 @@ class TableJob:
                     config.checkpoint_location,
                     source,
                     t.conflict_retries if t.concurrency == Concurrency.OPTIMISTIC else 0,
+                    config.source.checkpoint_id,
                 ),
                 table,
                 writer,
@@ -277,7 +278,7 @@ class TableJob:
         if work is None:
             return
         initial_load.run(self.config, spark, self.sink, work)
-        checkpoint = table_checkpoint(self.table)
+        checkpoint = table_checkpoint(self.table, checkpoint_id=self.config.source.checkpoint_id)
         if checkpoint is None:
             raise StartupError(f"{self.config.table.name}: the initial load committed no Kafka offsets")
         self.starting_offsets = _starting_offsets_of(self.config, checkpoint)
@@ -519,7 +520,7 @@ def _resume_offsets(config: JobConfig, table: MorTable, spark: SparkSession) -> 
     """`startingOffsets` from the table's last commit when the Spark checkpoint is gone."""
     if not config.source.resume_from_table or _has_spark_offsets(config.checkpoint_location):
         return None
-    checkpoint = table_checkpoint(table)
+    checkpoint = table_checkpoint(table, checkpoint_id=config.source.checkpoint_id)
     if checkpoint is None or not checkpoint.offsets:
         return None
     log.info(

@@ -369,7 +369,7 @@ class TableServices:
 
     def _archive_now(self) -> None:
         """Archival is due after most commits and usually finds nothing: only moves are logged."""
-        result = archive(self.table, self.archive_policy(), keep_latest_with_metadata_key=CHECKPOINT_KEY)
+        result = archive(self.table, self.archive_policy(), keep_latest_with_metadata_prefix=CHECKPOINT_KEY)
         if result.archived:
             log.info("%s: %s", self.name, result)
 

@@ -24,10 +24,10 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from streamer.batch_tally import BatchTally, BatchTallyParam
 from streamer.checkpoint import (
-    CHECKPOINT_KEY,
     EMPTY_CHECKPOINT,
     HUDI_STREAMER_CHECKPOINT_KEY,
     StreamCheckpoint,
+    checkpoint_key,
     planned_offsets,
     table_checkpoint,
 )
@@ -162,6 +162,7 @@ class SinkSettings:
     checkpoint_location: str | None = None  # the query's: where Spark logs each batch's offsets
     source: SourceOptions | None = None  # `kafka-arrow`'s: the sink reads the offset ranges it plans
     conflict_retries: int = 0  # under optimistic concurrency: a batch refused for a conflict, written again
+    checkpoint_id: str | None = None  # names the stream's checkpoint when several feed the table
 
 
 class UpsertSink:
@@ -197,7 +198,7 @@ class UpsertSink:
         self._bound = threading.Event()
         self._busy = threading.Lock()
         self._stopping = threading.Event()
-        self._checkpoint = table_checkpoint(table) or EMPTY_CHECKPOINT
+        self._checkpoint = table_checkpoint(table, checkpoint_id=settings.checkpoint_id) or EMPTY_CHECKPOINT
 
     @property
     def checkpoint(self) -> StreamCheckpoint:
@@ -361,7 +362,7 @@ class UpsertSink:
         stats = {"records": report.records, "bad": report.bad, "badPolicy": s.on_error}
         if report.ignored:
             stats["ignored"] = report.ignored
-        extra = {CHECKPOINT_KEY: checkpoint.to_json(), BATCH_STATS_KEY: json.dumps(stats)}
+        extra = {checkpoint_key(s.checkpoint_id): checkpoint.to_json(), BATCH_STATS_KEY: json.dumps(stats)}
         if self.evolution is not None:
             extra[VALUE_SCHEMA_KEY] = self.evolution.reader_schema
         lost = self._lost_offsets(query_id, tally.first_offsets())
@@ -375,7 +376,7 @@ class UpsertSink:
                 "; ".join(f"{j['topic']}[{j['partition']}] {j['from']} -> {j['to']}" for j in lost),
             )
         hudi_checkpoint = checkpoint.hudi_streamer_checkpoint()
-        if hudi_checkpoint:
+        if hudi_checkpoint and not s.checkpoint_id:  # Hudi's key has room for one stream
             extra[HUDI_STREAMER_CHECKPOINT_KEY] = hudi_checkpoint
         return read, checkpoint, extra
 

@@ -407,7 +407,7 @@ class TableDoctor:
         try:
             if MorTable.exists(self.path, self.storage.options):
                 self.table = MorTable.load(self.path, self.storage.options)
-                checkpoint = table_checkpoint(self.table)
+                checkpoint = table_checkpoint(self.table, checkpoint_id=self.config.source.checkpoint_id)
                 self.offsets = checkpoint.offsets if checkpoint else {}
         except UnsupportedTableVersionError:
             unreadable = True  # the config's check names it, with the remedy (`streamer.preflight`)

@@ -64,7 +64,7 @@ def run_offline(args: argparse.Namespace) -> int:
         else:
             with table.writer(options, description="streamer archive"):
                 retention = ArchivePolicy(**given(min_instants=args.min_instants, max_instants=args.max_instants))
-                result = archive(table, retention, keep_latest_with_metadata_key=CHECKPOINT_KEY)
+                result = archive(table, retention, keep_latest_with_metadata_prefix=CHECKPOINT_KEY)
                 print(f"archive: {result}")
     except (
         TableNotFoundError,

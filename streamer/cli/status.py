@@ -109,7 +109,7 @@ def table_status(
         status.exists = MorTable.exists(path, config.table.storage_options)
         if status.exists:
             table = MorTable.load(path, config.table.storage_options)
-            _read_table(status, table)
+            _read_table(status, table, config.source.checkpoint_id)
             _read_catalog(status, config, table)
     except UnsupportedTableVersionError as e:
         status.problem = str(e)
@@ -122,7 +122,7 @@ def table_status(
     return status
 
 
-def _read_table(status: TableStatus, table: MorTable) -> None:
+def _read_table(status: TableStatus, table: MorTable, checkpoint_id: str | None) -> None:
     timeline = table.timeline()
     last = timeline.last_completed_write()
     if last is not None:
@@ -131,7 +131,7 @@ def _read_table(status: TableStatus, table: MorTable) -> None:
         status.last_commit_time = committed.isoformat(timespec="milliseconds").replace("+00:00", "Z")
         status.last_commit_age_seconds = round((datetime.now(UTC) - committed).total_seconds(), 1)
     status.pending = [f"{i.timestamp} {i.action} {i.state}" for i in timeline.pending()]
-    checkpoint = table_checkpoint(table)
+    checkpoint = table_checkpoint(table, checkpoint_id=checkpoint_id)
     if checkpoint is not None:
         status.offsets = checkpoint.offsets
     status.verified = read_verdict(table.storage)

@@ -328,6 +328,17 @@ class SourceSettings(_Section):
             "With `resume_from_table`, a table that has commits says where instead."
         ),
     )
+    checkpoint_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")] | None = Field(
+        None,
+        description=(
+            "Names this job's checkpoint in the table's commits, for a table fed by more than one "
+            "streaming job (`table.concurrency: optimistic_concurrency_control`): each job gives its "
+            "own, and resumes from the offsets its own commits record (Hudi's "
+            "`hoodie.streamer.multiwriter.source.checkpoint.id`). Letters, digits, `_` and `-`. A "
+            "job whose id changed finds no checkpoint of its own in the table: without its Spark "
+            "checkpoint it starts from `starting_offsets`."
+        ),
+    )
     resume_from_table: bool = Field(
         True,
         description=(

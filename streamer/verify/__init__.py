@@ -116,7 +116,8 @@ def _wait_caught_up(
     (topic,) = config.source.topics or ()
     ends = end_offsets(config.source, [topic]).get(topic, {})
     while True:
-        checkpoint = table_checkpoint(MorTable.load(config.table.path, config.table.storage_options))
+        table = MorTable.load(config.table.path, config.table.storage_options)
+        checkpoint = table_checkpoint(table, checkpoint_id=config.source.checkpoint_id)
         committed = checkpoint.offsets.get(topic, {}) if checkpoint is not None else {}
         if all(committed.get(p, 0) >= end for p, end in ends.items()):
             return None

@@ -19,8 +19,9 @@ of the timeline and readers may take any instant older than the active timeline 
   next clean's window, need those instants;
 - the first completed replacecommit whose replaced file groups still have files: readers,
   hudi-rs among them, learn that those groups are replaced only from it;
-- the latest write whose extraMetadata has `keep_latest_with_metadata_key` (the ingestion
-  checkpoint a restart reads back).
+- for each extraMetadata key named by `keep_latest_with_metadata_prefix` (the key itself, or it
+  followed by `.` and a name), the latest write that has it: the checkpoint of each stream that
+  feeds the table, which its restart reads back.
 
 The entries are written first, then the instant files deleted: requested and inflight ones,
 then completed ones oldest first, so the active timeline never has a hole (Hudi's order). A
@@ -89,7 +90,9 @@ class ArchiveResult:
         )
 
 
-def archive(table: MorTable, policy: ArchivePolicy, keep_latest_with_metadata_key: str | None = None) -> ArchiveResult:
+def archive(
+    table: MorTable, policy: ArchivePolicy, keep_latest_with_metadata_prefix: str | None = None
+) -> ArchiveResult:
     """Archive what the policy allows (see the module docstring for what always stays)."""
     storage = table.storage
     files = instant_files(storage)
@@ -97,7 +100,7 @@ def archive(table: MorTable, policy: ArchivePolicy, keep_latest_with_metadata_ke
     completed = timeline.completed()
     if len(completed) <= policy.max_instants:
         return ArchiveResult((), None)
-    bound = _archival_bound(storage, timeline, keep_latest_with_metadata_key)
+    bound = _archival_bound(storage, timeline, keep_latest_with_metadata_prefix)
     archived = [i for i in completed if bound is None or i.timestamp < bound][: len(completed) - policy.min_instants]
     if not archived:
         return ArchiveResult((), None)
@@ -113,7 +116,7 @@ def archive(table: MorTable, policy: ArchivePolicy, keep_latest_with_metadata_ke
     return ArchiveResult(tuple(archived), archive_file)
 
 
-def _archival_bound(storage: Storage, timeline: Timeline, keep_key: str | None) -> str | None:
+def _archival_bound(storage: Storage, timeline: Timeline, keep_prefix: str | None) -> str | None:
     """The earliest instant time that must stay active; None when nothing bounds archival."""
     last_write = timeline.last_completed_write()
     bounds = (
@@ -121,7 +124,7 @@ def _archival_bound(storage: Storage, timeline: Timeline, keep_key: str | None) 
         _pending_bound(timeline),
         _clean_bound(timeline),
         _replace_bound(storage, timeline),
-        _latest_write_with(timeline, keep_key) if keep_key else None,
+        _latest_writes_with(timeline, keep_prefix) if keep_prefix else None,
     )
     return min((b for b in bounds if b), default=None)
 
@@ -155,11 +158,20 @@ def _file_ids_in(storage: Storage, partition: str) -> set[str]:
     return {p.file_id for p in parsed if p is not None}
 
 
-def _latest_write_with(timeline: Timeline, key: str) -> str | None:
+def _latest_writes_with(timeline: Timeline, prefix: str) -> str | None:
+    """The earliest of the latest writes that have each key named by `prefix`."""
+    seen: set[str] = set()
+    earliest = None
     for write in reversed(timeline.completed_writes()):
-        if key in CommitMetadata.from_json(timeline.read_content(write)).extra_metadata:
-            return write.timestamp
-    return None
+        keys = {
+            k
+            for k in CommitMetadata.from_json(timeline.read_content(write)).extra_metadata
+            if k == prefix or k.startswith(f"{prefix}.")
+        }
+        if not keys <= seen:
+            seen |= keys
+            earliest = write.timestamp
+    return earliest
 
 
 # -- writing the archive -------------------------------------------------------------------------

@@ -1,14 +1,21 @@
 """The streaming job beside another writer of its table (`table.concurrency:
 optimistic_concurrency_control`): a micro-batch whose commit another writer's commit overtook in
 the same file groups is rolled back, read from its offsets and written again, and says so; the
-table ends with both writers' rows and the topic's offsets, nothing lost or twice."""
+table ends with both writers' rows and the topic's offsets, nothing lost or twice. Two jobs feed
+one table from two topics, each resuming from its own checkpoint."""
 
 from __future__ import annotations
+
+import copy
+import json
+import shutil
 
 import pyarrow as pa
 import pytest
 
-from table import Concurrency, MorTable, WriteOptions
+from streamer.checkpoint import checkpoint_key
+from streamer.sink import BATCH_STATS_KEY
+from table import CommitMetadata, Concurrency, MorTable, WriteOptions
 from table.failpoints import PAUSE_ENV_VAR
 from tests.support.ingestion import (
     ORDER_SCHEMA,
@@ -72,3 +79,48 @@ def test_a_batch_overtaken_by_another_writers_commit_is_written_again_with_nothi
     assert our_rows(path) == expected_rows(events + overtaking)
     assert committed_offsets(path, topic) == end_offsets(kafka_bootstrap, topic)
     assert not MorTable.load(path).timeline().pending("deltacommit")
+
+
+def test_two_jobs_feed_one_table_from_two_topics_and_each_resumes_from_its_own_checkpoint(
+    kafka_bootstrap, kafka_topic, tmp_path
+):
+    topics = {name: kafka_topic(partitions=1, prefix=f"orders-{name}") for name in ("eu", "us")}
+    events = {
+        name: [dict(e, order_id=f"{name}-{e['order_id']}") for e in settled_change_events(120, seed=seed)]
+        for name, seed in (("eu", 72), ("us", 73))
+    }
+    base = order_config(
+        tmp_path, "orders", kafka_bootstrap, "", table={"concurrency": "optimistic_concurrency_control"}
+    )
+    configs = {}
+    for name, topic in topics.items():
+        produce_orders(kafka_bootstrap, topic, events[name][:80])
+        mapping = copy.deepcopy(base)
+        mapping["source"].update(topics=topic, checkpoint_id=name)
+        mapping["stream"]["checkpoint_location"] = str(tmp_path / "checkpoints" / name)
+        configs[name] = write_config(tmp_path / "configs" / name, mapping)
+    path = base["table"]["path"]
+
+    jobs = [JobOutput(streamer_process(["run", str(configs[name]), "--once"])) for name in topics]
+    for job in jobs:
+        assert job.finish() == 0, job.text[-5000:]
+    assert our_rows(path) == expected_rows(events["eu"][:80] + events["us"][:80])
+
+    # The us job commits last; the eu job, its Spark checkpoint gone, resumes from its own commit.
+    for name, topic in topics.items():
+        produce_orders(kafka_bootstrap, topic, events[name][80:])
+    for name in ("us", "eu"):
+        shutil.rmtree(tmp_path / "checkpoints" / name)
+        job = JobOutput(streamer_process(["run", str(configs[name]), "--once"]))
+        assert job.finish() == 0, job.text[-5000:]
+    assert our_rows(path) == expected_rows(events["eu"] + events["us"])
+    for name, topic in topics.items():
+        assert committed_offsets(path, topic, checkpoint_id=name) == end_offsets(kafka_bootstrap, topic)
+        assert records_committed(path, name) == len(events[name]), f"the {name} job read a record twice"
+
+
+def records_committed(path: str, checkpoint_id: str) -> int:
+    """The records of the stream's batches, as its commits count them."""
+    timeline = MorTable.load(path).timeline()
+    extras = [CommitMetadata.from_json(timeline.read_content(i)).extra_metadata for i in timeline.completed_writes()]
+    return sum(json.loads(e[BATCH_STATS_KEY])["records"] for e in extras if checkpoint_key(checkpoint_id) in e)

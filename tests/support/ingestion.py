@@ -234,9 +234,9 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         consumer.close()
 
 
-def committed_offsets(path: str, topic: str) -> dict[int, int]:
-    """The offsets of the table's last commit: nothing before the first one."""
-    checkpoint = table_checkpoint(MorTable.load(path)) if MorTable.exists(path) else None
+def committed_offsets(path: str, topic: str, checkpoint_id: str | None = None) -> dict[int, int]:
+    """The offsets the stream's last commit records: nothing before the first one."""
+    checkpoint = table_checkpoint(MorTable.load(path), checkpoint_id=checkpoint_id) if MorTable.exists(path) else None
     return dict(checkpoint.offsets[topic]) if checkpoint else {}
 
 

@@ -322,7 +322,7 @@ def test_archival_keeps_the_active_timeline_between_its_bounds_over_hundreds_of_
     def services() -> None:
         if len(history.expected_as_of) % 4 == 0:
             clean(writer, CleanPolicy(retained=6))
-        archive(history.table, policy, keep_latest_with_metadata_key=CHECKPOINT_KEY)
+        archive(history.table, policy, keep_latest_with_metadata_prefix=CHECKPOINT_KEY)
         sizes.append(len(history.table.timeline().completed()))
 
     with history.table.writer(write_options(initial_buckets=2)) as writer:
@@ -374,15 +374,19 @@ def test_archival_keeps_the_latest_write_whatever_follows_it(tmp_path):
     history.assert_reads_match()
 
 
-def test_archival_keeps_the_latest_commit_with_the_checkpoint_and_what_the_last_clean_retains(tmp_path):
+def test_archival_keeps_each_streams_latest_checkpoint_and_what_the_last_clean_retains(tmp_path):
     history = History(make_table(tmp_path / "orders"))
+    eu_key = f"{CHECKPOINT_KEY}.orders-eu"
     with history.table.writer(write_options(initial_buckets=2)) as writer:
-        early = history.write(writer, 3)
+        early = history.write(writer, 2)
+        history.write(writer, 1, extra_metadata={eu_key: json.dumps({"batch": 9})})
+        history.write(writer, 1, extra_metadata={CHECKPOINT_KEY: json.dumps({"batch": 3})})
         history.write(writer, 1, extra_metadata={CHECKPOINT_KEY: json.dumps({"batch": 4})})
         history.write(writer, 8, compact_every=2)
-    archived = archive(history.table, ArchivePolicy(1, 2), keep_latest_with_metadata_key=CHECKPOINT_KEY).archived
+    archived = archive(history.table, ArchivePolicy(1, 2), keep_latest_with_metadata_prefix=CHECKPOINT_KEY).archived
     assert [i.timestamp for i in archived] == early
     assert json.loads(history.table.latest_extra_metadata(CHECKPOINT_KEY)) == {"batch": 4}
+    assert json.loads(history.table.latest_extra_metadata(eu_key)) == {"batch": 9}
 
     result = clean_as_writer(history.table, CleanPolicy(retained=6))
     archive(history.table, ArchivePolicy(1, 2))
