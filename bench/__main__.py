@@ -113,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
         help="mirror scenario: tables of its stretch run, 100 records each (default 1000; none with --quick; 0: none)",
     )
     parser.add_argument(
+        "--kill-rounds",
+        type=int,
+        default=writers.KILL_ROUNDS,
+        help=f"writers scenario: rounds of three writers killed at random (default {writers.KILL_ROUNDS}; 0: none)",
+    )
+    parser.add_argument(
         "--reader-messages",
         type=counts,
         help="reader scenario: messages per topic (default 5 per W1 initial row: 5M, 500k with --quick)",
@@ -166,6 +172,8 @@ def _options(name: str, args: argparse.Namespace) -> dict:
         return {"messages": args.reader_messages[0] if args.reader_messages else None}
     if name == "mirror":
         return {"stretch_tables": args.mirror_tables}
+    if name == "writers":
+        return {"kill_rounds": args.kill_rounds}
     return {}
 
 

@@ -92,13 +92,17 @@ class RequestLog:
         except OSError:
             return 0
 
-    def since(self, mark: int = 0, bucket: str | None = None) -> collections.Counter:
-        """Requests logged after `mark`, of one bucket if named: Counter of KINDS."""
-        return collections.Counter(kind for _, kind in self.timed(mark, bucket))
+    def since(self, mark: int = 0, bucket: str | None = None, key: str | None = None) -> collections.Counter:
+        """Requests logged after `mark`, of one bucket if named (of one object, `key`, in it):
+        Counter of KINDS."""
+        return collections.Counter(kind for _, kind in self.timed(mark, bucket, key))
 
-    def timed(self, mark: int = 0, bucket: str | None = None) -> list[tuple[datetime.datetime, str]]:
-        """Requests logged after `mark`, of one bucket if named: (when logged, kind) in order, to
-        share out among stretches of work that another process timed (a job's micro-batches)."""
+    def timed(
+        self, mark: int = 0, bucket: str | None = None, key: str | None = None
+    ) -> list[tuple[datetime.datetime, str]]:
+        """Requests logged after `mark`, of one bucket if named (of one object, `key`, in it):
+        (when logged, kind) in order, to share out among stretches of work that another process
+        timed (a job's micro-batches)."""
         found = []
         with open(self._path, "rb") as f:
             f.seek(mark)
@@ -107,7 +111,8 @@ class RequestLog:
                 if match is None:
                     continue
                 method, target = match.groups()
-                if bucket is None or target.lstrip("/").split("?")[0].split("/")[0] == bucket:
+                target_bucket, _, target_key = target.lstrip("/").split("?")[0].partition("/")
+                if (bucket is None or target_bucket == bucket) and (key is None or target_key == key):
                     logged = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
                     found.append((logged, request_kind(method, target)))
         return found

@@ -106,6 +106,7 @@ from table.storage.commit_lock import require_atomic_storage
 from table.storage.file_io import STORAGE_OPTION_NAMES, S3Options, Storage
 from table.storage.layout import AUX_DIR, METADATA_DIR, BaseFileName, LogFileName, partition_file_path
 from table.storage.lease import LeaseHolder
+from table.storage.object_store_lock import ObjectStoreCommitLock
 from table.sync import HiveMetastoreClient, HiveSync, SyncResult, SyncTarget
 from table.timeline.commit_metadata import CommitMetadata, ReplaceCommitMetadata, WriteStat
 from table.timeline.timeline import WRITE_ACTIONS, Action, Instant, State, Timeline, parse_instant_time
@@ -213,6 +214,7 @@ __all__ = [
     "MIB",
     "reach_failpoint",
     "require_atomic_storage",
+    "ObjectStoreCommitLock",
     "FAILPOINT_PAUSE_ENV_VAR",
     # errors
     "TableError",

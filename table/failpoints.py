@@ -20,6 +20,9 @@ tests/e2e/test_crash_matrix.py, kills the job at each one):
 - `deltacommit.log_file_written`: `file_group_writer._write_log_file`, after each log file (on executors).
 - `logfile.torn_write`: `log_file.writer.write_log_file` writes half of a log file's bytes, then dies.
 - `deltacommit.files_written`: `TableWriter.complete`, every data file written, not completed.
+- `deltacommit.lock_held`: `OptimisticWriters.completing`, under optimistic concurrency only:
+  the commit lock held and no conflict found, not completed. The three-writer kill test
+  (tests/e2e/test_concurrent_writers.py) crashes here, the matrix's single writer never does.
 - `deltacommit.completed`: `TableWriter.complete`, completed, its markers not deleted yet.
 - `sink.quarantine_committed`: the sink, bad records in the quarantine table, no deltacommit begun.
 - `sink.batch_committed`: the sink, the batch committed, Spark not told yet (no checkpoint).

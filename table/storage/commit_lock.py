@@ -18,8 +18,8 @@ and then resumes cannot complete: its staged file has nowhere to be written, or 
 nothing to link. Its commit either completed before its successor took over, which then sees it,
 or not at all.
 
-Local file systems only: an object store has neither the exclusive create nor the atomic rename
-this needs (`require_atomic_storage` says so, by name).
+Local file systems: an object store has neither the atomic rename nor the link this needs; there
+`table.storage.object_store_lock` takes the same lock with conditional writes.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 
 from table.errors import CommitLockError, InvalidRequestError
+from table.storage.conditional import ConditionalWrites
 from table.storage.file_io import Storage
 from table.storage.layout import AUX_DIR, METADATA_DIR
 from table.storage.lease import process_gone, process_start_time
@@ -97,13 +98,19 @@ class Fence:
 
 
 def require_atomic_storage(storage: Storage) -> None:
-    """Optimistic concurrency needs a lock the storage itself guarantees: refuse where there is none."""
-    if not storage.is_local:
-        raise InvalidRequestError(
-            f"{storage.base_uri}: several writers on one table (optimistic concurrency) need a commit lock the "
-            "storage guarantees, an exclusive create and an atomic rename, which this engine has only on local "
-            "file systems; on an object store keep one writer per table (the default)"
-        )
+    """Optimistic concurrency needs a lock the storage itself guarantees: an exclusive create and
+    an atomic rename on a local disk, conditional writes on an S3-compatible store
+    (`table.storage.object_store_lock`). Refuse where there is neither."""
+    if storage.is_local:
+        return
+    if storage.base_uri.startswith(("s3://", "s3a://")):
+        ConditionalWrites(storage)  # refuses by name without the client that sends the conditions
+        return
+    raise InvalidRequestError(
+        f"{storage.base_uri}: several writers on one table (optimistic concurrency) need a commit lock the "
+        "storage guarantees, which this engine takes on local file systems and S3-compatible stores only; "
+        "keep one writer per table here (the default)"
+    )
 
 
 def probe_exclusive_create(storage: Storage) -> None:
@@ -135,12 +142,20 @@ class CommitLock:
         wait_seconds: float = DEFAULT_WAIT_SECONDS,
         foreign_expiry_seconds: float = DEFAULT_FOREIGN_EXPIRY_SECONDS,
     ):
-        require_atomic_storage(storage)
+        if not storage.is_local:
+            raise InvalidRequestError(f"{storage.base_uri}: this commit lock is for local file systems")
         self._storage = storage
         self._description = description
         self._ttl = ttl_seconds
         self._wait = wait_seconds
         self._foreign_expiry = foreign_expiry_seconds
+
+    def probe(self) -> None:
+        probe_exclusive_create(self._storage)
+
+    def create_new(self, rel: str, data: bytes) -> None:
+        """Create a file no other writer may create too: the file system's exclusive create."""
+        self._storage.create(rel, data)
 
     @contextmanager
     def held(self) -> Iterator[Fence]:

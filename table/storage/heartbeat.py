@@ -60,6 +60,12 @@ class Heartbeats:
             self._instants.discard(instant)
         self._storage.delete(heartbeat_path(instant))
 
+    def forget(self, instant: str) -> None:
+        """Stop beating for `instant`, whose heartbeat is another writer's (it began the same
+        instant first), leaving the file to it."""
+        with self._lock:
+            self._instants.discard(instant)
+
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:

@@ -311,11 +311,15 @@ class Timeline:
         JOURNAL.record(self.storage, instant)
         return instant
 
-    def create_requested(self, instant: Instant, content: bytes = b"") -> Instant:
-        """Put a new instant on the timeline (a plan for table services, empty for writes)."""
+    def create_requested(
+        self, instant: Instant, content: bytes = b"", create: Callable[[str, bytes], None] | None = None
+    ) -> Instant:
+        """Put a new instant on the timeline (a plan for table services, empty for writes).
+        `create` makes the file instead of the storage's exclusive create (an object store's
+        conditional one, where writers race for instant times)."""
         if any(t == instant.timestamp for t, _ in self._latest):
             raise TimelineStateError(f"instant time {instant.timestamp} is already on the timeline")
-        return self._create(instant.requested(), content)
+        return self._create(instant.requested(), content, create)
 
     def transition_to_inflight(self, instant: Instant, content: bytes = b"") -> Instant:
         state = self._state_of(instant)

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Protocol
 
+from table import failpoints
 from table.errors import WriteConflictError, WriterConflictError
-from table.storage.commit_lock import CommitLock, probe_exclusive_create
+from table.storage.commit_lock import CommitLock
 from table.storage.file_io import Storage
 from table.storage.heartbeat import Heartbeats, heartbeat_expired
 from table.storage.lease import WriterLease, read_holder
+from table.storage.object_store_lock import ObjectStoreCommitLock
 from table.timeline.commit_metadata import WriteStat
 from table.timeline.timeline import Timeline
 from table.write.conflicts import first_conflict, written_file_groups
@@ -46,8 +48,18 @@ class WriterGuard(Protocol):
 
     def ended(self, instant: str) -> None: ...
 
+    def lost(self, instant: str) -> None:
+        """Another writer began `instant` first: it was never this writer's."""
+
+    def create_new(self, rel: str, data: bytes) -> None:
+        """Create a new instant's file, refused (FileExistsError) when another writer made it."""
+
     def completing(self, began: Timeline, instant: str, stats: list[WriteStat]) -> AbstractContextManager[CreateFile]:
         """A context in which the commit may complete, and how it creates its completed instant."""
+
+    def exclusive(self) -> AbstractContextManager[object]:
+        """A context in which no other writer changes the timeline: rollbacks of failed writes,
+        which two writers finding the same one must not both make."""
 
 
 class SingleWriter:
@@ -80,10 +92,19 @@ class SingleWriter:
     def ended(self, instant: str) -> None:
         pass
 
+    def lost(self, instant: str) -> None:
+        pass
+
+    def create_new(self, rel: str, data: bytes) -> None:
+        self._storage.create(rel, data)
+
     @contextmanager
     def completing(self, began: Timeline, instant: str, stats: list[WriteStat]) -> Iterator[CreateFile]:
         self._lease.check_held()
         yield self._storage.create
+
+    def exclusive(self) -> AbstractContextManager[object]:
+        return nullcontext()  # the lease keeps every other writer out
 
 
 class OptimisticWriters:
@@ -95,7 +116,7 @@ class OptimisticWriters:
         self,
         storage: Storage,
         description: str,
-        commit_lock: CommitLock,
+        commit_lock: CommitLock | ObjectStoreCommitLock,
         heartbeats: Heartbeats,
         heartbeat_expiry_seconds: float,
     ):
@@ -107,7 +128,7 @@ class OptimisticWriters:
     def open(self) -> None:
         """Refused while a single writer holds the table (it checks no commit against ours), and
         where the file system lets a file be created twice."""
-        probe_exclusive_create(self._storage)
+        self._lock.probe()
         holder = read_holder(self._storage)
         if holder is not None and holder.alive(time.time()):
             raise WriterConflictError(
@@ -131,10 +152,20 @@ class OptimisticWriters:
     def ended(self, instant: str) -> None:
         self._heartbeats.stop(instant)
 
+    def lost(self, instant: str) -> None:
+        self._heartbeats.forget(instant)
+
+    def create_new(self, rel: str, data: bytes) -> None:
+        self._lock.create_new(rel, data)
+
     @contextmanager
     def completing(self, began: Timeline, instant: str, stats: list[WriteStat]) -> Iterator[CreateFile]:
         with self._lock.held() as fence:
             conflict = first_conflict(began, Timeline.load(self._storage), written_file_groups(stats), instant)
             if conflict is not None:
                 raise WriteConflictError(instant, conflict.other.timestamp, conflict.other.action, conflict.file_groups)
+            failpoints.reach("deltacommit.lock_held")
             yield fence.create
+
+    def exclusive(self) -> AbstractContextManager[object]:
+        return self._lock.held()

@@ -16,6 +16,7 @@ from table.config.choices import Concurrency, LogBlockFormat
 from table.errors import (
     CommitLockError,
     InvalidBatchError,
+    PathExistsError,
     SchemaEvolutionError,
     WriteConflictError,
     WriterNotOpenError,
@@ -28,10 +29,12 @@ from table.keys import KeyGenerator
 from table.plans.pending import pending_clustering_plans, pending_compaction_file_groups
 from table.schema import avro_schema_json, evolve
 from table.storage import commit_lock
+from table.storage.commit_lock import require_atomic_storage
 from table.storage.file_io import Storage
 from table.storage.heartbeat import DEFAULT_EXPIRY_SECONDS, DEFAULT_INTERVAL_SECONDS, Heartbeats
 from table.storage.lease import DEFAULT_TTL_SECONDS
 from table.storage.markers import begin_markers, delete_marked_files, delete_markers
+from table.storage.object_store_lock import ObjectStoreCommitLock
 from table.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
 from table.timeline.rollback import rollback, rollback_pending_writes
 from table.timeline.timeline import Instant, Timeline
@@ -48,6 +51,10 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger(__name__)
+
+#: Instant times tried when beginning a deltacommit: writers beginning in the same millisecond
+#: pick the same one, and all but one of them pick again.
+INSTANT_TIME_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -102,7 +109,7 @@ class TableWriter:
     def open(self) -> TableWriter:
         self._guard.open()
         try:
-            rollback_pending_writes(self.table.storage, Timeline.load(self.table.storage), self._guard.is_failed)
+            self._roll_back_failed_writes(Timeline.load(self.table.storage))
             self._metadata_table = MetadataTableGuard(self.table)
             self._metadata_table.check()
         except BaseException:
@@ -159,16 +166,20 @@ class TableWriter:
         timeline = Timeline.load(self.table.storage)
         # another writer's failed write (its heartbeat stopped) would hold up compactions and
         # resizes until the next writer opens: rolled back here, as Hudi's writers do
-        if (
-            self._guard.shares_table
-            and timeline.pending("deltacommit")
-            and rollback_pending_writes(self.table.storage, timeline, self._guard.is_failed)
-        ):
+        if self._guard.shares_table and self._roll_back_failed_writes(timeline):
             timeline = Timeline.load(self.table.storage)
-        instant = Instant(timeline.new_instant_time(), "deltacommit", "requested")
         self._metadata_table.check(timeline)
-        self._guard.began(instant.timestamp)
-        timeline.create_requested(instant)
+        for attempt in range(1, INSTANT_TIME_ATTEMPTS + 1):
+            instant = Instant(timeline.new_instant_time(), "deltacommit", "requested")
+            self._guard.began(instant.timestamp)
+            try:
+                timeline.create_requested(instant, create=self._guard.create_new)
+                break
+            except PathExistsError:  # another writer began in the same millisecond
+                self._guard.lost(instant.timestamp)
+                if attempt == INSTANT_TIME_ATTEMPTS:
+                    raise
+                timeline = Timeline.load(self.table.storage)
         failpoints.reach("deltacommit.requested")
         timeline.transition_to_inflight(instant)
         begin_markers(self.table.storage, instant.timestamp)
@@ -326,8 +337,23 @@ class TableWriter:
     def abandon(self, instant: str) -> None:
         """Roll back this writer's pending deltacommit: nothing of it ever became visible."""
         storage = self.table.storage
-        rollback(storage, Timeline.load(storage), Instant(instant, "deltacommit", "inflight"))
-        self._guard.ended(instant)
+        try:
+            with self._guard.exclusive():
+                rollback(storage, Timeline.load(storage), Instant(instant, "deltacommit", "inflight"))
+        finally:
+            self._guard.ended(instant)  # not rolled back (the lock not had): another writer will
+
+    def _roll_back_failed_writes(self, timeline: Timeline) -> bool:
+        """Roll back the failed writes pending on the timeline, and finish interrupted rollbacks,
+        in the guard's exclusive section, taken only when there is one; True if there was."""
+        failed = timeline.pending("rollback") or any(
+            self._guard.is_failed(i.timestamp) for i in timeline.pending("deltacommit")
+        )
+        if not failed:
+            return False
+        storage = self.table.storage
+        with self._guard.exclusive():
+            return bool(rollback_pending_writes(storage, Timeline.load(storage), self._guard.is_failed))
 
     def _delete_unreported_files(self, instant: str, stats: list[WriteStat]) -> None:
         """Delete the files this instant marked that no write stat reports, before it completes
@@ -366,9 +392,9 @@ class TableWriter:
 def _guard(storage: Storage, options: WriteOptions, description: str) -> WriterGuard:
     if options.concurrency == Concurrency.SINGLE_WRITER:
         return SingleWriter(storage, description, options.lease_ttl_seconds)
-    lock = commit_lock.CommitLock(
-        storage, description, options.commit_lock_ttl_seconds, options.commit_lock_wait_seconds
-    )
+    require_atomic_storage(storage)
+    lock_type = commit_lock.CommitLock if storage.is_local else ObjectStoreCommitLock
+    lock = lock_type(storage, description, options.commit_lock_ttl_seconds, options.commit_lock_wait_seconds)
     heartbeats = Heartbeats(storage, options.heartbeat_interval_seconds)
     return OptimisticWriters(storage, description, lock, heartbeats, options.heartbeat_expiry_seconds)
 

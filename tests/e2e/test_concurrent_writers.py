@@ -2,7 +2,9 @@
 optimistic_concurrency_control`): a micro-batch whose commit another writer's commit overtook in
 the same file groups is rolled back, read from its offsets and written again, and says so; the
 table ends with both writers' rows and the topic's offsets, nothing lost or twice. Two jobs feed
-one table from two topics, each resuming from its own checkpoint."""
+one table from two topics, each resuming from its own checkpoint. Three writers (the stream, a
+backfill and a delete) killed at random, once with the commit lock held, leave the table every
+reader, Apache Hudi 0.15 among them, sees as the oracle says."""
 
 from __future__ import annotations
 
@@ -18,11 +20,14 @@ from streamer.sink import BATCH_STATS_KEY
 from table import CommitMetadata, Concurrency, MorTable, WriteOptions
 from table.failpoints import PAUSE_ENV_VAR
 from tests.support.ingestion import (
+    DATA_COLUMNS,
     ORDER_SCHEMA,
     JobOutput,
+    assert_data_files_belong_to_instants,
     committed_offsets,
     end_offsets,
     expected_rows,
+    hudi_rs_rows,
     order_config,
     our_rows,
     produce_orders,
@@ -30,6 +35,7 @@ from tests.support.ingestion import (
     streamer_process,
     write_config,
 )
+from tests.support.three_writers import LOCK_HELD, Kill, ThreeWriters
 
 pytestmark = pytest.mark.e2e
 
@@ -124,3 +130,29 @@ def records_committed(path: str, checkpoint_id: str) -> int:
     timeline = MorTable.load(path).timeline()
     extras = [CommitMetadata.from_json(timeline.read_content(i)).extra_metadata for i in timeline.completed_writes()]
     return sum(json.loads(e[BATCH_STATS_KEY])["records"] for e in extras if checkpoint_key(checkpoint_id) in e)
+
+
+def test_three_writers_killed_at_random_and_once_holding_the_commit_lock_lose_and_duplicate_nothing(
+    kafka_bootstrap, kafka_topic, tmp_path, hudi_judge
+):
+    topic = kafka_topic(partitions=2, prefix="orders")
+    writers = ThreeWriters(tmp_path, kafka_bootstrap, topic, seed=74, rounds=2)
+    plans = [
+        {"stream": writers.random_kill(), "backfill": Kill(failpoint=LOCK_HELD)},
+        {"stream": writers.random_kill(), "backfill": writers.random_kill(), "delete": writers.random_kill()},
+    ]
+    killed = 0
+    for number, kills in enumerate(plans, start=1):
+        runs = writers.round(number, kills)
+        killed += sum(r.killed for r in runs.values())
+        expected = writers.expected(number)
+        assert our_rows(writers.path) == expected, f"round {number}: our reader"
+        assert hudi_rs_rows(writers.path) == expected, f"round {number}: hudi-rs"
+        assert committed_offsets(writers.path, topic) == end_offsets(kafka_bootstrap, topic)
+        assert_data_files_belong_to_instants(writers.path)
+        if number == 1:
+            assert runs["backfill"].killed == 1 and f"failpoint {LOCK_HELD}:" in runs["backfill"].outputs[0]
+    hudi_rows = hudi_judge.snapshot(writers.path).to_pylist()
+    assert len(hudi_rows) == len(expected), "Apache Hudi reads a key twice, or misses one"
+    assert {r["order_id"]: {c: r[c] for c in DATA_COLUMNS} for r in hudi_rows} == expected, "Apache Hudi 0.15"
+    assert killed >= 2, "no kill but the failure point's landed"

@@ -6,11 +6,17 @@ One table goes through every table service on the server and every reader reads 
 requests each micro-batch costs are counted from the server's request log and must not grow
 with the table's history; and the streaming job, killed mid-batch and cut off from a frozen
 server for 20 s, ends with the oracle's rows.
+
+Several writers share an S3 table's commit lock (`table.storage.object_store_lock`): the server
+creates an object once however many writers race for it (S3Proxy honours `If-None-Match: *`);
+writers in two processes commit side by side, taking the lock at one PUT a commit; a holder stopped
+past half the lock's expiry does not complete, and one killed holding it is taken over at once.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import statistics
 import threading
 import time
@@ -27,6 +33,7 @@ from table.errors import WriterConflictError
 from table.mor_table import MorTable, TableSpec
 from table.services.archive import read_archived_instants
 from table.spark.datasource import register
+from table.storage.conditional import ConditionalWrites
 from table.storage.file_io import Storage
 from table.storage.lease import WriterLease
 from table.timeline.timeline import State
@@ -45,6 +52,10 @@ from tests.support.ingestion import (
     streamer_process,
     write_config,
 )
+from tests.support.oracle import Oracle
+from tests.support.orders import DATA_COLUMNS as ORDERS_COLUMNS
+from tests.support.orders import REGIONS, SCHEMA, by_key, make_table, strip, write_options
+from tests.support.writer_processes import finished, optimistic, rows_in, writer_process
 
 STORED_SCHEMA = ORDER_SCHEMA.remove(ORDER_SCHEMA.get_field_index("deleted"))
 SERVICES = {
@@ -347,3 +358,99 @@ def pending_deltacommits(path: str, options: dict) -> list:
 
 def rolled_back(path: str, options: dict) -> bool:
     return MorTable.exists(path, options) and bool(MorTable.load(path, options).timeline().completed("rollback"))
+
+
+# -- several writers: the commit lock on S3 --------------------------------------------------------
+
+
+def test_s3proxy_creates_an_object_once_however_many_writers_race_to_create_it(s3_server):
+    writes = ConditionalWrites(Storage(f"s3://{new_bucket(s3_server)}/orders", s3_server.storage_options))
+    start = threading.Barrier(12)
+    created = []
+
+    def create(i: int) -> None:
+        start.wait()
+        with contextlib.suppress(FileExistsError):
+            writes.create(".hoodie/lock", f"writer {i}".encode())
+            created.append(i)
+
+    racers = [threading.Thread(target=create, args=(i,)) for i in range(12)]
+    for t in racers:
+        t.start()
+    for t in racers:
+        t.join()
+
+    assert len(created) == 1
+    assert writes.read(".hoodie/lock")[0] == f"writer {created[0]}".encode()
+
+
+def test_writers_in_two_processes_commit_to_an_s3_table_side_by_side_taking_the_lock_in_one_put(s3_server, tmp_path):
+    bucket = new_bucket(s3_server)
+    path = f"s3://{bucket}/orders"
+    table = make_table(path, s3_server.storage_options)
+    oracle = Oracle("order_id", "updated_at", "is_deleted")
+    batches = {
+        half: [rows_in(regions, 60, 1_000 * (n + 1), seed=n, prefix=f"{half}{n}") for n in range(3)]
+        for half, regions in (("a", REGIONS[:2]), ("b", REGIONS[2:]))
+    }
+    writers = [writer_process(path, b, optimistic(), env=s3_server.environment) for b in batches.values()]
+    for writer in writers:
+        code, result = finished(writer)
+        assert code == 0, result
+    for b in batches.values():
+        for batch in b:
+            oracle.apply_batch(batch)
+
+    mark = s3_server.requests.mark()
+    alone = [rows_in(REGIONS, 60, 9_000 + n, seed=10 + n, prefix=f"c{n}") for n in range(3)]
+    with table.writer(write_options(**optimistic()), description="alone") as writer:
+        for batch in alone:
+            writer.upsert(pa.Table.from_pylist(batch, schema=SCHEMA))
+            oracle.apply_batch(batch)
+    lock_requests = s3_server.requests.since(mark, bucket, key="orders/.hoodie/lock")
+
+    # taken at first try at every commit, so released after each (one bulk delete, keyless in the log)
+    assert lock_requests == {"PUT": 3}
+    assert len(table.timeline().completed("deltacommit")) == 9
+    assert strip(by_key(MorTable.load(path, s3_server.storage_options).snapshot()), ORDERS_COLUMNS) == strip(
+        oracle.rows(), ORDERS_COLUMNS
+    )
+
+
+def test_an_s3_writer_stopped_past_half_the_locks_expiry_does_not_complete_and_one_killed_holding_it_holds_up_no_one(
+    s3_server, tmp_path
+):
+    path = f"s3://{new_bucket(s3_server)}/orders"
+    table = make_table(path, s3_server.storage_options)
+    holding = tmp_path / "holding"
+    hold = f"Path({str(holding)!r}).touch()\n            time.sleep(600)"
+    stall = f"Path({str(holding)!r}).touch()\n            time.sleep(1.5)"
+    stalled_rows = rows_in(REGIONS, 50, 1_000, seed=3, prefix="s")
+    stalled = writer_process(
+        path, [stalled_rows], optimistic(commit_lock_ttl_seconds=2.0), before_complete=stall, env=s3_server.environment
+    )
+    code, result = finished(stalled)
+    assert code == 3 and result["error"] == "CommitLockError" and "past half its expiry" in result["message"], result
+    holding.unlink()
+
+    killed = writer_process(
+        path, [rows_in(REGIONS, 50, 2_000, seed=4, prefix="k")], optimistic(), hold, s3_server.environment
+    )
+    deadline = time.monotonic() + 60
+    while not holding.exists():
+        assert killed.poll() is None and time.monotonic() < deadline, "the writer never took the commit lock"
+        time.sleep(0.01)
+    killed.kill()
+    killed.wait()
+    started = time.monotonic()
+    successor_rows = rows_in(REGIONS, 50, 5_000, seed=5, prefix="n")
+    with table.writer(write_options(**optimistic()), description="successor") as successor:
+        successor.upsert(pa.Table.from_pylist(successor_rows, schema=SCHEMA))
+
+    assert time.monotonic() - started < 10  # not after the lock's 60 s expiry
+    oracle = Oracle("order_id", "updated_at", "is_deleted")
+    oracle.apply_batch(successor_rows)
+    snapshot = MorTable.load(path, s3_server.storage_options).snapshot()
+    assert strip(by_key(snapshot), ORDERS_COLUMNS) == strip(oracle.rows(), ORDERS_COLUMNS)
+    timeline = table.timeline()
+    assert len(timeline.completed("deltacommit")) == 1 and len(timeline.completed("rollback")) == 1  # the stalled

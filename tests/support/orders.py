@@ -28,7 +28,7 @@ DATA_COLUMNS = ["order_id", "region", "amount", "status", "updated_at"]
 REGIONS = ["emea", "apac", "amer", "latam"]
 
 
-def make_table(path: Path, **spec_overrides) -> MorTable:
+def make_table(path: Path | str, storage_options: dict | None = None, **spec_overrides) -> MorTable:
     spec = TableSpec(
         name="orders",
         schema=SCHEMA.remove(SCHEMA.get_field_index("is_deleted")),
@@ -37,7 +37,7 @@ def make_table(path: Path, **spec_overrides) -> MorTable:
         ordering_field="updated_at",
         **spec_overrides,
     )
-    return MorTable.create(str(path), spec)
+    return MorTable.create(str(path), spec, storage_options)
 
 
 def write_options(**overrides) -> WriteOptions:

@@ -6,22 +6,17 @@ its successor; a live writer's pending write is not rolled back by another write
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from table import Concurrency, MorTable, WriteConflictError, WriterConflictError
+from table import MorTable, WriteConflictError, WriterConflictError
 from table.storage.commit_lock import LOCK_PATH
-from tests.support.ingestion import REPO
 from tests.support.oracle import Oracle
 from tests.support.orders import (
     DATA_COLUMNS,
@@ -34,78 +29,9 @@ from tests.support.orders import (
     strip,
     write_options,
 )
+from tests.support.writer_processes import finished, optimistic, rows_in, writer_process
 
 pytestmark = pytest.mark.unit
-
-
-def optimistic(**overrides) -> dict:
-    return {"concurrency": Concurrency.OPTIMISTIC, **overrides}
-
-
-def rows_in(regions: list[str], count: int, clock: int, seed: int, prefix: str) -> list[dict]:
-    """`count` new keys whose partition (region, from the key) is one of `regions`."""
-    rng = random.Random(seed)
-    out, i = [], 0
-    while len(out) < count:
-        candidate = row(f"{prefix}-{i:06d}", clock + len(out), deleted=False, rng=rng)
-        if candidate["region"] in regions:
-            out.append(candidate)
-        i += 1
-    return out
-
-
-def writer_process(path: Path, batches: list[list[dict]], options: dict, before_complete: str = "") -> subprocess.Popen:
-    """A process that opens a writer with `options` and upserts `batches`, one commit each, and
-    prints what it committed (or the error) as JSON. `before_complete`: Python run inside the
-    commit lock, just before the instant completes."""
-    script = textwrap.dedent(
-        f"""
-        import json, sys, time
-        from pathlib import Path
-        import pyarrow as pa
-        from table import MorTable, TableError
-        from table.storage import commit_lock
-        from tests.support.orders import SCHEMA, write_options
-
-        created = commit_lock.Fence.create
-        def create(self, rel, data):
-            {before_complete or "pass"}
-            return created(self, rel, data)
-        commit_lock.Fence.create = create
-
-        batches = json.loads(sys.stdin.read())
-        options = json.loads({json.dumps(json.dumps(options))})
-        try:
-            with MorTable.load({str(path)!r}).writer(write_options(**options), description="writer " + {str(os.getpid())!r}) as w:
-                done = [w.upsert(pa.Table.from_pylist(b, schema=SCHEMA)) for b in batches]
-        except TableError as e:
-            print(json.dumps({{"error": type(e).__name__, "message": str(e)}}))
-            sys.exit(3)
-        print(json.dumps({{"committed": done}}))
-        """
-    )
-    process = subprocess.Popen(
-        [sys.executable, "-c", script],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    assert process.stdin is not None
-    process.stdin.write(json.dumps(batches))
-    process.stdin.close()
-    return process
-
-
-def finished(process: subprocess.Popen, timeout: float = 120) -> tuple[int, dict]:
-    assert process.stdout is not None and process.stderr is not None
-    code = process.wait(timeout)
-    out, err = process.stdout.read(), process.stderr.read()
-    lines = out.strip().splitlines()
-    assert lines, f"exit {code}, no output; stderr:\n{err[-3000:]}"
-    return code, json.loads(lines[-1])
 
 
 def assert_readers_show(path: Path, oracle: Oracle) -> None:
