@@ -203,15 +203,15 @@ def _kills_table(kills: dict) -> str:
     return "\n".join(lines)
 
 
-def _lock_cost(work: Path, w: W1) -> dict:
+def _lock_batch(w: W1) -> tuple[pa.Table, TableSpec]:
+    """The small batch the lock's costs are measured with, and its table's spec."""
     rows = next(iter(w.tables())).slice(0, LOCK_BATCH_ROWS)
-    spec = TableSpec(
-        "orders",
-        rows.schema.remove(rows.schema.get_field_index("is_deleted")),
-        ("order_id",),
-        "updated_at",
-        ("region",),
-    )
+    schema = rows.schema.remove(rows.schema.get_field_index("is_deleted"))
+    return rows, TableSpec("orders", schema, ("order_id",), "updated_at", ("region",))
+
+
+def _lock_cost(work: Path, w: W1) -> dict:
+    rows, spec = _lock_batch(w)
     writers = {}
     for mode in (Concurrency.SINGLE_WRITER, Concurrency.OPTIMISTIC):
         table = MorTable.create(str(work / mode.value), spec)
@@ -243,14 +243,7 @@ def _lock_cost(work: Path, w: W1) -> dict:
 def _s3_lock_requests(work: Path, w: W1) -> dict:
     """Requests to S3Proxy: of the commit lock taken and released alone, and per commit of our
     in-process writer under each mode (the same small batches, after the writer opened)."""
-    rows = next(iter(w.tables())).slice(0, LOCK_BATCH_ROWS)
-    spec = TableSpec(
-        "orders",
-        rows.schema.remove(rows.schema.get_field_index("is_deleted")),
-        ("order_id",),
-        "updated_at",
-        ("region",),
-    )
+    rows, spec = _lock_batch(w)
     per_commit: dict[str, dict[str, float]] = {}
     with S3Server(work / "s3proxy") as server:
         bucket = server.create_bucket("writers")
