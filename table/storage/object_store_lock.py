@@ -8,7 +8,9 @@ lack.
 - **Releasing it** is one DELETE.
 - **An expired lock** (past its expiry, or its holder's process gone from this host) is taken
   over by replacing it with `If-Match: <the etag read>`: of writers racing to take it over, one
-  replaces it, the others find it changed and wait for the new holder.
+  replaces it, the others find it changed and wait for the new holder. That needs the store to
+  check and write in one step, as S3 does; S3Proxy's file-system backend, which the tests run,
+  checks then writes (its `If-None-Match` is one step, a hard link).
 - **Completing** (the fence): the completed instant is created with `If-None-Match: *`, and only
   while the holder has held the lock for less than half its expiry by its own clock; a holder
   past that does not complete, and releases nothing, as it may have been taken over.
