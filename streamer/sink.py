@@ -411,9 +411,8 @@ class UpsertSink:
             step = DecodeStep(decoder, value_columns, keep_bad_rows, tally, self.settings.source)
             schema = pa.schema([decoder.output_schema.field(c) for c in value_columns])
             commit = self.writer.begin_delta_commit(self.writer.check_schema(schema))
-            return commit, _written(
-                commit, lambda: write_dataframe(commit, df, step, planned=self.settings.source is not None)
-            )
+            with commit.writing():
+                return commit, write_dataframe(commit, df, step, planned=self.settings.source is not None)
         decoded_schema = pa.schema(
             [f for f in decoder.output_schema if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING, SKIPPED)]
         )
@@ -423,7 +422,8 @@ class UpsertSink:
         rows = decoded.sparkSession.sql(transform)
         incoming = to_arrow_schema(rows.schema, timezone="UTC", prefers_large_types=False)
         commit = self.writer.begin_delta_commit(self.writer.check_schema(incoming))
-        return commit, _written(commit, lambda: write_dataframe(commit, rows))
+        with commit.writing():
+            return commit, write_dataframe(commit, rows)
 
     def _lost_offsets(self, query_id: str, first: dict[tuple[str, int], int]) -> list[dict]:
         """Partitions this batch did not read from the table's next offset because Kafka no
@@ -478,15 +478,6 @@ class UpsertSink:
             assert self.quarantine is not None
             self.quarantine.write(tally.bad_table(), query_id, batch_id)
             reach_failpoint("sink.quarantine_committed")
-
-
-def _written(commit: DeltaCommit, write: Callable[[], DataFrameWriteResult]) -> DataFrameWriteResult:
-    """The write's result; a write that failed leaves its commit pending (`DeltaCommit.left_pending`)."""
-    try:
-        return write()
-    except BaseException:
-        commit.left_pending()
-        raise
 
 
 def _abandon_quietly(commit: DeltaCommit) -> None:

@@ -135,11 +135,8 @@ def upsert_dataframe(writer: TableWriter, df: DataFrame, extra_metadata: dict[st
     commit = writer.begin_delta_commit(writer.check_schema(incoming))
     # A failed write stays inflight: tasks Spark is still cancelling may yet write files, and
     # the next writer's rollback deletes whatever its markers name.
-    try:
+    with commit.writing():
         result = write_dataframe(commit, df)
-    except BaseException:
-        commit.left_pending()
-        raise
     if result.metrics.rows == 0:
         commit.abandon()
         return None

@@ -59,6 +59,12 @@ class LockRecord:
     expires_at: float  # seconds since the epoch
     process_start: str | None = None
 
+    @classmethod
+    def ours(cls, token: str, description: str, ttl_seconds: float) -> LockRecord:
+        """The record of this process holding the lock for `ttl_seconds` from now."""
+        pid = os.getpid()
+        return cls(token, description, socket.gethostname(), pid, time.time() + ttl_seconds, process_start_time(pid))
+
     def expired(self) -> bool:
         """Past its expiry, or its holder's process is gone from this host (a writer killed while
         holding it: its lock is taken over at once, not after the expiry)."""
@@ -173,14 +179,7 @@ class CommitLock:
         fence = f"{FENCES_DIR}/{token}"
         while True:
             self._storage.makedirs(fence)
-            record = LockRecord(
-                token,
-                self._description,
-                socket.gethostname(),
-                os.getpid(),
-                time.time() + self._ttl,
-                process_start_time(os.getpid()),
-            )
+            record = LockRecord.ours(token, self._description, self._ttl)
             try:
                 self._storage.create(LOCK_PATH, record.to_bytes())
                 return

@@ -28,13 +28,11 @@ the one case it does not exclude.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from table.errors import CommitLockError, InvalidRequestError
 from table.storage.commit_lock import (
@@ -46,7 +44,6 @@ from table.storage.commit_lock import (
 )
 from table.storage.conditional import ConditionalWrites, ObjectChangedError
 from table.storage.file_io import Storage
-from table.storage.lease import process_start_time
 
 log = logging.getLogger(__name__)
 
@@ -120,15 +117,7 @@ class ObjectStoreCommitLock:
     @contextmanager
     def held(self) -> Iterator[ObjectStoreFence]:
         """The lock, held until the block ends; its fence completes the instant."""
-        record = LockRecord(
-            uuid.uuid4().hex,
-            self._description,
-            socket.gethostname(),
-            os.getpid(),
-            time.time() + self._ttl,
-            process_start_time(os.getpid()),
-        )
-        fence = ObjectStoreFence(self._writes, self._acquire(record), self._ttl)
+        fence = ObjectStoreFence(self._writes, self._acquire(uuid.uuid4().hex), self._ttl)
         try:
             yield fence
         finally:
@@ -139,12 +128,12 @@ class ObjectStoreCommitLock:
             else:
                 self._writes.delete(LOCK_PATH)
 
-    def _acquire(self, record: LockRecord) -> float:
+    def _acquire(self, token: str) -> float:
         """Take the lock; returns when (time.monotonic())."""
         deadline = time.monotonic() + self._wait
         pause = 0.005
         while True:
-            record = replace(record, expires_at=time.time() + self._ttl)
+            record = LockRecord.ours(token, self._description, self._ttl)
             taken_at = time.monotonic()
             try:
                 self._writes.create(LOCK_PATH, record.to_bytes())

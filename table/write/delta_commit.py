@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -50,6 +52,16 @@ class DeltaCommit:
         self.writer.complete(self.instant, self.timeline, stats, self.data_schema, extra_metadata)
         self.writer.last_layout = self.layout.with_writes(stats)
         return self.instant
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Around the write of the commit's files: a write that fails leaves it pending
+        (`left_pending`), whatever wrote them (Spark's tasks, the in-process writer)."""
+        try:
+            yield
+        except BaseException:
+            self.left_pending()
+            raise
 
     def left_pending(self) -> None:
         """The write failed midway: its instant stays pending, for a later rollback to delete what

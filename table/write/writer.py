@@ -377,11 +377,8 @@ class TableWriter:
         data_schema = self.check_schema(records.schema)
         prepared = prepare_batch(records, self.batch_spec, self.key_generator)
         commit = self.begin_delta_commit(data_schema)
-        try:
+        with commit.writing():
             stats = write_file_groups(commit.context, WriteTask(0), commit.routing, commit.routing.route(prepared))
-        except BaseException:
-            commit.left_pending()
-            raise
         return commit.complete(stats, extra_metadata)
 
     def _require_open(self) -> None:

@@ -55,7 +55,7 @@ from tests.support.ingestion import (
 from tests.support.oracle import Oracle
 from tests.support.orders import DATA_COLUMNS as ORDERS_COLUMNS
 from tests.support.orders import REGIONS, SCHEMA, by_key, make_table, strip, write_options
-from tests.support.writer_processes import finished, optimistic, rows_in, writer_process
+from tests.support.writer_processes import finished, optimistic, rows_in, wait_until_holding, writer_process
 
 STORED_SCHEMA = ORDER_SCHEMA.remove(ORDER_SCHEMA.get_field_index("deleted"))
 SERVICES = {
@@ -436,10 +436,7 @@ def test_an_s3_writer_stopped_past_half_the_locks_expiry_does_not_complete_and_o
     killed = writer_process(
         path, [rows_in(REGIONS, 50, 2_000, seed=4, prefix="k")], optimistic(), hold, s3_server.environment
     )
-    deadline = time.monotonic() + 60
-    while not holding.exists():
-        assert killed.poll() is None and time.monotonic() < deadline, "the writer never took the commit lock"
-        time.sleep(0.01)
+    wait_until_holding(killed, holding)
     killed.kill()
     killed.wait()
     started = time.monotonic()

@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from table import Concurrency
@@ -81,6 +82,14 @@ def writer_process(
     process.stdin.write(json.dumps(batches))
     process.stdin.close()
     return process
+
+
+def wait_until_holding(process: subprocess.Popen, marker: Path, timeout: float = 60) -> None:
+    """Return once the writer made `marker` inside the commit lock (its `before_complete`)."""
+    deadline = time.monotonic() + timeout
+    while not marker.exists():
+        assert process.poll() is None and time.monotonic() < deadline, "the writer never took the commit lock"
+        time.sleep(0.01)
 
 
 def finished(process: subprocess.Popen, timeout: float = 120) -> tuple[int, dict]:

@@ -29,7 +29,7 @@ from tests.support.orders import (
     strip,
     write_options,
 )
-from tests.support.writer_processes import finished, optimistic, rows_in, writer_process
+from tests.support.writer_processes import finished, optimistic, rows_in, wait_until_holding, writer_process
 
 pytestmark = pytest.mark.unit
 
@@ -114,10 +114,7 @@ def test_a_writer_stopped_past_the_commit_locks_expiry_cannot_commit_over_its_su
     stalled_rows = rows_in(REGIONS, 100, 1_000, seed=3, prefix="s")
     wait = f"Path({str(holding)!r}).touch()\n            while not Path({str(resume)!r}).exists(): time.sleep(0.01)"
     stalled = writer_process(path, [stalled_rows], optimistic(commit_lock_ttl_seconds=1.0), before_complete=wait)
-    deadline = time.monotonic() + 60
-    while not holding.exists():
-        assert stalled.poll() is None and time.monotonic() < deadline, "the writer never took the commit lock"
-        time.sleep(0.01)
+    wait_until_holding(stalled, holding)
     os.kill(stalled.pid, signal.SIGSTOP)
     try:
         time.sleep(1.5)  # past the lock's expiry
@@ -188,10 +185,7 @@ def test_a_writer_killed_while_holding_the_commit_lock_holds_up_no_one(tmp_path)
         optimistic(),
         before_complete=f"Path({str(holding)!r}).touch()\n            time.sleep(600)",
     )
-    deadline = time.monotonic() + 60
-    while not holding.exists():
-        assert killed.poll() is None and time.monotonic() < deadline, "the writer never took the commit lock"
-        time.sleep(0.01)
+    wait_until_holding(killed, holding)
     killed.kill()
     killed.wait()
 
