@@ -11,6 +11,7 @@ CONF = {
     "spark.driver.memory": "2g",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
+    "spark.python.unix.domain.socket.enabled": "true",  # the job's own setting (streamer.app)
 }
 
 
