@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 
 from streamer.logs.lines import LOG_FORMAT_ENV, LOG_LEVEL_ENV, formatter
@@ -47,13 +48,22 @@ def connectivity_codes() -> frozenset[int]:
     )
 
 
+#: A broker's TLS alert that refuses this client's certificate, or its lack of one (mutual TLS):
+#: librdkafka reports it as a transport error, like a broker that is down.
+CERTIFICATE_REFUSED = re.compile(
+    r"alert (?:bad certificate|certificate required|unknown ca|certificate (?:revoked|expired|unknown)"
+    r"|unsupported certificate|access denied)"
+)
+
+
 def is_refusal(code: int, text: str) -> bool:
-    """Whether an error event says that a broker refused this client's login, or that this client
-    refused the broker's TLS certificate (older librdkafka releases call that a transport error)."""
+    """Whether an error event says that a broker refused this client's login or certificate, or
+    that this client refused the broker's TLS certificate (older librdkafka releases call that a
+    transport error)."""
     from confluent_kafka import KafkaError
 
     refusals = {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL}
-    return code in refusals or "certificate verify failed" in text
+    return code in refusals or "certificate verify failed" in text or CERTIFICATE_REFUSED.search(text) is not None
 
 
 class ClientLog:

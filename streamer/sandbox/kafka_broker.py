@@ -9,6 +9,9 @@ and controller, on a loopback port, with its data in a directory of its own.
     with KafkaBroker(sasl_ssl=True) as kafka:    # a second listener, for clients that must log in
         Consumer({**kafka.secured.librdkafka_config(), "group.id": ...})
 
+    with KafkaBroker(mutual_tls=True) as kafka:  # a listener for clients with a certificate
+        Consumer({**kafka.mutual.librdkafka_config(), "group.id": ...})
+
 No Docker and no tarball: the jars come from `streamer.sandbox.jars` (fetched once with Maven),
 the storage is formatted with Kafka's own StorageTool, and the server runs as
 `java -cp <jars> kafka.Kafka server.properties`. Its settings suit one node that is started and
@@ -20,6 +23,10 @@ The SASL_SSL listener (`sasl_ssl=True`) is a secured broker as clients meet one:
 certificate that a certificate authority of the broker's own signed (`streamer.sandbox.tls`), and
 a SCRAM-SHA-512 user with a random password, created when the storage is formatted. Its
 certificates are made while the storage is formatted, and kept in the work directory.
+
+The SSL listener (`mutual_tls=True`) asks each client for a certificate and lets in only those
+its certificate authority signed (`ssl.client.auth=required`): the client's certificate, made
+beside the server's, is its login.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from streamer.errors import BrokerStartError, ServerNotRunningError
 from streamer.sandbox import jars
 from streamer.sandbox.ports import free_port
 from streamer.sandbox.server_process import ServerProcess, java_executable
-from streamer.sandbox.tls import ServerCertificates, server_certificates
+from streamer.sandbox.tls import ServerCertificates, client_certificate, server_certificates
 from streamer.sandbox.topics import create_topic, wait_for_broker
 
 KAFKA_VERSION = "4.4.0"
@@ -148,6 +155,43 @@ class SecuredListener:
         }
 
 
+@dataclass(frozen=True)
+class MutualTlsListener:
+    """The SSL listener that asks clients for a certificate, as a client sees it: where it
+    listens, which certificate authority to trust, and the client's own key and certificate
+    (PKCS12, for librdkafka and Java alike)."""
+
+    bootstrap: str
+    ca_location: str
+    truststore_location: str
+    keystore_location: str
+    password: str = field(repr=False)  # of both stores and the key
+
+    def librdkafka_config(self) -> dict[str, str]:
+        """A librdkafka client's settings (confluent-kafka; the `kafka-arrow` source's `kafka.*`)."""
+        return {
+            "bootstrap.servers": self.bootstrap,
+            "security.protocol": "SSL",
+            "ssl.ca.location": self.ca_location,
+            "ssl.keystore.location": self.keystore_location,
+            "ssl.keystore.password": self.password,
+        }
+
+    def java_config(self) -> dict[str, str]:
+        """A Java client's settings (Spark's `kafka` source's `kafka.*`)."""
+        return {
+            "bootstrap.servers": self.bootstrap,
+            "security.protocol": "SSL",
+            "ssl.truststore.type": "PKCS12",
+            "ssl.truststore.location": self.truststore_location,
+            "ssl.truststore.password": self.password,
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": self.keystore_location,
+            "ssl.keystore.password": self.password,
+            "ssl.key.password": self.password,
+        }
+
+
 def kafka_jars() -> jars.JarSet:
     """Apache Kafka's server jars and a log4j binding, fetched on first use."""
     return jars.fetch("kafka", KAFKA_VERSION, ARTIFACTS)
@@ -170,8 +214,9 @@ class KafkaBroker(ServerProcess):
     and waits until it answers metadata requests; `stop()` is a controlled shutdown (SIGTERM),
     `restart()` comes back on the same ports and data, `hang()` and `wake()` freeze and thaw it
     (`ServerProcess`). Topics are created on demand only with `auto_create_topics`. With
-    `sasl_ssl`, a second listener that only lets in clients who trust its certificate and log in
-    with SCRAM-SHA-512: `secured` tells them how.
+    `sasl_ssl`, a listener that only lets in clients who trust its certificate and log in
+    with SCRAM-SHA-512: `secured` tells them how. With `mutual_tls`, a listener that only lets in
+    clients with a certificate its authority signed: `mutual` tells them how, and has one.
     """
 
     def __init__(
@@ -185,6 +230,7 @@ class KafkaBroker(ServerProcess):
         port: int | None = None,
         auto_create_topics: bool = False,
         sasl_ssl: bool = False,
+        mutual_tls: bool = False,
     ):
         super().__init__(work_dir, host, log_path, startup_timeout, die_with_parent, temp_prefix="kafka-")
         self.overrides = {"auto.create.topics.enable": str(auto_create_topics).lower(), **(overrides or {})}
@@ -192,6 +238,8 @@ class KafkaBroker(ServerProcess):
         self.controller_port: int | None = None
         self.sasl_ssl = sasl_ssl
         self.secured: SecuredListener | None = None
+        self.mutual_tls = mutual_tls
+        self.mutual: MutualTlsListener | None = None
         self.startup_seconds: float | None = None
 
     @property
@@ -215,11 +263,16 @@ class KafkaBroker(ServerProcess):
                 )
             self.port = port
             self.secured = self._stored_secured_listener()
-            if self.sasl_ssl and self.secured is None:
-                raise BrokerStartError(
-                    f"the broker data in {self.work_dir} was made without a SASL_SSL listener: "
-                    "start it without one, or delete the directory for a new broker"
-                )
+            self.mutual = self._stored_mutual_listener()
+            for wanted, made, name in (
+                (self.sasl_ssl, self.secured, "SASL_SSL"),
+                (self.mutual_tls, self.mutual, "SSL"),
+            ):
+                if wanted and made is None:
+                    raise BrokerStartError(
+                        f"the broker data in {self.work_dir} was made without a {name} listener: "
+                        "start it without one, or delete the directory for a new broker"
+                    )
         else:  # first start: new storage
             self.port = self.port or free_port(self.host)
             self.controller_port = free_port(self.host)
@@ -227,13 +280,14 @@ class KafkaBroker(ServerProcess):
         self._spawn(self._command(classpath, "kafka.Kafka", str(self._properties)))
         try:
             self.startup_seconds = wait_for_broker(self.bootstrap, self.startup_timeout, is_alive=self.is_running)
-            if self.secured is not None:
-                self.startup_seconds += wait_for_broker(
-                    self.secured.bootstrap,
-                    self.startup_timeout,
-                    is_alive=self.is_running,
-                    client=self.secured.librdkafka_config(),
-                )
+            for listener in (self.secured, self.mutual):
+                if listener is not None:
+                    self.startup_seconds += wait_for_broker(
+                        listener.bootstrap,
+                        self.startup_timeout,
+                        is_alive=self.is_running,
+                        client=listener.librdkafka_config(),
+                    )
         except BrokerStartError as exc:
             self.stop(timeout=5.0)
             raise BrokerStartError(
@@ -261,25 +315,41 @@ class KafkaBroker(ServerProcess):
         return self.work_dir / "sasl_ssl.json"
 
     @property
+    def _mutual_listener_file(self) -> Path:
+        return self.work_dir / "mutual_tls.json"
+
+    @property
     def _tls_directory(self) -> Path:
         return self.work_dir / "tls"
 
     def _format(self, classpath: str) -> None:
-        """Write the settings and format the storage; with `sasl_ssl`, create the SCRAM user and
-        make the certificates meanwhile."""
-        if not self.sasl_ssl:
+        """Write the settings and format the storage; with a secured listener, make the
+        certificates meanwhile, and with `sasl_ssl` create the SCRAM user."""
+        if not (self.sasl_ssl or self.mutual_tls):
             self._write_config()
             self._format_storage(classpath)
             return
-        secured = self.secured = self._new_secured_listener()
+        certificates = ServerCertificates.of(self._tls_directory, secrets.token_hex(16))
+        secured = self.secured = self._new_secured_listener(certificates) if self.sasl_ssl else None
+        mutual = self.mutual = self._new_mutual_listener(certificates) if self.mutual_tls else None
+        scram = (
+            ("--add-scram", f"{secured.mechanism}=[name={secured.username},password={secured.password}]")
+            if secured is not None
+            else ()
+        )
         with ThreadPoolExecutor(max_workers=1) as meanwhile:
-            made = meanwhile.submit(server_certificates, self._tls_directory, secured.truststore_password, (self.host,))
+            made = meanwhile.submit(self._make_certificates, certificates.password)
             self._write_config()
-            self._format_storage(
-                classpath, "--add-scram", f"{secured.mechanism}=[name={secured.username},password={secured.password}]"
-            )
+            self._format_storage(classpath, *scram)
         made.result()
-        self._secured_listener_file.write_text(json.dumps(asdict(secured), indent=2) + "\n")
+        for listener, file in ((secured, self._secured_listener_file), (mutual, self._mutual_listener_file)):
+            if listener is not None:
+                file.write_text(json.dumps(asdict(listener), indent=2) + "\n")
+
+    def _make_certificates(self, password: str) -> None:
+        server_certificates(self._tls_directory, password, (self.host,))
+        if self.mutual_tls:
+            client_certificate(self._tls_directory, password, SCRAM_USER)
 
     def _format_storage(self, classpath: str, *options: str) -> None:
         self._java(
@@ -294,8 +364,7 @@ class KafkaBroker(ServerProcess):
             *options,
         )
 
-    def _new_secured_listener(self) -> SecuredListener:
-        certificates = ServerCertificates.of(self._tls_directory, secrets.token_hex(16))
+    def _new_secured_listener(self, certificates: ServerCertificates) -> SecuredListener:
         return SecuredListener(
             bootstrap=f"{self.host}:{free_port(self.host)}",
             username=SCRAM_USER,
@@ -304,6 +373,20 @@ class KafkaBroker(ServerProcess):
             truststore_location=str(certificates.truststore),
             truststore_password=certificates.password,
         )
+
+    def _new_mutual_listener(self, certificates: ServerCertificates) -> MutualTlsListener:
+        return MutualTlsListener(
+            bootstrap=f"{self.host}:{free_port(self.host)}",
+            ca_location=str(certificates.ca_pem),
+            truststore_location=str(certificates.truststore),
+            keystore_location=str(self._tls_directory / f"client-{SCRAM_USER}.p12"),
+            password=certificates.password,
+        )
+
+    def _stored_mutual_listener(self) -> MutualTlsListener | None:
+        if not self._mutual_listener_file.is_file():
+            return None
+        return MutualTlsListener(**json.loads(self._mutual_listener_file.read_text()))
 
     def _stored_secured_listener(self) -> SecuredListener | None:
         if not self._secured_listener_file.is_file():
@@ -325,6 +408,10 @@ class KafkaBroker(ServerProcess):
             listeners.append(f"SASL_SSL://{self.secured.bootstrap}")
             advertised.append(f"SASL_SSL://{self.secured.bootstrap}")
             protocols.append("SASL_SSL:SASL_SSL")
+        if self.mutual is not None:
+            listeners.append(f"SSL://{self.mutual.bootstrap}")
+            advertised.append(f"SSL://{self.mutual.bootstrap}")
+            protocols.append("SSL:SSL")
         settings = {
             "process.roles": "broker,controller",
             "node.id": "1",
@@ -336,6 +423,7 @@ class KafkaBroker(ServerProcess):
             "listener.security.protocol.map": ",".join(protocols),
             "log.dirs": str(self.work_dir / "data"),
             **(self._secured_listener_settings(self.secured) if self.secured is not None else {}),
+            **(self._mutual_listener_settings(self.mutual) if self.mutual is not None else {}),
             **SINGLE_NODE_SETTINGS,
             **self.overrides,
         }
@@ -354,6 +442,20 @@ class KafkaBroker(ServerProcess):
             f"{listener}ssl.keystore.type": "PKCS12",
             f"{listener}ssl.keystore.location": str(certificates.keystore),
             f"{listener}ssl.keystore.password": certificates.password,
+        }
+
+    def _mutual_listener_settings(self, mutual: MutualTlsListener) -> dict[str, str]:
+        """TLS on the SSL listener, with a certificate its authority signed required of each client."""
+        certificates = ServerCertificates.of(self._tls_directory, mutual.password)
+        listener = "listener.name.ssl."
+        return {
+            f"{listener}ssl.client.auth": "required",
+            f"{listener}ssl.keystore.type": "PKCS12",
+            f"{listener}ssl.keystore.location": str(certificates.keystore),
+            f"{listener}ssl.keystore.password": certificates.password,
+            f"{listener}ssl.truststore.type": "PKCS12",
+            f"{listener}ssl.truststore.location": str(certificates.truststore),
+            f"{listener}ssl.truststore.password": certificates.password,
         }
 
     def _command(self, classpath: str, main: str, *args: str) -> list[str]:

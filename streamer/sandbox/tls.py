@@ -7,6 +7,8 @@ server's names (localhost, its address).
     ... ssl.keystore.location=server.keystore ...   (the server)
     ... ssl.ca.location=server.ca_pem ...           (librdkafka)
     ... ssl.truststore.location=server.truststore   (a Java client)
+    client = client_certificate(directory, password, name="streamer")
+    ... ssl.keystore.location=client.keystore ...   (a client the server asks for a certificate)
 
 Every store is PKCS12 with one password. The keys are EC (P-256): a keytool run that makes an
 RSA key takes half a second longer. A directory that holds the certificates already keeps them.
@@ -53,6 +55,16 @@ class ServerCertificates:
     def of(cls, directory: Path, password: str) -> ServerCertificates:
         """Where `server_certificates(directory, password, ...)` puts them."""
         return cls(directory / "server.p12", directory / "ca.pem", directory / "truststore.p12", password)
+
+
+@dataclass(frozen=True)
+class ClientCertificate:
+    """A client's key and the certificate the server's authority signed for it (`keystore`), for
+    a server that asks each client for a certificate (mutual TLS). PKCS12, which librdkafka
+    (`ssl.keystore.location`) and Java both read."""
+
+    keystore: Path
+    password: str = field(repr=False)
 
 
 def keytool_executable() -> str:
@@ -117,6 +129,36 @@ def server_certificates(directory: Path, password: str, hosts: Sequence[str]) ->
         )
         _keytool("importcert", password, "-noprompt", alias="server", file=str(chain), keystore=keystore)
         trusting.result()
+    return made
+
+
+def client_certificate(directory: Path, password: str, name: str) -> ClientCertificate:
+    """A client key pair in `directory/client-<name>.p12` whose certificate (CN=`name`, for client
+    authentication) the authority of `server_certificates(directory, ...)` signed; made unless
+    there already."""
+    made = ClientCertificate(directory / f"client-{name}.p12", password)
+    if made.keystore.is_file():
+        return made
+    authority = certificate_authority(directory, password)
+    making = made.keystore.with_suffix(".making")  # renamed when whole: a run stopped half-way leaves no store
+    making.unlink(missing_ok=True)
+    keystore = str(making)
+    _keytool("genkeypair", password, alias="client", dname=f"CN={name}", keystore=keystore, **KEY_PAIR)
+    request = _keytool("certreq", password, alias="client", keystore=keystore)
+    certificate = _keytool(
+        "gencert",
+        password,
+        "-rfc",
+        stdin=request,
+        alias="ca",
+        keystore=str(authority.keystore),
+        validity=KEY_PAIR["validity"],
+        ext="eku=clientAuth",
+    )
+    chain = directory / f"client-{name}-chain.pem"
+    chain.write_text(certificate + authority.pem.read_text())
+    _keytool("importcert", password, "-noprompt", alias="client", file=str(chain), keystore=keystore)
+    making.rename(made.keystore)
     return made
 
 

@@ -1,11 +1,13 @@
 """The job against a broker that demands SASL_SSL: SCRAM-SHA-512 logins over TLS, on the second
-listener of an Apache Kafka this module starts (`KafkaBroker(sasl_ssl=True)`). Records are
+listener of an Apache Kafka this module starts (`KafkaBroker(sasl_ssl=True)`), and mutual TLS, a
+client certificate its authority signed, on the third (`mutual_tls=True`). Records are
 produced through its PLAINTEXT listener and read through the secured one, by the `kafka-arrow`
 source (librdkafka, trusting the broker's certificate authority as PEM; the job with its default
 reader, and each reader alone) and by Spark's own
 `kafka` source (the Java client: a JAAS line and a truststore). A wrong password, or a
-certificate authority that did not sign the broker's certificate, stops the table at once with
-one line that names the broker and what was refused, and leaves the table untouched."""
+certificate authority that did not sign the broker's certificate, or no client certificate where
+the broker asks for one, stops the table at once with one line that names the broker and what
+was refused, and leaves the table untouched."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from streamer.errors import KafkaAuthenticationError
 from streamer.kafka.options import SourceOptions
 from streamer.kafka.reader import read_partition
 from streamer.sandbox.kafka_broker import KafkaBroker
-from streamer.sandbox.tls import certificate_authority
+from streamer.sandbox.tls import ClientCertificate, certificate_authority, client_certificate
 from table.mor_table import MorTable
 from tests.support.ingestion import (
     assert_table_matches,
@@ -45,9 +47,10 @@ def spark_jars() -> tuple[str, ...]:
 
 @pytest.fixture(scope="module")
 def secured_kafka(tmp_path_factory) -> Iterator[KafkaBroker]:
-    """Apache Kafka with a SASL_SSL listener beside its PLAINTEXT one. Its own, not the session's:
-    making its certificates takes a few keytool runs, which the session's brokers need not wait for."""
-    with KafkaBroker(tmp_path_factory.mktemp("kafka-secured"), sasl_ssl=True) as broker:
+    """Apache Kafka with a SASL_SSL and a mutual TLS listener beside its PLAINTEXT one. Its own, not
+    the session's: making its certificates takes a few keytool runs, which the session's brokers
+    need not wait for."""
+    with KafkaBroker(tmp_path_factory.mktemp("kafka-secured"), sasl_ssl=True, mutual_tls=True) as broker:
         yield broker
 
 
@@ -104,6 +107,50 @@ def test_each_reader_reads_through_sasl_ssl_what_the_plaintext_listener_serves(s
     assert through_tls.equals(read(secured_kafka.bootstrap, {}))
 
 
+@READERS
+def test_each_reader_reads_through_mutual_tls_with_a_client_certificate(secured_kafka, unique_topic, reader):
+    mutual = secured_kafka.mutual
+    topic = secured_orders(secured_kafka, unique_topic, settled_change_events(500, seed=308))
+    ends = end_offsets(secured_kafka.bootstrap, topic)
+
+    def read(bootstrap: str, options: dict[str, str]) -> pa.Table:
+        opts = SourceOptions.parse(
+            {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "reader": reader, **options}
+        )
+        return pa.Table.from_batches(
+            batch for partition, end in sorted(ends.items()) for batch in read_partition(opts, topic, partition, 0, end)
+        )
+
+    through_mutual_tls = read(mutual.bootstrap, source_options(mutual.librdkafka_config()))
+
+    assert through_mutual_tls.num_rows == sum(ends.values()) > 0
+    assert through_mutual_tls.equals(read(secured_kafka.bootstrap, {}))
+
+
+def test_sparks_kafka_source_reads_through_mutual_tls_with_a_keystore(spark, secured_kafka, unique_topic):
+    mutual = secured_kafka.mutual
+    events = settled_change_events(300, seed=309)
+    topic = secured_orders(secured_kafka, unique_topic, events)
+    read = (
+        spark.read.format("kafka")
+        .options(**source_options(mutual.java_config()))
+        .option("kafka.bootstrap.servers", mutual.bootstrap)
+        .option("subscribe", topic)
+        .load()
+    )
+
+    assert sorted(row.value for row in read.select("value").collect()) == sorted(
+        row.value
+        for row in spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", secured_kafka.bootstrap)
+        .option("subscribe", topic)
+        .load()
+        .select("value")
+        .collect()
+    )
+    assert read.count() == len(events)
+
+
 def test_sparks_kafka_source_reads_a_topic_through_sasl_ssl_with_a_jaas_login_and_a_truststore(
     spark, secured_kafka, unique_topic, tmp_path, caplog
 ):
@@ -122,20 +169,29 @@ def test_sparks_kafka_source_reads_a_topic_through_sasl_ssl_with_a_jaas_login_an
     assert committed_offsets(mapping["table"]["path"], topic) == end_offsets(secured_kafka.bootstrap, topic)
 
 
-def test_a_wrong_password_or_an_untrusted_certificate_stops_the_table_at_once_in_one_line(
+def test_a_wrong_password_an_untrusted_certificate_or_no_client_certificate_stops_the_table_at_once_in_one_line(
     secured_kafka, unique_topic, tmp_path
 ):
     secured = secured_kafka.secured
     topic = secured_orders(secured_kafka, unique_topic, settled_change_events(100, seed=305))
     stranger = certificate_authority(tmp_path / "stranger-ca", "stranger-secret")
     wrong_password = "not-the-password-" + secured.password[:4]
+    mutual = secured_kafka.mutual
+    no_certificate = {k: v for k, v in mutual.librdkafka_config().items() if not k.startswith("ssl.keystore")}
     refused = {
-        "wrong_password": source_options(secured.librdkafka_config() | {"sasl.password": wrong_password}),
-        "untrusted": source_options(secured.librdkafka_config() | {"ssl.ca.location": str(stranger.pem)}),
+        "wrong_password": (
+            secured.bootstrap,
+            source_options(secured.librdkafka_config() | {"sasl.password": wrong_password}),
+        ),
+        "untrusted": (
+            secured.bootstrap,
+            source_options(secured.librdkafka_config() | {"ssl.ca.location": str(stranger.pem)}),
+        ),
+        "no_certificate": (mutual.bootstrap, source_options(no_certificate)),
     }
     configs = tmp_path / "configs"
-    for name, options in refused.items():
-        write_config(configs, order_config(tmp_path, name, secured.bootstrap, topic, source={"options": options}))
+    for name, (bootstrap, options) in refused.items():
+        write_config(configs, order_config(tmp_path, name, bootstrap, topic, source={"options": options}))
 
     # Taken for an outage, either would be retried for source.max_broker_outage_seconds (300 s).
     code, out = run_streamer(["run", str(configs), "--once"], timeout=240)
@@ -144,9 +200,14 @@ def test_a_wrong_password_or_an_untrusted_certificate_stops_the_table_at_once_in
     assert secured.password not in out and wrong_password not in out
     lines = out.splitlines()
     assert len([line for line in lines if secured.bootstrap in line]) == 4, out  # per table: its error, its summary
+    assert len([line for line in lines if mutual.bootstrap in line]) == 2, out
     for name, told in (
         ("wrong_password", f"Kafka broker {secured.bootstrap} refused the SCRAM-SHA-512 login of user 'streamer'"),
         ("untrusted", f"Kafka broker {secured.bootstrap} presented a TLS certificate this client does not trust"),
+        (
+            "no_certificate",
+            f"Kafka broker {mutual.bootstrap} asks for a TLS client certificate, and this client has none",
+        ),
     ):
         (summary,) = [line for line in lines if line.startswith(f"{name}: ")]
         assert f"FAILED: KafkaAuthenticationError: {told}" in summary, summary
@@ -172,3 +233,37 @@ def test_a_reader_refused_by_the_broker_fails_at_once_naming_it(secured_kafka, u
     assert time.monotonic() - started < 30
     assert f"Kafka broker {secured.bootstrap} refused the SCRAM-SHA-512 login of user 'streamer'" in str(refused.value)
     assert "not-the-password" not in str(refused.value)
+
+
+@pytest.fixture(scope="module")
+def strangers_certificate(tmp_path_factory) -> ClientCertificate:
+    """A client certificate for user `streamer` that another certificate authority signed."""
+    return client_certificate(tmp_path_factory.mktemp("stranger"), "stranger-secret", "streamer")
+
+
+@READERS
+def test_a_reader_whose_certificate_the_broker_does_not_accept_fails_at_once_naming_it(
+    secured_kafka, unique_topic, reader, strangers_certificate
+):
+    """A client certificate that another authority signed, under mutual TLS: refused by the broker
+    at the handshake, which librdkafka reports as a transport error, as if the broker were down."""
+    mutual = secured_kafka.mutual
+    topic = secured_orders(secured_kafka, unique_topic, settled_change_events(100, seed=310))
+    stranger = strangers_certificate
+    options = source_options(
+        mutual.librdkafka_config()
+        | {"ssl.keystore.location": str(stranger.keystore), "ssl.keystore.password": stranger.password}
+    )
+    opts = SourceOptions.parse(
+        {"kafka.bootstrap.servers": mutual.bootstrap, "subscribe": topic, "reader": reader, **options}
+    )
+
+    started = time.monotonic()
+    with pytest.raises(KafkaAuthenticationError) as refused:
+        list(read_partition(opts, topic, 0, 0, 50))
+
+    assert time.monotonic() - started < 30
+    assert f"Kafka broker {mutual.bootstrap} refused this client's TLS certificate ({stranger.keystore})" in str(
+        refused.value
+    )
+    assert "stranger-secret" not in str(refused.value)
