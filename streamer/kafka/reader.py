@@ -124,10 +124,10 @@ def read_partition(opts: SourceOptions, topic: str, partition: int, start: int, 
                     raise KafkaSourceError(f"fatal Kafka error reading {where}: {opts.redact(text)}")
                 else:
                     last_problem = opts.redact(text)
-            if not done and not got.added and not knows_topic:
-                knows_topic = _CONSUMERS.know_topic(consumer, topic, 1.0)
             if not done and not got.added and consumer.client_log.refusal is not None:
                 raise refusal_error(opts, *consumer.client_log.refusal)  # waiting cannot mend it
+            if not done and not got.added and not knows_topic:
+                knows_topic = _CONSUMERS.know_topic(consumer, topic, 1.0)
             if not done and not got.added:
                 # Gaps: the position may have passed `end` without a record at end - 1.
                 pos = consumer.position(topic, partition)
@@ -243,11 +243,12 @@ class _ConsumerPool:
         refresh, about a second, before the first fetch, which a short range (a table of a
         mirror, a quiet topic) would spend mostly waiting. False when the brokers did not
         answer: after a failed request librdkafka waits minutes to ask again, so the reader asks
-        again itself while it makes no progress."""
+        again itself while it makes no progress. One request waits at most a second: a broker that
+        refuses this client answers none, and the read's first fetch tells the refusal."""
         known = self._topics.setdefault(id(consumer), set())
         if topic in known:
             return True
-        if consumer.partitions(topic, min(timeout, 5.0)) is None:  # the read's own errors say what is wrong
+        if consumer.partitions(topic, min(timeout, 1.0)) is None:  # the read's own errors say what is wrong
             return False
         known.add(topic)
         return True
