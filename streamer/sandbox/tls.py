@@ -105,18 +105,7 @@ def server_certificates(directory: Path, password: str, hosts: Sequence[str]) ->
         _keytool("genkeypair", password, alias="server", dname="CN=localhost", keystore=keystore, **KEY_PAIR)
         request = _keytool("certreq", password, alias="server", keystore=keystore)
         authority = authority_made.result()
-        certificate = _keytool(
-            "gencert",
-            password,
-            "-rfc",
-            stdin=request,
-            alias="ca",
-            keystore=str(authority.keystore),
-            validity=KEY_PAIR["validity"],
-            ext=(f"SAN={names}", "eku=serverAuth"),
-        )
-        chain = directory / "server-chain.pem"  # the reply keytool installs: the certificate and its signer's
-        chain.write_text(certificate + authority.pem.read_text())
+        chain = _signed_chain(authority, request, directory / "server-chain.pem", f"SAN={names}", "eku=serverAuth")
         trusting = meanwhile.submit(
             _keytool,
             "importcert",
@@ -145,21 +134,27 @@ def client_certificate(directory: Path, password: str, name: str) -> ClientCerti
     keystore = str(making)
     _keytool("genkeypair", password, alias="client", dname=f"CN={name}", keystore=keystore, **KEY_PAIR)
     request = _keytool("certreq", password, alias="client", keystore=keystore)
+    chain = _signed_chain(authority, request, directory / f"client-{name}-chain.pem", "eku=clientAuth")
+    _keytool("importcert", password, "-noprompt", alias="client", file=str(chain), keystore=keystore)
+    making.rename(made.keystore)
+    return made
+
+
+def _signed_chain(authority: Authority, request: str, chain: Path, *extensions: str) -> Path:
+    """`chain`, written with the certificate the authority signed for a certificate `request`,
+    then the authority's own: the reply keytool installs into the requester's keystore."""
     certificate = _keytool(
         "gencert",
-        password,
+        authority.password,
         "-rfc",
         stdin=request,
         alias="ca",
         keystore=str(authority.keystore),
         validity=KEY_PAIR["validity"],
-        ext="eku=clientAuth",
+        ext=extensions,
     )
-    chain = directory / f"client-{name}-chain.pem"
     chain.write_text(certificate + authority.pem.read_text())
-    _keytool("importcert", password, "-noprompt", alias="client", file=str(chain), keystore=keystore)
-    making.rename(made.keystore)
-    return made
+    return chain
 
 
 def _subject_alternative_name(host: str) -> str:

@@ -63,6 +63,14 @@ def source_options(client_config: dict[str, str]) -> dict[str, str]:
     return {f"kafka.{name}": value for name, value in client_config.items() if name != "bootstrap.servers"}
 
 
+def read_ranges(reader: str, bootstrap: str, options: dict[str, str], topic: str, ends: dict[int, int]) -> pa.Table:
+    """Every partition of the topic up to its end, read by `reader` range by range, as a task reads."""
+    opts = SourceOptions.parse({"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "reader": reader, **options})
+    return pa.Table.from_batches(
+        batch for partition, end in sorted(ends.items()) for batch in read_partition(opts, topic, partition, 0, end)
+    )
+
+
 def secured_orders(secured_kafka: KafkaBroker, unique_topic, events: list[dict]) -> str:
     """A topic of `events`, produced through the PLAINTEXT listener."""
     topic = secured_kafka.create_topic(unique_topic("orders"), partitions=2)
@@ -93,18 +101,10 @@ def test_each_reader_reads_through_sasl_ssl_what_the_plaintext_listener_serves(s
     topic = secured_orders(secured_kafka, unique_topic, settled_change_events(500, seed=302))
     ends = end_offsets(secured_kafka.bootstrap, topic)
 
-    def read(bootstrap: str, options: dict[str, str]) -> pa.Table:
-        opts = SourceOptions.parse(
-            {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "reader": reader, **options}
-        )
-        return pa.Table.from_batches(
-            batch for partition, end in sorted(ends.items()) for batch in read_partition(opts, topic, partition, 0, end)
-        )
-
-    through_tls = read(secured.bootstrap, source_options(secured.librdkafka_config()))
+    through_tls = read_ranges(reader, secured.bootstrap, source_options(secured.librdkafka_config()), topic, ends)
 
     assert through_tls.num_rows == sum(ends.values()) > 0
-    assert through_tls.equals(read(secured_kafka.bootstrap, {}))
+    assert through_tls.equals(read_ranges(reader, secured_kafka.bootstrap, {}, topic, ends))
 
 
 @READERS
@@ -113,18 +113,10 @@ def test_each_reader_reads_through_mutual_tls_with_a_client_certificate(secured_
     topic = secured_orders(secured_kafka, unique_topic, settled_change_events(500, seed=308))
     ends = end_offsets(secured_kafka.bootstrap, topic)
 
-    def read(bootstrap: str, options: dict[str, str]) -> pa.Table:
-        opts = SourceOptions.parse(
-            {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "reader": reader, **options}
-        )
-        return pa.Table.from_batches(
-            batch for partition, end in sorted(ends.items()) for batch in read_partition(opts, topic, partition, 0, end)
-        )
-
-    through_mutual_tls = read(mutual.bootstrap, source_options(mutual.librdkafka_config()))
+    through_mutual_tls = read_ranges(reader, mutual.bootstrap, source_options(mutual.librdkafka_config()), topic, ends)
 
     assert through_mutual_tls.num_rows == sum(ends.values()) > 0
-    assert through_mutual_tls.equals(read(secured_kafka.bootstrap, {}))
+    assert through_mutual_tls.equals(read_ranges(reader, secured_kafka.bootstrap, {}, topic, ends))
 
 
 def test_sparks_kafka_source_reads_through_mutual_tls_with_a_keystore(spark, secured_kafka, unique_topic):
