@@ -95,28 +95,20 @@ def test_the_job_reads_a_topic_through_sasl_ssl_with_a_scram_sha_512_login(
 
 
 @READERS
-def test_each_reader_reads_through_sasl_ssl_what_the_plaintext_listener_serves(secured_kafka, unique_topic, reader):
-    """The job above reads with the default reader; here each reader alone, range by range."""
-    secured = secured_kafka.secured
+@pytest.mark.parametrize("listener", ["secured", "mutual"])
+def test_each_reader_reads_through_each_secured_listener_what_the_plaintext_listener_serves(
+    secured_kafka, unique_topic, reader, listener
+):
+    """The job above reads with the default reader; here each reader alone, range by range, through
+    SASL_SSL and through mutual TLS with a client certificate."""
+    chosen = getattr(secured_kafka, listener)
     topic = secured_orders(secured_kafka, unique_topic, settled_change_events(500, seed=302))
     ends = end_offsets(secured_kafka.bootstrap, topic)
 
-    through_tls = read_ranges(reader, secured.bootstrap, source_options(secured.librdkafka_config()), topic, ends)
+    through_tls = read_ranges(reader, chosen.bootstrap, source_options(chosen.librdkafka_config()), topic, ends)
 
     assert through_tls.num_rows == sum(ends.values()) > 0
     assert through_tls.equals(read_ranges(reader, secured_kafka.bootstrap, {}, topic, ends))
-
-
-@READERS
-def test_each_reader_reads_through_mutual_tls_with_a_client_certificate(secured_kafka, unique_topic, reader):
-    mutual = secured_kafka.mutual
-    topic = secured_orders(secured_kafka, unique_topic, settled_change_events(500, seed=308))
-    ends = end_offsets(secured_kafka.bootstrap, topic)
-
-    through_mutual_tls = read_ranges(reader, mutual.bootstrap, source_options(mutual.librdkafka_config()), topic, ends)
-
-    assert through_mutual_tls.num_rows == sum(ends.values()) > 0
-    assert through_mutual_tls.equals(read_ranges(reader, secured_kafka.bootstrap, {}, topic, ends))
 
 
 def test_sparks_kafka_source_reads_through_mutual_tls_with_a_keystore(spark, secured_kafka, unique_topic):
@@ -130,17 +122,16 @@ def test_sparks_kafka_source_reads_through_mutual_tls_with_a_keystore(spark, sec
         .option("subscribe", topic)
         .load()
     )
-
-    assert sorted(row.value for row in read.select("value").collect()) == sorted(
-        row.value
-        for row in spark.read.format("kafka")
+    plaintext = (
+        spark.read.format("kafka")
         .option("kafka.bootstrap.servers", secured_kafka.bootstrap)
         .option("subscribe", topic)
         .load()
-        .select("value")
-        .collect()
     )
-    assert read.count() == len(events)
+
+    through_mutual_tls = sorted(row.value for row in read.select("value").collect())
+    assert through_mutual_tls == sorted(row.value for row in plaintext.select("value").collect())
+    assert len(through_mutual_tls) == len(events)
 
 
 def test_sparks_kafka_source_reads_a_topic_through_sasl_ssl_with_a_jaas_login_and_a_truststore(
