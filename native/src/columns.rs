@@ -10,7 +10,7 @@ pub struct Bitmap {
 }
 
 impl Bitmap {
-    fn push(&mut self, valid: bool) {
+    pub fn push(&mut self, valid: bool) {
         if self.len % 8 == 0 {
             self.bytes.push(0);
         }

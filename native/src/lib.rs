@@ -1,17 +1,21 @@
 //! mor-streamer's native Kafka reader: a librdkafka consumer whose messages go straight into
 //! Arrow buffers, so reading a record costs no Python object and no call into Python.
-//! `streamer.kafka.consumer.native` is its only user, and turns the buffers into record batches.
+//! `streamer.kafka.consumer.native` turns its buffers into record batches. It also decodes JSON
+//! records into Arrow columns (`JsonShape`, `decode_json`), for `streamer.decode.native_json`.
 
 mod columns;
 mod consumer;
+mod json;
 
+use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use columns::{BinaryColumn, Bitmap, Records};
 use consumer::{Consumer, KafkaError};
+use json::{Column, Decoder, Field, Kind};
 
 create_exception!(
     mor_streamer_native,
@@ -179,6 +183,169 @@ impl RangeConsumer {
     }
 }
 
+/// The struct a batch of JSON records decodes into, from Python's description of it: `(kind,
+/// nullable, children)` with kind one of bool, int8, int16, int32, int64, float32, float64,
+/// utf8, struct, and children `(name, description)` pairs of a struct.
+#[pyclass(module = "mor_streamer_native", frozen)]
+struct JsonShape {
+    root: Field,
+}
+
+fn field(description: &Bound<'_, PyAny>) -> PyResult<Field> {
+    let (kind, nullable, children): (String, bool, Vec<(String, Bound<'_, PyAny>)>) =
+        description.extract()?;
+    let kind = match kind.as_str() {
+        "bool" => Kind::Bool,
+        "int8" => Kind::Int(1),
+        "int16" => Kind::Int(2),
+        "int32" => Kind::Int(4),
+        "int64" => Kind::Int(8),
+        "float32" => Kind::Float32,
+        "float64" => Kind::Float64,
+        "utf8" => Kind::Utf8,
+        "struct" => Kind::Struct(
+            children
+                .iter()
+                .map(|(name, child)| Ok((name.as_bytes().to_vec(), field(child)?)))
+                .collect::<PyResult<_>>()?,
+        ),
+        other => {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "no JSON decoding into {other}"
+            )))
+        }
+    };
+    Ok(Field { kind, nullable })
+}
+
+#[pymethods]
+impl JsonShape {
+    #[new]
+    fn new(description: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let root = field(description)?;
+        if !matches!(root.kind, Kind::Struct(_)) {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "records decode into a struct",
+            ));
+        }
+        Ok(JsonShape { root })
+    }
+}
+
+fn bytes_of(buffer: &PyBuffer<i8>) -> &[u8] {
+    // a contiguous buffer of bytes, alive as long as `buffer`
+    unsafe { std::slice::from_raw_parts(buffer.buf_ptr() as *const u8, buffer.len_bytes()) }
+}
+
+/// A decoded column as (validity or None, null count, buffers, children).
+fn column_buffers<'py>(py: Python<'py>, column: &Column) -> PyResult<Bound<'py, PyTuple>> {
+    let none = || py.None().into_bound(py);
+    let (validity, buffers, children): (&Bitmap, Vec<Bound<'py, PyAny>>, Vec<Bound<'py, PyAny>>) =
+        match column {
+            Column::Bool { validity, values } => (
+                validity,
+                vec![PyBytes::new(py, &values.bytes).into_any()],
+                vec![],
+            ),
+            Column::Int {
+                validity, values, ..
+            } => (validity, vec![PyBytes::new(py, values).into_any()], vec![]),
+            Column::Float32 { validity, values } => {
+                let bytes = unsafe {
+                    std::slice::from_raw_parts(
+                        values.as_ptr() as *const u8,
+                        std::mem::size_of_val(values.as_slice()),
+                    )
+                };
+                (validity, vec![PyBytes::new(py, bytes).into_any()], vec![])
+            }
+            Column::Float64 { validity, values } => {
+                let bytes = unsafe {
+                    std::slice::from_raw_parts(
+                        values.as_ptr() as *const u8,
+                        std::mem::size_of_val(values.as_slice()),
+                    )
+                };
+                (validity, vec![PyBytes::new(py, bytes).into_any()], vec![])
+            }
+            Column::Utf8(strings) => (
+                &strings.validity,
+                vec![
+                    PyBytes::new(py, le_bytes_i32(&strings.offsets)).into_any(),
+                    PyBytes::new(py, &strings.data).into_any(),
+                ],
+                vec![],
+            ),
+            Column::Struct {
+                validity, children, ..
+            } => (
+                validity,
+                vec![],
+                children
+                    .iter()
+                    .map(|c| column_buffers(py, c).map(Bound::into_any))
+                    .collect::<PyResult<_>>()?,
+            ),
+        };
+    PyTuple::new(
+        py,
+        [
+            bitmap(py, validity).map_or_else(none, Bound::into_any),
+            validity.nulls.into_pyobject(py)?.into_any(),
+            PyList::new(py, buffers)?.into_any(),
+            PyList::new(py, children)?.into_any(),
+        ],
+    )
+}
+
+/// Records `[offset, offset + length)` of an Arrow binary array (its validity bitmap or None,
+/// its 32-bit offsets and its data) decoded into `shape`'s struct: its column's buffers (see
+/// `column_buffers`), or None when the batch is one to read with Arrow's JSON reader.
+#[pyfunction]
+#[pyo3(signature = (shape, validity, offsets, data, offset, length))]
+fn decode_json<'py>(
+    py: Python<'py>,
+    shape: &JsonShape,
+    validity: Option<PyBuffer<i8>>,
+    offsets: PyBuffer<i8>,
+    data: PyBuffer<i8>,
+    offset: usize,
+    length: usize,
+) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    let valid = validity.as_ref().map(bytes_of);
+    let ends = bytes_of(&offsets);
+    let text = bytes_of(&data);
+    if ends.len() < (offset + length + 1) * 4 {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "the offsets end before the records",
+        ));
+    }
+    let end_at = |i: usize| {
+        i32::from_le_bytes(ends[i * 4..i * 4 + 4].try_into().expect("four bytes")) as usize
+    };
+    let (first, last) = (end_at(offset), end_at(offset + length));
+    let decoded = py.allow_threads(|| {
+        if std::str::from_utf8(text.get(first..last)?).is_err() {
+            return None;
+        }
+        let mut decoder = Decoder::new(&shape.root, length, last - first);
+        for row in offset..offset + length {
+            let present = valid.is_none_or(|bits| bits[row / 8] & (1 << (row % 8)) != 0);
+            let record = present
+                .then(|| text.get(end_at(row)..end_at(row + 1)))
+                .flatten();
+            if present && record.is_none() {
+                return None;
+            }
+            decoder.push(record).ok()?;
+        }
+        Some(decoder.finish())
+    });
+    decoded
+        .map(|column| column_buffers(py, &column))
+        .transpose()
+}
+
 #[pyfunction]
 fn librdkafka_version() -> String {
     consumer::librdkafka_version()
@@ -188,6 +355,8 @@ fn librdkafka_version() -> String {
 fn mor_streamer_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RangeConsumer>()?;
     m.add_function(wrap_pyfunction!(librdkafka_version, m)?)?;
+    m.add_class::<JsonShape>()?;
+    m.add_function(wrap_pyfunction!(decode_json, m)?)?;
     m.add("NativeKafkaError", m.py().get_type::<NativeKafkaError>())?;
     Ok(())
 }

@@ -1,6 +1,7 @@
 """The `json` format: JSON objects, their members mapped to the struct's fields by name.
 
-JSON is parsed vectorised, with one `pyarrow.json.read_json` over the batch's values joined by
+A batch is first offered to the native decoder (`streamer.decode.native_json`), which takes what
+it reads exactly as Arrow does. Otherwise JSON is parsed vectorised, with one `pyarrow.json.read_json` over the batch's values joined by
 newlines. Only when that fails is the block split to isolate the bad records: around the row
 Arrow's error names, else in halves, recursively. A single record is checked with `json.loads`
 (for a precise message) and parsed alone through the same `read_json`, so a record gets the same
@@ -21,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from streamer.decode.decoded import Decoded, UndecodableRecordError, decode_utf8, gather, preview, why_not
+from streamer.decode.native_json import NativeJson
 
 _JSON_WHITESPACE = " \t\r\n"
 _ARROW_JSON_ROW = re.compile(r" in row (\d+)$")
@@ -33,8 +35,12 @@ class JsonDecoder:
     def __init__(self, struct: pa.StructType):
         self._type = struct
         self._schema = pa.schema(list(struct))
+        self._native = NativeJson(struct)
 
     def decode(self, raw: pa.Array) -> Decoded:
+        decoded = self._native.decode(raw)
+        if decoded is not None:
+            return decoded, {}
         return _JsonBatch(raw, self._type, self._schema).decode()
 
 

@@ -1,0 +1,641 @@
+//! JSON objects decoded straight into the Arrow columns of a struct, one pass over each record's
+//! bytes, members mapped to fields by name and the others skipped.
+//!
+//! The decoder only takes what it is sure Arrow's own JSON reader reads the same way: a record
+//! that is not a JSON object, a value of another JSON kind than its field's, a number out of its
+//! field's range, a member named twice, a null in a field that cannot be null, text that is not
+//! UTF-8... make the whole batch `Undecided`, and the caller reads it with Arrow's reader, which
+//! also says what is wrong with which record.
+
+use crate::columns::{BinaryColumn, Bitmap};
+
+/// A field's type, as far as this decoder reads it.
+pub enum Kind {
+    Bool,
+    /// A signed integer of this many bytes.
+    Int(u8),
+    Float32,
+    Float64,
+    Utf8,
+    /// Fields by name.
+    Struct(Vec<(Vec<u8>, Field)>),
+}
+
+pub struct Field {
+    pub kind: Kind,
+    pub nullable: bool,
+}
+
+/// The batch is not one this decoder reads exactly as Arrow's JSON reader does.
+#[derive(Debug)]
+pub struct Undecided;
+
+type Outcome<T> = Result<T, Undecided>;
+
+/// A decoded column in Arrow's layout; children of a struct in its fields' order.
+pub enum Column {
+    Bool {
+        validity: Bitmap,
+        values: Bitmap,
+    },
+    Int {
+        validity: Bitmap,
+        width: u8,
+        values: Vec<u8>,
+    },
+    Float32 {
+        validity: Bitmap,
+        values: Vec<f32>,
+    },
+    Float64 {
+        validity: Bitmap,
+        values: Vec<f64>,
+    },
+    Utf8(BinaryColumn),
+    Struct {
+        validity: Bitmap,
+        children: Vec<Column>,
+        /// Per field, the number of the last object it was seen in: a member named twice.
+        seen: Vec<u64>,
+        objects: u64,
+    },
+}
+
+impl Column {
+    fn new(kind: &Kind) -> Column {
+        match kind {
+            Kind::Bool => Column::Bool {
+                validity: Bitmap::default(),
+                values: Bitmap::default(),
+            },
+            Kind::Int(width) => Column::Int {
+                validity: Bitmap::default(),
+                width: *width,
+                values: Vec::new(),
+            },
+            Kind::Float32 => Column::Float32 {
+                validity: Bitmap::default(),
+                values: Vec::new(),
+            },
+            Kind::Float64 => Column::Float64 {
+                validity: Bitmap::default(),
+                values: Vec::new(),
+            },
+            Kind::Utf8 => Column::Utf8(BinaryColumn::default()),
+            Kind::Struct(fields) => Column::Struct {
+                validity: Bitmap::default(),
+                children: fields.iter().map(|(_, f)| Column::new(&f.kind)).collect(),
+                seen: vec![0; fields.len()],
+                objects: 0,
+            },
+        }
+    }
+
+    /// Room for `rows` values, strings taking at most `bytes`.
+    fn reserve(&mut self, rows: usize, bytes: usize) {
+        match self {
+            Column::Int { values, width, .. } => values.reserve(rows * *width as usize),
+            Column::Float32 { values, .. } => values.reserve(rows),
+            Column::Float64 { values, .. } => values.reserve(rows),
+            Column::Utf8(strings) => {
+                strings.offsets.reserve(rows);
+                strings.data.reserve(bytes / 4);
+            }
+            Column::Struct { children, .. } => {
+                children.iter_mut().for_each(|c| c.reserve(rows, bytes))
+            }
+            Column::Bool { .. } => {}
+        }
+    }
+
+    /// A null here: its children, if any, get nulls too.
+    fn push_null(&mut self) {
+        match self {
+            Column::Bool { validity, values } => {
+                validity.push(false);
+                values.push(false);
+            }
+            Column::Int {
+                validity,
+                width,
+                values,
+            } => {
+                validity.push(false);
+                values.extend(std::iter::repeat_n(0, *width as usize));
+            }
+            Column::Float32 { validity, values } => {
+                validity.push(false);
+                values.push(0.0);
+            }
+            Column::Float64 { validity, values } => {
+                validity.push(false);
+                values.push(0.0);
+            }
+            Column::Utf8(column) => column.push(None),
+            Column::Struct {
+                validity, children, ..
+            } => {
+                validity.push(false);
+                children.iter_mut().for_each(Column::push_null);
+            }
+        }
+    }
+}
+
+/// Decodes records (JSON objects) into a struct column of `shape`, which must be a struct.
+pub struct Decoder<'a> {
+    shape: &'a Field,
+    column: Column,
+}
+
+impl<'a> Decoder<'a> {
+    /// For `rows` records of `bytes` bytes in all.
+    pub fn new(shape: &'a Field, rows: usize, bytes: usize) -> Decoder<'a> {
+        let mut column = Column::new(&shape.kind);
+        column.reserve(rows, bytes);
+        Decoder { shape, column }
+    }
+
+    /// One record: None (a null record) or its bytes. The caller checks that the batch's text
+    /// is UTF-8 as a whole: a record starts and ends with ASCII (its braces), so it is UTF-8 too.
+    pub fn push(&mut self, record: Option<&[u8]>) -> Outcome<()> {
+        let Some(bytes) = record else {
+            self.column.push_null();
+            return Ok(());
+        };
+        let mut text = Text { bytes, at: 0 };
+        text.skip_space();
+        if text.peek() != Some(b'{') {
+            return Err(Undecided);
+        }
+        text.value(&self.shape.kind, &mut self.column, 0)?;
+        text.skip_space();
+        if text.at != bytes.len() {
+            return Err(Undecided);
+        }
+        Ok(())
+    }
+
+    pub fn finish(self) -> Column {
+        self.column
+    }
+}
+
+/// The bytes a string's plain run stops at: its closing quote, an escape, a control character.
+const STRING_STOPS: [bool; 256] = {
+    let mut stops = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        stops[b] = true;
+        b += 1;
+    }
+    stops[b'"' as usize] = true;
+    stops[b'\\' as usize] = true;
+    stops
+};
+
+/// How many bytes from `bytes`' start precede the first `STRING_STOPS` byte (all of them if none):
+/// eight at a time while no byte of them is one.
+fn plain_run(bytes: &[u8]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    let mut at = 0;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+        let quote = has_zero(word ^ (ONES * u64::from(b'"')));
+        let escape = has_zero(word ^ (ONES * u64::from(b'\\')));
+        let control = word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
+        if quote | escape | control != 0 {
+            break;
+        }
+        at += 8;
+    }
+    at + bytes[at..]
+        .iter()
+        .position(|&b| STRING_STOPS[b as usize])
+        .unwrap_or(bytes.len() - at)
+}
+
+/// Deeper than this, a record is left to Arrow's reader.
+const MAX_DEPTH: usize = 64;
+
+/// Two short names alike, without a call to `memcmp`.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+/// An integer's text (an optional minus, digits) as a number, if it fits 64 bits.
+fn integer(text: &[u8]) -> Outcome<i64> {
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', digits)) => (true, digits),
+        _ => (false, text),
+    };
+    let mut magnitude: u64 = 0;
+    for &d in digits {
+        magnitude = magnitude
+            .checked_mul(10)
+            .and_then(|m| m.checked_add(u64::from(d - b'0')))
+            .ok_or(Undecided)?;
+    }
+    if negative {
+        0i64.checked_sub_unsigned(magnitude).ok_or(Undecided)
+    } else {
+        i64::try_from(magnitude).map_err(|_| Undecided)
+    }
+}
+
+struct Text<'t> {
+    bytes: &'t [u8],
+    at: usize,
+}
+
+impl<'t> Text<'t> {
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
+    fn skip_space(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.at += 1;
+        }
+    }
+
+    fn expect(&mut self, byte: u8) -> Outcome<()> {
+        if self.peek() == Some(byte) {
+            self.at += 1;
+            Ok(())
+        } else {
+            Err(Undecided)
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Outcome<()> {
+        if self.bytes[self.at..].starts_with(word) {
+            self.at += word.len();
+            Ok(())
+        } else {
+            Err(Undecided)
+        }
+    }
+
+    /// A value of `kind` into `column`, the text at its first byte.
+    fn value(&mut self, kind: &Kind, column: &mut Column, depth: usize) -> Outcome<()> {
+        if self.peek() == Some(b'n') {
+            self.literal(b"null")?;
+            column.push_null();
+            return Ok(());
+        }
+        match (kind, column) {
+            (Kind::Bool, Column::Bool { validity, values }) => {
+                let value = match self.peek() {
+                    Some(b't') => self.literal(b"true").map(|_| true)?,
+                    Some(b'f') => self.literal(b"false").map(|_| false)?,
+                    _ => return Err(Undecided),
+                };
+                validity.push(true);
+                values.push(value);
+            }
+            (
+                Kind::Int(_),
+                Column::Int {
+                    validity,
+                    width,
+                    values,
+                },
+            ) => {
+                let number = self.number()?;
+                if number.iter().any(|b| matches!(b, b'.' | b'e' | b'E')) {
+                    return Err(Undecided);
+                }
+                let parsed = integer(number)?;
+                let bytes = parsed.to_le_bytes();
+                let width = *width as usize;
+                let fits = match width {
+                    1 => i8::try_from(parsed).is_ok(),
+                    2 => i16::try_from(parsed).is_ok(),
+                    4 => i32::try_from(parsed).is_ok(),
+                    _ => true,
+                };
+                if !fits {
+                    return Err(Undecided);
+                }
+                validity.push(true);
+                values.extend_from_slice(&bytes[..width]);
+            }
+            (Kind::Float32, Column::Float32 { validity, values }) => {
+                let number = self.number()?;
+                let parsed: f32 = std::str::from_utf8(number)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or(Undecided)?;
+                if !parsed.is_finite() {
+                    return Err(Undecided);
+                }
+                validity.push(true);
+                values.push(parsed);
+            }
+            (Kind::Float64, Column::Float64 { validity, values }) => {
+                let number = self.number()?;
+                let parsed: f64 = std::str::from_utf8(number)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or(Undecided)?;
+                if !parsed.is_finite() {
+                    return Err(Undecided);
+                }
+                validity.push(true);
+                values.push(parsed);
+            }
+            (Kind::Utf8, Column::Utf8(strings)) => {
+                self.expect(b'"')?;
+                self.string_into(&mut strings.data)?;
+                strings.validity.push(true);
+                strings
+                    .offsets
+                    .push(i32::try_from(strings.data.len()).map_err(|_| Undecided)?);
+            }
+            (
+                Kind::Struct(fields),
+                Column::Struct {
+                    validity,
+                    children,
+                    seen,
+                    objects,
+                },
+            ) => {
+                if depth >= MAX_DEPTH {
+                    return Err(Undecided);
+                }
+                self.expect(b'{')?;
+                *objects += 1;
+                let object = *objects;
+                let mut filled = 0;
+                let mut expected = 0; // members mostly come in the fields' order
+                self.skip_space();
+                if self.peek() == Some(b'}') {
+                    self.at += 1;
+                } else {
+                    loop {
+                        self.skip_space();
+                        self.expect(b'"')?;
+                        let name = self.plain_name()?;
+                        self.skip_space();
+                        self.expect(b':')?;
+                        self.skip_space();
+                        let next = fields
+                            .get(expected)
+                            .filter(|(field, _)| same(field, name))
+                            .map(|_| expected);
+                        match next
+                            .or_else(|| fields.iter().position(|(field, _)| same(field, name)))
+                        {
+                            Some(i) => {
+                                expected = i + 1;
+                                if seen[i] == object {
+                                    return Err(Undecided);
+                                }
+                                seen[i] = object;
+                                filled += 1;
+                                let field = &fields[i].1;
+                                if !field.nullable && self.peek() == Some(b'n') {
+                                    return Err(Undecided);
+                                }
+                                self.value(&field.kind, &mut children[i], depth + 1)?;
+                            }
+                            None => self.skip_value(depth + 1)?,
+                        }
+                        self.skip_space();
+                        match self.peek() {
+                            Some(b',') => self.at += 1,
+                            Some(b'}') => {
+                                self.at += 1;
+                                break;
+                            }
+                            _ => return Err(Undecided),
+                        }
+                    }
+                }
+                if filled < fields.len() {
+                    for (i, (_, field)) in fields.iter().enumerate() {
+                        if seen[i] != object {
+                            if !field.nullable {
+                                return Err(Undecided);
+                            }
+                            children[i].push_null();
+                        }
+                    }
+                }
+                validity.push(true);
+            }
+            _ => unreachable!("a column is made for its kind"),
+        }
+        Ok(())
+    }
+
+    /// A member's name, after its opening quote; one with escapes is left to Arrow's reader.
+    fn plain_name(&mut self) -> Outcome<&'t [u8]> {
+        let start = self.at;
+        self.at += plain_run(&self.bytes[start..]);
+        self.expect(b'"')?;
+        Ok(&self.bytes[start..self.at - 1])
+    }
+
+    /// A string's text, unescaped, after its opening quote.
+    fn string_into(&mut self, out: &mut Vec<u8>) -> Outcome<()> {
+        loop {
+            let start = self.at;
+            self.at += plain_run(&self.bytes[start..]);
+            out.extend_from_slice(&self.bytes[start..self.at]);
+            match self.peek() {
+                Some(b'"') => {
+                    self.at += 1;
+                    return Ok(());
+                }
+                Some(b'\\') => {
+                    self.at += 1;
+                    let escaped = self.peek().ok_or(Undecided)?;
+                    self.at += 1;
+                    let plain = match escaped {
+                        b'"' => b'"',
+                        b'\\' => b'\\',
+                        b'/' => b'/',
+                        b'b' => 0x08,
+                        b'f' => 0x0c,
+                        b'n' => b'\n',
+                        b'r' => b'\r',
+                        b't' => b'\t',
+                        b'u' => {
+                            let c = self.unicode_escape()?;
+                            let mut buffer = [0; 4];
+                            out.extend_from_slice(c.encode_utf8(&mut buffer).as_bytes());
+                            continue;
+                        }
+                        _ => return Err(Undecided),
+                    };
+                    out.push(plain);
+                }
+                _ => return Err(Undecided),
+            }
+        }
+    }
+
+    /// The character of `\uXXXX` (after its `\u`), or of a surrogate pair of two.
+    fn unicode_escape(&mut self) -> Outcome<char> {
+        let high = self.hex4()?;
+        if !(0xD800..0xE000).contains(&high) {
+            return char::from_u32(high).ok_or(Undecided);
+        }
+        if high >= 0xDC00 {
+            return Err(Undecided);
+        }
+        self.literal(b"\\u")?;
+        let low = self.hex4()?;
+        if !(0xDC00..0xE000).contains(&low) {
+            return Err(Undecided);
+        }
+        char::from_u32(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)).ok_or(Undecided)
+    }
+
+    fn hex4(&mut self) -> Outcome<u32> {
+        let digits = self.bytes.get(self.at..self.at + 4).ok_or(Undecided)?;
+        let text = std::str::from_utf8(digits).map_err(|_| Undecided)?;
+        if !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(Undecided);
+        }
+        self.at += 4;
+        u32::from_str_radix(text, 16).map_err(|_| Undecided)
+    }
+
+    /// A number's text, checked against JSON's grammar.
+    fn number(&mut self) -> Outcome<&'t [u8]> {
+        let start = self.at;
+        if self.peek() == Some(b'-') {
+            self.at += 1;
+        }
+        match self.peek() {
+            Some(b'0') => self.at += 1,
+            Some(b'1'..=b'9') => self.digits(),
+            _ => return Err(Undecided),
+        }
+        if self.peek() == Some(b'.') {
+            self.at += 1;
+            self.some_digits()?;
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.at += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.at += 1;
+            }
+            self.some_digits()?;
+        }
+        Ok(&self.bytes[start..self.at])
+    }
+
+    fn digits(&mut self) {
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.at += 1;
+        }
+    }
+
+    fn some_digits(&mut self) -> Outcome<()> {
+        let start = self.at;
+        self.digits();
+        if self.at == start {
+            Err(Undecided)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// A value no field asks for, checked but not kept.
+    fn skip_value(&mut self, depth: usize) -> Outcome<()> {
+        if depth >= MAX_DEPTH {
+            return Err(Undecided);
+        }
+        match self.peek().ok_or(Undecided)? {
+            b'"' => {
+                self.at += 1;
+                self.skip_string()
+            }
+            b'{' => {
+                self.at += 1;
+                self.skip_space();
+                if self.peek() == Some(b'}') {
+                    self.at += 1;
+                    return Ok(());
+                }
+                loop {
+                    self.skip_space();
+                    self.expect(b'"')?;
+                    self.skip_string()?;
+                    self.skip_space();
+                    self.expect(b':')?;
+                    self.skip_space();
+                    self.skip_value(depth + 1)?;
+                    self.skip_space();
+                    match self.peek() {
+                        Some(b',') => self.at += 1,
+                        Some(b'}') => {
+                            self.at += 1;
+                            return Ok(());
+                        }
+                        _ => return Err(Undecided),
+                    }
+                }
+            }
+            b'[' => {
+                self.at += 1;
+                self.skip_space();
+                if self.peek() == Some(b']') {
+                    self.at += 1;
+                    return Ok(());
+                }
+                loop {
+                    self.skip_space();
+                    self.skip_value(depth + 1)?;
+                    self.skip_space();
+                    match self.peek() {
+                        Some(b',') => self.at += 1,
+                        Some(b']') => {
+                            self.at += 1;
+                            return Ok(());
+                        }
+                        _ => return Err(Undecided),
+                    }
+                }
+            }
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            _ => self.number().map(|_| ()),
+        }
+    }
+
+    /// A string, after its opening quote, checked but not kept.
+    fn skip_string(&mut self) -> Outcome<()> {
+        loop {
+            let start = self.at;
+            self.at += plain_run(&self.bytes[start..]);
+            match self.peek().ok_or(Undecided)? {
+                b'"' => {
+                    self.at += 1;
+                    return Ok(());
+                }
+                b'\\' => {
+                    self.at += 1;
+                    match self.peek().ok_or(Undecided)? {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 1,
+                        b'u' => {
+                            self.at += 1;
+                            self.unicode_escape()?;
+                        }
+                        _ => return Err(Undecided),
+                    }
+                }
+                b if b < 0x20 => return Err(Undecided),
+                _ => self.at += 1,
+            }
+        }
+    }
+}

@@ -1,0 +1,153 @@
+"""The native JSON decoder (streamer/decode/native_json.py, native/src/json.rs) against Arrow's JSON
+reader, which the `json` format used alone before: what the native decoder takes it reads exactly
+as Arrow does, and what it cannot be sure of it leaves to Arrow whole."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pyarrow as pa
+import pytest
+
+from streamer.decode.json import JsonDecoder, _JsonBatch
+from streamer.decode.native_json import NativeJson
+
+pytestmark = pytest.mark.unit
+
+ROW = pa.struct(
+    [
+        pa.field("flag", pa.bool_()),
+        pa.field("tiny", pa.int8()),
+        pa.field("small", pa.int16()),
+        pa.field("int", pa.int32()),
+        pa.field("long", pa.int64()),
+        pa.field("single", pa.float32()),
+        pa.field("double", pa.float64()),
+        pa.field("text", pa.string()),
+        pa.field("where", pa.struct([pa.field("city", pa.string()), pa.field("floor", pa.int32())])),
+        pa.field("id", pa.int64(), nullable=False),
+    ]
+)
+
+GOOD = [
+    '{"id": 1}',
+    ' \t\r\n{"id":2}\n ',
+    '{"id":3,"flag":true,"tiny":-128,"small":32767,"int":-2147483648,"long":9223372036854775807}',
+    '{"id":4,"long":-9223372036854775808,"tiny":127,"small":-32768,"int":2147483647,"flag":false}',
+    '{"id":5,"double":0.1,"single":0.1}',
+    '{"id":6,"double":-0.0,"single":-0}',
+    '{"id":7,"double":1.7976931348623157e308,"single":3.4028235e38}',
+    '{"id":8,"double":5e-324,"single":1.4e-45}',
+    '{"id":9,"double":123456789012345678901234567890,"single":16777217}',
+    '{"id":10,"double":1E+2,"single":2.5e-3}',
+    '{"id":11,"double":4,"single":0.30000000000000004}',
+    '{"id":12,"text":"plain"}',
+    '{"id":13,"text":"q\\"b\\\\s\\/n\\nr\\rt\\tb\\bf\\f"}',
+    '{"id":14,"text":"\\u00e9\\u2603 \\ud83d\\ude00 é ☃ 😀"}',
+    '{"id":15,"text":""}',
+    '{"id":16,"text":null,"flag":null,"double":null,"where":null}',
+    '{"id":17,"where":{}}',
+    '{"id":18,"where":{"city":"Oslo","floor":3,"extra":[1,2]}}',
+    '{"id":19,"where":{"floor":null}}',
+    '{"id":20,"unknown":{"a":[1,{"b":null}],"c":"\\u0041\\n"},"more":[],"n":-1.5e-7,"t":true}',
+    '{ "id" : 21 , "text" : "spaced" , "where" : { "city" : "Rome" } }',
+    '{"text":"order","id":22,"flag":true}',
+    '{"id":23,"text":"' + "long " * 400 + '"}',
+]
+
+
+def _binary(records: list[str | bytes | None]) -> pa.Array:
+    return pa.array([r.encode() if isinstance(r, str) else r for r in records], pa.binary())
+
+
+def _arrow(raw: pa.Array) -> tuple[pa.Array, dict[int, str]]:
+    return _JsonBatch(raw, ROW, pa.schema(list(ROW))).decode()
+
+
+def test_the_native_decoder_reads_every_record_it_takes_as_arrows_reader_does():
+    raw = _binary([*GOOD, None, *GOOD])
+    native = NativeJson(ROW).decode(raw)
+    assert native is not None
+    native.validate(full=True)
+    expected, errors = _arrow(raw)
+    assert errors == {}
+    assert native.type == expected.type
+    assert native.to_pylist() == expected.to_pylist()
+    assert native.is_null().to_pylist() == [False] * len(GOOD) + [True] + [False] * len(GOOD)
+    sliced = raw.slice(3, 20)  # an array that starts inside its buffers
+    assert NativeJson(ROW).decode(sliced).to_pylist() == expected.slice(3, 20).to_pylist()
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        "",
+        "nul",
+        "[1]",
+        '"text"',
+        '{"id":1',
+        '{"id":1,}',
+        '{"id":1} {"id":2}',
+        '{"id":1,"id":2}',
+        '{"text":"no id"}',
+        '{"id":null}',
+        '{"id":1.0}',
+        '{"id":1e3}',
+        '{"id":"1"}',
+        '{"id":01}',
+        '{"id":1,"tiny":128}',
+        '{"id":1,"int":2147483648}',
+        '{"id":1,"long":9223372036854775808}',
+        '{"id":1,"double":1e400}',
+        '{"id":1,"double":NaN}',
+        '{"id":1,"single":1e39}',
+        '{"id":1,"text":5}',
+        '{"id":1,"flag":"true"}',
+        '{"id":1,"where":[]}',
+        '{"id":1,"text":"\\ud800"}',
+        '{"id":1,"text":"\\x"}',
+        '{"id":1,"text":"tab\tinside"}',
+        '{"\\u0069d":1}',
+        '{"id":1,"other":[1,]}',
+        b'{"id":1,"text":"\xff"}',
+    ],
+)
+def test_a_record_the_native_decoder_is_not_sure_of_leaves_its_batch_to_arrow(record):
+    raw = _binary([GOOD[0], record, GOOD[2]])
+    assert NativeJson(ROW).decode(raw) is None
+    decoded, errors = JsonDecoder(ROW).decode(raw)
+    expected, expected_errors = _arrow(raw)
+    assert repr((decoded.to_pylist(), errors)) == repr((expected.to_pylist(), expected_errors))  # NaN too
+
+
+def test_a_struct_with_a_type_the_native_decoder_does_not_read_is_decoded_by_arrow():
+    row = pa.struct([pa.field("at", pa.timestamp("us", tz="UTC")), pa.field("id", pa.int64())])
+    assert not NativeJson(row).available
+    decoded, errors = JsonDecoder(row).decode(_binary([json.dumps({"at": "2026-12-02T10:00:00Z", "id": 1})]))
+    assert errors == {} and decoded.to_pylist()[0]["id"] == 1 and decoded.to_pylist()[0]["at"].hour == 10
+
+
+def test_records_with_bytes_deleted_inserted_or_changed_are_read_as_arrow_reads_them_or_left_to_it():
+    rng = random.Random(69)
+    alphabet = b'{}[]":,.-+eE0123456789 \\nutfalsr\x00\xc3\xa9ab'
+    native = NativeJson(ROW)
+    taken = 0
+    for _ in range(3000):
+        record = bytearray(rng.choice(GOOD).encode())
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(record))
+            edit = rng.randrange(3)
+            if edit == 0:
+                del record[at]
+            elif edit == 1:
+                record.insert(at, rng.choice(alphabet))
+            else:
+                record[at] = rng.choice(alphabet)
+        raw = _binary([bytes(record)])
+        decoded = native.decode(raw)
+        if decoded is not None:
+            taken += 1
+            expected, errors = _arrow(raw)
+            assert (repr(decoded.to_pylist()), errors) == (repr(expected.to_pylist()), {}), bytes(record)
+    assert taken > 300  # the edits that leave valid JSON of the right types are taken natively
