@@ -22,5 +22,12 @@ class JsonShape:
     def __init__(self, description: tuple) -> None: ...
 
 def decode_json(
-    shape: JsonShape, validity: object, offsets: object, data: object, offset: int, length: int
+    shape: JsonShape,
+    validity: object,
+    offsets: object,
+    data: object,
+    offset: int,
+    length: int,
+    front: int = 0,
+    back: int = 0,
 ) -> tuple | None: ...

@@ -199,15 +199,17 @@ const STRING_STOPS: [bool; 256] = {
 fn plain_run(bytes: &[u8]) -> usize {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    // the high bit of each byte that is zero (of those under 0x20); exact for the lowest one
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
     let mut at = 0;
     while let Some(chunk) = bytes.get(at..at + 8) {
         let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
-        let quote = has_zero(word ^ (ONES * u64::from(b'"')));
-        let escape = has_zero(word ^ (ONES * u64::from(b'\\')));
+        let quote = zero(word ^ (ONES * u64::from(b'"')));
+        let escape = zero(word ^ (ONES * u64::from(b'\\')));
         let control = word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
-        if quote | escape | control != 0 {
-            break;
+        let stops = quote | escape | control;
+        if stops != 0 {
+            return at + (stops.trailing_zeros() / 8) as usize;
         }
         at += 8;
     }
@@ -219,6 +221,13 @@ fn plain_run(bytes: &[u8]) -> usize {
 
 /// Deeper than this, a record is left to Arrow's reader.
 const MAX_DEPTH: usize = 64;
+
+/// A number's text as `str`: `Text::number` takes only ASCII digits, signs, '.' and exponents.
+fn ascii(number: &[u8]) -> &str {
+    debug_assert!(number.is_ascii());
+    // SAFETY: ASCII is UTF-8
+    unsafe { std::str::from_utf8_unchecked(number) }
+}
 
 /// Two short names alike, without a call to `memcmp`.
 fn same(a: &[u8], b: &[u8]) -> bool {
@@ -325,10 +334,7 @@ impl<'t> Text<'t> {
             }
             (Kind::Float32, Column::Float32 { validity, values }) => {
                 let number = self.number()?;
-                let parsed: f32 = std::str::from_utf8(number)
-                    .ok()
-                    .and_then(|s| s.parse().ok())
-                    .ok_or(Undecided)?;
+                let parsed: f32 = ascii(number).parse().map_err(|_| Undecided)?;
                 if !parsed.is_finite() {
                     return Err(Undecided);
                 }
@@ -337,10 +343,7 @@ impl<'t> Text<'t> {
             }
             (Kind::Float64, Column::Float64 { validity, values }) => {
                 let number = self.number()?;
-                let parsed: f64 = std::str::from_utf8(number)
-                    .ok()
-                    .and_then(|s| s.parse().ok())
-                    .ok_or(Undecided)?;
+                let parsed: f64 = ascii(number).parse().map_err(|_| Undecided)?;
                 if !parsed.is_finite() {
                     return Err(Undecided);
                 }

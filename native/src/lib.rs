@@ -300,9 +300,12 @@ fn column_buffers<'py>(py: Python<'py>, column: &Column) -> PyResult<Bound<'py, 
 
 /// Records `[offset, offset + length)` of an Arrow binary array (its validity bitmap or None,
 /// its 32-bit offsets and its data) decoded into `shape`'s struct: its column's buffers (see
-/// `column_buffers`), or None when the batch is one to read with Arrow's JSON reader.
+/// `column_buffers`), or None when the batch is one to read with Arrow's JSON reader. Each
+/// record is read without its first `front` and last `back` bytes: Connect's payload inside
+/// `{"schema":...,"payload":...}`, without a copy of it.
 #[pyfunction]
-#[pyo3(signature = (shape, validity, offsets, data, offset, length))]
+#[pyo3(signature = (shape, validity, offsets, data, offset, length, front=0, back=0))]
+#[allow(clippy::too_many_arguments)]
 fn decode_json<'py>(
     py: Python<'py>,
     shape: &JsonShape,
@@ -311,6 +314,8 @@ fn decode_json<'py>(
     data: PyBuffer<i8>,
     offset: usize,
     length: usize,
+    front: usize,
+    back: usize,
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
     let valid = validity.as_ref().map(bytes_of);
     let ends = bytes_of(&offsets);
@@ -324,19 +329,25 @@ fn decode_json<'py>(
         i32::from_le_bytes(ends[i * 4..i * 4 + 4].try_into().expect("four bytes")) as usize
     };
     let (first, last) = (end_at(offset), end_at(offset + length));
+    let trimmed = front + back > 0;
     let decoded = py.allow_threads(|| {
-        if std::str::from_utf8(text.get(first..last)?).is_err() {
+        // Untrimmed, the text is checked as a whole; trimmed, only what is read of each record.
+        if !trimmed && std::str::from_utf8(text.get(first..last)?).is_err() {
             return None;
         }
         let mut decoder = Decoder::new(&shape.root, length, last - first);
         for row in offset..offset + length {
             let present = valid.is_none_or(|bits| bits[row / 8] & (1 << (row % 8)) != 0);
-            let record = present
-                .then(|| text.get(end_at(row)..end_at(row + 1)))
-                .flatten();
-            if present && record.is_none() {
-                return None;
-            }
+            let record = if present {
+                let (start, end) = (end_at(row) + front, end_at(row + 1).checked_sub(back)?);
+                let bytes = text.get(start..end)?;
+                if trimmed && std::str::from_utf8(bytes).is_err() {
+                    return None;
+                }
+                Some(bytes)
+            } else {
+                None
+            };
             decoder.push(record).ok()?;
         }
         Some(decoder.finish())

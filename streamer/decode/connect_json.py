@@ -188,18 +188,13 @@ class _Shapes:
         errors = {}
         parts: list[tuple[np.ndarray, pa.Array]] = []
         cut = np.zeros(length, dtype=bool)
-        if schemas:
-            payloads = [
-                pc.binary_slice(
-                    raw.take(pa.array(rows)) if len(rows) < length else raw,
-                    len(_WRAPPED_START) + len(text) + len(_PAYLOAD_MARK),
-                    -1,
-                )
-                for text, rows in schemas
-            ]
-            rows = np.concatenate([rows for _, rows in schemas])
+        for text, rows in schemas:
             cut[rows] = True
-            value, part_errors = self._bare.decode(pa.concat_arrays(payloads))
+            value, part_errors = self._bare.decode_inside(
+                raw.take(pa.array(rows)) if len(rows) < length else raw,
+                len(_WRAPPED_START) + len(text) + len(_PAYLOAD_MARK),
+                1,  # the wrapper's closing brace
+            )
             parts.append((rows, value))
             errors.update({int(rows[row]): reason for row, reason in part_errors.items()})
         rest = np.flatnonzero(~cut)

@@ -43,6 +43,14 @@ class JsonDecoder:
             return decoded, {}
         return _JsonBatch(raw, self._type, self._schema).decode()
 
+    def decode_inside(self, raw: pa.Array, front: int, back: int) -> Decoded:
+        """Each record without its first `front` and last `back` bytes: Connect's payload in
+        its wrapper, read in place by the native decoder, else cut out for Arrow's reader."""
+        decoded = self._native.decode(raw, front, back)
+        if decoded is not None:
+            return decoded, {}
+        return _JsonBatch(pc.binary_slice(raw, front, -back if back else None), self._type, self._schema).decode()
+
 
 class _JsonBatch:
     """One batch's JSON records: their texts joined into one block, parsed whole, and in row

@@ -45,16 +45,23 @@ class NativeJson:
     def available(self) -> bool:
         return self._shape is not None
 
-    def decode(self, raw: pa.Array) -> pa.Array | None:
-        """The records as a struct array (null where a record is null), or None when they are
-        for Arrow's reader to decode."""
+    def decode(self, raw: pa.Array, front: int = 0, back: int = 0) -> pa.Array | None:
+        """The records, each without its first `front` and last `back` bytes, as a struct array
+        (null where a record is null), or None when they are for Arrow's reader to decode."""
         if self._shape is None or raw.type != pa.binary():
             return None
         from mor_streamer_native import decode_json
 
         validity, offsets, data = raw.buffers()
         buffers = decode_json(
-            self._shape, validity, offsets, data if data is not None else pa.py_buffer(b""), raw.offset, len(raw)
+            self._shape,
+            validity,
+            offsets,
+            data if data is not None else pa.py_buffer(b""),
+            raw.offset,
+            len(raw),
+            front,
+            back,
         )
         return None if buffers is None else _array(self._type, len(raw), buffers)
 

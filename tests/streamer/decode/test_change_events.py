@@ -267,6 +267,23 @@ def test_a_delete_whose_before_has_a_field_of_the_wrong_type_is_a_bad_record_nam
     ]
 
 
+def test_a_bad_record_inside_connects_schema_wrapper_is_told_as_without_it_and_its_neighbours_decode():
+    key = {"region": "emea", "id": 1}
+    values = [
+        event("c", after=row(name="a"), lsn=8),
+        event("d", before={**key, "name": None, "visits": "many"}, lsn=9),
+        event("c", after=row(name="b"), lsn=10),
+    ]
+    schema = connect_struct(ROW, "pg.public.accounts.Value")
+    wrapped = [json.dumps(with_schema(v, schema), separators=(",", ":")).encode() for v in values]  # cut at payload
+    made = written(decode(debezium_decoder(), wrapped, [key] * 3))
+    assert made == written(decode(debezium_decoder(), values, [key] * 3))
+    assert made[1:] == [
+        ("bad", "field 'before.visits': expected int64, got \"many\""),
+        ("upsert", ("emea", 1), "b", 10),
+    ]
+
+
 def test_the_log_position_is_the_lsn_for_postgresql_binlog_file_and_position_for_mysql_else_ts_ms():
     mysql = event("c", after=row(), connector="mysql", lsn=None, file="mysql-bin.000003", pos=154)
     later_file = event("u", after=row(), connector="mysql", lsn=None, file="mysql-bin.000004", pos=4)
