@@ -185,7 +185,7 @@ impl RangeConsumer {
 
 /// The struct a batch of JSON records decodes into, from Python's description of it: `(kind,
 /// nullable, children)` with kind one of bool, int8, int16, int32, int64, float32, float64,
-/// utf8, struct, and children `(name, description)` pairs of a struct.
+/// utf8, timestamp[s|ms|us|ns], struct, and children `(name, description)` pairs of a struct.
 #[pyclass(module = "mor_streamer_native", frozen)]
 struct JsonShape {
     root: Field,
@@ -203,6 +203,22 @@ fn field(description: &Bound<'_, PyAny>) -> PyResult<Field> {
         "float32" => Kind::Float32,
         "float64" => Kind::Float64,
         "utf8" => Kind::Utf8,
+        "timestamp[s]" => Kind::Timestamp {
+            per_second: 1,
+            digits: 0,
+        },
+        "timestamp[ms]" => Kind::Timestamp {
+            per_second: 1_000,
+            digits: 3,
+        },
+        "timestamp[us]" => Kind::Timestamp {
+            per_second: 1_000_000,
+            digits: 6,
+        },
+        "timestamp[ns]" => Kind::Timestamp {
+            per_second: 1_000_000_000,
+            digits: 9,
+        },
         "struct" => Kind::Struct(
             children
                 .iter()

@@ -73,7 +73,7 @@ def _description(field: pa.Field) -> tuple | None:
         if any(child is None for _, child in children):
             return None
         return ("struct", field.nullable, children)
-    kind = _KINDS.get(field.type)
+    kind = f"timestamp[{field.type.unit}]" if pa.types.is_timestamp(field.type) else _KINDS.get(field.type)
     return None if kind is None else (kind, field.nullable, [])
 
 
