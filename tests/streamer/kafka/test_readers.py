@@ -99,7 +99,8 @@ def test_a_range_read_of_the_python_reader_rides_out_a_broker_restart(tmp_path):
 @pytest.mark.unit
 def test_without_the_extension_the_source_reads_with_the_python_reader_and_says_how_to_get_the_native_one():
     """A plain `pip install` on a machine without Rust: `auto` is the python reader, the line the
-    job logs and `doctor` prints names the remedy, and `reader: native` is refused by name."""
+    job logs and `doctor` prints names the remedy, `reader: native` is refused by name, and JSON
+    decodes through Arrow's reader alone."""
     script = """
 import sys
 sys.modules["mor_streamer_native"] = None  # as if the extension were not installed
@@ -113,9 +114,14 @@ try:
     reader_kind(SourceOptions.parse({**base, "reader": "native"}))
 except KafkaSourceError as e:
     print(e)
+import pyarrow as pa
+from streamer.decode.json import JsonDecoder
+decoder = JsonDecoder(pa.struct([("id", pa.int64())]))
+print(decoder._native.available, decoder.decode(pa.array([b'{"id": 7}', b'{"id": "x"}']))[0].to_pylist()[0])
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
-    kind, described, refused = done.stdout.splitlines()
+    kind, described, refused, decoded = done.stdout.splitlines()
     assert kind == "python"
     assert described.startswith("python reader (confluent-kafka ") and "`make native` builds it" in described
     assert refused.startswith("option 'reader' is 'native' but the native Kafka reader is not installed: `make native`")
+    assert decoded == "False {'id': 7}"
