@@ -101,4 +101,20 @@ impl Records {
     pub fn len(&self) -> usize {
         self.offsets.len()
     }
+
+    /// Room for a batch like `other`, so that filling it regrows (and copies) no vector.
+    pub fn reserve_like(&mut self, other: &Records) {
+        let rows = other.len();
+        for (column, like) in [
+            (&mut self.keys, &other.keys),
+            (&mut self.values, &other.values),
+        ] {
+            column.offsets.reserve(rows);
+            column.data.reserve(like.data.len());
+            column.validity.bytes.reserve(like.validity.bytes.len());
+        }
+        self.offsets.reserve(rows);
+        self.timestamps.reserve(rows);
+        self.timestamp_types.reserve(rows);
+    }
 }

@@ -6,16 +6,18 @@
 mod columns;
 mod consumer;
 mod json;
+mod lent;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyList, PyTuple};
 
 use columns::{BinaryColumn, Bitmap, Records};
 use consumer::{Consumer, KafkaError};
 use json::{Column, Decoder, Field, Kind};
+use lent::lend;
 
 create_exception!(
     mor_streamer_native,
@@ -34,29 +36,27 @@ struct RangeConsumer {
     inner: Consumer,
 }
 
-fn bitmap<'py>(py: Python<'py>, b: &Bitmap) -> Option<Bound<'py, PyBytes>> {
-    (b.nulls > 0).then(|| PyBytes::new(py, &b.bytes))
+/// A validity bitmap lent to Python, or None when nothing is null.
+fn bitmap<'py>(py: Python<'py>, b: Bitmap) -> PyResult<Bound<'py, PyAny>> {
+    if b.nulls > 0 {
+        lend(py, b.bytes)
+    } else {
+        Ok(py.None().into_bound(py))
+    }
 }
 
-fn binary<'py>(py: Python<'py>, c: &BinaryColumn) -> PyResult<Bound<'py, PyTuple>> {
-    let offsets: &[u8] = le_bytes_i32(&c.offsets);
+/// A binary column as (validity or None, offsets, data, null count), its buffers lent.
+fn binary<'py>(py: Python<'py>, c: BinaryColumn) -> PyResult<Bound<'py, PyTuple>> {
+    let nulls = c.validity.nulls;
     PyTuple::new(
         py,
         [
-            bitmap(py, &c.validity).into_pyobject(py)?.into_any(),
-            PyBytes::new(py, offsets).into_any(),
-            PyBytes::new(py, &c.data).into_any(),
-            c.validity.nulls.into_pyobject(py)?.into_any(),
+            bitmap(py, c.validity)?,
+            lend(py, c.offsets)?,
+            lend(py, c.data)?,
+            nulls.into_pyobject(py)?.into_any(),
         ],
     )
-}
-
-fn le_bytes_i32(v: &[i32]) -> &[u8] {
-    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
-}
-
-fn le_bytes_i64(v: &[i64]) -> &[u8] {
-    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
 }
 
 #[pymethods]
@@ -137,16 +137,19 @@ impl RangeConsumer {
     /// list offsets, null count, names, values).
     fn flush<'py>(&mut self, py: Python<'py>, headers: bool) -> PyResult<Bound<'py, PyTuple>> {
         let r: Records = std::mem::take(&mut self.inner.records);
+        self.inner.records.reserve_like(&r); // a batch like this one next: no vector regrown
+        let rows = r.len();
         let header_buffers = if headers {
-            let h = &r.headers;
+            let h = r.headers;
+            let nulls = h.validity.nulls;
             PyTuple::new(
                 py,
                 [
-                    bitmap(py, &h.validity).into_pyobject(py)?.into_any(),
-                    PyBytes::new(py, le_bytes_i32(&h.list_offsets)).into_any(),
-                    h.validity.nulls.into_pyobject(py)?.into_any(),
-                    binary(py, &h.names)?.into_any(),
-                    binary(py, &h.values)?.into_any(),
+                    bitmap(py, h.validity)?,
+                    lend(py, h.list_offsets)?,
+                    nulls.into_pyobject(py)?.into_any(),
+                    binary(py, h.names)?.into_any(),
+                    binary(py, h.values)?.into_any(),
                 ],
             )?
             .into_any()
@@ -156,12 +159,12 @@ impl RangeConsumer {
         PyTuple::new(
             py,
             [
-                r.len().into_pyobject(py)?.into_any(),
-                binary(py, &r.keys)?.into_any(),
-                binary(py, &r.values)?.into_any(),
-                PyBytes::new(py, le_bytes_i64(&r.offsets)).into_any(),
-                PyBytes::new(py, le_bytes_i64(&r.timestamps)).into_any(),
-                PyBytes::new(py, le_bytes_i32(&r.timestamp_types)).into_any(),
+                rows.into_pyobject(py)?.into_any(),
+                binary(py, r.keys)?.into_any(),
+                binary(py, r.values)?.into_any(),
+                lend(py, r.offsets)?,
+                lend(py, r.timestamps)?,
+                lend(py, r.timestamp_types)?,
                 header_buffers,
             ],
         )
@@ -253,61 +256,37 @@ fn bytes_of(buffer: &PyBuffer<i8>) -> &[u8] {
     unsafe { std::slice::from_raw_parts(buffer.buf_ptr() as *const u8, buffer.len_bytes()) }
 }
 
-/// A decoded column as (validity or None, null count, buffers, children).
-fn column_buffers<'py>(py: Python<'py>, column: &Column) -> PyResult<Bound<'py, PyTuple>> {
-    let none = || py.None().into_bound(py);
-    let (validity, buffers, children): (&Bitmap, Vec<Bound<'py, PyAny>>, Vec<Bound<'py, PyAny>>) =
-        match column {
-            Column::Bool { validity, values } => (
-                validity,
-                vec![PyBytes::new(py, &values.bytes).into_any()],
-                vec![],
-            ),
-            Column::Int {
-                validity, values, ..
-            } => (validity, vec![PyBytes::new(py, values).into_any()], vec![]),
-            Column::Float32 { validity, values } => {
-                let bytes = unsafe {
-                    std::slice::from_raw_parts(
-                        values.as_ptr() as *const u8,
-                        std::mem::size_of_val(values.as_slice()),
-                    )
-                };
-                (validity, vec![PyBytes::new(py, bytes).into_any()], vec![])
-            }
-            Column::Float64 { validity, values } => {
-                let bytes = unsafe {
-                    std::slice::from_raw_parts(
-                        values.as_ptr() as *const u8,
-                        std::mem::size_of_val(values.as_slice()),
-                    )
-                };
-                (validity, vec![PyBytes::new(py, bytes).into_any()], vec![])
-            }
-            Column::Utf8(strings) => (
-                &strings.validity,
-                vec![
-                    PyBytes::new(py, le_bytes_i32(&strings.offsets)).into_any(),
-                    PyBytes::new(py, &strings.data).into_any(),
-                ],
-                vec![],
-            ),
-            Column::Struct {
-                validity, children, ..
-            } => (
-                validity,
-                vec![],
-                children
-                    .iter()
-                    .map(|c| column_buffers(py, c).map(Bound::into_any))
-                    .collect::<PyResult<_>>()?,
-            ),
-        };
+/// A decoded column as (validity or None, null count, buffers, children), its buffers lent.
+fn column_buffers<'py>(py: Python<'py>, column: Column) -> PyResult<Bound<'py, PyTuple>> {
+    let (validity, buffers, children) = match column {
+        Column::Bool { validity, values } => (validity, vec![lend(py, values.bytes)?], vec![]),
+        Column::Int {
+            validity, values, ..
+        } => (validity, vec![lend(py, values)?], vec![]),
+        Column::Float32 { validity, values } => (validity, vec![lend(py, values)?], vec![]),
+        Column::Float64 { validity, values } => (validity, vec![lend(py, values)?], vec![]),
+        Column::Utf8(strings) => (
+            strings.validity,
+            vec![lend(py, strings.offsets)?, lend(py, strings.data)?],
+            vec![],
+        ),
+        Column::Struct {
+            validity, children, ..
+        } => (
+            validity,
+            vec![],
+            children
+                .into_iter()
+                .map(|c| column_buffers(py, c).map(Bound::into_any))
+                .collect::<PyResult<Vec<_>>>()?,
+        ),
+    };
+    let nulls = validity.nulls;
     PyTuple::new(
         py,
         [
-            bitmap(py, validity).map_or_else(none, Bound::into_any),
-            validity.nulls.into_pyobject(py)?.into_any(),
+            bitmap(py, validity)?,
+            nulls.into_pyobject(py)?.into_any(),
             PyList::new(py, buffers)?.into_any(),
             PyList::new(py, children)?.into_any(),
         ],
@@ -368,9 +347,7 @@ fn decode_json<'py>(
         }
         Some(decoder.finish())
     });
-    decoded
-        .map(|column| column_buffers(py, &column))
-        .transpose()
+    decoded.map(|column| column_buffers(py, column)).transpose()
 }
 
 #[pyfunction]
@@ -383,6 +360,7 @@ fn mor_streamer_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RangeConsumer>()?;
     m.add_function(wrap_pyfunction!(librdkafka_version, m)?)?;
     m.add_class::<JsonShape>()?;
+    m.add_class::<lent::OwnedBuffer>()?;
     m.add_function(wrap_pyfunction!(decode_json, m)?)?;
     m.add("NativeKafkaError", m.py().get_type::<NativeKafkaError>())?;
     Ok(())
