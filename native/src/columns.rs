@@ -11,7 +11,7 @@ pub struct Bitmap {
 
 impl Bitmap {
     pub fn push(&mut self, valid: bool) {
-        if self.len % 8 == 0 {
+        if self.len.is_multiple_of(8) {
             self.bytes.push(0);
         }
         if valid {

@@ -30,6 +30,10 @@ fn raise(e: KafkaError) -> PyErr {
     NativeKafkaError::new_err((e.code, e.text))
 }
 
+/// What a fetch added: (records, value bytes, first offset seen, last offset added, whether the
+/// range's end was seen, error messages as (code, offset, text)).
+type Fetched = (usize, usize, i64, i64, bool, Vec<(i32, i64, String)>);
+
 /// A librdkafka consumer reading one assigned offset range at a time into Arrow buffers.
 #[pyclass(module = "mor_streamer_native")]
 struct RangeConsumer {
@@ -116,7 +120,7 @@ impl RangeConsumer {
         lo: i64,
         hi: i64,
         headers: bool,
-    ) -> PyResult<(usize, usize, i64, i64, bool, Vec<(i32, i64, String)>)> {
+    ) -> PyResult<Fetched> {
         let inner = &mut self.inner;
         let f = py
             .allow_threads(|| inner.fetch(max_messages, timeout_ms, lo, hi, headers))
