@@ -17,10 +17,9 @@ pub enum Kind {
     Float32,
     Float64,
     Utf8,
-    /// A timestamp from ISO 8601 text, in units of which a second has `per_second`, written with
-    /// at most `digits` fractional digits.
+    /// A timestamp from ISO 8601 text, in units of a second's 10^-`digits` (at most `digits`
+    /// fractional digits written).
     Timestamp {
-        per_second: i64,
         digits: u32,
     },
     /// Fields by name.
@@ -247,8 +246,8 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 
 /// `YYYY-MM-DD`, then optionally `T` or a space and `hh:mm`, `:ss` and `.` and fractional
 /// digits, then optionally `Z`: the ISO 8601 forms Arrow's reader takes that this one reads too
-/// (offsets from UTC are left to Arrow's), in units of which a second has `per_second`.
-fn timestamp(text: &[u8], per_second: i64, digits: u32) -> Outcome<i64> {
+/// (offsets from UTC are left to Arrow's), in units of a second's 10^-`digits`.
+fn timestamp(text: &[u8], digits: u32) -> Outcome<i64> {
     let zoned = text.strip_suffix(b"Z");
     let text = zoned.unwrap_or(text);
     if zoned.is_some() && text.len() <= 10 {
@@ -301,7 +300,7 @@ fn timestamp(text: &[u8], per_second: i64, digits: u32) -> Outcome<i64> {
         seconds += hour * 3600 + minute * 60 + second;
     }
     seconds
-        .checked_mul(per_second)
+        .checked_mul(10i64.pow(digits))
         .and_then(|units| units.checked_add(fraction))
         .ok_or(Undecided)
 }
@@ -442,7 +441,7 @@ impl<'t> Text<'t> {
                 values.push(parsed);
             }
             (
-                Kind::Timestamp { per_second, digits },
+                Kind::Timestamp { digits },
                 Column::Int {
                     validity, values, ..
                 },
@@ -452,7 +451,7 @@ impl<'t> Text<'t> {
                 self.at += plain_run(&self.bytes[start..]);
                 let text = &self.bytes[start..self.at];
                 self.expect(b'"')?;
-                let at = timestamp(text, *per_second, *digits)?;
+                let at = timestamp(text, *digits)?;
                 validity.push(true);
                 values.extend_from_slice(&at.to_le_bytes());
             }
@@ -481,50 +480,31 @@ impl<'t> Text<'t> {
                 let object = *objects;
                 let mut filled = 0;
                 let mut expected = 0; // members mostly come in the fields' order
-                self.skip_space();
-                if self.peek() == Some(b'}') {
-                    self.at += 1;
-                } else {
-                    loop {
-                        self.skip_space();
-                        self.expect(b'"')?;
-                        let name = self.plain_name()?;
-                        self.skip_space();
-                        self.expect(b':')?;
-                        self.skip_space();
-                        let next = fields
-                            .get(expected)
-                            .filter(|(field, _)| same(field, name))
-                            .map(|_| expected);
-                        match next
-                            .or_else(|| fields.iter().position(|(field, _)| same(field, name)))
-                        {
-                            Some(i) => {
-                                expected = i + 1;
-                                if seen[i] == object {
-                                    return Err(Undecided);
-                                }
-                                seen[i] = object;
-                                filled += 1;
-                                let field = &fields[i].1;
-                                if !field.nullable && self.peek() == Some(b'n') {
-                                    return Err(Undecided);
-                                }
-                                self.value(&field.kind, &mut children[i], depth + 1)?;
-                            }
-                            None => self.skip_value(depth + 1)?,
-                        }
-                        self.skip_space();
-                        match self.peek() {
-                            Some(b',') => self.at += 1,
-                            Some(b'}') => {
-                                self.at += 1;
-                                break;
-                            }
-                            _ => return Err(Undecided),
-                        }
+                self.items(b'}', |text| {
+                    text.expect(b'"')?;
+                    let name = text.plain_name()?;
+                    text.colon()?;
+                    let next = fields
+                        .get(expected)
+                        .filter(|(field, _)| same(field, name))
+                        .map(|_| expected);
+                    let Some(i) =
+                        next.or_else(|| fields.iter().position(|(field, _)| same(field, name)))
+                    else {
+                        return text.skip_value(depth + 1);
+                    };
+                    expected = i + 1;
+                    if seen[i] == object {
+                        return Err(Undecided);
                     }
-                }
+                    seen[i] = object;
+                    filled += 1;
+                    let field = &fields[i].1;
+                    if !field.nullable && text.peek() == Some(b'n') {
+                        return Err(Undecided);
+                    }
+                    text.value(&field.kind, &mut children[i], depth + 1)
+                })?;
                 if filled < fields.len() {
                     for (i, (_, field)) in fields.iter().enumerate() {
                         if seen[i] != object {
@@ -539,6 +519,37 @@ impl<'t> Text<'t> {
             }
             _ => unreachable!("a column is made for its kind"),
         }
+        Ok(())
+    }
+
+    /// The items of an object or array up to its `close`, after its opening bracket, each read by
+    /// `item` (at its first byte), separated by commas.
+    fn items(&mut self, close: u8, mut item: impl FnMut(&mut Self) -> Outcome<()>) -> Outcome<()> {
+        self.skip_space();
+        if self.peek() == Some(close) {
+            self.at += 1;
+            return Ok(());
+        }
+        loop {
+            self.skip_space();
+            item(self)?;
+            self.skip_space();
+            match self.peek() {
+                Some(b',') => self.at += 1,
+                Some(b) if b == close => {
+                    self.at += 1;
+                    return Ok(());
+                }
+                _ => return Err(Undecided),
+            }
+        }
+    }
+
+    /// The colon between a member's name and its value, and the space around it.
+    fn colon(&mut self) -> Outcome<()> {
+        self.skip_space();
+        self.expect(b':')?;
+        self.skip_space();
         Ok(())
     }
 
@@ -563,30 +574,30 @@ impl<'t> Text<'t> {
                 }
                 Some(b'\\') => {
                     self.at += 1;
-                    let escaped = self.peek().ok_or(Undecided)?;
-                    self.at += 1;
-                    let plain = match escaped {
-                        b'"' => b'"',
-                        b'\\' => b'\\',
-                        b'/' => b'/',
-                        b'b' => 0x08,
-                        b'f' => 0x0c,
-                        b'n' => b'\n',
-                        b'r' => b'\r',
-                        b't' => b'\t',
-                        b'u' => {
-                            let c = self.unicode_escape()?;
-                            let mut buffer = [0; 4];
-                            out.extend_from_slice(c.encode_utf8(&mut buffer).as_bytes());
-                            continue;
-                        }
-                        _ => return Err(Undecided),
-                    };
-                    out.push(plain);
+                    let plain = self.escape()?;
+                    out.extend_from_slice(plain.encode_utf8(&mut [0; 4]).as_bytes());
                 }
                 _ => return Err(Undecided),
             }
         }
+    }
+
+    /// The character an escape stands for, after its backslash.
+    fn escape(&mut self) -> Outcome<char> {
+        let escaped = self.peek().ok_or(Undecided)?;
+        self.at += 1;
+        Ok(match escaped {
+            b'"' => '"',
+            b'\\' => '\\',
+            b'/' => '/',
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            b'n' => '\n',
+            b'r' => '\r',
+            b't' => '\t',
+            b'u' => self.unicode_escape()?,
+            _ => return Err(Undecided),
+        })
     }
 
     /// The character of `\uXXXX` (after its `\u`), or of a surrogate pair of two.
@@ -669,50 +680,16 @@ impl<'t> Text<'t> {
             }
             b'{' => {
                 self.at += 1;
-                self.skip_space();
-                if self.peek() == Some(b'}') {
-                    self.at += 1;
-                    return Ok(());
-                }
-                loop {
-                    self.skip_space();
-                    self.expect(b'"')?;
-                    self.skip_string()?;
-                    self.skip_space();
-                    self.expect(b':')?;
-                    self.skip_space();
-                    self.skip_value(depth + 1)?;
-                    self.skip_space();
-                    match self.peek() {
-                        Some(b',') => self.at += 1,
-                        Some(b'}') => {
-                            self.at += 1;
-                            return Ok(());
-                        }
-                        _ => return Err(Undecided),
-                    }
-                }
+                self.items(b'}', |text| {
+                    text.expect(b'"')?;
+                    text.skip_string()?;
+                    text.colon()?;
+                    text.skip_value(depth + 1)
+                })
             }
             b'[' => {
                 self.at += 1;
-                self.skip_space();
-                if self.peek() == Some(b']') {
-                    self.at += 1;
-                    return Ok(());
-                }
-                loop {
-                    self.skip_space();
-                    self.skip_value(depth + 1)?;
-                    self.skip_space();
-                    match self.peek() {
-                        Some(b',') => self.at += 1,
-                        Some(b']') => {
-                            self.at += 1;
-                            return Ok(());
-                        }
-                        _ => return Err(Undecided),
-                    }
-                }
+                self.items(b']', |text| text.skip_value(depth + 1))
             }
             b't' => self.literal(b"true"),
             b'f' => self.literal(b"false"),
@@ -733,17 +710,9 @@ impl<'t> Text<'t> {
                 }
                 b'\\' => {
                     self.at += 1;
-                    match self.peek().ok_or(Undecided)? {
-                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 1,
-                        b'u' => {
-                            self.at += 1;
-                            self.unicode_escape()?;
-                        }
-                        _ => return Err(Undecided),
-                    }
+                    self.escape()?;
                 }
-                b if b < 0x20 => return Err(Undecided),
-                _ => self.at += 1,
+                _ => return Err(Undecided), // a control character
             }
         }
     }

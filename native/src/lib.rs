@@ -210,22 +210,10 @@ fn field(description: &Bound<'_, PyAny>) -> PyResult<Field> {
         "float32" => Kind::Float32,
         "float64" => Kind::Float64,
         "utf8" => Kind::Utf8,
-        "timestamp[s]" => Kind::Timestamp {
-            per_second: 1,
-            digits: 0,
-        },
-        "timestamp[ms]" => Kind::Timestamp {
-            per_second: 1_000,
-            digits: 3,
-        },
-        "timestamp[us]" => Kind::Timestamp {
-            per_second: 1_000_000,
-            digits: 6,
-        },
-        "timestamp[ns]" => Kind::Timestamp {
-            per_second: 1_000_000_000,
-            digits: 9,
-        },
+        "timestamp[s]" => Kind::Timestamp { digits: 0 },
+        "timestamp[ms]" => Kind::Timestamp { digits: 3 },
+        "timestamp[us]" => Kind::Timestamp { digits: 6 },
+        "timestamp[ns]" => Kind::Timestamp { digits: 9 },
         "struct" => Kind::Struct(
             children
                 .iter()

@@ -1,13 +1,13 @@
 """The `json` format: JSON objects, their members mapped to the struct's fields by name.
 
 A batch is first offered to the native decoder (`streamer.decode.native_json`), which takes what
-it reads exactly as Arrow does. Otherwise JSON is parsed vectorised, with one `pyarrow.json.read_json` over the batch's values joined by
-newlines. Only when that fails is the block split to isolate the bad records: around the row
-Arrow's error names, else in halves, recursively. A single record is checked with `json.loads`
-(for a precise message) and parsed alone through the same `read_json`, so a record gets the same
-types whichever path read it. Each `read_json` call costs about 0.3 ms, so a batch decodes at tens
-of thousands of records per second when 1% of them have wrong types, about a thousand per second
-when all do.
+it reads exactly as Arrow does. Otherwise JSON is parsed vectorised, with one
+`pyarrow.json.read_json` over the batch's values joined by newlines. Only when that fails is the
+block split to isolate the bad records: around the row Arrow's error names, else in halves,
+recursively. A single record is checked with `json.loads` (for a precise message) and parsed
+alone through the same `read_json`, so a record gets the same types whichever path read it. Each
+`read_json` call costs about 0.3 ms, so a batch decodes at tens of thousands of records per
+second when 1% of them have wrong types, about a thousand per second when all do.
 """
 
 from __future__ import annotations

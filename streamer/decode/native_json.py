@@ -36,10 +36,10 @@ class NativeJson:
         description = _description(pa.field("record", struct))
         if description is not None:
             try:
-                from mor_streamer_native import JsonShape
+                from mor_streamer_native import JsonShape, decode_json
             except ImportError:
                 return
-            self._shape = JsonShape(description)
+            self._shape, self._decode = JsonShape(description), decode_json
 
     @property
     def available(self) -> bool:
@@ -50,10 +50,8 @@ class NativeJson:
         (null where a record is null), or None when they are for Arrow's reader to decode."""
         if self._shape is None or raw.type != pa.binary():
             return None
-        from mor_streamer_native import decode_json
-
         validity, offsets, data = raw.buffers()
-        buffers = decode_json(
+        buffers = self._decode(
             self._shape,
             validity,
             offsets,
