@@ -69,16 +69,41 @@ class PathResult:
         return cls(**{k: v for k, v in obj.items() if k in names})
 
 
+#: The roles of a path's process tree: the Python driver, the JVM it starts, the Python workers
+#: the JVM forks.
+ROLES = ("driver", "jvm", "workers")
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """CPU seconds each role's live processes had used by `at` (seconds since the epoch)."""
+
+    at: float
+    seconds: dict[str, float]
+
+
+def cpu_between(samples: list[CpuSample], start: float, end: float) -> dict[str, float]:
+    """CPU seconds each role used from `start` to `end` (epoch seconds), by the samples nearest
+    them (a process that exited counts as of its last sample)."""
+    if not samples:
+        return {}
+    first = min(samples, key=lambda s: abs(s.at - start))
+    last = min(samples, key=lambda s: abs(s.at - end))
+    return {role: last.seconds[role] - first.seconds[role] for role in ROLES}
+
+
 class PeakRss:
-    """Samples the RSS of a process tree every 100 ms and keeps the peak of each role, and the
-    peak of the tree's summed PSS every `PSS_EVERY` samples. Python workers forked from one
-    daemon share its pages: the RSS sum counts those once per worker, the PSS sum once."""
+    """Samples a process tree every 100 ms: the peak RSS of each role, the peak of the tree's
+    summed PSS every `PSS_EVERY` samples, and each role's CPU time (`cpu`). Python workers forked
+    from one daemon share its pages: the RSS sum counts those once per worker, the PSS sum once."""
 
     PSS_EVERY = 5
 
     def __init__(self, root_pid: int):
         self.root = psutil.Process(root_pid)
         self.peak = {"total": 0, "driver": 0, "jvm": 0, "workers": 0, "pss": 0}
+        self.cpu: list[CpuSample] = []
+        self._cpu_seconds: dict[int, tuple[str, float]] = {}  # pid -> its role and CPU seconds, last seen
         self._samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -98,25 +123,31 @@ class PeakRss:
             self._stop.wait(SAMPLE_SECONDS)
 
     def _sample(self) -> None:
-        procs = {}  # pid -> (parent pid, is a JVM, rss)
+        procs = {}  # pid -> (parent pid, is a JVM, rss, CPU seconds)
         for proc in [self.root, *self.root.children(recursive=True)]:
             try:
-                procs[proc.pid] = (proc.ppid(), proc.name() == "java", proc.memory_info().rss)
+                cpu = proc.cpu_times()
+                procs[proc.pid] = (proc.ppid(), proc.name() == "java", proc.memory_info().rss, cpu.user + cpu.system)
             except psutil.NoSuchProcess:
                 continue
         now = dict.fromkeys(self.peak, 0)
         if self._samples % self.PSS_EVERY == 0:
             now["pss"] = sum(_pss(pid) for pid in procs)
         self._samples += 1
-        for ppid, is_jvm, rss in procs.values():
+        for pid, (ppid, is_jvm, rss, cpu_seconds) in procs.items():
             parent = ppid
             while parent in procs and not procs[parent][1]:
                 parent = procs[parent][0]
             role = "jvm" if is_jvm else "workers" if parent in procs else "driver"
             now[role] += rss
             now["total"] += rss
+            self._cpu_seconds[pid] = (role, cpu_seconds)
         for role, rss in now.items():
             self.peak[role] = max(self.peak[role], rss)
+        used = dict.fromkeys(ROLES, 0.0)
+        for role, cpu_seconds in self._cpu_seconds.values():  # exited processes at their last reading
+            used[role] += cpu_seconds
+        self.cpu.append(CpuSample(time.time(), used))
 
 
 def _pss(pid: int) -> int:
@@ -141,6 +172,18 @@ def run_measured(
     """Run a command from the repo root with its output in `log_path`; returns its exit code,
     wall seconds and the peak RSS per role of its process tree. A command that runs until
     stopped (a continuous job) gets SIGTERM once `stop_when()` is true."""
+    code, wall, rss, _ = run_sampled(argv, log_path, env, timeout, stop_when)
+    return code, wall, rss
+
+
+def run_sampled(
+    argv: list[str],
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 3600,
+    stop_when: Callable[[], bool] | None = None,
+) -> tuple[int, float, dict[str, int], list[CpuSample]]:
+    """`run_measured`, with its process tree's CPU time by role as sampled."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable, **(env or {})}
     with open(log_path, "w") as log:
         started = time.monotonic()
@@ -153,4 +196,4 @@ def run_measured(
                     break
                 time.sleep(1)
             code = proc.wait(max(1.0, deadline - time.monotonic()))
-        return code, time.monotonic() - started, rss.peak
+        return code, time.monotonic() - started, rss.peak, rss.cpu

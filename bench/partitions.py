@@ -155,6 +155,20 @@ def _shape_table(section: Section, partitions: tuple[int, ...]) -> str:
             f"{ours.peak_rss.get('total', 0) / 2**20:>11,.0f}  "
             f"{ours.peak_rss.get('pss', 0) / 2**20:>11,.0f}  {ours.details['file_create_us']:>9,.0f}"
         )
+    lines += [
+        "",
+        "the upsert batches' CPU, µs a record, by process of the job (the broker's apart), and how busy it kept the cores",
+        f"{'partitions':>10}  {'reader':>6}  {'jvm':>6}  {'workers':>7}  {'driver':>6}  {'busy':>5}",
+    ]
+    for count, ours, _ in _pairs(section, partitions):
+        for result in (ours, _python_reader(section, count)):
+            cpu = result.details.get("upsert_cpu_us") if result else None
+            if result and cpu:
+                busy = result.details.get("upsert_cpu_busy")
+                lines.append(
+                    f"{count:>10,}  {result.details.get('reader') or '-':>6}  {cpu['jvm']:>6.2f}  "
+                    f"{cpu['workers']:>7.2f}  {cpu['driver']:>6.2f}  {'-' if busy is None else f'{busy:.0%}':>5}"
+                )
     names = list(next(iter(section.results)).details.get("load_phases", {}))
     if names:
         lines += [

@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from bench import spark
-from bench.measure import PathResult, run_measured
+from bench.measure import PathResult, cpu_between, run_sampled
 from bench.workload import VALUE_DDL, W1
 from streamer.config.model import SourceSettings
 from table import MorTable
@@ -176,7 +176,7 @@ def run(
         return CAUGHT_UP.search(log_path.read_text()) is not None
 
     load_average = os.getloadavg()  # the machine is shared: what else ran when this path did
-    code, wall, rss = run_measured(
+    code, wall, rss, cpu = run_sampled(
         command(config_path, trigger, source_format), log_path, stop_when=caught_up if trigger else None
     )
     exited = datetime.now()
@@ -221,6 +221,14 @@ def run(
         }
         for b in done
     ]
+    if upserts:
+        upsert_records = sum(b.records for b in upserts)
+        used = cpu_between(cpu, load_end.timestamp(), upserts[-1].ended.timestamp())
+        # CPU a record by role over the upserts (what bounds a job whose cores are busy), and how
+        # busy the job kept the machine's cores
+        details["upsert_cpu_us"] = {role: seconds / upsert_records * 1e6 for role, seconds in used.items()}
+        window = (upserts[-1].ended - load_end).total_seconds()
+        details["upsert_cpu_busy"] = sum(used.values()) / (window * (os.cpu_count() or 1)) if window > 0 else None
     first_started = done[0].started
     path, mode = ("ours-continuous", f"trigger {trigger}") if trigger else ("ours", "--once")
     ours = "ours"
