@@ -76,7 +76,8 @@ ROLES = ("driver", "jvm", "workers")
 
 @dataclass(frozen=True)
 class CpuSample:
-    """CPU seconds each role's live processes had used by `at` (seconds since the epoch)."""
+    """CPU seconds each role's processes had used by `at` (seconds since the epoch); one that
+    exited counts as of the last sample that saw it."""
 
     at: float
     seconds: dict[str, float]
@@ -84,7 +85,7 @@ class CpuSample:
 
 def cpu_between(samples: list[CpuSample], start: float, end: float) -> dict[str, float]:
     """CPU seconds each role used from `start` to `end` (epoch seconds), by the samples nearest
-    them (a process that exited counts as of its last sample)."""
+    them."""
     if not samples:
         return {}
     first = min(samples, key=lambda s: abs(s.at - start))
@@ -101,7 +102,7 @@ class PeakRss:
 
     def __init__(self, root_pid: int):
         self.root = psutil.Process(root_pid)
-        self.peak = {"total": 0, "driver": 0, "jvm": 0, "workers": 0, "pss": 0}
+        self.peak = {"total": 0, **dict.fromkeys(ROLES, 0), "pss": 0}
         self.cpu: list[CpuSample] = []
         self._cpu_seconds: dict[int, tuple[str, float]] = {}  # pid -> its role and CPU seconds, last seen
         self._samples = 0
@@ -145,7 +146,7 @@ class PeakRss:
         for role, rss in now.items():
             self.peak[role] = max(self.peak[role], rss)
         used = dict.fromkeys(ROLES, 0.0)
-        for role, cpu_seconds in self._cpu_seconds.values():  # exited processes at their last reading
+        for role, cpu_seconds in self._cpu_seconds.values():
             used[role] += cpu_seconds
         self.cpu.append(CpuSample(time.time(), used))
 

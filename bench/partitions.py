@@ -164,10 +164,9 @@ def _shape_table(section: Section, partitions: tuple[int, ...]) -> str:
         for result in (ours, _python_reader(section, count)):
             cpu = result.details.get("upsert_cpu_us") if result else None
             if result and cpu:
-                busy = result.details.get("upsert_cpu_busy")
                 lines.append(
                     f"{count:>10,}  {result.details.get('reader') or '-':>6}  {cpu['jvm']:>6.2f}  "
-                    f"{cpu['workers']:>7.2f}  {cpu['driver']:>6.2f}  {'-' if busy is None else f'{busy:.0%}':>5}"
+                    f"{cpu['workers']:>7.2f}  {cpu['driver']:>6.2f}  {result.details['upsert_cpu_busy']:>5.0%}"
                 )
     names = list(next(iter(section.results)).details.get("load_phases", {}))
     if names:

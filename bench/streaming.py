@@ -221,14 +221,14 @@ def run(
         }
         for b in done
     ]
-    if upserts:
-        upsert_records = sum(b.records for b in upserts)
+    upsert_records = sum(b.records for b in upserts)
+    upsert_seconds = (upserts[-1].ended - load_end).total_seconds()
+    if upsert_seconds > 0:
         used = cpu_between(cpu, load_end.timestamp(), upserts[-1].ended.timestamp())
         # CPU a record by role over the upserts (what bounds a job whose cores are busy), and how
         # busy the job kept the machine's cores
         details["upsert_cpu_us"] = {role: seconds / upsert_records * 1e6 for role, seconds in used.items()}
-        window = (upserts[-1].ended - load_end).total_seconds()
-        details["upsert_cpu_busy"] = sum(used.values()) / (window * (os.cpu_count() or 1)) if window > 0 else None
+        details["upsert_cpu_busy"] = sum(used.values()) / (upsert_seconds * (os.cpu_count() or 1))
     first_started = done[0].started
     path, mode = ("ours-continuous", f"trigger {trigger}") if trigger else ("ours", "--once")
     ours = "ours"
@@ -240,8 +240,8 @@ def run(
     upsert_result = PathResult(
         name,
         f"{ours}: streamer run {mode} (upserts)",
-        sum(b.records for b in upserts),
-        (upserts[-1].ended - load_end).total_seconds(),
+        upsert_records,
+        upsert_seconds,
         [b.seconds for b in upserts],
         (load_end - first_started).total_seconds(),
         rows,
