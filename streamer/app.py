@@ -25,6 +25,7 @@ from streamer.collector import collect_in_large_steps
 from streamer.config.choices import QueryFailurePolicy, SourceFormat
 from streamer.config.mirror import MirrorConfig
 from streamer.config.model import JobConfig
+from streamer.driver_write import DriverWrites
 from streamer.errors import StartupError, StopRequestedError
 from streamer.job import TableJob
 from streamer.kafka.consumer import describe_reader
@@ -233,7 +234,8 @@ def run(
     """Run the table jobs until stopped (or, with `once`, until their topics are drained).
     Tables that read from the same brokers share one streaming query (`streamer.shared_query`);
     each mirror's tables share its own."""
-    for line in _reader_lines([*configs, *(m.sample for m in mirrors or () if m.sample is not None)]):
+    samples = [*configs, *(m.sample for m in mirrors or () if m.sample is not None)]
+    for line in [*_reader_lines(samples), *_driver_write_lines(samples, spark.sparkContext.master)]:
         log.info("%s", line)
     register_kafka_source(spark)
     quiet_spark_loggers(spark)
@@ -291,6 +293,13 @@ def _reader_lines(configs: list[JobConfig]) -> list[str]:
         if c.source.format == SourceFormat.KAFKA_ARROW
     }
     return [f"kafka-arrow reads Kafka with the {describe_reader(choice)}" for choice in sorted(choices)]
+
+
+def _driver_write_lines(configs: list[JobConfig], master: str | None) -> list[str]:
+    """Which batches the driver writes itself (`streamer.driver_write`), one line per choice the
+    configs make."""
+    kafka_arrow = [c for c in configs if c.source.format == SourceFormat.KAFKA_ARROW and not c.transform]
+    return sorted({DriverWrites.of(master, c.stream.driver_write_max_records).describe() for c in kafka_arrow})
 
 
 def _group_name(jobs: list[TableJob]) -> str:

@@ -20,6 +20,7 @@ import json
 import logging
 from dataclasses import dataclass
 
+from streamer.kafka.planning import OffsetRange
 from table import MorTable, Storage, Timeline
 
 log = logging.getLogger(__name__)
@@ -34,19 +35,46 @@ VERSION = "v1"
 def planned_offsets(checkpoint_location: str, batch_id: int) -> dict[str, dict[int, int]] | None:
     """topic -> partition -> the offset the batch reads up to; None when the log cannot say."""
     try:
-        lines = Storage(checkpoint_location).read_bytes(f"offsets/{batch_id}").decode("utf-8").splitlines()
-        if len(lines) == 3 and lines[0] == VERSION:
-            return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in json.loads(lines[2]).items()}
-        problem: object = f"expected '{VERSION}', batch metadata and one source's offsets"
+        return _logged_offsets(checkpoint_location, batch_id)
     except (OSError, ValueError, AttributeError, TypeError) as e:
-        problem = e
-    log.warning(
-        "could not read the offsets Spark planned for batch %d from %s (%s); the batch's records say how far it read",
-        batch_id,
-        checkpoint_location,
-        problem,
-    )
-    return None
+        log.warning(
+            "could not read the offsets Spark planned for batch %d from %s (%s); the batch's records say how far it read",
+            batch_id,
+            checkpoint_location,
+            e,
+        )
+        return None
+
+
+def planned_ranges(
+    checkpoint_location: str, batch_id: int, ends: dict[str, dict[int, int]]
+) -> list[OffsetRange] | None:
+    """The offset ranges of a batch that reads up to `ends`: each partition from where the batch
+    before it ended. None when Spark's log alone cannot say them, and only the source's plan
+    can: the query's first batch, a partition new to it, or one that went back (the source
+    then reads from the earliest offset Kafka holds)."""
+    if batch_id == 0:
+        return None
+    try:
+        starts = _logged_offsets(checkpoint_location, batch_id - 1)
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None
+    ranges = []
+    for topic, partitions in sorted(ends.items()):
+        for partition, end in sorted(partitions.items()):
+            start = starts.get(topic, {}).get(partition)
+            if start is None or end < start:
+                return None
+            if end > start:
+                ranges.append(((topic, partition), start, end))
+    return ranges
+
+
+def _logged_offsets(checkpoint_location: str, batch_id: int) -> dict[str, dict[int, int]]:
+    lines = Storage(checkpoint_location).read_bytes(f"offsets/{batch_id}").decode("utf-8").splitlines()
+    if len(lines) != 3 or lines[0] != VERSION:
+        raise ValueError(f"expected '{VERSION}', batch metadata and one source's offsets")
+    return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in json.loads(lines[2]).items()}
 
 
 #: extraMetadata key of Hudi's own streamer checkpoint ("topic,partition:offset,...").

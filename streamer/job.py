@@ -42,6 +42,7 @@ from streamer.decode.formats import FormatSpec, spark_normalized
 from streamer.decode.record_decoder import Deletes, RecordDecoder
 from streamer.decode.registry import SchemaRegistryClient
 from streamer.decode.value_schema import compare, evolve_json
+from streamer.driver_write import DriverWrites
 from streamer.errors import StartupError
 from streamer.kafka.offsets import KafkaProgress, end_offsets
 from streamer.kafka.options import SourceOptions
@@ -199,6 +200,7 @@ class TableJob:
                     source,
                     t.conflict_retries if t.concurrency == Concurrency.OPTIMISTIC else 0,
                     config.source.checkpoint_id,
+                    DriverWrites.of(spark.sparkContext.master, config.stream.driver_write_max_records),
                 ),
                 table,
                 writer,

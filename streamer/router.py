@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from streamer.config.choices import QueryFailurePolicy
 from streamer.errors import StopRequestedError
 from streamer.job import TableJob
-from streamer.kafka.planning import split_ranges
+from streamer.kafka.planning import OffsetRange, split_ranges
 from streamer.kafka.schema import OFFSET_RANGES_SCHEMA
 from streamer.last_error import record_error
 from streamer.logs.failures import failure_line
@@ -37,8 +37,6 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 #: What a batch plans for a topic-partition: [from, until).
 Span = tuple[int, int]
-#: A table's part of a batch: a topic-partition's offsets [from, until).
-TableRange = tuple[TopicPartition, int, int]
 #: Tables whose parts of a batch are written at once. A small table's commit is mostly the
 #: driver's waiting (its Spark job's scheduling, its commit's files), which others' fill.
 TABLES_AT_ONCE = 4
@@ -135,14 +133,14 @@ class TableRouter:
             for future in futures:
                 future.result()  # a stop request, or stop_application, ends the batch
 
-    def _write(self, spark: SparkSession, job: TableJob, ranges: list[TableRange], batch_id: int) -> None:
+    def _write(self, spark: SparkSession, job: TableJob, ranges: list[OffsetRange], batch_id: int) -> None:
         """One table's part of the batch as its deltacommit; its failure stops the table alone."""
         rows = [(topic, partition, start, end) for (topic, partition), start, end in ranges]
         ends: dict[str, dict[int, int]] = {}
         for (topic, partition), _, end in ranges:
             ends.setdefault(topic, {})[partition] = end
         try:
-            job.sink.take(spark.createDataFrame(rows, OFFSET_RANGES_SCHEMA), batch_id, ends)
+            job.sink.take(spark.createDataFrame(rows, OFFSET_RANGES_SCHEMA), batch_id, ends, ranges)
         except StopRequestedError:
             raise  # the batch is left to the next run, whose tables go on from their own offsets
         except Exception as e:  # noqa: BLE001 - the table stops alone; the others go on
@@ -199,7 +197,7 @@ def _planned_spans(df: DataFrame) -> dict[TopicPartition, Span]:
     return spans
 
 
-def _ranges_from_the_table(job: TableJob, spans: dict[TopicPartition, Span]) -> list[TableRange]:
+def _ranges_from_the_table(job: TableJob, spans: dict[TopicPartition, Span]) -> list[OffsetRange]:
     """The table's part of the batch: each partition from the offset the table goes on from
     (where its commits name one) up to the batch's end, split into tasks as the source splits."""
     committed = job.sink.checkpoint.offsets

@@ -29,6 +29,7 @@ from streamer.checkpoint import (
     StreamCheckpoint,
     checkpoint_key,
     planned_offsets,
+    planned_ranges,
     table_checkpoint,
 )
 from streamer.config.choices import BadRecordPolicy
@@ -37,8 +38,10 @@ from streamer.decode.debezium import TRUNCATE
 from streamer.decode.evolution import VALUE_SCHEMA_KEY, SchemaEvolution
 from streamer.decode.record_decoder import RecordDecoder
 from streamer.decode_step import DecodeStep
+from streamer.driver_write import DriverWrites, write_in_driver
 from streamer.errors import BadRecordError, SchemaEvolutionError, StopRequestedError, TableWriteError
 from streamer.kafka.options import SourceOptions
+from streamer.kafka.planning import OffsetRange
 from streamer.quarantine import QuarantineTable
 from table import DeltaCommit, LayoutStats, MorTable, TableWriter, WriteConflictError, reach_failpoint
 from table.spark import DataFrameWriteResult, released_accumulator, write_dataframe
@@ -105,6 +108,7 @@ class BatchReport:
     committed_at: float = 0.0  # when its commit completed, seconds since the epoch
     layout: LayoutStats | None = None  # the buckets' latest slices after its commit
     conflicts: int = 0  # its writes refused for another writer's commit, then written again
+    by_driver: bool = False  # written by the driver itself (`streamer.driver_write`), not by Spark's tasks
 
     def phase_line(self) -> str:
         phases = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in self.phases.items())
@@ -129,7 +133,7 @@ class BatchReport:
         return (
             f"{self.table} {self.what}: {self.records:,} records, {self.upserted:,} upserted, "
             f"{self.deleted:,} deleted{bad}{ignored}, {self.files_written} files -> deltacommit "
-            f"{self.instant} in {self.seconds:.2f}s{lag}"
+            f"{self.instant} in {self.seconds:.2f}s{' by the driver' if self.by_driver else ''}{lag}"
         )
 
 
@@ -163,6 +167,7 @@ class SinkSettings:
     source: SourceOptions | None = None  # `kafka-arrow`'s: the sink reads the offset ranges it plans
     conflict_retries: int = 0  # under optimistic concurrency: a batch refused for a conflict, written again
     checkpoint_id: str | None = None  # names the stream's checkpoint when several feed the table
+    driver_writes: DriverWrites = field(default_factory=DriverWrites)  # the batches the driver writes itself
 
 
 class UpsertSink:
@@ -220,12 +225,23 @@ class UpsertSink:
         return acquired
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        self.take(df, batch_id, self._planned(batch_id))
+        ends = self._planned(batch_id)
+        location = self.settings.checkpoint_location
+        ranges = None
+        if ends is not None and location and self.settings.driver_writes.max_records:
+            ranges = planned_ranges(location, batch_id, ends)
+        self.take(df, batch_id, ends, ranges)
 
-    def take(self, df: DataFrame, batch_id: int, planned_ends: dict[str, dict[int, int]] | None) -> None:
+    def take(
+        self,
+        df: DataFrame,
+        batch_id: int,
+        planned_ends: dict[str, dict[int, int]] | None,
+        ranges: list[OffsetRange] | None = None,
+    ) -> None:
         """Write one micro-batch of the query this sink is bound to: `df` holds the table's
         records (or offset ranges), `planned_ends` how far it reads each partition (None: as far
-        as its records say)."""
+        as its records say), `ranges` the offset ranges `df` holds, when known without it."""
         self._bound.wait()
         with self._busy:
             if self._stopping.is_set():
@@ -237,7 +253,7 @@ class UpsertSink:
                 raise self.failure
             started = time.monotonic()
             report = self._reported(
-                lambda: self._process(df, self._query_id or "", batch_id, planned_ends), f"batch {batch_id}"
+                lambda: self._process(df, self._query_id or "", batch_id, planned_ends, ranges), f"batch {batch_id}"
             )
             if report.replayed:
                 return
@@ -284,7 +300,12 @@ class UpsertSink:
         return report
 
     def _process(
-        self, df: DataFrame, query_id: str, batch_id: int, planned_ends: dict[str, dict[int, int]] | None = None
+        self,
+        df: DataFrame,
+        query_id: str,
+        batch_id: int,
+        planned_ends: dict[str, dict[int, int]] | None = None,
+        ranges: list[OffsetRange] | None = None,
     ) -> BatchReport:
         started = time.monotonic()
         s = self.settings
@@ -293,8 +314,9 @@ class UpsertSink:
             report.replayed = True
             return report
         self.totals.failed = report  # until it is committed
+        report.by_driver = not s.transform and s.source is not None and s.driver_writes.takes(ranges)
         while True:
-            commit, written, tally = self._write(df)
+            commit, written, tally = self._write(df, ranges if report.by_driver else None)
             planned = time.monotonic() - written.wall_seconds
             try:
                 read, checkpoint, extra = self._commit_metadata(report, tally, query_id, batch_id, planned_ends)
@@ -380,13 +402,16 @@ class UpsertSink:
             extra[HUDI_STREAMER_CHECKPOINT_KEY] = hudi_checkpoint
         return read, checkpoint, extra
 
-    def _write(self, df: DataFrame) -> tuple[DeltaCommit, DataFrameWriteResult, BatchTally]:
-        """Decode, key, route and write the batch in one pass; again, with the evolved reader
-        schema, when records of a newer writer schema evolve the table's schema."""
+    def _write(
+        self, df: DataFrame, driver_ranges: list[OffsetRange] | None
+    ) -> tuple[DeltaCommit, DataFrameWriteResult, BatchTally]:
+        """Decode, key, route and write the batch in one pass, by the driver when given the
+        ranges it reads; again, with the evolved reader schema, when records of a newer writer
+        schema evolve the table's schema."""
         for _ in range(MAX_EVOLUTIONS + 1):
             decoder = self.evolution.decoder if self.evolution is not None else self.decoder
             with released_accumulator(df.sparkSession.sparkContext, BatchTally(), BatchTallyParam()) as tally:
-                commit, written = self._write_decoded(df, decoder, tally)
+                commit, written = self._write_decoded(df, driver_ranges, decoder, tally)
             evolving = tally.value.evolving
             if not evolving:
                 return commit, written, tally.value
@@ -400,10 +425,13 @@ class UpsertSink:
             f"{sorted(evolving)} evolve the table's schema, but it could not be evolved"
         )
 
-    def _write_decoded(self, df: DataFrame, decoder: RecordDecoder, tally) -> tuple[DeltaCommit, DataFrameWriteResult]:
-        """A deltacommit begun and its files written. One whose write fails stays inflight: tasks
-        Spark is still cancelling may yet write files, and the next run's rollback deletes
-        whatever its markers name."""
+    def _write_decoded(
+        self, df: DataFrame, driver_ranges: list[OffsetRange] | None, decoder: RecordDecoder, tally
+    ) -> tuple[DeltaCommit, DataFrameWriteResult]:
+        """A deltacommit begun and its files written: by the driver (`streamer.driver_write`)
+        when given the ranges it reads, else by Spark's tasks. One whose write fails stays
+        inflight: tasks Spark is still cancelling may yet write files, and the next run's
+        rollback deletes whatever its markers name."""
         keep_bad_rows = self.settings.on_error == BadRecordPolicy.QUARANTINE
         value_columns = self.evolution.value_columns if self.evolution is not None else self.settings.value_columns
         transform = self.settings.transform
@@ -412,6 +440,8 @@ class UpsertSink:
             schema = pa.schema([decoder.output_schema.field(c) for c in value_columns])
             commit = self.writer.begin_delta_commit(self.writer.check_schema(schema))
             with commit.writing():
+                if driver_ranges is not None:
+                    return commit, write_in_driver(commit, driver_ranges, step, schema)
                 return commit, write_dataframe(commit, df, step, planned=self.settings.source is not None)
         decoded_schema = pa.schema(
             [f for f in decoder.output_schema if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING, SKIPPED)]

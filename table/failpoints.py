@@ -14,10 +14,10 @@ tests/e2e/test_crash_matrix.py, kills the job at each one):
 - `deltacommit.requested`: `TableWriter.begin`, the requested file written, not the inflight one.
 - `deltacommit.inflight`: `TableWriter.begin`, the instant inflight, no data file written yet.
 - `deltacommit.markers_written`: `file_group_writer.TaskFiles.mark`, a task's marker file written,
-  none of its data files (on executors).
+  none of its data files (in the task that writes: on an executor, or the streamer's driver).
 - `deltacommit.base_file_written`: `file_group_writer._write_base_file`, after each base file of a new file
-  group (on executors): the first commit of a partition, an initial load.
-- `deltacommit.log_file_written`: `file_group_writer._write_log_file`, after each log file (on executors).
+  group (where the task writes): the first commit of a partition, an initial load.
+- `deltacommit.log_file_written`: `file_group_writer._write_log_file`, after each log file (where the task writes).
 - `logfile.torn_write`: `log_file.writer.write_log_file` writes half of a log file's bytes, then dies.
 - `deltacommit.files_written`: `TableWriter.complete`, every data file written, not completed.
 - `deltacommit.lock_held`: `OptimisticWriters.completing`, under optimistic concurrency only:

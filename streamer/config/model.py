@@ -806,6 +806,17 @@ class StreamSettings(_Section):
             "directory, as `table.path` is. Unique among the configs run together."
         ),
     )
+    driver_write_max_records: int = Field(
+        500_000,
+        ge=0,
+        description=(
+            "On a local master (`local[*]`), a micro-batch of at most this many records is read, "
+            "decoded and written by the driver itself rather than by Spark's tasks: for a batch this "
+            "small, Spark's two stages cost more than the batch's own work. It then holds the batch in "
+            "its memory, about twice the records' size. Larger batches, and every batch on a cluster, "
+            "are written by Spark's tasks. 0 turns this off. `kafka-arrow` only, without a `transform`."
+        ),
+    )
     on_failure: QueryFailurePolicy = Field(
         QueryFailurePolicy.CONTINUE,
         description=(

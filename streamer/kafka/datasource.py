@@ -51,10 +51,10 @@ from streamer.kafka.options import EARLIEST, LATEST, OffsetMap, SourceOptions, d
 from streamer.kafka.planning import offsets_from_json, offsets_to_json, rate_limit, split_ranges
 from streamer.kafka.reader import read_partition
 from streamer.kafka.schema import (
-    ARROW_OFFSET_RANGES_SCHEMA,
     KAFKA_SCHEMA,
     KAFKA_SCHEMA_WITHOUT_HEADERS,
     OFFSET_RANGES_SCHEMA,
+    offset_ranges_batch,
 )
 from streamer.logs.clients import configure_worker_logging
 
@@ -96,19 +96,6 @@ class RangesInputPartition(InputPartition):
 
     def __repr__(self) -> str:
         return f"RangesInputPartition({len(self.ranges)} ranges)"
-
-
-def _ranges_batch(ranges: list[tuple[tuple[str, int], int, int]]) -> pa.RecordBatch:
-    """Offset ranges as rows of `ARROW_OFFSET_RANGES_SCHEMA`."""
-    return pa.RecordBatch.from_pydict(
-        {
-            "topic": [tp[0] for tp, _, _ in ranges],
-            "partition": [tp[1] for tp, _, _ in ranges],
-            "from_offset": [a for _, a, _ in ranges],
-            "until_offset": [b for _, _, b in ranges],
-        },
-        schema=ARROW_OFFSET_RANGES_SCHEMA,
-    )
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -275,11 +262,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, RangesInputPartition):
-            return iter([_ranges_batch(partition.ranges)])
+            return iter([offset_ranges_batch(partition.ranges)])
         if not isinstance(partition, KafkaInputPartition):  # Spark hands back what `partitions` made
             raise KafkaSourceError(f"not a partition of this Kafka source: {partition!r}")
         if self.opts.offset_ranges:
-            return iter([_ranges_batch([((partition.topic, partition.partition), partition.start, partition.end)])])
+            return iter(
+                [offset_ranges_batch([((partition.topic, partition.partition), partition.start, partition.end)])]
+            )
         configure_worker_logging()
         return read_partition(self.opts, partition.topic, partition.partition, partition.start, partition.end)
 

@@ -14,6 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from streamer.kafka.options import OffsetMap, TopicPartitionKey
 
+#: Offsets [start, end) of one topic-partition: what one read of a batch covers.
+OffsetRange = tuple[TopicPartitionKey, int, int]
+
 
 def offsets_to_json(offsets: OffsetMap) -> dict[str, dict[str, int]]:
     """``{(topic, p): off}`` -> Spark-shaped, deterministically ordered dict."""

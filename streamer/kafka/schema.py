@@ -12,6 +12,8 @@ per task: ``topic string, partition int, from_offset long, until_offset long``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pyarrow as pa
 from pyspark.sql.types import (
     ArrayType,
@@ -23,6 +25,8 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+from streamer.kafka.planning import OffsetRange
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 KAFKA_SCHEMA_WITHOUT_HEADERS = StructType(
@@ -64,3 +68,16 @@ ARROW_SCHEMA = ARROW_SCHEMA_WITHOUT_HEADERS.append(pa.field("headers", ARROW_HEA
 ARROW_OFFSET_RANGES_SCHEMA = pa.schema(
     [("topic", pa.string()), ("partition", pa.int32()), ("from_offset", pa.int64()), ("until_offset", pa.int64())]
 )
+
+
+def offset_ranges_batch(ranges: Sequence[OffsetRange]) -> pa.RecordBatch:
+    """Offset ranges as rows of `ARROW_OFFSET_RANGES_SCHEMA`."""
+    return pa.RecordBatch.from_pydict(
+        {
+            "topic": [tp[0] for tp, _, _ in ranges],
+            "partition": [tp[1] for tp, _, _ in ranges],
+            "from_offset": [a for _, a, _ in ranges],
+            "until_offset": [b for _, _, b in ranges],
+        },
+        schema=ARROW_OFFSET_RANGES_SCHEMA,
+    )

@@ -9,11 +9,12 @@ as one deltacommit, and the `mor` read format.
 """
 
 from table.spark.datasource import PUSHDOWN_CONF, PushdownMorTableReader, register
-from table.spark.write import DataFrameWriteResult, released_accumulator, upsert_dataframe, write_dataframe
+from table.spark.write import DataFrameWriteResult, PassMetrics, released_accumulator, upsert_dataframe, write_dataframe
 
 __all__ = [
     "PUSHDOWN_CONF",
     "DataFrameWriteResult",
+    "PassMetrics",
     "PushdownMorTableReader",
     "register",
     "released_accumulator",

@@ -1,4 +1,5 @@
-"""One deltacommit in progress, shared by the in-process upsert and the Spark write."""
+"""One deltacommit in progress, shared by the in-process upsert, the streamer's write in its
+driver and the Spark write."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from table.index import consistent_hashing as ring
 from table.storage.layout import write_partition_metadata
 from table.timeline.commit_metadata import WriteStat
 from table.timeline.timeline import Timeline
+from table.write.file_group_writer import WriteTask, write_file_groups
 from table.write.routing import Routing
 
 if TYPE_CHECKING:
@@ -52,6 +54,11 @@ class DeltaCommit:
         self.writer.complete(self.instant, self.timeline, stats, self.data_schema, extra_metadata)
         self.writer.last_layout = self.layout.with_writes(stats)
         return self.instant
+
+    def write(self, prepared: pa.Table) -> list[WriteStat]:
+        """Write prepared records (`Routing.prepare`: keyed, one per key) into the commit's file
+        groups in this process, as one task; the stats of the files written."""
+        return write_file_groups(self.context, WriteTask(0), self.routing, self.routing.route(prepared))
 
     @contextmanager
     def writing(self) -> Iterator[None]:

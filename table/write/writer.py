@@ -41,7 +41,7 @@ from table.timeline.timeline import Instant, Timeline
 from table.units import MIB
 from table.write.concurrency import OptimisticWriters, SingleWriter, WriterGuard
 from table.write.delta_commit import DeltaCommit
-from table.write.file_group_writer import CommitContext, WriteTask, write_file_groups
+from table.write.file_group_writer import CommitContext
 from table.write.metadata_table import MetadataTableGuard
 from table.write.prepare import BatchSpec, prepare_batch
 from table.write.routing import FileGroupTarget, Routing
@@ -378,7 +378,7 @@ class TableWriter:
         prepared = prepare_batch(records, self.batch_spec, self.key_generator)
         commit = self.begin_delta_commit(data_schema)
         with commit.writing():
-            stats = write_file_groups(commit.context, WriteTask(0), commit.routing, commit.routing.route(prepared))
+            stats = commit.write(prepared)
         return commit.complete(stats, extra_metadata)
 
     def _require_open(self) -> None:

@@ -86,6 +86,10 @@ CHAIN = [
 # native one: where the reader matters most, a commit Spark's checkpoint does not know of and the
 # restart that must not read its records again.
 PYTHON_READER_RUNS = frozenset({"deltacommit.completed", "sink.batch_committed"})
+# The runs whose batches Spark's tasks write (`stream.driver_write_max_records: 0`), the others'
+# after the first batch of a run the driver writes (`streamer.driver_write`): a write killed in
+# an executor's Python worker, and the torn log file it leaves.
+SPARK_TASK_WRITE_RUNS = frozenset({"deltacommit.markers_written", "logfile.torn_write"})
 
 
 def two_region_events(count: int, seed: int) -> list[dict]:
@@ -255,6 +259,9 @@ def test_every_failure_point_restarts_to_the_oracle_with_nothing_lost_duplicated
     offsets = kafka_broker.produce(kafka_bootstrap, topic, as_kafka_records(events) + bad)
     mapping = matrix_config(tmp_path, kafka_bootstrap, topic)
     config = write_config(tmp_path / "configs", mapping)
+    spark_tasks = write_config(
+        tmp_path / "configs-spark-tasks", {**mapping, "stream": {**mapping["stream"], "driver_write_max_records": 0}}
+    )
     mapping["source"]["options"] = {"reader": "python"}
     python_reader = write_config(tmp_path / "configs-python-reader", mapping)
     path = str(tmp_path / "tables" / "orders")
@@ -271,7 +278,10 @@ def test_every_failure_point_restarts_to_the_oracle_with_nothing_lost_duplicated
             offsets,
             spark,
             rows,
-            configs=dict.fromkeys(PYTHON_READER_RUNS, (python_reader, "with the python reader")),
+            configs={
+                **dict.fromkeys(PYTHON_READER_RUNS, (python_reader, "with the python reader")),
+                **dict.fromkeys(SPARK_TASK_WRITE_RUNS, (spark_tasks, "every batch is written by Spark's tasks")),
+            },
         )
         assert_whole_stream_in(path, topic, events, kafka_bootstrap)
     finally:

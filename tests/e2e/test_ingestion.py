@@ -511,6 +511,44 @@ def test_offsets_reach_the_consumer_group_and_each_batch_line_shows_the_lag(
     assert {tp.partition: tp.offset for tp in committed} == end_offsets(kafka_bootstrap, topic)
 
 
+def test_batches_after_the_first_are_written_by_the_driver_up_to_its_limit_and_by_spark_past_it(
+    spark, kafka_bootstrap, kafka_topic, tmp_path, caplog
+):
+    """The query's first batch goes through Spark's tasks (only the source's plan says where it
+    starts); the next ones by the driver while they hold at most `stream.driver_write_max_records`
+    records. The table is the same either way."""
+    topic = kafka_topic(partitions=2, prefix="orders")
+    events = change_events(4_000, seed=95)
+    produce_orders(kafka_bootstrap, topic, events[:3_000])
+
+    def run(limit: int) -> list[str]:
+        config = config_from_mapping(
+            order_config(
+                tmp_path,
+                "orders",
+                kafka_bootstrap,
+                topic,
+                source={"max_offsets_per_trigger": 1_000, "initial_load_max_records": 0},
+                stream={"driver_write_max_records": limit},
+            )
+        )
+        caplog.clear()
+        with caplog.at_level("INFO", logger="streamer.sink"):
+            (outcome,) = run_once(spark, [config]).tables
+        assert outcome.error is None
+        return [r.getMessage() for r in caplog.records if " batch " in r.getMessage()]
+
+    first = run(1_000)
+    assert [line.split(":")[0].rsplit(" ", 1)[1] for line in first] == ["0", "1", "2"]
+    assert ["by the driver" in line for line in first] == [False, True, True]
+    produce_orders(kafka_bootstrap, topic, events[3_000:])
+    (past_the_limit,) = run(999)
+    assert "by the driver" not in past_the_limit
+    path = str(tmp_path / "tables" / "orders")
+    assert_table_matches(path, events)
+    assert committed_offsets(path, topic) == end_offsets(kafka_bootstrap, topic)
+
+
 def kafka_clients_made(bootstrap: str) -> int:
     """How many Kafka clients this process has made, this count's own included: librdkafka names
     each client with the next number of one counter for the process ("rdkafka#producer-7")."""

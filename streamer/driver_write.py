@@ -1,0 +1,64 @@
+"""Micro-batches the driver writes itself, on a local master.
+
+There the driver and Spark's tasks share the machine's cores, and a batch of a few hundred
+thousand records costs Spark's two stages more than its own work: a Python worker's hand-over
+to the JVM and back in each of them, the shuffle between them, and the barrier that holds the
+write until the last read is done. So the driver reads such a batch's offset ranges, decodes,
+routes and writes them in its own process, through the same decode step and deltacommit as
+Spark's tasks: the same files, markers and failure points. A larger batch, a batch whose
+ranges only the source's plan can say (`streamer.checkpoint.planned_ranges`), and every batch
+on a cluster go through Spark's tasks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from streamer.decode_step import DecodeStep
+from streamer.kafka.planning import OffsetRange
+from streamer.kafka.schema import offset_ranges_batch
+from table import DeltaCommit
+from table.spark import DataFrameWriteResult, PassMetrics
+
+
+@dataclass(frozen=True)
+class DriverWrites:
+    """Which batches the driver writes: those of at most `max_records` records (none at 0)."""
+
+    max_records: int = 0
+
+    @classmethod
+    def of(cls, master: str | None, max_records: int) -> DriverWrites:
+        """The driver writes on a local master only: on a cluster, its one machine would do
+        the work of many."""
+        return cls(max_records if (master or "").startswith("local") else 0)
+
+    def takes(self, ranges: Sequence[OffsetRange] | None) -> bool:
+        return ranges is not None and 0 < sum(end - start for _, start, end in ranges) <= self.max_records
+
+    def describe(self) -> str:
+        if self.max_records == 0:
+            return "every batch is written by Spark's tasks"
+        return f"batches of up to {self.max_records:,} records are written by the driver, larger ones by Spark's tasks"
+
+
+def write_in_driver(
+    commit: DeltaCommit, ranges: Sequence[OffsetRange], step: DecodeStep, schema: pa.Schema
+) -> DataFrameWriteResult:
+    """Read and decode the ranges' records (`step`), then key, route and write them into the
+    commit's file groups; the commit is left for the caller to complete or abandon. `schema`:
+    the rows' schema, for a batch without a good record."""
+    started = time.monotonic()
+    read = time.perf_counter()
+    rows = pa.Table.from_batches(list(step(offset_ranges_batch(ranges))), schema=schema)
+    routing = time.perf_counter()
+    prepared = commit.routing.prepare(rows) if rows.num_rows else None
+    writing = time.perf_counter()
+    stats = commit.write(prepared) if prepared is not None else []
+    done = time.perf_counter()
+    metrics = PassMetrics(rows=rows.num_rows, to_rows_seconds=routing - read, route_seconds=writing - routing)
+    return DataFrameWriteResult(stats, metrics, done - writing, time.monotonic() - started, 1)
