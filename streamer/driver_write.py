@@ -5,21 +5,25 @@ thousand records costs Spark's two stages more than its own work: a Python worke
 to the JVM and back in each of them, the shuffle between them, and the barrier that holds the
 write until the last read is done. So the driver reads such a batch's offset ranges, decodes,
 routes and writes them in its own process, through the same decode step and deltacommit as
-Spark's tasks: the same files, markers and failure points. A larger batch, a batch whose
-ranges only the source's plan can say (`streamer.checkpoint.planned_ranges`), and every batch
-on a cluster go through Spark's tasks.
+Spark's tasks: the same files, markers and failure points. Meanwhile Spark runs the batch's
+own query, which only hands back the ranges the source planned (`SourcePlan`): its progress
+and observed metrics count the batch, and the ranges the driver read are checked against the
+source's. A larger batch, a batch whose ranges only the source's plan can say
+(`streamer.checkpoint.planned_ranges`), and every batch on a cluster go through Spark's tasks.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+from pyspark.sql import DataFrame
 
 from streamer.decode_step import DecodeStep
-from streamer.kafka.planning import OffsetRange
+from streamer.kafka.planning import OffsetRange, spans_of
 from streamer.kafka.schema import offset_ranges_batch
 from table import DeltaCommit
 from table.spark import DataFrameWriteResult, PassMetrics
@@ -62,3 +66,28 @@ def write_in_driver(
     done = time.perf_counter()
     metrics = PassMetrics(rows=rows.num_rows, to_rows_seconds=routing - read, route_seconds=writing - routing)
     return DataFrameWriteResult(stats, metrics, done - writing, time.monotonic() - started, 1)
+
+
+class SourcePlan:
+    """The offset ranges the source planned for a batch, collected from the batch's DataFrame
+    on a thread of its own while the driver writes."""
+
+    def __init__(self, df: DataFrame):
+        self._rows: list | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._collect, args=(df,), name="source-plan", daemon=True)
+        self._thread.start()
+
+    def _collect(self, df: DataFrame) -> None:
+        try:
+            self._rows = df.collect()
+        except BaseException as e:  # noqa: BLE001 - raised in the sink's thread by `agrees`
+            self._error = e
+
+    def agrees(self, ranges: Sequence[OffsetRange]) -> bool:
+        """Whether the source planned the same span of each partition as `ranges`."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        planned = spans_of(((topic, partition), start, end) for topic, partition, start, end in self._rows or [])
+        return planned == spans_of(ranges)

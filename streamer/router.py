@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from streamer.config.choices import QueryFailurePolicy
 from streamer.errors import StopRequestedError
 from streamer.job import TableJob
-from streamer.kafka.planning import OffsetRange, split_ranges
+from streamer.kafka.planning import OffsetRange, spans_of, split_ranges
 from streamer.kafka.schema import OFFSET_RANGES_SCHEMA
 from streamer.last_error import record_error
 from streamer.logs.failures import failure_line
@@ -188,13 +188,9 @@ class TableRouter:
 
 
 def _planned_spans(df: DataFrame) -> dict[TopicPartition, Span]:
-    """The batch's ranges (the source may split a partition's into several tasks), one per
-    topic-partition."""
-    spans: dict[TopicPartition, Span] = {}
-    for topic, partition, start, end in df.collect():
-        first, last = spans.get((topic, partition), (start, end))
-        spans[(topic, partition)] = (min(first, start), max(last, end))
-    return spans
+    """The batch's ranges, one per topic-partition (the source may split a partition's among
+    several tasks)."""
+    return spans_of(((topic, partition), start, end) for topic, partition, start, end in df.collect())
 
 
 def _ranges_from_the_table(job: TableJob, spans: dict[TopicPartition, Span]) -> list[OffsetRange]:

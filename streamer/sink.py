@@ -38,7 +38,7 @@ from streamer.decode.debezium import TRUNCATE
 from streamer.decode.evolution import VALUE_SCHEMA_KEY, SchemaEvolution
 from streamer.decode.record_decoder import RecordDecoder
 from streamer.decode_step import DecodeStep
-from streamer.driver_write import DriverWrites, write_in_driver
+from streamer.driver_write import DriverWrites, SourcePlan, write_in_driver
 from streamer.errors import BadRecordError, SchemaEvolutionError, StopRequestedError, TableWriteError
 from streamer.kafka.options import SourceOptions
 from streamer.kafka.planning import OffsetRange
@@ -315,14 +315,28 @@ class UpsertSink:
             return report
         self.totals.failed = report  # until it is committed
         report.by_driver = not s.transform and s.source is not None and s.driver_writes.takes(ranges)
+        plan = SourcePlan(df) if report.by_driver else None
         while True:
             commit, written, tally = self._write(df, ranges if report.by_driver else None)
             planned = time.monotonic() - written.wall_seconds
             try:
-                read, checkpoint, extra = self._commit_metadata(report, tally, query_id, batch_id, planned_ends)
+                disagrees = plan is not None and ranges is not None and not plan.agrees(ranges)
+                if not disagrees:
+                    read, checkpoint, extra = self._commit_metadata(report, tally, query_id, batch_id, planned_ends)
             except BaseException:
                 _abandon_quietly(commit)
                 raise
+            if disagrees:
+                _abandon_quietly(commit)
+                log.warning(
+                    "%s %s: the source planned other offset ranges than Spark's offset log says (%s); "
+                    "writing it again through Spark's tasks",
+                    s.table_name,
+                    report.what,
+                    ", ".join(f"{t}[{p}] {a}-{b}" for (t, p), a, b in ranges or []),
+                )
+                report.by_driver, plan = False, None
+                continue
             committing = time.monotonic()
             try:
                 instant = commit.complete(written.stats, extra)  # a failure here leaves it to the next run's rollback

@@ -10,12 +10,22 @@ Offsets are JSON objects shaped like Spark's: ``{"topic": {"partition": nextOffs
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from streamer.kafka.options import OffsetMap, TopicPartitionKey
 
 #: Offsets [start, end) of one topic-partition: what one read of a batch covers.
 OffsetRange = tuple[TopicPartitionKey, int, int]
+
+
+def spans_of(ranges: Iterable[OffsetRange]) -> dict[TopicPartitionKey, tuple[int, int]]:
+    """Each topic-partition's whole span of `ranges` (a source may split one partition's
+    among several tasks)."""
+    spans: dict[TopicPartitionKey, tuple[int, int]] = {}
+    for tp, start, end in ranges:
+        first, last = spans.get(tp, (start, end))
+        spans[tp] = (min(first, start), max(last, end))
+    return spans
 
 
 def offsets_to_json(offsets: OffsetMap) -> dict[str, dict[str, int]]:

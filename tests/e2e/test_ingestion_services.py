@@ -56,8 +56,8 @@ def test_async_compaction_overlaps_micro_batches_and_every_state_reads_as_the_or
 ):
     monkeypatch.setenv("MOR_STREAMER_PAUSE", "compaction.files_written=3")
     topic = kafka_topic(partitions=2, prefix="orders")
-    events = monotonic_events(9_000, seed=5)
-    offsets = produce_orders(kafka_bootstrap, topic, events)
+    events = monotonic_events(15_000, seed=5)
+    offsets = produce_orders(kafka_bootstrap, topic, events[:9_000])
     config = config_from_mapping(
         order_config(
             tmp_path,
@@ -90,7 +90,11 @@ def test_async_compaction_overlaps_micro_batches_and_every_state_reads_as_the_or
             continue
         table = MorTable.load(path)
         held = _states_held(table)
-        instant, covered = committed_events(path, events, offsets)
+        instant, covered = committed_events(path, events[: len(offsets)], offsets)
+        if len(covered) == len(offsets) < len(events) and judged_by_us | held != states:
+            # The stream drained before every state came (a clean comes with a deltacommit after
+            # a compaction): more changes come.
+            offsets += produce_orders(kafka_bootstrap, topic, events[len(offsets) : len(offsets) + 1_500])
         expected = None
         if held - judged_by_us:
             expected = expected_rows(covered)
@@ -100,7 +104,7 @@ def test_async_compaction_overlaps_micro_batches_and_every_state_reads_as_the_or
             expected = expected or expected_rows(covered)
             assert hudi_rs_rows_as_of(path, instant) == expected, held
             judged_by_hudi_rs |= held
-        if len(covered) == len(events) and not pending_compactions(table) and judged_by_us == states:
+        if len(covered) == len(offsets) and not pending_compactions(table) and judged_by_us == states:
             break
         time.sleep(0.2)
     for query in spark.streams.active:
@@ -109,7 +113,7 @@ def test_async_compaction_overlaps_micro_batches_and_every_state_reads_as_the_or
 
     assert judged_by_us == states
     assert judged_by_hudi_rs == states - {"pending plan"}
-    assert_table_matches(path, events)
+    assert_table_matches(path, events[: len(offsets)])
     timeline = Timeline.load(MorTable.load(path).storage)
     assert _a_deltacommit_completed_while_a_compaction_ran(path, timeline)
 

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from streamer.driver_write import DriverWrites
-
-pytestmark = pytest.mark.unit
+from streamer.driver_write import DriverWrites, SourcePlan
+from streamer.kafka.schema import OFFSET_RANGES_SCHEMA
 
 RANGES = [(("orders", 0), 100, 400), (("orders", 1), 50, 250)]  # 500 records
 
 
+@pytest.mark.unit
 def test_the_driver_takes_a_batch_up_to_its_limit_and_not_past_it():
     assert DriverWrites.of("local[2]", 500).takes(RANGES)
     assert not DriverWrites.of("local[2]", 499).takes(RANGES)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "master, limit, ranges",
     [
@@ -27,3 +28,12 @@ def test_the_driver_takes_a_batch_up_to_its_limit_and_not_past_it():
 )
 def test_spark_writes_the_batches_the_driver_does_not_take(master, limit, ranges):
     assert not DriverWrites.of(master, limit).takes(ranges)
+
+
+@pytest.mark.spark
+def test_the_sources_plan_agrees_with_ranges_of_the_same_spans_however_split(spark):
+    planned = [("orders", 0, 100, 250), ("orders", 0, 250, 400), ("orders", 1, 50, 250)]
+    assert SourcePlan(spark.createDataFrame(planned, OFFSET_RANGES_SCHEMA)).agrees(RANGES)
+    moved = [("orders", 0, 100, 400), ("orders", 1, 40, 250)]
+    assert not SourcePlan(spark.createDataFrame(moved, OFFSET_RANGES_SCHEMA)).agrees(RANGES)
+    assert not SourcePlan(spark.createDataFrame(planned[:2], OFFSET_RANGES_SCHEMA)).agrees(RANGES)
