@@ -53,6 +53,10 @@ class DecodeStep:
         self.tally = tally
         self.source = source
 
+    def tallied_to(self, tally) -> DecodeStep:
+        """The same step, tallying what it decodes into `tally`."""
+        return DecodeStep(self.decoder, self.columns, self.keep_bad_rows, tally, self.source)
+
     def __call__(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
         if batch.schema.names != OFFSET_RANGES_SCHEMA.names:
             yield self._rows(batch)

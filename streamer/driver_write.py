@@ -14,19 +14,24 @@ source's. A larger batch, a batch whose ranges only the source's plan can say
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from streamer.decode_step import DecodeStep
-from streamer.kafka.planning import OffsetRange, spans_of
+from streamer.kafka.planning import OffsetRange, spans_of, split_ranges
 from streamer.kafka.schema import offset_ranges_batch
 from table import DeltaCommit
 from table.spark import DataFrameWriteResult, PassMetrics
+
+#: Threads that read, and then write, a batch in the driver: one per core.
+THREADS = max(1, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
@@ -57,15 +62,44 @@ def write_in_driver(
     commit's file groups; the commit is left for the caller to complete or abandon. `schema`:
     the rows' schema, for a batch without a good record."""
     started = time.monotonic()
-    read = time.perf_counter()
-    rows = pa.Table.from_batches(list(step(offset_ranges_batch(ranges))), schema=schema)
+    batches, read_seconds = _read(ranges, step)
+    rows = pa.Table.from_batches(batches, schema=schema)
     routing = time.perf_counter()
     prepared = commit.routing.prepare(rows) if rows.num_rows else None
     writing = time.perf_counter()
-    stats = commit.write(prepared) if prepared is not None else []
+    stats = commit.write(prepared, THREADS) if prepared is not None else []
     done = time.perf_counter()
-    metrics = PassMetrics(rows=rows.num_rows, to_rows_seconds=routing - read, route_seconds=writing - routing)
-    return DataFrameWriteResult(stats, metrics, done - writing, time.monotonic() - started, 1)
+    metrics = PassMetrics(rows=rows.num_rows, to_rows_seconds=read_seconds, route_seconds=writing - routing)
+    return DataFrameWriteResult(stats, metrics, done - writing, time.monotonic() - started, THREADS)
+
+
+def _read(ranges: Sequence[OffsetRange], step: DecodeStep) -> tuple[list[pa.RecordBatch], float]:
+    """The ranges' rows in the ranges' order (a key's later version wins a tie on its ordering
+    value), read and decoded by a thread per core, each range split as Spark's source would
+    split it for as many tasks; and the threads' seconds, summed."""
+    pieces = split_ranges(sorted(ranges), THREADS, None)
+    tallied = step.tallied_to(_SerialTally(step.tally))
+
+    def read(piece: OffsetRange) -> tuple[list[pa.RecordBatch], float]:
+        started = time.perf_counter()
+        batches = list(tallied(offset_ranges_batch([piece])))
+        return batches, time.perf_counter() - started
+
+    with ThreadPoolExecutor(min(THREADS, len(pieces)), thread_name_prefix="driver-read") as pool:
+        read_pieces = list(pool.map(read, pieces))
+    return [batch for batches, _ in read_pieces for batch in batches], sum(seconds for _, seconds in read_pieces)
+
+
+class _SerialTally:
+    """The batch's tally, added to by the reading threads one at a time."""
+
+    def __init__(self, tally) -> None:
+        self._tally = tally
+        self._lock = threading.Lock()
+
+    def add(self, term) -> None:
+        with self._lock:
+            self._tally.add(term)
 
 
 class SourcePlan:

@@ -8,7 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from table.errors import HashingMetadataError
 from table.file_group.layout_stats import LayoutStats
@@ -17,7 +19,7 @@ from table.storage.layout import write_partition_metadata
 from table.timeline.commit_metadata import WriteStat
 from table.timeline.timeline import Timeline
 from table.write.file_group_writer import WriteTask, write_file_groups
-from table.write.routing import Routing
+from table.write.routing import FILE_ID, Routing
 
 if TYPE_CHECKING:
     from table.write.writer import TableWriter
@@ -55,10 +57,20 @@ class DeltaCommit:
         self.writer.last_layout = self.layout.with_writes(stats)
         return self.instant
 
-    def write(self, prepared: pa.Table) -> list[WriteStat]:
+    def write(self, prepared: pa.Table, tasks: int = 1) -> list[WriteStat]:
         """Write prepared records (`Routing.prepare`: keyed, one per key) into the commit's file
-        groups in this process, as one task; the stats of the files written."""
-        return write_file_groups(self.context, WriteTask(0), self.routing, self.routing.route(prepared))
+        groups in this process: as `tasks` tasks side by side, each writing about as many rows
+        of whole file groups. The stats of the files written."""
+        routed = self.routing.route(prepared)
+        shares = _shares_of_groups(routed, tasks)
+        if len(shares) == 1:
+            return write_file_groups(self.context, WriteTask(0), self.routing, shares[0])
+        with ThreadPoolExecutor(len(shares), thread_name_prefix="write-task") as pool:
+            futures = [
+                pool.submit(write_file_groups, self.context, WriteTask(i), self.routing, rows)
+                for i, rows in enumerate(shares)
+            ]
+            return [stat for future in futures for stat in future.result()]
 
     @contextmanager
     def writing(self) -> Iterator[None]:
@@ -105,3 +117,21 @@ class DeltaCommit:
                     f"({len(stored.nodes)} against {len(used.nodes)}); the commit is not completed"
                 )
             self.writer.remember_ring(stored)
+
+
+def _shares_of_groups(routed: pa.Table, count: int) -> list[pa.Table]:
+    """The routed rows dealt out in whole file groups to at most `count` shares, the largest
+    group first to the share with the fewest rows."""
+    if count <= 1 or routed.num_rows == 0:
+        return [routed]
+    groups = pc.dictionary_encode(routed[FILE_ID].combine_chunks())
+    indices = np.asarray(groups.indices)
+    sizes = np.bincount(indices, minlength=len(groups.dictionary))
+    share_of_group = np.empty(len(sizes), dtype=np.int64)
+    loads = [0] * min(count, len(sizes))
+    for group in np.argsort(-sizes, kind="stable"):
+        share = loads.index(min(loads))
+        share_of_group[group] = share
+        loads[share] += int(sizes[group])
+    share_of_row = share_of_group[indices]
+    return [routed.filter(pa.array(share_of_row == share)) for share in range(len(loads))]

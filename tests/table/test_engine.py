@@ -18,6 +18,7 @@ from table.config.properties import TableConfig
 from table.errors import FormatError, InvalidBatchError, WriterConflictError
 from table.mor_table import MorTable
 from table.storage.file_io import _temp_name
+from table.storage.layout import BaseFileName, LogFileName
 from table.storage.markers import IOType, MarkedFile, write_markers
 from table.timeline.instant_avro import deserialize_plan
 from table.timeline.timeline import Timeline
@@ -86,6 +87,28 @@ def test_every_commit_writes_log_files_to_existing_file_groups(tmp_path):
         assert 1 <= len(the_slice.log_files) <= 2
     completed = Timeline.load(table.storage).completed_writes()
     assert [i.action for i in completed] == ["deltacommit"] * 3
+
+
+def test_a_commit_written_by_several_tasks_in_one_process_holds_each_row_once_each_group_by_one_task(tmp_path):
+    path = tmp_path / "orders"
+    table = make_table(path)
+    oracle = Oracle("order_id", "updated_at", "is_deleted")
+    rng = random.Random(3)
+    known: list[str] = []
+    with table.writer(write_options(initial_buckets=2)) as writer:
+        for n, tasks in enumerate((3, 2)):  # base files, then log files
+            batch = change_batch(rng, known, 1200, n * 1200, 100 * n + 10)
+            oracle.apply_batch(batch)
+            records = pa.Table.from_pylist(batch, schema=SCHEMA)
+            commit = writer.begin_delta_commit(writer.check_schema(records.schema))
+            stats = commit.write(commit.routing.prepare(records), tasks)
+            assert len({s.file_id for s in stats}) == len(stats) == 2 * len(REGIONS)
+            names = [(BaseFileName if n == 0 else LogFileName).parse(s.path.rsplit("/", 1)[1]) for s in stats]
+            assert len({name.write_token for name in names if name is not None}) == tasks
+            commit.complete(stats)
+
+    assert strip(by_key(table.snapshot()), DATA_COLUMNS) == strip(oracle.rows(), DATA_COLUMNS)
+    assert strip(by_key(hudi_rs_read(path)), DATA_COLUMNS) == strip(oracle.rows(), DATA_COLUMNS)
 
 
 def test_time_travel_and_incremental_reads(tmp_path):
