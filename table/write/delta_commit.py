@@ -3,6 +3,7 @@ driver and the Spark write."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
 
 #: Partitions a commit creates side by side.
 PARTITION_THREADS = 16
+
+#: The attempt ids of the tasks that write in this process, unique in it as Spark's are in an
+#: application: each task's marker file and write token are its own (`WriteTask`).
+_IN_PROCESS_ATTEMPTS = itertools.count()
 
 
 class DeltaCommit:
@@ -63,12 +68,13 @@ class DeltaCommit:
         of whole file groups. The stats of the files written."""
         routed = self.routing.route(prepared)
         shares = _shares_of_groups(routed, tasks)
+        writers = [WriteTask(i, 0, next(_IN_PROCESS_ATTEMPTS)) for i in range(len(shares))]
         if len(shares) == 1:
-            return write_file_groups(self.context, WriteTask(0), self.routing, shares[0])
+            return write_file_groups(self.context, writers[0], self.routing, shares[0])
         with ThreadPoolExecutor(len(shares), thread_name_prefix="write-task") as pool:
             futures = [
-                pool.submit(write_file_groups, self.context, WriteTask(i), self.routing, rows)
-                for i, rows in enumerate(shares)
+                pool.submit(write_file_groups, self.context, task, self.routing, rows)
+                for task, rows in zip(writers, shares)
             ]
             return [stat for future in futures for stat in future.result()]
 

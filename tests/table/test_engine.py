@@ -106,6 +106,12 @@ def test_a_commit_written_by_several_tasks_in_one_process_holds_each_row_once_ea
             names = [(BaseFileName if n == 0 else LogFileName).parse(s.path.rsplit("/", 1)[1]) for s in stats]
             assert len({name.write_token for name in names if name is not None}) == tasks
             commit.complete(stats)
+        files = sorted(p.relative_to(path) for p in path.glob("region=*/*"))
+        batch = pa.Table.from_pylist(change_batch(rng, known, 1200, 2400, 310), schema=SCHEMA)
+        abandoned = writer.begin_delta_commit(writer.check_schema(batch.schema))
+        assert abandoned.write(abandoned.routing.prepare(batch), 2)
+        abandoned.abandon()  # each task's marker file names its own files: all are deleted
+        assert sorted(p.relative_to(path) for p in path.glob("region=*/*")) == files
 
     assert strip(by_key(table.snapshot()), DATA_COLUMNS) == strip(oracle.rows(), DATA_COLUMNS)
     assert strip(by_key(hudi_rs_read(path)), DATA_COLUMNS) == strip(oracle.rows(), DATA_COLUMNS)
