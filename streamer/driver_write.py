@@ -5,7 +5,8 @@ thousand records costs Spark's two stages more than its own work: a Python worke
 to the JVM and back in each of them, the shuffle between them, and the barrier that holds the
 write until the last read is done. So the driver reads such a batch's offset ranges, decodes,
 routes and writes them in its own process, through the same decode step and deltacommit as
-Spark's tasks: the same files, markers and failure points. Meanwhile Spark runs the batch's
+Spark's tasks: the same files, markers and failure points, on a thread for each core Spark was
+given. Meanwhile Spark runs the batch's
 own query, which only hands back the ranges the source planned (`SourcePlan`): its progress
 and observed metrics count the batch, and the ranges the driver read are checked against the
 source's. A larger batch, a batch whose ranges only the source's plan can say
@@ -14,7 +15,6 @@ source's. A larger batch, a batch whose ranges only the source's plan can say
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -30,21 +30,20 @@ from streamer.kafka.schema import offset_ranges_batch
 from table import DeltaCommit
 from table.spark import DataFrameWriteResult, PassMetrics
 
-#: Threads that read, and then write, a batch in the driver: one per core.
-THREADS = max(1, os.cpu_count() or 1)
-
 
 @dataclass(frozen=True)
 class DriverWrites:
-    """Which batches the driver writes: those of at most `max_records` records (none at 0)."""
+    """Which batches the driver writes: those of at most `max_records` records (none at 0);
+    with how many threads it reads and writes them: the cores Spark was given."""
 
     max_records: int = 0
+    threads: int = 1
 
     @classmethod
-    def of(cls, master: str | None, max_records: int) -> DriverWrites:
+    def of(cls, master: str | None, max_records: int, cores: int = 1) -> DriverWrites:
         """The driver writes on a local master only: on a cluster, its one machine would do
         the work of many."""
-        return cls(max_records if (master or "").startswith("local") else 0)
+        return cls(max_records if (master or "").startswith("local") else 0, max(1, cores))
 
     def takes(self, ranges: Sequence[OffsetRange] | None) -> bool:
         return ranges is not None and 0 < sum(end - start for _, start, end in ranges) <= self.max_records
@@ -56,28 +55,28 @@ class DriverWrites:
 
 
 def write_in_driver(
-    commit: DeltaCommit, ranges: Sequence[OffsetRange], step: DecodeStep, schema: pa.Schema
+    commit: DeltaCommit, ranges: Sequence[OffsetRange], step: DecodeStep, schema: pa.Schema, threads: int
 ) -> DataFrameWriteResult:
     """Read and decode the ranges' records (`step`), then key, route and write them into the
-    commit's file groups; the commit is left for the caller to complete or abandon. `schema`:
-    the rows' schema, for a batch without a good record."""
+    commit's file groups, each on `threads` threads; the commit is left for the caller to
+    complete or abandon. `schema`: the rows' schema, for a batch without a good record."""
     started = time.monotonic()
-    batches, read_seconds = _read(ranges, step)
+    batches, read_seconds = _read(ranges, step, threads)
     rows = pa.Table.from_batches(batches, schema=schema)
     routing = time.perf_counter()
     prepared = commit.routing.prepare(rows) if rows.num_rows else None
     writing = time.perf_counter()
-    stats = commit.write(prepared, THREADS) if prepared is not None else []
+    stats = commit.write(prepared, threads) if prepared is not None else []
     done = time.perf_counter()
     metrics = PassMetrics(rows=rows.num_rows, to_rows_seconds=read_seconds, route_seconds=writing - routing)
-    return DataFrameWriteResult(stats, metrics, done - writing, time.monotonic() - started, THREADS)
+    return DataFrameWriteResult(stats, metrics, done - writing, time.monotonic() - started, threads)
 
 
-def _read(ranges: Sequence[OffsetRange], step: DecodeStep) -> tuple[list[pa.RecordBatch], float]:
+def _read(ranges: Sequence[OffsetRange], step: DecodeStep, threads: int) -> tuple[list[pa.RecordBatch], float]:
     """The ranges' rows in the ranges' order (a key's later version wins a tie on its ordering
-    value), read and decoded by a thread per core, each range split as Spark's source would
+    value), read and decoded on `threads` threads, each range split as Spark's source would
     split it for as many tasks; and the threads' seconds, summed."""
-    pieces = split_ranges(sorted(ranges), THREADS, None)
+    pieces = split_ranges(sorted(ranges), threads, None)
     tallied = step.tallied_to(_SerialTally(step.tally))
 
     def read(piece: OffsetRange) -> tuple[list[pa.RecordBatch], float]:
@@ -85,7 +84,7 @@ def _read(ranges: Sequence[OffsetRange], step: DecodeStep) -> tuple[list[pa.Reco
         batches = list(tallied(offset_ranges_batch([piece])))
         return batches, time.perf_counter() - started
 
-    with ThreadPoolExecutor(min(THREADS, len(pieces)), thread_name_prefix="driver-read") as pool:
+    with ThreadPoolExecutor(min(threads, len(pieces)), thread_name_prefix="driver-read") as pool:
         read_pieces = list(pool.map(read, pieces))
     return [batch for batches, _ in read_pieces for batch in batches], sum(seconds for _, seconds in read_pieces)
 

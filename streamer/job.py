@@ -200,7 +200,11 @@ class TableJob:
                     source,
                     t.conflict_retries if t.concurrency == Concurrency.OPTIMISTIC else 0,
                     config.source.checkpoint_id,
-                    DriverWrites.of(spark.sparkContext.master, config.stream.driver_write_max_records),
+                    DriverWrites.of(
+                        spark.sparkContext.master,
+                        config.stream.driver_write_max_records,
+                        spark.sparkContext.defaultParallelism,
+                    ),
                 ),
                 table,
                 writer,

@@ -455,7 +455,8 @@ class UpsertSink:
             commit = self.writer.begin_delta_commit(self.writer.check_schema(schema))
             with commit.writing():
                 if driver_ranges is not None:
-                    return commit, write_in_driver(commit, driver_ranges, step, schema)
+                    threads = self.settings.driver_writes.threads
+                    return commit, write_in_driver(commit, driver_ranges, step, schema, threads)
                 return commit, write_dataframe(commit, df, step, planned=self.settings.source is not None)
         decoded_schema = pa.schema(
             [f for f in decoder.output_schema if f.name not in (ERROR, RAW_KEY, RAW_VALUE, EVOLVING, SKIPPED)]

@@ -6,6 +6,7 @@ Python worker."""
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterator
 
@@ -215,6 +216,7 @@ class _ConsumerPool:
     SHORT_RANGE_PREFETCH_KBYTES = 2 * 1024
 
     def __init__(self):
+        self._lock = threading.Lock()  # the driver reads a batch's ranges on several threads
         self._idle: dict[tuple, list[tuple[float, RangeConsumer]]] = {}
         self._record_bytes: dict[str, float] = {}  # topic -> mean bytes of a record last read
         self._topics: dict[int, set[str]] = {}  # id of a live consumer -> topics it has metadata of
@@ -254,29 +256,42 @@ class _ConsumerPool:
         return True
 
     def acquire(self, opts: SourceOptions, prefetch_kbytes: int) -> RangeConsumer:
-        self._close_stale()
-        idle = self._idle.get(self._key(opts, prefetch_kbytes))
-        if idle:
-            return idle.pop()[1]
-        return open_consumer(reader_kind(opts), opts, prefetch_kbytes)
+        key = self._key(opts, prefetch_kbytes)
+        with self._lock:
+            stale = self._take_stale()
+            idle = self._idle.get(key)
+            kept = idle.pop()[1] if idle else None
+        for consumer in stale:
+            self._close(consumer)
+        return kept if kept is not None else open_consumer(reader_kind(opts), opts, prefetch_kbytes)
 
     def release(self, opts: SourceOptions, consumer: RangeConsumer, reusable: bool, prefetch_kbytes: int) -> None:
-        idle = self._idle.setdefault(self._key(opts, prefetch_kbytes), [])
-        if reusable and len(idle) < self.MAX_IDLE:
-            with contextlib.suppress(Exception):  # a consumer that cannot unassign is closed instead
+        key = self._key(opts, prefetch_kbytes)
+        if reusable and len(self._idle.get(key, ())) < self.MAX_IDLE:
+            try:
                 consumer.unassign()  # stop prefetching what nobody will read
-                idle.append((time.monotonic(), consumer))
-                return
+            except Exception:  # noqa: BLE001 - a consumer that cannot unassign is closed instead
+                pass
+            else:
+                with self._lock:
+                    idle = self._idle.setdefault(key, [])
+                    if len(idle) < self.MAX_IDLE:
+                        idle.append((time.monotonic(), consumer))
+                        return
+        self._close(consumer)
+
+    def _take_stale(self) -> list[RangeConsumer]:
+        """The consumers idle for longer than `IDLE_SECONDS`, taken out of the pool."""
+        cutoff = time.monotonic() - self.IDLE_SECONDS
+        stale = []
+        for idle in self._idle.values():
+            stale += [consumer for since, consumer in idle if since < cutoff]
+            idle[:] = [entry for entry in idle if entry[0] >= cutoff]
+        return stale
+
+    def _close(self, consumer: RangeConsumer) -> None:
         self._topics.pop(id(consumer), None)
         _close_quietly(consumer)
-
-    def _close_stale(self) -> None:
-        cutoff = time.monotonic() - self.IDLE_SECONDS
-        for idle in self._idle.values():
-            for entry in [e for e in idle if e[0] < cutoff]:
-                idle.remove(entry)
-                self._topics.pop(id(entry[1]), None)
-                _close_quietly(entry[1])
 
 
 def _close_quietly(consumer: RangeConsumer) -> None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pytest
@@ -141,6 +143,31 @@ def test_a_range_smaller_than_the_default_prefetch_prefetches_less():
         {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "t", "kafka.queued.max.messages.kbytes": "4096"}
     )
     assert explicit.consumer_config(short)["queued.max.messages.kbytes"] == "4096"
+
+
+@pytest.mark.unit
+def test_the_consumer_pool_serves_threads_at_once_each_a_consumer_of_its_own(monkeypatch):
+    """The driver reads a batch's ranges on several threads: none gets a consumer another holds,
+    and consumers gone stale are closed once, however many threads find them."""
+    pool = kafka_reader._ConsumerPool()
+    monkeypatch.setattr(pool, "IDLE_SECONDS", 0.0)  # every idle consumer is stale at the next acquire
+    opts = SourceOptions.parse({"kafka.bootstrap.servers": "localhost:9", "subscribe": "t"})
+    held: set[int] = set()
+    guard = threading.Lock()
+
+    def borrow(_: int) -> None:
+        for _ in range(50):
+            consumer = pool.acquire(opts, PREFETCH_KBYTES)
+            with guard:
+                assert id(consumer) not in held
+                held.add(id(consumer))
+            with guard:
+                held.discard(id(consumer))
+            pool.release(opts, consumer, True, PREFETCH_KBYTES)
+
+    with ThreadPoolExecutor(8) as threads:
+        list(threads.map(borrow, range(8)))  # a thread's failure is raised here
+    assert sum(len(idle) for idle in pool._idle.values()) <= pool.MAX_IDLE
 
 
 @pytest.mark.unit
