@@ -25,7 +25,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from streamer.decode_step import DecodeStep
-from streamer.kafka.planning import OffsetRange, spans_of, split_ranges
+from streamer.kafka.planning import OffsetRange, spans_of
 from streamer.kafka.schema import offset_ranges_batch
 from table import DeltaCommit
 from table.spark import DataFrameWriteResult, PassMetrics
@@ -74,19 +74,20 @@ def write_in_driver(
 
 def _read(ranges: Sequence[OffsetRange], step: DecodeStep, threads: int) -> tuple[list[pa.RecordBatch], float]:
     """The ranges' rows in the ranges' order (a key's later version wins a tie on its ordering
-    value), read and decoded on `threads` threads, each range split as Spark's source would
-    split it for as many tasks; and the threads' seconds, summed."""
-    pieces = split_ranges(sorted(ranges), threads, None)
+    value), read and decoded on up to `threads` threads, a range to each at a time (whole, as a
+    Spark task reads it: a range Kafka no longer holds is named whole); and the threads'
+    seconds, summed."""
+    in_order = sorted(ranges)
     tallied = step.tallied_to(_SerialTally(step.tally))
 
-    def read(piece: OffsetRange) -> tuple[list[pa.RecordBatch], float]:
+    def read(one: OffsetRange) -> tuple[list[pa.RecordBatch], float]:
         started = time.perf_counter()
-        batches = list(tallied(offset_ranges_batch([piece])))
+        batches = list(tallied(offset_ranges_batch([one])))
         return batches, time.perf_counter() - started
 
-    with ThreadPoolExecutor(min(threads, len(pieces)), thread_name_prefix="driver-read") as pool:
-        read_pieces = list(pool.map(read, pieces))
-    return [batch for batches, _ in read_pieces for batch in batches], sum(seconds for _, seconds in read_pieces)
+    with ThreadPoolExecutor(min(threads, len(in_order)), thread_name_prefix="driver-read") as pool:
+        done = list(pool.map(read, in_order))
+    return [batch for batches, _ in done for batch in batches], sum(seconds for _, seconds in done)
 
 
 class _SerialTally:
