@@ -6,10 +6,9 @@ to the JVM and back in each of them, the shuffle between them, and the barrier t
 write until the last read is done. So the driver reads such a batch's offset ranges, decodes,
 routes and writes them in its own process, through the same decode step and deltacommit as
 Spark's tasks: the same files, markers and failure points, on a thread for each core Spark was
-given. Meanwhile Spark runs the batch's
-own query, which only hands back the ranges the source planned (`SourcePlan`): its progress
-and observed metrics count the batch, and the ranges the driver read are checked against the
-source's. A larger batch, a batch whose ranges only the source's plan can say
+given. Meanwhile Spark runs the batch's own query, which only hands back the ranges the source
+planned (`SourcePlan`): its progress and observed metrics count the batch, and the ranges the
+driver read are checked against the source's. A larger batch, a batch whose ranges only the source's plan can say
 (`streamer.checkpoint.planned_ranges`), and every batch on a cluster go through Spark's tasks.
 """
 
@@ -104,9 +103,10 @@ class _SerialTally:
 
 class SourcePlan:
     """The offset ranges the source planned for a batch, collected from the batch's DataFrame
-    on a thread of its own while the driver writes."""
+    on a thread of its own while the driver writes `ranges`."""
 
-    def __init__(self, df: DataFrame):
+    def __init__(self, df: DataFrame, ranges: Sequence[OffsetRange]):
+        self.ranges = ranges
         self._rows: list | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._collect, args=(df,), name="source-plan", daemon=True)
@@ -118,10 +118,10 @@ class SourcePlan:
         except BaseException as e:  # noqa: BLE001 - raised in the sink's thread by `agrees`
             self._error = e
 
-    def agrees(self, ranges: Sequence[OffsetRange]) -> bool:
+    def agrees(self) -> bool:
         """Whether the source planned the same span of each partition as `ranges`."""
         self._thread.join()
         if self._error is not None:
             raise self._error
         planned = spans_of(((topic, partition), start, end) for topic, partition, start, end in self._rows or [])
-        return planned == spans_of(ranges)
+        return planned == spans_of(self.ranges)

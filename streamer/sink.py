@@ -15,7 +15,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -314,26 +314,28 @@ class UpsertSink:
             report.replayed = True
             return report
         self.totals.failed = report  # until it is committed
-        report.by_driver = not s.transform and s.source is not None and s.driver_writes.takes(ranges)
-        plan = SourcePlan(df) if report.by_driver else None
+        plan = None
+        if ranges is not None and not s.transform and s.source is not None and s.driver_writes.takes(ranges):
+            plan = SourcePlan(df, ranges)
+        report.by_driver = plan is not None
         while True:
-            commit, written, tally = self._write(df, ranges if report.by_driver else None)
+            commit, written, tally = self._write(df, plan.ranges if plan is not None else None)
             planned = time.monotonic() - written.wall_seconds
             try:
-                disagrees = plan is not None and ranges is not None and not plan.agrees(ranges)
+                disagrees = plan is not None and not plan.agrees()
                 if not disagrees:
                     read, checkpoint, extra = self._commit_metadata(report, tally, query_id, batch_id, planned_ends)
             except BaseException:
                 _abandon_quietly(commit)
                 raise
-            if disagrees:
+            if plan is not None and disagrees:
                 _abandon_quietly(commit)
                 log.warning(
                     "%s %s: the source planned other offset ranges than Spark's offset log says (%s); "
                     "writing it again through Spark's tasks",
                     s.table_name,
                     report.what,
-                    ", ".join(f"{t}[{p}] {a}-{b}" for (t, p), a, b in ranges or []),
+                    ", ".join(f"{t}[{p}] {a}-{b}" for (t, p), a, b in plan.ranges),
                 )
                 report.by_driver, plan = False, None
                 continue
@@ -417,7 +419,7 @@ class UpsertSink:
         return read, checkpoint, extra
 
     def _write(
-        self, df: DataFrame, driver_ranges: list[OffsetRange] | None
+        self, df: DataFrame, driver_ranges: Sequence[OffsetRange] | None
     ) -> tuple[DeltaCommit, DataFrameWriteResult, BatchTally]:
         """Decode, key, route and write the batch in one pass, by the driver when given the
         ranges it reads; again, with the evolved reader schema, when records of a newer writer
@@ -440,7 +442,7 @@ class UpsertSink:
         )
 
     def _write_decoded(
-        self, df: DataFrame, driver_ranges: list[OffsetRange] | None, decoder: RecordDecoder, tally
+        self, df: DataFrame, driver_ranges: Sequence[OffsetRange] | None, decoder: RecordDecoder, tally
     ) -> tuple[DeltaCommit, DataFrameWriteResult]:
         """A deltacommit begun and its files written: by the driver (`streamer.driver_write`)
         when given the ranges it reads, else by Spark's tasks. One whose write fails stays

@@ -33,7 +33,7 @@ def test_spark_writes_the_batches_the_driver_does_not_take(master, limit, ranges
 @pytest.mark.spark
 def test_the_sources_plan_agrees_with_ranges_of_the_same_spans_however_split(spark):
     planned = [("orders", 0, 100, 250), ("orders", 0, 250, 400), ("orders", 1, 50, 250)]
-    assert SourcePlan(spark.createDataFrame(planned, OFFSET_RANGES_SCHEMA)).agrees(RANGES)
+    assert SourcePlan(spark.createDataFrame(planned, OFFSET_RANGES_SCHEMA), RANGES).agrees()
     moved = [("orders", 0, 100, 400), ("orders", 1, 40, 250)]
-    assert not SourcePlan(spark.createDataFrame(moved, OFFSET_RANGES_SCHEMA)).agrees(RANGES)
-    assert not SourcePlan(spark.createDataFrame(planned[:2], OFFSET_RANGES_SCHEMA)).agrees(RANGES)
+    assert not SourcePlan(spark.createDataFrame(moved, OFFSET_RANGES_SCHEMA), RANGES).agrees()
+    assert not SourcePlan(spark.createDataFrame(planned[:2], OFFSET_RANGES_SCHEMA), RANGES).agrees()
