@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from table.errors import HashingMetadataError
 from table.file_group.layout_stats import LayoutStats
@@ -19,8 +18,8 @@ from table.index import consistent_hashing as ring
 from table.storage.layout import write_partition_metadata
 from table.timeline.commit_metadata import WriteStat
 from table.timeline.timeline import Timeline
-from table.write.file_group_writer import WriteTask, write_file_groups
-from table.write.routing import FILE_ID, Routing
+from table.write.file_group_writer import WriteTask, shares_in_group_order, write_file_groups
+from table.write.routing import Routing
 
 if TYPE_CHECKING:
     from table.write.writer import TableWriter
@@ -67,15 +66,17 @@ class DeltaCommit:
         groups in this process: as `tasks` tasks side by side, each writing about as many rows
         of whole file groups. The stats of the files written."""
         routed = self.routing.route(prepared)
-        shares = _shares_of_groups(routed, tasks)
+        if tasks <= 1:
+            return write_file_groups(self.context, WriteTask(0, 0, next(_IN_PROCESS_ATTEMPTS)), self.routing, routed)
+        shares = shares_in_group_order(routed, tasks)
         writers = [WriteTask(i, 0, next(_IN_PROCESS_ATTEMPTS)) for i in range(len(shares))]
-        if len(shares) == 1:
-            return write_file_groups(self.context, writers[0], self.routing, shares[0])
+
+        def write(task: WriteTask, share: np.ndarray) -> list[WriteStat]:
+            """A task takes its own rows, on its own thread."""
+            return write_file_groups(self.context, task, self.routing, routed.take(pa.array(share)))
+
         with ThreadPoolExecutor(len(shares), thread_name_prefix="write-task") as pool:
-            futures = [
-                pool.submit(write_file_groups, self.context, task, self.routing, rows)
-                for task, rows in zip(writers, shares)
-            ]
+            futures = [pool.submit(write, task, share) for task, share in zip(writers, shares)]
             return [stat for future in futures for stat in future.result()]
 
     @contextmanager
@@ -123,21 +124,3 @@ class DeltaCommit:
                     f"({len(stored.nodes)} against {len(used.nodes)}); the commit is not completed"
                 )
             self.writer.remember_ring(stored)
-
-
-def _shares_of_groups(routed: pa.Table, count: int) -> list[pa.Table]:
-    """The routed rows dealt out in whole file groups to at most `count` shares, the largest
-    group first to the share with the fewest rows."""
-    if count <= 1 or routed.num_rows == 0:
-        return [routed]
-    groups = pc.dictionary_encode(routed[FILE_ID].combine_chunks())
-    indices = np.asarray(groups.indices)
-    sizes = np.bincount(indices, minlength=len(groups.dictionary))
-    share_of_group = np.empty(len(sizes), dtype=np.int64)
-    loads = [0] * min(count, len(sizes))
-    for group in np.argsort(-sizes, kind="stable"):
-        share = loads.index(min(loads))
-        share_of_group[group] = share
-        loads[share] += int(sizes[group])
-    share_of_row = share_of_group[indices]
-    return [routed.filter(pa.array(share_of_row == share)) for share in range(len(loads))]

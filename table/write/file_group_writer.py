@@ -95,7 +95,7 @@ def write_file_groups(ctx: CommitContext, task: WriteTask, routing: Routing, row
     targets = {f: routing.target(f, p) for f, p in zip(groups.file_ids, groups.partitions)}
     files = TaskFiles(ctx, task, targets)
     files.mark()
-    files.write(groups.rows)
+    files.write_groups(groups)
     return files.close()
 
 
@@ -130,8 +130,11 @@ class TaskFiles:
     def write(self, rows: pa.Table, finished: bool = True) -> None:
         """One piece: rows routed (`FILE_ID`), one per key of each group; with `finished` it is
         the last piece of each group it holds."""
+        self.write_groups(_TaskGroups.of(rows), finished)
+
+    def write_groups(self, groups: _TaskGroups, finished: bool = True) -> None:
+        """`write` of rows already ordered into their groups."""
         ctx = self.ctx
-        groups = _TaskGroups.of(rows)
         targets = [self.targets[f] for f in groups.file_ids]
         names = [
             self.files[f].file_name if t.base_instant is None else t.file_id for f, t in zip(groups.file_ids, targets)
@@ -319,6 +322,25 @@ def in_group_order(rows: pa.Table) -> pa.Table:
     while the write makes their meta columns and files."""
     _, _, order = _group_order(rows)
     return rows if order is None else rows.take(pa.array(order))
+
+
+def shares_in_group_order(rows: pa.Table, count: int) -> list[np.ndarray]:
+    """The rows dealt out in whole file groups to at most `count` tasks side by side, the
+    largest group first to the share with the fewest rows: each share's row indices, in the
+    order its task writes them (`in_group_order`), for the task to take its rows at once."""
+    if rows.num_rows == 0:
+        return [np.arange(0)]
+    groups, key, _ = _group_order(rows)
+    sizes = np.bincount(np.asarray(groups.indices), minlength=len(groups.dictionary))
+    share_of_group = np.empty(len(sizes), dtype=np.int64)
+    loads = [0] * min(count, len(sizes))
+    for group in np.argsort(-sizes, kind="stable"):
+        share = loads.index(min(loads))
+        share_of_group[group] = share
+        loads[share] += int(sizes[group])
+    order = np.argsort(share_of_group[key // 2] * (2 * len(sizes)) + key, kind="stable")
+    ends = np.cumsum(loads)
+    return [order[end - load : end] for load, end in zip(loads, ends)]
 
 
 def _group_order(rows: pa.Table) -> tuple[pa.DictionaryArray, np.ndarray, np.ndarray | None]:
