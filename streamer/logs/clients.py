@@ -23,6 +23,8 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Callable
+from types import TracebackType
 
 from streamer.logs.lines import LOG_FORMAT_ENV, LOG_LEVEL_ENV, formatter
 
@@ -106,16 +108,35 @@ def client_config(conf: dict, client: str) -> tuple[dict, ClientLog]:
     return {**conf, "logger": client_log, "error_cb": client_log.on_error}, client_log
 
 
+ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], object]
+#: What a Spark Python worker raises when Spark's JVM has closed its socket.
+_JVM_GONE = (BrokenPipeError, ConnectionResetError, EOFError)
+
+
+def _quiet_once_the_jvm_left(previous: ExceptHook) -> ExceptHook:
+    """An excepthook that prints nothing for `_JVM_GONE`: a worker whose JVM stopped (a job
+    ending, with or without an error it has told itself) fails to tell it so, and would print a
+    traceback of PySpark's own, cut off where the JVM then killed it."""
+
+    def hook(kind: type[BaseException], value: BaseException, traceback: TracebackType | None) -> None:
+        if not issubclass(kind, _JVM_GONE):
+            previous(kind, value, traceback)
+
+    return hook
+
+
 def configure_worker_logging() -> None:
     """In a Spark Python worker, the driver's log format (`MOR_STREAMER_LOG_FORMAT`) on stderr at
-    the driver's level (`MOR_STREAMER_LOG_LEVEL`, WARNING when unset), once per process. Nothing happens in a
-    process whose logging is set up already (the driver's, a test's)."""
+    the driver's level (`MOR_STREAMER_LOG_LEVEL`, WARNING when unset), once per process, and no
+    traceback at its exit once Spark's JVM has gone. Nothing happens in a process whose logging
+    is set up already (the driver's, a test's)."""
     global _worker_logging_configured
     if _worker_logging_configured:
         return
     _worker_logging_configured = True
     if logging.getLogger().handlers or logging.getLogger("streamer").handlers:
         return
+    sys.excepthook = _quiet_once_the_jvm_left(sys.excepthook)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter(os.environ.get(LOG_FORMAT_ENV, "text")))
     ours = logging.getLogger("streamer")
