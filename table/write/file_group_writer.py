@@ -331,14 +331,15 @@ def shares_in_group_order(rows: pa.Table, count: int) -> list[np.ndarray]:
     if rows.num_rows == 0:
         return [np.arange(0)]
     groups, key, _ = _group_order(rows)
-    sizes = np.bincount(np.asarray(groups.indices), minlength=len(groups.dictionary))
+    codes = np.asarray(groups.indices)
+    sizes = np.bincount(codes, minlength=len(groups.dictionary))
     share_of_group = np.empty(len(sizes), dtype=np.int64)
     loads = [0] * min(count, len(sizes))
     for group in np.argsort(-sizes, kind="stable"):
         share = loads.index(min(loads))
         share_of_group[group] = share
         loads[share] += int(sizes[group])
-    order = np.argsort(share_of_group[key // 2] * (2 * len(sizes)) + key, kind="stable")
+    order = np.argsort(share_of_group[codes] * (2 * len(sizes)) + key, kind="stable")
     ends = np.cumsum(loads)
     return [order[end - load : end] for load, end in zip(loads, ends)]
 
