@@ -192,6 +192,43 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None)
     return builder.getOrCreate()
 
 
+#: The modules Spark's Python worker daemons run (`python -m <module> <worker module>`): PySpark's
+#: own, which Spark's planners of a Python data source use, and the job's.
+PYTHON_DAEMON_MODULES = ("pyspark.daemon", JOB_SPARK_SETTINGS["spark.python.daemon.module"])
+
+
+def stop_spark(spark: SparkSession) -> None:
+    """Stop Spark, its Python worker daemons ended first (`end_python_daemons`)."""
+    end_python_daemons(spark)
+    spark.stop()
+
+
+def end_python_daemons(spark: SparkSession, timeout: float = 5.0) -> None:
+    """End the Python worker daemons of the driver's JVM, and with them their workers. Stopping,
+    Spark closes its idle workers' connections before it ends their daemons: an idle worker of
+    PySpark's own daemon (the data source lookup's, idle since the start) then fails to answer
+    the closed connection and prints a traceback, cut off where its daemon ends it. A daemon
+    ended first ends its workers quietly; Spark starts another if it needs one again."""
+    jvm = spark.sparkContext._jvm
+    if jvm is None:  # no gateway to the driver's JVM
+        return
+    daemons = [
+        child
+        for child in jvm.java.lang.ProcessHandle.current().children().toArray()
+        if _runs_a_python_daemon(child.info().commandLine().orElse(""))
+    ]
+    for daemon in daemons:
+        daemon.destroy()
+    deadline = time.monotonic() + timeout
+    while any(d.isAlive() for d in daemons) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _runs_a_python_daemon(command: str) -> bool:
+    words = command.split()
+    return any(words[i : i + 2] == ["-m", module] for module in PYTHON_DAEMON_MODULES for i in range(len(words)))
+
+
 #: Spark's log lines that repeat what the job says itself: a query's failure with Spark's stack
 #: traces (the job logs the failure's own line, and the whole of it at DEBUG), and a warning that
 #: adaptive query execution does not apply to streams (the job never asks for it there).

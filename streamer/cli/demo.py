@@ -75,7 +75,7 @@ def main() -> int:
     started_at = time.monotonic()
     result = app.run(configs, spark, once=True)
     seconds = time.monotonic() - started_at
-    spark.stop()
+    app.stop_spark(spark)
     for config, outcome in zip(configs, result.tables):
         report(config, outcome, seconds)
         next_steps(broker, config, events, out, kafka_dir)

@@ -287,6 +287,8 @@ def run_command(args: argparse.Namespace) -> int:
         for line in str(e).splitlines():
             print(f"error: {line}", file=sys.stderr)
         return 2
+    finally:
+        app.stop_spark(spark)
     for table in result.tables:
         print(table.line())
     for refusal in result.refused:
