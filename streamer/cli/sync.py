@@ -35,7 +35,7 @@ def add_sync_command(commands) -> None:
 
 
 def sync_command(args: argparse.Namespace) -> int:
-    from streamer.app import configure_logging, spark_session
+    from streamer.app import configure_logging, spark_session, stop_spark
     from streamer.catalog import CatalogSync, metastore_connector, sync_target
     from streamer.config.loading import load_configs
     from streamer.errors import ConfigError
@@ -77,7 +77,7 @@ def sync_command(args: argparse.Namespace) -> int:
             else:
                 print(f"{config.table.name}: {result}")
     finally:
-        spark.stop()
+        stop_spark(spark)
     return 1 if failed else 0
 
 

@@ -36,7 +36,7 @@ def add_write_commands(commands) -> None:
 
 
 def write_command(args: argparse.Namespace) -> int:
-    from streamer.app import configure_logging, spark_session
+    from streamer.app import configure_logging, spark_session, stop_spark
     from streamer.backfill import backfill, delete_where
     from streamer.config.loading import load_config
     from streamer.errors import ConfigError
@@ -59,7 +59,7 @@ def write_command(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     finally:
-        spark.stop()
+        stop_spark(spark)
     print(result.line(config.table.name, args.command))
     return 0
 
