@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -225,8 +226,7 @@ def end_python_daemons(spark: SparkSession, timeout: float = 5.0) -> None:
 
 
 def _runs_a_python_daemon(command: str) -> bool:
-    words = command.split()
-    return any(words[i : i + 2] == ["-m", module] for module in PYTHON_DAEMON_MODULES for i in range(len(words)))
+    return any(flag == "-m" and module in PYTHON_DAEMON_MODULES for flag, module in pairwise(command.split()))
 
 
 #: Spark's log lines that repeat what the job says itself: a query's failure with Spark's stack

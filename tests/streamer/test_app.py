@@ -16,7 +16,7 @@ pytestmark = pytest.mark.spark
 #: PySpark's own daemon idle) and runs a Python task (a worker of the job's daemon), then ends the
 #: daemons and prints which Python processes of the JVM lived before and after.
 DRIVER = """
-import json, os
+import json
 from streamer import app
 from streamer.kafka.datasource import register_kafka_source
 
