@@ -21,6 +21,20 @@ impl Bitmap {
         }
         self.len += 1;
     }
+
+    /// Takes back the last bit pushed.
+    pub fn pop(&mut self) {
+        self.len -= 1;
+        let (byte, bit) = (self.len / 8, self.len % 8);
+        if self.bytes[byte] & (1 << bit) == 0 {
+            self.nulls -= 1;
+        }
+        if bit == 0 {
+            self.bytes.pop();
+        } else {
+            self.bytes[byte] &= !(1 << bit);
+        }
+    }
 }
 
 /// A column of Arrow `binary` (or `string`) values: 32-bit offsets, the bytes, and nulls.
@@ -47,6 +61,14 @@ impl BinaryColumn {
         }
         self.validity.push(value.is_some());
         self.offsets.push(self.data.len() as i32);
+    }
+
+    /// Takes back the last value pushed.
+    pub fn pop(&mut self) {
+        self.offsets.pop();
+        self.data
+            .truncate(*self.offsets.last().expect("offsets start at 0") as usize);
+        self.validity.pop();
     }
 }
 

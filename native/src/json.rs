@@ -24,7 +24,19 @@ pub enum Kind {
     },
     /// Fields by name.
     Struct(Vec<(Vec<u8>, Field)>),
+    /// A struct's member read into the column of its sibling field `of` (a struct) when that
+    /// field's own member is null or absent: Debezium's `before`, read into `after`'s columns.
+    /// Its own column is an `int8` of the pair's members read non-null (`ALIAS_READ`,
+    /// `TARGET_READ`). A struct has at most one.
+    Alias {
+        of: usize,
+    },
 }
+
+/// An alias's bit: its own member was read, not null.
+pub const ALIAS_READ: u8 = 1;
+/// An alias's bit: the member of the field it aliases was read, not null; its value is the one kept.
+pub const TARGET_READ: u8 = 2;
 
 pub struct Field {
     pub kind: Kind,
@@ -63,6 +75,8 @@ pub enum Column {
         /// Per field, the number of the last object it was seen in: a member named twice.
         seen: Vec<u64>,
         objects: u64,
+        /// Its alias field, if any, and the field it aliases.
+        shared: Option<(usize, usize)>,
     },
 }
 
@@ -92,11 +106,23 @@ impl Column {
                 values: Vec::new(),
             },
             Kind::Utf8 => Column::Utf8(BinaryColumn::default()),
+            Kind::Alias { .. } => Column::Int {
+                validity: Bitmap::default(),
+                width: 1,
+                values: Vec::new(),
+            },
             Kind::Struct(fields) => Column::Struct {
                 validity: Bitmap::default(),
                 children: fields.iter().map(|(_, f)| Column::new(&f.kind)).collect(),
                 seen: vec![0; fields.len()],
                 objects: 0,
+                shared: fields
+                    .iter()
+                    .enumerate()
+                    .find_map(|(i, (_, f))| match f.kind {
+                        Kind::Alias { of } => Some((i, of)),
+                        _ => None,
+                    }),
             },
         }
     }
@@ -115,6 +141,39 @@ impl Column {
                 children.iter_mut().for_each(|c| c.reserve(rows, bytes))
             }
             Column::Bool { .. } => {}
+        }
+    }
+
+    /// Takes back the last value pushed: an alias's value giving way to its target's.
+    fn pop(&mut self) {
+        match self {
+            Column::Bool { validity, values } => {
+                validity.pop();
+                values.pop();
+            }
+            Column::Int {
+                validity,
+                width,
+                values,
+            } => {
+                validity.pop();
+                values.truncate(values.len() - *width as usize);
+            }
+            Column::Float32 { validity, values } => {
+                validity.pop();
+                values.pop();
+            }
+            Column::Float64 { validity, values } => {
+                validity.pop();
+                values.pop();
+            }
+            Column::Utf8(column) => column.pop(),
+            Column::Struct {
+                validity, children, ..
+            } => {
+                validity.pop();
+                children.iter_mut().for_each(Column::pop);
+            }
         }
     }
 
@@ -470,6 +529,7 @@ impl<'t> Text<'t> {
                     children,
                     seen,
                     objects,
+                    shared,
                 },
             ) => {
                 if depth >= MAX_DEPTH {
@@ -478,7 +538,9 @@ impl<'t> Text<'t> {
                 self.expect(b'{')?;
                 *objects += 1;
                 let object = *objects;
+                let shared = *shared;
                 let mut filled = 0;
+                let mut read = 0; // the shared pair's members read, not null
                 let mut expected = 0; // members mostly come in the fields' order
                 self.items(b'}', |text| {
                     text.expect(b'"')?;
@@ -499,15 +561,34 @@ impl<'t> Text<'t> {
                     }
                     seen[i] = object;
                     filled += 1;
+                    if let Some((alias, target)) = shared.filter(|(a, t)| i == *a || i == *t) {
+                        let bit = if i == alias { ALIAS_READ } else { TARGET_READ };
+                        let kind = &fields[target].1.kind;
+                        return text.shared(kind, &mut children[target], bit, &mut read, depth + 1);
+                    }
                     let field = &fields[i].1;
                     if !field.nullable && text.peek() == Some(b'n') {
                         return Err(Undecided);
                     }
                     text.value(&field.kind, &mut children[i], depth + 1)
                 })?;
+                if let Some((alias, target)) = shared {
+                    if read == 0 {
+                        children[target].push_null();
+                    }
+                    let Column::Int {
+                        validity, values, ..
+                    } = &mut children[alias]
+                    else {
+                        unreachable!("an alias's column is an int8")
+                    };
+                    validity.push(true);
+                    values.push(read);
+                }
                 if filled < fields.len() {
                     for (i, (_, field)) in fields.iter().enumerate() {
-                        if seen[i] != object {
+                        let pair = shared.is_some_and(|(a, t)| i == a || i == t);
+                        if seen[i] != object && !pair {
                             if !field.nullable {
                                 return Err(Undecided);
                             }
@@ -520,6 +601,30 @@ impl<'t> Text<'t> {
             _ => unreachable!("a column is made for its kind"),
         }
         Ok(())
+    }
+
+    /// A member of a struct's alias pair (`bit` says which), into the column they share: the
+    /// aliased field's own value, when not null, is the one kept, whichever comes first.
+    fn shared(
+        &mut self,
+        kind: &Kind,
+        column: &mut Column,
+        bit: u8,
+        read: &mut u8,
+        depth: usize,
+    ) -> Outcome<()> {
+        if self.peek() == Some(b'n') {
+            return self.literal(b"null");
+        }
+        if *read != 0 {
+            if bit == ALIAS_READ {
+                *read |= bit;
+                return self.skip_value(depth);
+            }
+            column.pop();
+        }
+        *read |= bit;
+        self.value(kind, column, depth)
     }
 
     /// The items of an object or array up to its `close`, after its opening bracket, each read by

@@ -192,7 +192,8 @@ impl RangeConsumer {
 
 /// The struct a batch of JSON records decodes into, from Python's description of it: `(kind,
 /// nullable, children)` with kind one of bool, int8, int16, int32, int64, float32, float64,
-/// utf8, timestamp[s|ms|us|ns], struct, and children `(name, description)` pairs of a struct.
+/// utf8, timestamp[s|ms|us|ns], struct, and children `(name, description)` pairs of a struct;
+/// a struct's field may be an `alias` of another (`json::Kind::Alias`).
 #[pyclass(module = "mor_streamer_native", frozen)]
 struct JsonShape {
     root: Field,
@@ -214,19 +215,50 @@ fn field(description: &Bound<'_, PyAny>) -> PyResult<Field> {
         "timestamp[ms]" => Kind::Timestamp { digits: 3 },
         "timestamp[us]" => Kind::Timestamp { digits: 6 },
         "timestamp[ns]" => Kind::Timestamp { digits: 9 },
-        "struct" => Kind::Struct(
-            children
-                .iter()
-                .map(|(name, child)| Ok((name.as_bytes().to_vec(), field(child)?)))
-                .collect::<PyResult<_>>()?,
-        ),
-        other => {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "no JSON decoding into {other}"
-            )))
-        }
+        "struct" => struct_kind(&children)?,
+        "alias" => return Err(invalid("an alias is a field of a struct")),
+        other => return Err(invalid(&format!("no JSON decoding into {other}"))),
     };
     Ok(Field { kind, nullable })
+}
+
+/// A struct's fields; an alias, `("alias", _, [(name of the field it aliases, _)])`, at most one.
+fn struct_kind(children: &[(String, Bound<'_, PyAny>)]) -> PyResult<Kind> {
+    let mut fields = Vec::with_capacity(children.len());
+    for (name, child) in children {
+        let (kind, _, target): (String, bool, Vec<(String, Bound<'_, PyAny>)>) = child.extract()?;
+        let field = if kind == "alias" {
+            let of = match target.as_slice() {
+                [(target, _)] => children.iter().position(|(sibling, _)| sibling == target),
+                _ => None,
+            };
+            let of = of.ok_or_else(|| invalid(&format!("the alias {name} names no field")))?;
+            Field {
+                kind: Kind::Alias { of },
+                nullable: true,
+            }
+        } else {
+            field(child)?
+        };
+        fields.push((name.as_bytes().to_vec(), field));
+    }
+    let aliases: Vec<usize> = fields
+        .iter()
+        .filter_map(|(_, f)| match f.kind {
+            Kind::Alias { of } => Some(of),
+            _ => None,
+        })
+        .collect();
+    match aliases.as_slice() {
+        [] => {}
+        [of] if matches!(fields[*of].1.kind, Kind::Struct(_)) => {}
+        _ => return Err(invalid("a struct has at most one alias, of a struct field")),
+    }
+    Ok(Kind::Struct(fields))
+}
+
+fn invalid(message: &str) -> PyErr {
+    pyo3::exceptions::PyValueError::new_err(message.to_string())
 }
 
 #[pymethods]

@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 
 from streamer.decode.decoded import Decoded, gather, scatter
 from streamer.decode.json import JsonDecoder
+from streamer.decode.native_json import NativeJsonOnly, NotNativeError
 from streamer.decode.value_schema import WriterSchemaChange, compare
 
 PAYLOAD = "payload"
@@ -65,7 +66,9 @@ class ConnectJsonDecoder:
     the row's Avro `reader_schema`, records whose Connect schema of `row_field` changes the
     reader schema can be deferred (`decode_deferring_evolving`). With `common`, records are
     parsed into its narrower struct, and only those it names parsed again into the whole one:
-    Debezium's change events, most of which need little of their envelope."""
+    Debezium's change events, most of which need little of their envelope. With `in_place`,
+    a batch is first read natively into its struct (one only the native decoder reads) and
+    returned so when none of its records needs the whole struct."""
 
     def __init__(
         self,
@@ -74,6 +77,7 @@ class ConnectJsonDecoder:
         reader_schema: str | None = None,
         reserved_names: tuple[str, ...] = (),
         common: CommonFields | None = None,
+        in_place: CommonFields | None = None,
     ):
         self._type = struct
         self._row_field = row_field
@@ -82,6 +86,10 @@ class ConnectJsonDecoder:
         self._common = common
         self._shapes = _Shapes(struct if common is None else common.struct)
         self._whole_shapes = None if common is None else _Shapes(struct)
+        self._in_place = in_place
+        self._in_place_shapes = None
+        if in_place is not None and NativeJsonOnly(in_place.struct).available:
+            self._in_place_shapes = _Shapes(in_place.struct, NativeJsonOnly)
         self._changes: dict[bytes, tuple[int, WriterSchemaChange]] = {}  # schema text -> (id, change)
         self.writer_schemas: dict[int, str] = {}  # id -> the row's writer schema, Avro JSON
 
@@ -107,6 +115,14 @@ class ConnectJsonDecoder:
 
     def _parse(self, raw: pa.Array) -> tuple[pa.Array, SchemaRows, dict[int, str]]:
         """The payloads, the records of each schema text and the reasons of the bad records."""
+        if self._in_place is not None and self._in_place_shapes is not None:
+            try:
+                value, schemas, errors = self._in_place_shapes.parse(raw)
+            except NotNativeError:
+                pass
+            else:
+                if not self._in_place.needs_whole(value).any():
+                    return value, schemas, errors
         value, schemas, errors = self._shapes.parse(raw)
         if self._common is None or self._whole_shapes is None:
             return value, schemas, errors
@@ -170,12 +186,13 @@ def _merged(
 
 
 class _Shapes:
-    """Parses a batch of records of both shapes into `struct`, keeping the schema texts."""
+    """Parses a batch of records of both shapes into `struct` with `reader`, keeping the schema
+    texts."""
 
-    def __init__(self, struct: pa.StructType):
+    def __init__(self, struct: pa.StructType, reader: type[JsonDecoder | NativeJsonOnly] = JsonDecoder):
         self._type = struct
-        self._bare = JsonDecoder(struct)
-        self._whole = JsonDecoder(pa.struct([pa.field(PAYLOAD, struct)]))
+        self._bare = reader(struct)
+        self._whole = reader(pa.struct([pa.field(PAYLOAD, struct)]))
 
     def parse(self, raw: pa.Array) -> tuple[pa.Array, SchemaRows, dict[int, str]]:
         length = len(raw)

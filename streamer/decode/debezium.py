@@ -4,7 +4,9 @@ A change event is an envelope around the row: `before`, `after`, `op`, `source` 
 came from, with its position in the database's log) and `ts_ms`. The value decoders read the
 envelope into the Arrow type `envelope_type` (JSON with or without Kafka Connect's schemas, Avro
 through the registry; JSON reads most events into the narrower `common_envelope_type` and only
-the others whole); `ChangeEvents.unpack` turns a batch of envelopes into the table's rows:
+the others whole). JSON with the native decoder reads a batch in one pass into
+`in_place_envelope_type` instead, `before` into `after`'s columns, when all its events are
+changes of rows. `ChangeEvents.unpack` turns a batch of envelopes into the table's rows:
 
 - `c` (create), `r` (a read by the initial snapshot) and `u` (update) upsert `after`;
 - `d` deletes the row's key, taken from `before` (the record decoder fills what `before` lacks
@@ -30,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamer.config.choices import EnvelopeField
+from streamer.decode.native_json import TARGET_READ, alias
 
 UPSERT_OPS = ("c", "r", "u")
 DELETE_OP = "d"
@@ -116,6 +119,32 @@ def needs_whole(common: pa.StructArray) -> np.ndarray:
     return np.asarray(pc.and_(common.is_valid(), needed), dtype=bool)
 
 
+def in_place_envelope_type(row: pa.StructType, columns: EnvelopeColumns) -> pa.StructType:
+    """What the native decoder reads a change event into in one pass: the row in `after`'s
+    columns, `before`'s where `after` is null (a delete), with `before` the bits of which of the
+    two were there (`native_json.alias`); `source` whole when the log position is kept (every
+    connector's), and the envelope fields kept as columns."""
+    kept = {field for field, _ in columns.columns}
+    source = list(SOURCE_TYPE) if EnvelopeField.POSITION in kept else []
+    if EnvelopeField.SOURCE_TS_MS in kept and not source:
+        source = [SOURCE_TYPE.field("ts_ms")]
+    fields = [alias("before", "after"), pa.field("after", row), pa.field("op", pa.string())]
+    if source:
+        fields.append(pa.field("source", pa.struct(source)))
+    if EnvelopeField.TS_MS in kept:
+        fields.append(pa.field("ts_ms", pa.int64()))
+    return pa.struct(fields)
+
+
+def in_place_needs_whole(events: pa.StructArray) -> np.ndarray:
+    """Which events read into `in_place_envelope_type` need their whole envelope: messages that
+    are not a change of a row, and deletes with an `after`, whose `before` it took the place of."""
+    op = pc.struct_field(events, "op")
+    change = _flag(pc.is_in(op, pa.array((*UPSERT_OPS, DELETE_OP))))
+    delete_with_after = _flag(pc.equal(op, DELETE_OP)) & (_read(events) & TARGET_READ != 0)
+    return np.asarray(events.is_valid(), dtype=bool) & (~change | delete_with_after)
+
+
 @dataclass(frozen=True)
 class EnvelopeColumns:
     """The envelope fields kept as table columns: (field, column name) pairs."""
@@ -152,6 +181,8 @@ class ChangeEvents:
     def unpack(self, envelopes: pa.StructArray) -> Unpacked:
         """Null envelopes (tombstones, bad records) unpack to null rows that are neither deletes
         nor skipped: the record decoder decides about them."""
+        if envelopes.type.field("before").type == pa.int8():  # read in place: changes of rows only
+            return self._unpack_in_place(envelopes)
         op = pc.struct_field(envelopes, "op")
         present = np.asarray(envelopes.is_valid())
         upsert = _flag(pc.is_in(op, pa.array(UPSERT_OPS))) & present
@@ -169,6 +200,20 @@ class ChangeEvents:
             fields = [pc.struct_field(after, i) for i in range(self.row.num_fields)]
         fields += [self._column(field, envelopes) for field, _ in self.columns.columns]
         return Unpacked(fields, delete, skipped, errors)
+
+    def _unpack_in_place(self, events: pa.StructArray) -> Unpacked:
+        """Events of `in_place_envelope_type`, each a change of a row (`in_place_needs_whole`):
+        the row is in `after`'s columns, a delete's `before` too."""
+        op = pc.struct_field(events, "op")
+        present = np.asarray(events.is_valid(), dtype=bool)
+        upsert = _flag(pc.is_in(op, pa.array(UPSERT_OPS))) & present
+        delete = _flag(pc.equal(op, DELETE_OP)) & present
+        no_after = upsert & (_read(events) & TARGET_READ == 0)
+        errors = {row: _no_after(op, row) for row in np.flatnonzero(no_after).tolist()}
+        after = pc.struct_field(events, "after")
+        fields = [pc.struct_field(after, i) for i in range(self.row.num_fields)]
+        fields += [self._column(field, events) for field, _ in self.columns.columns]
+        return Unpacked(fields, delete, pa.nulls(len(events), pa.string()), errors)
 
     def _skipped(self, envelopes: pa.StructArray, present: np.ndarray) -> pa.Array:
         op = pc.struct_field(envelopes, "op")
@@ -197,17 +242,16 @@ class ChangeEvents:
                 else f"unknown Debezium op {name!r} (expected c, r, u, d, t or m)"
             )
         for row in np.flatnonzero(no_after).tolist():
-            errors[row] = f"Debezium op {op[row].as_py()!r} without an `after` row"
+            errors[row] = _no_after(op, row)
         return errors
 
     def _column(self, field: EnvelopeField, envelopes: pa.StructArray) -> pa.Array:
-        source = pc.struct_field(envelopes, "source")
         if field == EnvelopeField.POSITION:
-            return log_position(source)
+            return log_position(pc.struct_field(envelopes, "source"))
         if field == EnvelopeField.OP:
             return pc.struct_field(envelopes, "op")
         if field == EnvelopeField.SOURCE_TS_MS:
-            return pc.struct_field(source, "ts_ms")
+            return pc.struct_field(pc.struct_field(envelopes, "source"), "ts_ms")
         return pc.struct_field(envelopes, "ts_ms")
 
 
@@ -243,6 +287,15 @@ def _non_change_kind(envelopes: pa.StructArray) -> pa.Array:
     kind = pc.if_else(heartbeat, HEARTBEAT, pa.scalar(None, pa.string()))
     kind = pc.if_else(pc.is_valid(pc.struct_field(envelopes, "status")), TRANSACTION, kind)
     return pc.if_else(pc.is_valid(pc.struct_field(envelopes, "ddl")), SCHEMA_CHANGE, kind)
+
+
+def _no_after(op: pa.Array, row: int) -> str:
+    return f"Debezium op {op[row].as_py()!r} without an `after` row"
+
+
+def _read(events: pa.StructArray) -> np.ndarray:
+    """The bits of which of `before` and `after` each event read in place had."""
+    return np.asarray(pc.fill_null(pc.struct_field(events, "before"), 0), dtype=np.int8)
 
 
 def _flag(mask: pa.Array) -> np.ndarray:

@@ -7,6 +7,11 @@ It reads only what it is sure Arrow's JSON reader reads alike: for any other bat
 that is not an object, a value of another kind than its field's, a type it does not read) it
 says it cannot, and the batch goes to Arrow's reader, which also names what is wrong where.
 Without the extension, every batch goes there.
+
+A struct's field may also be an `alias` of another: its member is read into the other field's
+columns when that field's own is null or absent (Debezium's `before` into `after`'s), and the
+alias's own column says which of the two were there. Only the native decoder reads an alias
+(`NativeJsonOnly`).
 """
 
 from __future__ import annotations
@@ -14,6 +19,15 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+
+from streamer.decode.decoded import Decoded
+from streamer.errors import StreamerError
+
+#: The metadata key of an alias field: the name of the field it aliases.
+ALIAS_OF = b"alias_of"
+#: An alias's bits, by row: its own member was read (not null); the aliased field's was, and is
+#: the value kept.
+ALIAS_READ, TARGET_READ = 1, 2
 
 _KINDS = {
     pa.bool_(): "bool",
@@ -64,8 +78,41 @@ class NativeJson:
         return None if buffers is None else _array(self._type, len(raw), buffers)
 
 
+def alias(name: str, of: str) -> pa.Field:
+    """A struct field read into its sibling `of`'s columns when `of`'s member is null or
+    absent; its own column is an `int8` of `ALIAS_READ` and `TARGET_READ` bits."""
+    return pa.field(name, pa.int8(), nullable=False, metadata={ALIAS_OF: of.encode()})
+
+
+class NotNativeError(StreamerError):
+    """The native decoder cannot decide this batch, or is not installed."""
+
+
+class NativeJsonOnly:
+    """`JsonDecoder`'s interface over the native decoder alone, for a struct only it reads (one
+    with an alias): a batch it does not decide raises `NotNativeError`."""
+
+    def __init__(self, struct: pa.StructType):
+        self._native = NativeJson(struct)
+
+    @property
+    def available(self) -> bool:
+        return self._native.available
+
+    def decode(self, raw: pa.Array) -> Decoded:
+        return self.decode_inside(raw, 0, 0)
+
+    def decode_inside(self, raw: pa.Array, front: int, back: int) -> Decoded:
+        decoded = self._native.decode(raw, front, back)
+        if decoded is None:
+            raise NotNativeError("the native JSON decoder does not decide this batch")
+        return decoded, {}
+
+
 def _description(field: pa.Field) -> tuple | None:
     """(kind, nullable, children) of a field whose type the native decoder reads; else None."""
+    if field.metadata and ALIAS_OF in field.metadata:
+        return ("alias", True, [(field.metadata[ALIAS_OF].decode(), None)])
     if pa.types.is_struct(field.type):
         children = [(f.name, _description(f)) for f in field.type]
         if any(child is None for _, child in children):

@@ -60,6 +60,8 @@ from streamer.decode.debezium import (
     common_envelope_type,
     envelope_row,
     envelope_type,
+    in_place_envelope_type,
+    in_place_needs_whole,
     needs_whole,
 )
 from streamer.decode.decoded import not_null_reason, scatter
@@ -376,7 +378,10 @@ def _decoder_for(
             # Each field asked of JSON costs every event: `before` (deletes), `ddl` and `status`
             # (messages without an op) and most of `source` are read only where they are needed.
             common = CommonFields(common_envelope_type(row, envelope), needs_whole)
-            return ConnectJsonDecoder(struct, "after", spec.avro_schema, reserved_names, common=common)
+            in_place = CommonFields(in_place_envelope_type(row, envelope), in_place_needs_whole)
+            return ConnectJsonDecoder(
+                struct, "after", spec.avro_schema, reserved_names, common=common, in_place=in_place
+            )
         return ConnectJsonDecoder(struct) if connect else JsonDecoder(struct)
     if spec.format == DecodeFormat.AVRO:
         return AvroDecoder(spec.avro_text(), struct)

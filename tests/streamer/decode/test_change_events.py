@@ -30,6 +30,7 @@ from table.schema import arrow_schema_from_avro, to_avro_schema
 pytestmark = pytest.mark.unit
 
 ROW = pa.schema([("region", pa.string()), ("id", pa.int32()), ("name", pa.string()), ("visits", pa.int64())])
+ROW_STRUCT = pa.struct(list(ROW))
 KEY = pa.schema([("region", pa.string()), ("id", pa.int32())])
 COLUMNS = EnvelopeColumns(
     ((EnvelopeField.POSITION, "position"), (EnvelopeField.OP, "op"), (EnvelopeField.SOURCE_TS_MS, "changed_at"))
@@ -341,6 +342,48 @@ def test_every_envelope_column_reads_alike_from_changes_read_in_part_and_read_wh
         (False, None, "pg2", 40, "c", 4, 15),
     ]
     assert [r["_error"] for r in rows] == [None] * len(values)
+
+
+def test_changes_read_in_one_native_pass_decode_as_when_read_in_part_and_whole():
+    """With the native decoder, a batch of changes of rows is read in one pass, `before` into
+    `after`'s columns; a batch with any other message is read in part and whole. The same events
+    give the same rows either way, with Connect's schemas and without."""
+    key = {"region": "emea", "id": 1}
+    changes = [
+        event("c", after=row(name="new", visits=None), lsn=10),
+        event("u", before=row(name="old"), after=row(name="full", visits=7), lsn=11),  # REPLICA IDENTITY FULL
+        {**event("u", before=row(name="old"), lsn=12), "after": row(name="after first")},
+        event("d", before={**key, "name": None, "visits": None}, lsn=13),
+        event("d", before=None, lsn=14),
+        None,
+        event("u", before=row(name="old"), after=None, lsn=15),
+        event("c", after=row("apac", 2, "binlog"), connector="mysql", lsn=None, file="bin.000002", pos=30),
+        event("r", after=row("amer", 3, "sqlserver"), connector="sqlserver", lsn=None),
+    ]
+    heartbeat = {"ts_ms": 1}  # not a change of a row: the batch is read in part and whole
+    schema = connect_struct(ROW, "pg.public.accounts.Value")
+    for wrap in (lambda v: v, lambda v: None if v is None else with_schema(v, schema)):
+        values = [wrap(v) for v in changes]
+        decoder = debezium_decoder()
+        in_place = decode(decoder, values, [key] * len(values))
+        in_parts = decode(decoder, [*values, wrap(heartbeat)], [key] * (len(values) + 1))
+        assert in_place == in_parts[:-1]
+        read = [decoder._value.decode(kafka_batch(v, [key] * len(v)).column("value"))[0] for v in (values, [heartbeat])]
+        assert [r.type.field("before").type for r in read] == [pa.int8(), ROW_STRUCT]  # the pass each batch took
+    assert [r["name"] for r in in_place] == [
+        "new",
+        "full",
+        "after first",
+        None,
+        None,
+        None,
+        None,
+        "binlog",
+        "sqlserver",
+    ]
+    assert [r["_delete"] for r in in_place] == [False, False, False, True, True, True, False, False, False]
+    assert in_place[6]["_error"] == "Debezium op 'u' without an `after` row"
+    assert [r["position"] for r in in_place[7:]] == [2 * BINLOG_FILE_FACTOR + 30, 1_700_000_000_000]
 
 
 def test_a_delete_that_lacks_a_partition_field_is_a_bad_record_naming_it():

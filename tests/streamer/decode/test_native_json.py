@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from streamer.decode.json import JsonDecoder, _JsonBatch
-from streamer.decode.native_json import NativeJson
+from streamer.decode.native_json import ALIAS_READ, TARGET_READ, NativeJson, alias
 
 pytestmark = pytest.mark.unit
 
@@ -177,3 +177,43 @@ def test_records_with_bytes_deleted_inserted_or_changed_are_read_as_arrow_reads_
             expected, errors = _arrow(raw)
             assert (repr(_values(decoded)), errors) == (repr(_values(expected)), {}), bytes(record)
     assert taken > 300  # the edits that leave valid JSON of the right types are taken natively
+
+
+PAIR = pa.struct([alias("before", "after"), pa.field("after", ROW), pa.field("op", pa.string())])
+BEFORE = (
+    '{"id":30,"flag":true,"tiny":1,"small":2,"int":3,"long":4,"single":0.5,"double":0.25,"text":"old",'
+    '"at":"2026-12-02T10:00:00Z","day":"2026-12-02","where":{"city":"Oslo","floor":3}}'
+)  # a value of every kind, each taken back when `after` follows
+AFTER = GOOD[3]
+
+
+def test_an_alias_is_read_into_the_columns_of_the_field_it_aliases_whose_own_value_wins():
+    """Debezium's `before` in `after`'s columns: a delete's row is its `before`, an update's its
+    `after` whichever of the two is written first, and the alias says which were there."""
+    records = [
+        f'{{"before":null,"after":{AFTER},"op":"c"}}',
+        f'{{"before":{BEFORE},"after":null,"op":"d"}}',
+        f'{{"before":{BEFORE},"after":{AFTER},"op":"u"}}',
+        f'{{"after":{AFTER},"op":"u","before":{BEFORE}}}',
+        f'{{"before":{BEFORE}}}',
+        '{"op":"t"}',
+        None,
+        f'{{"before":{AFTER},"after":{BEFORE}}}',
+    ]
+    decoded = NativeJson(PAIR).decode(_binary(records))
+    assert decoded is not None
+    decoded.validate(full=True)
+    after, before = (_values(NativeJson(ROW).decode(_binary([r])))[0] for r in (AFTER, BEFORE))
+    rows = _values(decoded.field("after"))
+    both = ALIAS_READ | TARGET_READ
+    assert rows == [after, before, after, after, before, None, None, before]
+    assert decoded.field("before").to_pylist() == [TARGET_READ, ALIAS_READ, both, both, ALIAS_READ, 0, None, both]
+    assert decoded.field("op").to_pylist() == ["c", "d", "u", "u", None, "t", None, None]
+
+
+@pytest.mark.parametrize(
+    "record",
+    [f'{{"before":{BEFORE},"before":null}}', '{"before":"text"}', f'{{"before":{BEFORE},"after":[]}}'],
+)
+def test_an_alias_named_twice_or_of_another_kind_leaves_its_batch_undecided(record):
+    assert NativeJson(PAIR).decode(_binary([record])) is None
