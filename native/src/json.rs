@@ -127,7 +127,9 @@ impl Column {
         }
     }
 
-    /// Room for `rows` values, strings taking at most `bytes`.
+    /// Room for `rows` values, strings taking at most `bytes`: a string column reserves room
+    /// for short strings only and grows past it, as a batch's columns hold a fraction of its
+    /// bytes (Connect's schemas, Debezium's `source`, are read past).
     fn reserve(&mut self, rows: usize, bytes: usize) {
         match self {
             Column::Int { values, width, .. } => values.reserve(rows * *width as usize),
@@ -135,7 +137,7 @@ impl Column {
             Column::Float64 { values, .. } => values.reserve(rows),
             Column::Utf8(strings) => {
                 strings.offsets.reserve(rows);
-                strings.data.reserve(bytes / 4);
+                strings.data.reserve((bytes / 4).min(rows * SHORT_STRING));
             }
             Column::Struct { children, .. } => {
                 children.iter_mut().for_each(|c| c.reserve(rows, bytes))
@@ -287,6 +289,9 @@ fn plain_run(bytes: &[u8]) -> usize {
         .position(|&b| STRING_STOPS[b as usize])
         .unwrap_or(bytes.len() - at)
 }
+
+/// The bytes a string column reserves per row: about a short name's or an identifier's.
+const SHORT_STRING: usize = 16;
 
 /// Deeper than this, a record is left to Arrow's reader.
 const MAX_DEPTH: usize = 64;

@@ -154,9 +154,10 @@ class ConnectJsonDecoder:
 
 @dataclass(frozen=True)
 class CommonFields:
-    """What most records need of a struct: `struct` has some of its fields, each whole or a
-    narrower struct of it. `needs_whole` says, from what they read to, which records need the
-    whole struct: they are parsed again."""
+    """What most records need of a struct, read into `struct`: as `common`, some of its fields,
+    each whole or a narrower struct of it; as `in_place`, a struct only the native decoder reads.
+    `needs_whole` says, from what they read to, which records need the whole struct: they are
+    parsed again."""
 
     struct: pa.StructType
     needs_whole: Callable[[pa.StructArray], np.ndarray]
