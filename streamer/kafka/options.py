@@ -161,6 +161,9 @@ _CONSUMER_ONLY_PARAMS = {
 
 #: What a range reader's consumer fetches ahead of it at most, by default.
 PREFETCH_KBYTES = 16 * 1024
+#: librdkafka's own most bytes of a partition in one fetch; its two names.
+PARTITION_FETCH_BYTES = 1024 * 1024
+_FETCH_SIZE_PARAMS = {"max.partition.fetch.bytes", "fetch.message.max.bytes"}
 
 
 def _parse_bool(name: str, value: str) -> bool:
@@ -420,6 +423,13 @@ class SourceOptions:
         # drains below that, not after librdkafka's default second.
         conf.setdefault("queued.max.messages.kbytes", prefetch_kbytes)
         conf.setdefault("fetch.queue.backoff.ms", 10)
+        # A fetch brings up to a quarter of the prefetch of its partition, not librdkafka's 1 MiB
+        # whatever the prefetch: a broker's work and a consumer's go by fetch as well as by byte,
+        # and a range of large records (Connect's JSON with its schemas) took four times the
+        # fetches. A short range's prefetch keeps 1 MiB.
+        if not _FETCH_SIZE_PARAMS & conf.keys():
+            prefetch = int(str(conf["queued.max.messages.kbytes"])) * 1024
+            conf["max.partition.fetch.bytes"] = max(PARTITION_FETCH_BYTES, prefetch // 4)
         # A fetch at a partition's end is held by the broker up to this long. End-of-partition is
         # only reported by such a fetch, and a pooled consumer's next range is fetched only
         # after the fetch in flight for its last one returns: short, so that ranges that end with

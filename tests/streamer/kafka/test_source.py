@@ -139,10 +139,17 @@ def test_a_range_smaller_than_the_default_prefetch_prefetches_less():
     assert pool.prefetch_kbytes("t", 100_000) == PREFETCH_KBYTES  # 22 MB
     assert pool.prefetch_kbytes("other", 10) == PREFETCH_KBYTES
     assert opts.consumer_config(short)["queued.max.messages.kbytes"] == short
+    fetch = "max.partition.fetch.bytes"
+    assert (opts.consumer_config()[fetch], opts.consumer_config(short)[fetch]) == (4 << 20, 1 << 20)
     explicit = SourceOptions.parse(
         {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "t", "kafka.queued.max.messages.kbytes": "4096"}
     )
     assert explicit.consumer_config(short)["queued.max.messages.kbytes"] == "4096"
+    assert explicit.consumer_config(short)[fetch] == 1 << 20
+    fetch_set = SourceOptions.parse(
+        {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "t", "kafka.fetch.message.max.bytes": "65536"}
+    )
+    assert fetch not in fetch_set.consumer_config() and fetch_set.consumer_config()["fetch.message.max.bytes"] == "65536"
 
 
 @pytest.mark.unit
