@@ -149,7 +149,9 @@ def test_a_range_smaller_than_the_default_prefetch_prefetches_less():
     fetch_set = SourceOptions.parse(
         {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "t", "kafka.fetch.message.max.bytes": "65536"}
     )
-    assert fetch not in fetch_set.consumer_config() and fetch_set.consumer_config()["fetch.message.max.bytes"] == "65536"
+    assert (
+        fetch not in fetch_set.consumer_config() and fetch_set.consumer_config()["fetch.message.max.bytes"] == "65536"
+    )
 
 
 @pytest.mark.unit
