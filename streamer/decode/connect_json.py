@@ -86,10 +86,9 @@ class ConnectJsonDecoder:
         self._common = common
         self._shapes = _Shapes(struct if common is None else common.struct)
         self._whole_shapes = None if common is None else _Shapes(struct)
-        self._in_place = in_place
-        self._in_place_shapes = None
+        self._in_place = None  # what it needs whole and its shapes, where the extension reads it
         if in_place is not None and NativeJsonOnly(in_place.struct).available:
-            self._in_place_shapes = _Shapes(in_place.struct, NativeJsonOnly)
+            self._in_place = (in_place.needs_whole, _Shapes(in_place.struct, NativeJsonOnly))
         self._changes: dict[bytes, tuple[int, WriterSchemaChange]] = {}  # schema text -> (id, change)
         self.writer_schemas: dict[int, str] = {}  # id -> the row's writer schema, Avro JSON
 
@@ -115,13 +114,14 @@ class ConnectJsonDecoder:
 
     def _parse(self, raw: pa.Array) -> tuple[pa.Array, SchemaRows, dict[int, str]]:
         """The payloads, the records of each schema text and the reasons of the bad records."""
-        if self._in_place is not None and self._in_place_shapes is not None:
+        if self._in_place is not None:
+            in_place_needs_whole, in_place_shapes = self._in_place
             try:
-                value, schemas, errors = self._in_place_shapes.parse(raw)
+                value, schemas, errors = in_place_shapes.parse(raw)
             except NotNativeError:
                 pass
             else:
-                if not self._in_place.needs_whole(value).any():
+                if not in_place_needs_whole(value).any():
                     return value, schemas, errors
         value, schemas, errors = self._shapes.parse(raw)
         if self._common is None or self._whole_shapes is None:
