@@ -16,9 +16,12 @@ import signal
 import sys
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from itertools import pairwise
+from socketserver import BaseServer
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -199,9 +202,27 @@ PYTHON_DAEMON_MODULES = ("pyspark.daemon", JOB_SPARK_SETTINGS["spark.python.daem
 
 
 def stop_spark(spark: SparkSession) -> None:
-    """Stop Spark, its Python worker daemons ended first (`end_python_daemons`)."""
+    """Stop Spark, its Python worker daemons ended first (`end_python_daemons`), without waiting
+    on PySpark's accumulator server (`_let_accumulator_server_end`)."""
     end_python_daemons(spark)
+    context = spark.sparkContext
+    server = getattr(context, "_accumulatorServer", None)
+    context._accumulatorServer = None  # type: ignore[assignment]  # stopped below, not by `stop`
     spark.stop()
+    if server is not None:
+        _let_accumulator_server_end(server)
+
+
+def _let_accumulator_server_end(server: BaseServer) -> None:
+    """Stop PySpark's accumulator server on a thread of its own. It serves the JVM's one
+    connection in a loop that looks for its stop flag once a second, and `SparkContext.stop`
+    waits for that loop: up to a second at the end of every run. Its socket file is removed
+    now, so that none is left if the process ends first."""
+    address = server.server_address
+    if isinstance(address, str) and os.path.exists(address):
+        os.remove(address)
+    server.server_shutdown = True  # type: ignore[attr-defined]  # PySpark's flag for that loop
+    threading.Thread(target=server.shutdown, name="accumulator-server-stop", daemon=True).start()
 
 
 def end_python_daemons(spark: SparkSession, timeout: float = 5.0) -> None:
@@ -431,7 +452,19 @@ class _Runner:
                 )
                 if stop_all:
                     return
-            self.stop_requested.wait(0.5)
+            self._await_end(pending, 0.5)
+
+    def _await_end(self, pending: dict[str, TableJob | SharedQuery], seconds: float) -> None:
+        """Wait up to `seconds` for the one query still running to end, or a stop request; with
+        several running, for the stop request alone."""
+        queries = [waited.query for waited in pending.values()]
+        if not queries:
+            return
+        if len(queries) != 1 or queries[0] is None or self.stop_requested.is_set():
+            self.stop_requested.wait(seconds)
+            return
+        with suppress(StreamingQueryException):  # its failure is read when it leaves `pending`
+            queries[0].awaitTermination(seconds)  # type: ignore[arg-type]  # typed int, takes a float
 
     def _table_query_ended(self, job: TableJob) -> bool:
         """Log why a table's own query ended; True when that stops the application."""
