@@ -8,8 +8,10 @@ routes and writes them in its own process, through the same decode step and delt
 Spark's tasks: the same files, markers and failure points, on a thread for each core Spark was
 given. Meanwhile Spark runs the batch's own query, which only hands back the ranges the source
 planned (`SourcePlan`): its progress and observed metrics count the batch, and the ranges the
-driver read are checked against the source's. A larger batch, a batch whose ranges only the source's plan can say
-(`streamer.checkpoint.planned_ranges`), and every batch on a cluster go through Spark's tasks.
+driver read are checked against the source's. Where Spark's offset log cannot say a batch's
+ranges (`streamer.checkpoint.planned_ranges`: the query's first batch, for one), the source's plan
+is collected first and the driver reads what it says. A larger batch, and every batch on a
+cluster, go through Spark's tasks.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from streamer.decode_step import DecodeStep
-from streamer.kafka.planning import OffsetRange, spans_of
+from streamer.kafka.planning import OffsetRange, TopicPartitionKey, spans_of
 from streamer.kafka.schema import offset_ranges_batch
 from table import DeltaCommit
 from table.spark import DataFrameWriteResult, PassMetrics
@@ -44,8 +46,8 @@ class DriverWrites:
         the work of many."""
         return cls(max_records if (master or "").startswith("local") else 0, max(1, cores))
 
-    def takes(self, ranges: Sequence[OffsetRange] | None) -> bool:
-        return ranges is not None and 0 < sum(end - start for _, start, end in ranges) <= self.max_records
+    def takes(self, ranges: Sequence[OffsetRange]) -> bool:
+        return 0 < sum(end - start for _, start, end in ranges) <= self.max_records
 
     def describe(self) -> str:
         if self.max_records == 0:
@@ -102,15 +104,25 @@ class _SerialTally:
 
 
 class SourcePlan:
-    """The offset ranges the source planned for a batch, collected from the batch's DataFrame
-    on a thread of its own while the driver writes `ranges`."""
+    """The offset ranges the source planned for a batch, from the batch's DataFrame.
 
-    def __init__(self, df: DataFrame, ranges: Sequence[OffsetRange]):
-        self.ranges = ranges
+    Given the `ranges` the driver reads, it is collected on a thread of its own while the
+    driver writes them, and checked against them before the commit (`agrees`). Without, it is
+    collected at once and its ranges are the ones to read: for a batch whose ranges Spark's
+    offset log cannot say (the query's first, one that reads a partition new to the query or
+    one that went back: `checkpoint.planned_ranges`)."""
+
+    def __init__(self, df: DataFrame, ranges: Sequence[OffsetRange] | None = None):
         self._rows: list | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._collect, args=(df,), name="source-plan", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if ranges is None:
+            self._rows = df.collect()
+            ranges = [(tp, start, end) for tp, (start, end) in sorted(self._planned().items())]
+        else:
+            self._thread = threading.Thread(target=self._collect, args=(df,), name="source-plan", daemon=True)
+            self._thread.start()
+        self.ranges: Sequence[OffsetRange] = ranges
 
     def _collect(self, df: DataFrame) -> None:
         try:
@@ -118,10 +130,16 @@ class SourcePlan:
         except BaseException as e:  # noqa: BLE001 - raised in the sink's thread by `agrees`
             self._error = e
 
+    def _planned(self) -> dict[TopicPartitionKey, tuple[int, int]]:
+        """Each topic-partition's span that holds records."""
+        rows = self._rows or []
+        spans = spans_of(((topic, partition), start, end) for topic, partition, start, end in rows)
+        return {tp: (start, end) for tp, (start, end) in spans.items() if end > start}
+
     def agrees(self) -> bool:
         """Whether the source planned the same span of each partition as `ranges`."""
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         if self._error is not None:
             raise self._error
-        planned = spans_of(((topic, partition), start, end) for topic, partition, start, end in self._rows or [])
-        return planned == spans_of(self.ranges)
+        return self._planned() == spans_of(self.ranges)

@@ -315,8 +315,14 @@ class UpsertSink:
             return report
         self.totals.failed = report  # until it is committed
         plan = None
-        if ranges is not None and not s.transform and s.source is not None and s.driver_writes.takes(ranges):
-            plan = SourcePlan(df, ranges)
+        if not s.transform and s.source is not None and s.driver_writes.max_records:
+            if ranges is None:  # only the source's plan says this batch's ranges: asked first
+                plan = SourcePlan(df)
+                ranges = list(plan.ranges)
+            if not s.driver_writes.takes(ranges):
+                plan = None
+            elif plan is None:
+                plan = SourcePlan(df, ranges)
         report.by_driver = plan is not None
         while True:
             commit, written, tally = self._write(df, plan.ranges if plan is not None else None)

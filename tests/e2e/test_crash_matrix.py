@@ -87,9 +87,11 @@ CHAIN = [
 # restart that must not read its records again.
 PYTHON_READER_RUNS = frozenset({"deltacommit.completed", "sink.batch_committed"})
 # The runs whose batches Spark's tasks write (`stream.driver_write_max_records: 0`), the others'
-# after the first batch of a run the driver writes (`streamer.driver_write`): a write killed in
-# an executor's Python worker, and the torn log file it leaves.
-SPARK_TASK_WRITE_RUNS = frozenset({"deltacommit.markers_written", "logfile.torn_write"})
+# the driver writes (`streamer.driver_write`): writes killed in an executor's Python worker, the
+# initial load's base files and a log file, and the torn log file it leaves.
+SPARK_TASK_WRITE_RUNS = frozenset(
+    {"deltacommit.base_file_written", "deltacommit.markers_written", "logfile.torn_write"}
+)
 
 
 def two_region_events(count: int, seed: int) -> list[dict]:

@@ -176,16 +176,27 @@ def _stream_with_bad_records(kafka_bootstrap, kafka_topic):
     return topic, events, bad_offsets
 
 
+@pytest.mark.parametrize("driver_write_max_records", [500_000, 0], ids=["by-the-driver", "by-sparks-tasks"])
 def test_malformed_records_go_to_quarantine_with_their_reason_and_good_ones_to_the_table(
-    spark, kafka_bootstrap, kafka_topic, tmp_path
+    spark, kafka_bootstrap, kafka_topic, tmp_path, caplog, driver_write_max_records
 ):
     topic, events, bad_offsets = _stream_with_bad_records(kafka_bootstrap, kafka_topic)
     config = config_from_mapping(
-        order_config(tmp_path, "orders", kafka_bootstrap, topic, decode={"on_error": "quarantine"})
+        order_config(
+            tmp_path,
+            "orders",
+            kafka_bootstrap,
+            topic,
+            decode={"on_error": "quarantine"},
+            stream={"driver_write_max_records": driver_write_max_records},
+        )
     )
 
-    (outcome,) = run_once(spark, [config]).tables
+    with caplog.at_level("INFO", logger="streamer.sink"):
+        (outcome,) = run_once(spark, [config]).tables
 
+    batch_lines = [r.getMessage() for r in caplog.records if " batch " in r.getMessage()]
+    assert batch_lines and all(("by the driver" in line) == (driver_write_max_records > 0) for line in batch_lines)
     assert outcome.error is None and outcome.bad == len(MALFORMED)
     assert_table_matches(config.table.path, events)
     quarantined = MorTable.load(config.table.quarantine_location).snapshot().sort_by("offset").to_pylist()
@@ -511,12 +522,12 @@ def test_offsets_reach_the_consumer_group_and_each_batch_line_shows_the_lag(
     assert {tp.partition: tp.offset for tp in committed} == end_offsets(kafka_bootstrap, topic)
 
 
-def test_batches_after_the_first_are_written_by_the_driver_up_to_its_limit_and_by_spark_past_it(
+def test_batches_are_written_by_the_driver_up_to_its_limit_and_by_spark_past_it(
     spark, kafka_bootstrap, kafka_topic, tmp_path, caplog
 ):
-    """The query's first batch goes through Spark's tasks (only the source's plan says where it
-    starts); the next ones by the driver while they hold at most `stream.driver_write_max_records`
-    records. The table is the same either way."""
+    """Batches of at most `stream.driver_write_max_records` records are written by the driver:
+    the query's first too, whose ranges the source's plan says (Spark's offset log cannot). A
+    batch past the limit goes through Spark's tasks. The table is the same either way."""
     topic = kafka_topic(partitions=2, prefix="orders")
     events = change_events(4_000, seed=95)
     produce_orders(kafka_bootstrap, topic, events[:3_000])
@@ -540,7 +551,7 @@ def test_batches_after_the_first_are_written_by_the_driver_up_to_its_limit_and_b
 
     first = run(1_000)
     assert [line.split(":")[0].rsplit(" ", 1)[1] for line in first] == ["0", "1", "2"]
-    assert ["by the driver" in line for line in first] == [False, True, True]
+    assert ["by the driver" in line for line in first] == [True, True, True]
     produce_orders(kafka_bootstrap, topic, events[3_000:])
     (past_the_limit,) = run(999)
     assert "by the driver" not in past_the_limit

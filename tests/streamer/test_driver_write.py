@@ -22,7 +22,6 @@ def test_the_driver_takes_a_batch_up_to_its_limit_and_not_past_it():
     [
         ("spark://master:7077", 1_000_000, RANGES),  # on a cluster, Spark's tasks write every batch
         ("local[*]", 0, RANGES),  # turned off
-        ("local[*]", 1_000_000, None),  # ranges only the source's plan can say
         ("local[*]", 1_000_000, []),  # nothing to read
     ],
 )
@@ -37,3 +36,10 @@ def test_the_sources_plan_agrees_with_ranges_of_the_same_spans_however_split(spa
     moved = [("orders", 0, 100, 400), ("orders", 1, 40, 250)]
     assert not SourcePlan(spark.createDataFrame(moved, OFFSET_RANGES_SCHEMA), RANGES).agrees()
     assert not SourcePlan(spark.createDataFrame(planned[:2], OFFSET_RANGES_SCHEMA), RANGES).agrees()
+
+
+@pytest.mark.spark
+def test_a_plan_asked_first_gives_the_driver_each_partitions_whole_span_with_records(spark):
+    planned = [("orders", 0, 100, 250), ("orders", 0, 250, 400), ("orders", 1, 50, 250), ("orders", 2, 7, 7)]
+    plan = SourcePlan(spark.createDataFrame(planned, OFFSET_RANGES_SCHEMA))
+    assert plan.ranges == RANGES and plan.agrees()
