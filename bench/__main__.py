@@ -1,6 +1,6 @@
 """`python -m bench [--quick] [--scenario NAME ...] [--rows N] [--batch-rows B] [--batches K] [--out DIR]
 [--keep] [--skip PEER] [--partitions 8,400,2000] [--s3 ROWS,BATCH_ROWS,BATCHES] [--backlog 10M,30M]
-[--mirror-tables N] [--reader-messages N]`:
+[--mirror-tables N] [--reader-messages N] [--reader-value-bytes N]`:
 every scenario, one run.
 
 A scenario is one function `(W1, work directory, **options) -> report.Section`; adding one is
@@ -123,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         type=counts,
         help="reader scenario: messages per topic (default 5 per W1 initial row: 5M, 500k with --quick)",
     )
+    parser.add_argument(
+        "--reader-value-bytes",
+        type=int,
+        default=reader.VALUE_BYTES,
+        help=f"reader scenario: bytes of each message's value (default {reader.VALUE_BYTES}, the target's size)",
+    )
     args = parser.parse_args(argv)
 
     overrides = {"initial_rows": args.rows, "batch_rows": args.batch_rows, "batches": args.batches}
@@ -169,7 +175,10 @@ def _options(name: str, args: argparse.Namespace) -> dict:
     if name == "backlog":
         return {"backlogs": args.backlog}
     if name == "reader":
-        return {"messages": args.reader_messages[0] if args.reader_messages else None}
+        return {
+            "messages": args.reader_messages[0] if args.reader_messages else None,
+            "value_bytes": args.reader_value_bytes,
+        }
     if name == "mirror":
         return {"stretch_tables": args.mirror_tables}
     if name == "writers":
